@@ -1,0 +1,107 @@
+// binding.ts — hand-written types of what the native addon exports (node-llama-cpp's AddonTypes style).
+// Each native part adds its own interface here; lib/ code never touches the addon untyped.
+
+export type DType = 'fp32' | 'fp16' | 'bf16';
+export type Pooling = 'sum' | 'mean' | 'none';
+export type OptimizerType = 'sgd' | 'adagrad' | 'rowwise_adagrad' | 'adam';
+export type IdArray = BigInt64Array | Int32Array | Uint32Array;
+
+export interface NativeInit {
+  kind: 'uniform' | 'normal' | 'constant';
+  a: number; // uniform low | normal mean | constant value
+  b: number; // uniform high | normal std
+}
+
+export interface NativeTableConfig {
+  name: string;
+  rows: number;
+  dim: number;
+  dtype: DType;
+  idPolicy: 'error' | 'modulo';
+  init: NativeInit;
+}
+
+export interface NativeFeatureConfig {
+  name: string;
+  table: number;
+  pooling: Pooling;
+}
+
+export interface NativeOptimizerConfig {
+  type: OptimizerType;
+  lr: number;
+  eps: number;
+  beta1: number;
+  beta2: number;
+  weightDecay: number;
+  stochasticRounding: boolean;
+  nonFinite: 'error' | 'skip';
+}
+
+export interface NativeCollectionConfig {
+  tables: NativeTableConfig[];
+  features: NativeFeatureConfig[];
+  optimizer: NativeOptimizerConfig;
+  seed: number;
+  /** false: leave tables zeroed (a checkpoint load fills them). */
+  initialize: boolean;
+}
+
+export interface NativeBatch {
+  batchSize: number;
+  features: string[];
+  lengths: Int32Array;
+  ids: IdArray;
+  weights?: Float32Array | undefined;
+}
+
+export interface NativeForwardResult {
+  /** [B × pooledDim] */
+  pooled: Float32Array;
+  /** Per collection feature (declared order): [Σlen × dim] for pooling 'none', null otherwise. */
+  sequences: (Float32Array | null)[];
+}
+
+export interface NativeBackwardResult {
+  skipped: boolean;
+  uniqueRows: number;
+}
+
+export interface NativeEngine {
+  readonly device: string;
+  readonly pooledDim: number;
+  readonly weightBytes: number;
+  readonly stateBytes: number;
+  step: number;
+  setLearningRate(lr: number): void;
+  forward(batch: NativeBatch): Promise<NativeForwardResult>;
+  forwardSync(batch: NativeBatch): NativeForwardResult;
+  backward(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[]): Promise<NativeBackwardResult>;
+  backwardSync(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[]): NativeBackwardResult;
+  /** Table-local row ids; out / values are [n × dim] (rows) or [n × statePerRow] (state). */
+  readRows(table: number, ids: BigInt64Array, out: Float32Array): void;
+  writeRows(table: number, ids: BigInt64Array, values: Float32Array): void;
+  readState(table: number, ids: BigInt64Array, out: Float32Array): void;
+  writeState(table: number, ids: BigInt64Array, values: Float32Array): void;
+  savePayload(path: string): Promise<{ bytes: number; crc32c: number }>;
+  loadPayload(path: string, bytes: number, crc32c: number): Promise<void>;
+  dispose(): void;
+}
+
+export interface GatherProbeResult {
+  /** bytes of rows gathered per second (random rows, summed into an accumulator) */
+  gatherBytesPerSec: number;
+  /** sequential read bandwidth of the same buffer */
+  seqBytesPerSec: number;
+  threads: number;
+}
+
+export interface Addon {
+  readonly variant: 'cpu' | 'cuda';
+  setErrorClass(ctor: new (code: string, message: string) => Error): void;
+  Engine: new (config: NativeCollectionConfig, device: string) => NativeEngine;
+  /** Random row-gather and sequential-read bandwidth probe over a buffer of `bufferBytes`. */
+  probeMemory(bufferBytes: number, rowBytes: number, gathers: number, seed: number): Promise<GatherProbeResult>;
+  threads(): number;
+  setThreads(n: number): void;
+}

@@ -1,0 +1,48 @@
+// batch.h — the one batch format (KeyedJaggedTensor-like) as the native layers see it, and its
+// validation. A batch holds F features × B samples; lengths are feature-major [F*B]; ids are the
+// concatenation of all bags in that order; optional per-id weights. prepare_batch checks everything
+// (feature names, lengths, id ranges) and resolves ids to table rows before any kernel runs, so a bad
+// batch is rejected before any state changes. Shared by both backends.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace embshard {
+
+struct BatchView {
+  int64_t batchSize = 0;
+  std::vector<std::string> features;  // batch slot order
+  const int32_t* lengths = nullptr;   // [F * B]
+  int64_t numLengths = 0;
+  const void* ids = nullptr;
+  IdType idType = IdType::I64;
+  int64_t numIds = 0;
+  const float* weights = nullptr;  // null or [numIds]
+  int64_t numWeights = 0;
+};
+
+struct PreparedBatch {
+  int64_t B = 0;
+  int32_t F = 0;
+  std::vector<uint32_t> feature;   // slot -> collection feature index
+  std::vector<int32_t> slotOf;     // collection feature -> slot
+  std::vector<int64_t> offsets;    // [F*B + 1] start of each bag in ids
+  std::vector<uint64_t> rows;      // [N] resolved row (local to the feature's table)
+  const float* weights = nullptr;  // null or [N]
+  int64_t numIds() const { return offsets.empty() ? 0 : offsets.back(); }
+  int64_t slotBegin(int32_t slot) const { return offsets[static_cast<size_t>(slot) * B]; }
+  int64_t slotEnd(int32_t slot) const { return offsets[static_cast<size_t>(slot + 1) * B]; }
+};
+
+// Maps the batch's feature names onto the collection's features: UNKNOWN_FEATURE, MISSING_FEATURE,
+// DUPLICATE_FEATURE. Then checks lengths (NEGATIVE_LENGTH, LENGTH_MISMATCH), weights
+// (LENGTH_MISMATCH) and ids (ID_OUT_OF_RANGE unless the table's policy is modulo).
+void prepare_batch(const CollectionSpec& spec, const BatchView& view, PreparedBatch& out);
+
+// Expected gradient sizes for a prepared batch: the pooled gradient and each sequence feature's.
+int64_t sequence_values(const CollectionSpec& spec, const PreparedBatch& b, uint32_t feature);
+
+}  // namespace embshard

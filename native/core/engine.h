@@ -1,0 +1,67 @@
+// engine.h — the interface both backends implement (native/cpu/cpu_engine, native/cuda/cuda_engine).
+// All pointers are host pointers; a device backend stages them itself. Every method either completes
+// or throws embshard::Error before changing any state. Methods are called from worker threads, one at
+// a time per engine (the addon serialises calls).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/batch.h"
+#include "core/hd.h"
+#include "core/types.h"
+
+namespace embshard {
+
+struct BackwardResult {
+  bool skipped = false;      // non-finite gradients under nonFinite: 'skip'
+  int64_t uniqueRows = 0;    // rows updated
+};
+
+// Raw access to the fused arenas, used by checkpoints (core/checkpoint.cc) on either backend.
+enum class Arena : uint8_t { Weights = 0, State = 1 };
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string device() const = 0;
+  const CollectionSpec& spec() const { return spec_; }
+  const Layout& layout() const { return layout_; }
+  int64_t step() const { return step_; }
+  void set_step(int64_t t) { step_ = t; }
+  void set_learning_rate(float lr) { spec_.optimizer.lr = lr; }
+
+  // pooled: [B × pooledDim] (may be null when pooledDim == 0); seq[f]: [Σlen_f × dim] for each
+  // collection feature f with pooling none (null entries for pooled features).
+  virtual void forward(const PreparedBatch& b, float* pooled, float* const* seq) = 0;
+  // Gradients laid out like forward's outputs. Sums all contributions per row in a fixed order, then
+  // applies one optimizer update per row. Increments step() unless skipped.
+  virtual BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) = 0;
+
+  // Row access in fp32 (rows already validated by the caller). State: statePerRow floats per row.
+  virtual void read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) = 0;
+  virtual void write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) = 0;
+  virtual void read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) = 0;
+  virtual void write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) = 0;
+
+  // Byte-level access to the arenas (weights: layout.weightBytes; state: layout.stateFloats * 4).
+  virtual void read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) = 0;
+  virtual void write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) = 0;
+
+ protected:
+  Engine(CollectionSpec spec, Layout layout) : spec_(std::move(spec)), layout_(std::move(layout)) {}
+  CollectionSpec spec_;
+  Layout layout_;
+  int64_t step_ = 0;
+};
+
+// Pooling math shared by both backends (the definition the tests' oracle follows):
+//   forward  pooled[b] = (sum over the bag's ids i, in order, of w_i * row_i) / (mean ? len : 1)
+//   backward row_i receives grad[b] * grad_scale(i)
+// with w_i = 1 when the batch has no weights. An empty bag pools to zeros.
+EMB_HD float grad_scale(Pooling p, const float* weights, int64_t i, int64_t len) {
+  float w = weights ? weights[i] : 1.0f;
+  return p == Pooling::Mean ? w / static_cast<float>(len) : w;
+}
+
+}  // namespace embshard

@@ -1,0 +1,88 @@
+// layout.cc — spec validation and the fused storage layout (see types.h).
+#include <cmath>
+#include <set>
+
+#include "core/errors.h"
+#include "core/types.h"
+
+namespace embshard {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::F16: return "fp16";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+const char* optimizer_name(OptType t) {
+  switch (t) {
+    case OptType::SGD: return "sgd";
+    case OptType::Adagrad: return "adagrad";
+    case OptType::RowwiseAdagrad: return "rowwise_adagrad";
+    case OptType::Adam: return "adam";
+  }
+  return "?";
+}
+
+Layout make_layout(const CollectionSpec& spec) {
+  constexpr uint64_t kMaxRows = 1ull << 40;
+  constexpr uint32_t kMaxDim = 65536;
+  if (spec.tables.empty()) fail("INVALID_CONFIG", "a collection needs at least one table");
+  Layout L;
+  std::set<std::string> names;
+  uint64_t rowBase = 0, wOff = 0, sOff = 0;
+  for (const TableSpec& t : spec.tables) {
+    if (t.name.empty()) fail("INVALID_CONFIG", "every table needs a name");
+    if (!names.insert(t.name).second) fail("INVALID_CONFIG", "two tables are named '%s'", t.name.c_str());
+    if (t.rows == 0 || t.rows > kMaxRows)
+      fail("INVALID_SIZE", "table '%s': rows must be in [1, 2^40] (got %llu)", t.name.c_str(),
+           static_cast<unsigned long long>(t.rows));
+    if (t.dim == 0 || t.dim > kMaxDim)
+      fail("INVALID_SIZE", "table '%s': dim must be in [1, %u] (got %u)", t.name.c_str(), kMaxDim, t.dim);
+    TableLayout tl;
+    tl.rowBytes = static_cast<uint64_t>(t.dim) * dtype_size(t.dtype);
+    tl.weightOffset = wOff;
+    tl.statePerRow = state_per_row(spec.optimizer.type, t.dim);
+    tl.stateOffset = sOff;
+    tl.rowBase = rowBase;
+    // Round every table to 64 bytes so rows of different tables never share a cache line.
+    wOff += (t.rows * tl.rowBytes + 63) & ~63ull;
+    sOff += (t.rows * tl.statePerRow + 15) & ~15ull;
+    rowBase += t.rows;
+    L.tables.push_back(tl);
+  }
+  L.weightBytes = wOff;
+  L.stateFloats = sOff;
+  L.totalRows = rowBase;
+
+  std::set<std::string> fnames;
+  for (const FeatureSpec& f : spec.features) {
+    if (f.name.empty()) fail("INVALID_CONFIG", "every feature needs a name");
+    if (!fnames.insert(f.name).second)
+      fail("DUPLICATE_FEATURE", "feature '%s' is mapped to more than one table", f.name.c_str());
+    if (f.table >= spec.tables.size()) fail("INVALID_CONFIG", "feature '%s' names no table", f.name.c_str());
+  }
+  if (spec.features.empty()) fail("INVALID_CONFIG", "a collection needs at least one feature");
+  int64_t col = 0;
+  for (const FeatureSpec& f : spec.features) {
+    if (f.pooling == Pooling::None) {
+      L.pooledCol.push_back(-1);
+    } else {
+      L.pooledCol.push_back(col);
+      col += spec.tables[f.table].dim;
+    }
+  }
+  L.pooledDim = col;
+
+  const OptimizerConfig& o = spec.optimizer;
+  if (!(std::isfinite(o.lr) && o.lr >= 0)) fail("INVALID_CONFIG", "optimizer lr must be a finite number >= 0");
+  if (!(std::isfinite(o.eps) && o.eps >= 0)) fail("INVALID_CONFIG", "optimizer eps must be a finite number >= 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
+    fail("INVALID_CONFIG", "adam betas must be in [0, 1)");
+  if (!std::isfinite(o.weightDecay)) fail("INVALID_CONFIG", "weightDecay must be finite");
+  return L;
+}
+
+}  // namespace embshard

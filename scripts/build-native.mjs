@@ -1,0 +1,15 @@
+// Compiles the native addons with cmake-js: the CPU addon always, the CUDA addon when nvcc is found
+// (CMakeLists.txt decides). Extra arguments are passed through to cmake-js (e.g. --CDWITH_CUDA=OFF).
+import { spawnSync } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cpus } from 'node:os';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
+const out = process.env.EMBSHARD_BUILD_DIR ?? 'build';
+const args = [cmakeJs, 'compile', '--config', 'Release', '--out', out, '--parallel', String(cpus().length),
+  ...(process.env.NCCL_ROOT ? [`--CDNCCL_ROOT=${process.env.NCCL_ROOT}`] : []),
+  ...process.argv.slice(2)];
+const r = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
+process.exit(r.status ?? 1);
