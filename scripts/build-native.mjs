@@ -8,7 +8,7 @@ import { cpus } from 'node:os';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
 const out = process.env.EMBSHARD_BUILD_DIR ?? 'build';
-const args = [cmakeJs, 'compile', '--config', 'Release', '--out', out, '--parallel', String(cpus().length),
+const args = [cmakeJs, 'compile', '--config', 'Release', '--out', out, '--parallel', process.env.EMBSHARD_JOBS ?? String(cpus().length),
   ...(process.env.NCCL_ROOT ? [`--CDNCCL_ROOT=${process.env.NCCL_ROOT}`] : []),
   ...process.argv.slice(2)];
 const r = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
