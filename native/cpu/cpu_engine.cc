@@ -1,0 +1,105 @@
+// cpu_engine.cc — CPU engine construction, initialisation and row / raw access (kernels live in
+// forward.cc and backward.cc).
+#include "cpu/cpu_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/init.h"
+#include "core/parallel.h"
+
+namespace embshard {
+
+namespace {
+std::string arena_name(const CollectionSpec& spec, const Layout& L, bool state) {
+  // Name the largest table: the one an allocation failure is most likely about.
+  size_t big = 0;
+  uint64_t bigBytes = 0;
+  for (size_t t = 0; t < spec.tables.size(); ++t) {
+    uint64_t b = state ? spec.tables[t].rows * L.tables[t].statePerRow * 4 : spec.tables[t].rows * L.tables[t].rowBytes;
+    if (b >= bigBytes) {
+      big = t;
+      bigBytes = b;
+    }
+  }
+  return format("the %s of %zu table(s) (largest: table '%s', %llu bytes)", state ? "optimizer state" : "weights",
+                spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
+}
+}  // namespace
+
+CpuEngine::CpuEngine(const CollectionSpec& spec, const Layout& layout, bool initialize)
+    : Engine(spec, layout),
+      weights_(layout.weightBytes, arena_name(spec, layout, false)),
+      state_(layout.stateFloats * 4, arena_name(spec, layout, true)) {
+  if (initialize) initialize_tables();
+}
+
+void CpuEngine::initialize_tables() {
+  for (uint32_t t = 0; t < spec_.tables.size(); ++t) {
+    const TableSpec& ts = spec_.tables[t];
+    uint8_t* base = table_weights(t);
+    const uint64_t rowBytes = layout_.tables[t].rowBytes;
+    parallel_for(static_cast<int64_t>(ts.rows), 4096, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        uint8_t* row = base + static_cast<uint64_t>(r) * rowBytes;
+        for (uint32_t c = 0; c < ts.dim; ++c)
+          store_value(ts.dtype, row, c,
+                      init_value(ts.init.kind, ts.init.a, ts.init.b, spec_.seed, t, static_cast<uint64_t>(r) * ts.dim + c));
+      }
+    });
+  }
+}
+
+void CpuEngine::read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) {
+  const TableSpec& ts = spec_.tables[table];
+  const uint8_t* base = table_weights(table);
+  const uint64_t rb = layout_.tables[table].rowBytes;
+  parallel_for(n, 1024, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint8_t* row = base + rows[i] * rb;
+      for (uint32_t c = 0; c < ts.dim; ++c) out[i * ts.dim + c] = load_value(ts.dtype, row, c);
+    }
+  });
+}
+
+void CpuEngine::write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) {
+  // Sequential: with duplicate ids the last write wins, as documented.
+  const TableSpec& ts = spec_.tables[table];
+  uint8_t* base = table_weights(table);
+  const uint64_t rb = layout_.tables[table].rowBytes;
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* row = base + rows[i] * rb;
+    for (uint32_t c = 0; c < ts.dim; ++c) store_value(ts.dtype, row, c, values[i * ts.dim + c]);
+  }
+}
+
+void CpuEngine::read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) {
+  const uint64_t k = layout_.tables[table].statePerRow;
+  const float* s = table_state(table);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * k, s + rows[i] * k, k * 4);
+}
+
+void CpuEngine::write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) {
+  const uint64_t k = layout_.tables[table].statePerRow;
+  float* s = table_state(table);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(s + rows[i] * k, values + i * k, k * 4);
+}
+
+void CpuEngine::read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) {
+  const HostArena& ar = a == Arena::Weights ? weights_ : state_;
+  if (offset + bytes > ar.size()) fail("INTERNAL", "raw read past the end of an arena");
+  std::memcpy(dst, ar.data() + offset, bytes);
+}
+
+void CpuEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) {
+  HostArena& ar = a == Arena::Weights ? weights_ : state_;
+  if (offset + bytes > ar.size()) fail("INTERNAL", "raw write past the end of an arena");
+  std::memcpy(ar.data() + offset, src, bytes);
+}
+
+std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize) {
+  return std::make_unique<CpuEngine>(spec, layout, initialize);
+}
+
+}  // namespace embshard
