@@ -1,0 +1,413 @@
+// group_wrap.cc — the process-group handle: queueing, settling, argument checks and the collectives'
+// JS signatures (see group_wrap.h).
+#include "addon/group_wrap.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "addon/errors.h"
+#include "addon/registry.h"
+#include "core/errors.h"
+
+#if defined(EMBSHARD_WITH_MPI)
+#include "comm/mpi/mpi_group.h"
+#endif
+
+namespace embshard::addon {
+
+namespace {
+void CallJs(Napi::Env env, Napi::Function, std::nullptr_t*, GroupJob* job);
+}
+
+struct GroupWrap::Tsfn {
+  Napi::TypedThreadSafeFunction<std::nullptr_t, GroupJob, CallJs> fn;
+};
+
+namespace {
+
+void CallJs(Napi::Env env, Napi::Function, std::nullptr_t*, GroupJob* job) {
+  if (env == nullptr) return;  // the environment is going away; the job's buffers may still be in flight
+  job->owner->FinishJob(env, job);
+}
+
+// One class constructor per environment (both addons may be loaded in one process).
+std::mutex g_ctor_mu;
+std::map<napi_env, Napi::FunctionReference*> g_ctors;
+
+// A malloc'ed receive buffer handed to JS as an external ArrayBuffer once the call succeeded.
+struct Owned {
+  uint8_t* p = nullptr;
+  int64_t n = 0;
+  bool handed = false;
+  ~Owned() {
+    if (!handed) std::free(p);
+  }
+  void alloc(int64_t bytes) {
+    n = bytes;
+    p = static_cast<uint8_t*>(std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)));
+    if (!p) throw std::bad_alloc();
+  }
+  Napi::ArrayBuffer hand(Napi::Env env) {
+    handed = true;
+    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d) { std::free(d); });
+  }
+};
+
+Napi::Float64Array to_f64(Napi::Env env, const std::vector<int64_t>& v) {
+  auto a = Napi::Float64Array::New(env, v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = static_cast<double>(v[i]);
+  return a;
+}
+
+std::vector<int64_t> byte_counts(Napi::Env env, Napi::Value v, int n, int64_t total, const char* what) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": counts must be a Float64Array of bytes per rank");
+  auto a = v.As<Napi::Float64Array>();
+  if (static_cast<int>(a.ElementLength()) != n)
+    throw_error(env, "LENGTH_MISMATCH",
+                format("%s: counts has %zu entries; the group has %d ranks", what, a.ElementLength(), n));
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  int64_t sum = 0;
+  for (int p = 0; p < n; ++p) {
+    double c = a[static_cast<size_t>(p)];
+    if (!(c >= 0) || c != std::floor(c) || c > 9.0e15)
+      throw_error(env, "INVALID_ARGUMENT", format("%s: counts[%d] = %g is not a non-negative integer", what, p, c));
+    out[static_cast<size_t>(p)] = static_cast<int64_t>(c);
+    sum += out[static_cast<size_t>(p)];
+  }
+  if (sum != total)
+    throw_error(env, "LENGTH_MISMATCH", format("%s: counts add up to %lld bytes but the send buffer holds %lld", what,
+                                               static_cast<long long>(sum), static_cast<long long>(total)));
+  return out;
+}
+
+std::vector<int64_t> prefix(const std::vector<int64_t>& c) {
+  std::vector<int64_t> o(c.size(), 0);
+  for (size_t i = 1; i < c.size(); ++i) o[i] = o[i - 1] + c[i - 1];
+  return o;
+}
+
+}  // namespace
+
+Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsTypedArray()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + " must be a typed array");
+  auto ta = v.As<Napi::TypedArray>();
+  Bytes b;
+  b.data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+  b.size = static_cast<int64_t>(ta.ByteLength());
+  return b;
+}
+
+double timeout_arg(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": timeoutMs must be a number");
+  double t = v.As<Napi::Number>().DoubleValue();
+  if (!(t > 0) || !std::isfinite(t))
+    throw_error(env, "INVALID_ARGUMENT", format("%s: timeoutMs must be a positive finite number (got %g)", what, t));
+  return t;
+}
+
+Napi::Function GroupWrap::Constructor(Napi::Env env) {
+  std::lock_guard<std::mutex> lk(g_ctor_mu);
+  auto it = g_ctors.find(env);
+  if (it != g_ctors.end()) return it->second->Value();
+  Napi::Function cls = DefineClass(env, "NativeGroup",
+                                   {
+                                       InstanceMethod<&GroupWrap::Ready>("ready"),
+                                       InstanceAccessor<&GroupWrap::Rank>("rank"),
+                                       InstanceAccessor<&GroupWrap::Size>("size"),
+                                       InstanceAccessor<&GroupWrap::RanksPerNode>("ranksPerNode"),
+                                       InstanceAccessor<&GroupWrap::Kind>("kind"),
+                                       InstanceMethod<&GroupWrap::AllToAllV>("allToAllV"),
+                                       InstanceMethod<&GroupWrap::AllGather>("allGather"),
+                                       InstanceMethod<&GroupWrap::AllReduce>("allReduce"),
+                                       InstanceMethod<&GroupWrap::Broadcast>("broadcast"),
+                                       InstanceMethod<&GroupWrap::Barrier>("barrier"),
+                                       InstanceMethod<&GroupWrap::RawAllToAllV>("rawAllToAllV"),
+                                       InstanceMethod<&GroupWrap::Close>("close"),
+                                   });
+  auto* ref = new Napi::FunctionReference(Napi::Persistent(cls));
+  g_ctors[env] = ref;
+  env.AddCleanupHook([env, ref]() {
+    std::lock_guard<std::mutex> lk2(g_ctor_mu);
+    g_ctors.erase(env);
+    delete ref;
+  });
+  return cls;
+}
+
+// The handle is constructed empty from C++ only (Create fills it in).
+GroupWrap::GroupWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<GroupWrap>(info) {
+  workerSlot_ = std::make_shared<Slot>();
+  exec_ = std::make_unique<comm::Executor>();
+  tsfn_ = std::make_unique<Tsfn>();
+}
+
+// Jobs hold the handle alive, so it is collected with jobs pending only when the environment is torn
+// down: break the group so the worker finishes at once; Node closes the thread-safe function itself.
+GroupWrap::~GroupWrap() {
+  if (pending_ > 0 && workerSlot_->group) workerSlot_->group->abort("the JS environment is shutting down");
+  exec_->shutdown();
+}
+
+Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
+  if (closed_) throw_error(env, "COMM_FAILED", format("rank %d: the process group is closed", rank_));
+  job->deferred = std::make_unique<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(env));
+  job->owner = this;
+  job->Keep(Value());
+  Napi::Promise p = job->deferred->Promise();
+  // A thread-safe function exists only while jobs are pending, so an idle handle keeps neither the
+  // event loop alive nor anything for environment teardown to close.
+  if (pending_++ == 0)
+    tsfn_->fn = Napi::TypedThreadSafeFunction<std::nullptr_t, GroupJob, CallJs>::New(env, "embshard-group", 0, 1);
+  GroupJob* raw = job.release();
+  auto slot = workerSlot_;
+  auto fn = tsfn_->fn;
+  exec_->post([raw, slot, fn] {
+    try {
+      if (!slot->group && !raw->init)
+        fail("COMM_FAILED", "the process group could not be created: %s", slot->initError.c_str());
+      raw->run(slot->group.get());
+    } catch (const embshard::Error& e) {
+      raw->failed = true;
+      raw->code = e.code();
+      raw->message = e.what();
+      if (raw->init) slot->initError = e.what();
+    } catch (const std::bad_alloc&) {
+      raw->failed = true;
+      raw->code = "ALLOC_FAILED";
+      raw->message = "out of memory";
+    } catch (const std::exception& e) {
+      raw->failed = true;
+      raw->code = "INTERNAL";
+      raw->message = e.what();
+    }
+    // A timed-out request may still be read or written by the transport: leak what it references.
+    if (raw->failed && raw->code == "COMM_TIMEOUT") raw->leak = true;
+    fn.BlockingCall(raw);
+  });
+  return p;
+}
+
+void GroupWrap::FinishJob(Napi::Env env, GroupJob* job) {
+  std::unique_ptr<GroupJob> owned(job);
+  if (--pending_ == 0) tsfn_->fn.Release();
+  if (job->leak) {
+    for (auto& r : job->keep) r.SuppressDestruct();
+    new std::vector<std::shared_ptr<void>>(std::move(job->owned));  // deliberately never freed
+  }
+  if (job->failed) {
+    job->deferred->Reject(make_error(env, job->code, job->message).Value());
+    return;
+  }
+  try {
+    job->deferred->Resolve(job->result ? job->result(env) : env.Undefined());
+  } catch (const Napi::Error& e) {
+    job->deferred->Reject(e.Value());
+  } catch (const embshard::Error& e) {
+    job->deferred->Reject(make_error(env, e.code(), e.what()).Value());
+  }
+}
+
+Napi::Object GroupWrap::Create(Napi::Env env, std::shared_ptr<comm::Group> group,
+                               std::function<std::shared_ptr<comm::Group>()> init) {
+  Napi::Object obj = Constructor(env).New({});
+  GroupWrap* w = Unwrap(obj);
+  auto job = std::make_unique<GroupJob>();
+  job->init = true;
+  auto adopt = [w](const std::shared_ptr<comm::Group>& g) {
+    w->group_ = g;
+    w->rank_ = g->rank();
+    w->size_ = g->size();
+    w->ranksPerNode_ = g->ranks_per_node();
+    w->kind_ = g->kind();
+  };
+  if (group) {
+    w->workerSlot_->group = group;
+    adopt(group);
+    job->run = [](comm::Group*) {};
+  } else {
+    auto slot = w->workerSlot_;
+    job->run = [slot, init](comm::Group*) { slot->group = init(); };
+    job->result = [w, adopt](Napi::Env e) {
+      adopt(w->workerSlot_->group);
+      return e.Undefined();
+    };
+  }
+  obj.Set("_ready", w->Submit(env, std::move(job)));
+  return obj;
+}
+
+Napi::Value GroupWrap::Ready(const Napi::CallbackInfo& info) { return Value().Get("_ready"); }
+Napi::Value GroupWrap::Rank(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), rank_); }
+Napi::Value GroupWrap::Size(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), size_); }
+Napi::Value GroupWrap::RanksPerNode(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), ranksPerNode_);
+}
+Napi::Value GroupWrap::Kind(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kind_); }
+
+// allToAllV(send: TypedArray, sendBytes: Float64Array, timeoutMs) -> { data: ArrayBuffer, counts: Float64Array }
+// Two phases on the worker thread: the per-peer byte counts, then the data into a fresh buffer.
+Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    Bytes send = typed_bytes(env, info[0], "allToAllV: send");
+    auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
+    double timeout = timeout_arg(env, info[2], "allToAllV");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    auto recv = std::make_shared<Owned>();
+    auto recvBytes = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    job->owned.push_back(recv);
+    job->run = [send, sendBytes, recv, recvBytes, timeout](comm::Group* g) {
+      auto d = comm::Deadline::after(timeout);
+      g->exchange_counts(sendBytes.data(), recvBytes->data(), d);
+      int64_t total = 0;
+      for (int64_t c : *recvBytes) total += c;
+      recv->alloc(total);
+      auto so = prefix(sendBytes), ro = prefix(*recvBytes);
+      g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv->p, recvBytes->data(), ro.data(), d);
+    };
+    job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
+      Napi::Object o = Napi::Object::New(e);
+      o.Set("data", recv->hand(e));
+      o.Set("counts", to_f64(e, *recvBytes));
+      return o;
+    };
+    return Submit(env, std::move(job));
+  });
+}
+
+// allGather(send: TypedArray, timeoutMs) -> { data: ArrayBuffer, counts: Float64Array }: every rank's
+// contribution in rank order (sizes may differ: counts first, then data).
+Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    Bytes send = typed_bytes(env, info[0], "allGather: send");
+    double timeout = timeout_arg(env, info[1], "allGather");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    auto recv = std::make_shared<Owned>();
+    auto recvBytes = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    job->owned.push_back(recv);
+    job->run = [send, recv, recvBytes, timeout](comm::Group* g) {
+      auto d = comm::Deadline::after(timeout);
+      g->gather_counts(send.size, recvBytes->data(), d);
+      int64_t total = 0;
+      for (int64_t c : *recvBytes) total += c;
+      recv->alloc(total);
+      g->all_gather_v(send.data, send.size, recv->p, recvBytes->data(), d);
+    };
+    job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
+      Napi::Object o = Napi::Object::New(e);
+      o.Set("data", recv->hand(e));
+      o.Set("counts", to_f64(e, *recvBytes));
+      return o;
+    };
+    return Submit(env, std::move(job));
+  });
+}
+
+// allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs), in place.
+Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    Bytes data = typed_bytes(env, info[0], "allReduce: data");
+    if (!info[1].IsString() || !info[2].IsString())
+      throw_error(env, "INVALID_ARGUMENT", "allReduce: elemType and op must be strings");
+    comm::ElemType t = comm::parse_elem_type(info[1].As<Napi::String>().Utf8Value());
+    comm::ReduceOp op = comm::parse_reduce_op(info[2].As<Napi::String>().Utf8Value());
+    double timeout = timeout_arg(env, info[3], "allReduce");
+    if (data.size % static_cast<int64_t>(comm::elem_size(t)) != 0)
+      throw_error(env, "LENGTH_MISMATCH", "allReduce: the data's byte length is not a whole number of elements");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    int64_t count = data.size / static_cast<int64_t>(comm::elem_size(t));
+    job->run = [data, count, t, op, timeout](comm::Group* g) {
+      g->all_reduce(data.data, count, t, op, comm::Deadline::after(timeout));
+    };
+    return Submit(env, std::move(job));
+  });
+}
+
+// broadcast(data: TypedArray, root, timeoutMs), in place.
+Napi::Value GroupWrap::Broadcast(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    Bytes data = typed_bytes(env, info[0], "broadcast: data");
+    if (!info[1].IsNumber()) throw_error(env, "INVALID_ARGUMENT", "broadcast: root must be a rank number");
+    double r = info[1].As<Napi::Number>().DoubleValue();
+    if (!(r >= 0 && r < size_ && r == std::floor(r)))
+      throw_error(env, "INVALID_ARGUMENT", format("broadcast: root must be an integer in [0, %d) (got %g)", size_, r));
+    int root = static_cast<int>(r);
+    double timeout = timeout_arg(env, info[2], "broadcast");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    job->run = [data, root, timeout](comm::Group* g) {
+      g->broadcast(data.data, data.size, root, comm::Deadline::after(timeout));
+    };
+    return Submit(env, std::move(job));
+  });
+}
+
+Napi::Value GroupWrap::Barrier(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    double timeout = timeout_arg(env, info[0], "barrier");
+    auto job = std::make_unique<GroupJob>();
+    job->run = [timeout](comm::Group* g) { g->barrier(comm::Deadline::after(timeout)); };
+    return Submit(env, std::move(job));
+  });
+}
+
+// rawAllToAllV(send, sendBytes: Float64Array, recv, recvBytes: Float64Array) -> Promise<seconds>: the
+// MPI group's plain blocking MPI_Alltoallv of the same layout, timed around the MPI call only (the
+// benchmark's reference). Other groups reject with BACKEND_UNAVAILABLE.
+Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+#if defined(EMBSHARD_WITH_MPI)
+    auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(group_);
+    if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV is the MPI group's reference; this group is " + kind_);
+    Bytes send = typed_bytes(env, info[0], "rawAllToAllV: send");
+    auto sendBytes = byte_counts(env, info[1], size_, send.size, "rawAllToAllV");
+    Bytes recv = typed_bytes(env, info[2], "rawAllToAllV: recv");
+    auto recvBytes = byte_counts(env, info[3], size_, recv.size, "rawAllToAllV");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    job->Keep(info[2]);
+    auto secs = std::make_shared<double>(0);
+    job->run = [mpi, send, sendBytes, recv, recvBytes, secs](comm::Group*) {
+      auto so = prefix(sendBytes), ro = prefix(recvBytes);
+      auto t0 = comm::Clock::now();
+      mpi->raw_all_to_all_v(send.data, sendBytes.data(), so.data(), recv.data, recvBytes.data(), ro.data());
+      *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
+    };
+    job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
+    return Submit(env, std::move(job));
+#else
+    throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV needs the MPI group, which this build does not have");
+#endif
+  });
+}
+
+// close(reason?): no further calls; pending and peers' collectives fail instead of waiting (where the
+// transport can tell them: the in-process group can, MPI peers time out).
+Napi::Value GroupWrap::Close(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (closed_) return env.Undefined();
+  closed_ = true;
+  std::string why = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : std::string("closed");
+  if (group_ && (pending_ > 0 || std::string(group_->kind()) == "inprocess")) group_->abort(why);
+  return env.Undefined();
+}
+
+}  // namespace embshard::addon

@@ -1,0 +1,96 @@
+// group_wrap.h — the JS handle of one rank of a process group (any implementation). Collectives are
+// queued on the handle's own worker thread (comm/executor.h) in call order and settle a Promise on the
+// JS thread through a thread-safe function; typed arrays are read and written in place (no copies)
+// and held alive until the call settles. Factories (group_inprocess.cc, group_mpi.cc, group_nccl.cc)
+// create handles with GroupWrap::Create.
+#pragma once
+#include <napi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/executor.h"
+#include "comm/group.h"
+
+namespace embshard::addon {
+
+struct GroupJob;
+
+class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
+ public:
+  // A handle whose group is made by `init` on the handle's worker thread (MPI/NCCL set-up is itself a
+  // collective); ready() settles when it is done. `init` may be empty when `group` is given.
+  static Napi::Object Create(Napi::Env env, std::shared_ptr<comm::Group> group,
+                             std::function<std::shared_ptr<comm::Group>()> init);
+  // The constructor of the handle class (one per environment).
+  static Napi::Function Constructor(Napi::Env env);
+
+  explicit GroupWrap(const Napi::CallbackInfo& info);
+  ~GroupWrap() override;
+
+  // Queues the job on the worker thread; its promise settles on the JS thread.
+  Napi::Promise Submit(Napi::Env env, std::unique_ptr<GroupJob> job);
+
+ private:
+  Napi::Value Ready(const Napi::CallbackInfo& info);
+  Napi::Value Rank(const Napi::CallbackInfo& info);
+  Napi::Value Size(const Napi::CallbackInfo& info);
+  Napi::Value RanksPerNode(const Napi::CallbackInfo& info);
+  Napi::Value Kind(const Napi::CallbackInfo& info);
+  Napi::Value AllToAllV(const Napi::CallbackInfo& info);
+  Napi::Value AllGather(const Napi::CallbackInfo& info);
+  Napi::Value AllReduce(const Napi::CallbackInfo& info);
+  Napi::Value Broadcast(const Napi::CallbackInfo& info);
+  Napi::Value Barrier(const Napi::CallbackInfo& info);
+  Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+  // Settles a job's promise on the JS thread (called through the thread-safe function).
+ public:
+  void FinishJob(Napi::Env env, GroupJob* job);
+
+ private:
+
+  std::shared_ptr<comm::Group> group_;                       // JS-thread view, set once ready
+  struct Slot {
+    std::shared_ptr<comm::Group> group;
+    std::string initError;
+  };
+  std::shared_ptr<Slot> workerSlot_;  // worker-thread view (the init job writes it)
+  std::unique_ptr<comm::Executor> exec_;
+  struct Tsfn;
+  std::unique_ptr<Tsfn> tsfn_;
+  int pending_ = 0;
+  bool closed_ = false;
+  int rank_ = -1, size_ = 0, ranksPerNode_ = 0;
+  std::string kind_;
+};
+
+// One queued collective: `run` executes on the worker thread (throwing embshard::Error), `result`
+// builds the resolved value on the JS thread. Owned buffers are freed with the job unless a timed-out
+// request may still touch them (`leak`).
+struct GroupJob {
+  std::function<void(comm::Group*)> run;  // the group is null only for the init job
+  bool init = false;
+  std::vector<std::shared_ptr<void>> owned;  // buffers a timed-out request may still touch
+  std::function<Napi::Value(Napi::Env)> result;
+  std::vector<Napi::Reference<Napi::Value>> keep;
+  std::string code, message;
+  bool failed = false;
+  bool leak = false;
+  std::unique_ptr<Napi::Promise::Deferred> deferred;
+  GroupWrap* owner = nullptr;
+  void Keep(Napi::Value v) { keep.push_back(Napi::Persistent(v)); }
+};
+
+// A JS typed array's bytes, in place.
+struct Bytes {
+  uint8_t* data = nullptr;
+  int64_t size = 0;
+};
+Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what);
+double timeout_arg(Napi::Env env, Napi::Value v, const char* what);
+
+}  // namespace embshard::addon

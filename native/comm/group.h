@@ -1,0 +1,69 @@
+// group.h — the process-group interface every communicator implements (in-process threads, MPI, NCCL):
+// all-to-all-v, all-reduce, all-gather(-v), broadcast and barrier over host buffers, byte-addressed.
+// Calls block the calling thread (a group's own worker thread, see executor.h) and either complete or
+// throw embshard::Error COMM_TIMEOUT (the deadline passed) / COMM_FAILED (a peer left, a mismatched
+// call, a broken group). After any failure a group is broken: every later call fails fast.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace embshard::comm {
+
+enum class ElemType : uint8_t { F32 = 0, F64 = 1, I32 = 2, I64 = 3 };
+enum class ReduceOp : uint8_t { Sum = 0, Max = 1, Min = 2 };
+
+size_t elem_size(ElemType t);
+ElemType parse_elem_type(const std::string& s);  // "f32" | "f64" | "i32" | "i64"
+ReduceOp parse_reduce_op(const std::string& s);  // "sum" | "max" | "min"
+
+using Clock = std::chrono::steady_clock;
+
+// The absolute time by which a call must complete.
+struct Deadline {
+  Clock::time_point at;
+  double ms;
+  static Deadline after(double timeoutMs);
+  bool passed() const { return Clock::now() >= at; }
+};
+
+// Reduces `n` contributions (each `count` elements, contiguous in `src` in rank order) into `dst`,
+// in rank order, so every rank computes bitwise the same result.
+void reduce_in_rank_order(const void* src, int n, int64_t count, ElemType t, ReduceOp op, void* dst);
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int ranks_per_node() const { return ranksPerNode_; }
+  virtual const char* kind() const = 0;
+
+  // Exchanges per-peer byte counts (an all-to-all of one int64 per peer): recvBytes[p] = what p sends us.
+  virtual void exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, const Deadline& d) = 0;
+  // Sends sendBytes[p] bytes at sendOffsets[p] of `send` to every peer p and receives recvBytes[p] at
+  // recvOffsets[p] of `recv`. Counts must agree pairwise (exchange_counts gives them).
+  virtual void all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
+                            const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) = 0;
+  // Every rank contributes `bytes`; recv receives the contributions in rank order, recvBytes[p] each
+  // (all-gather-v; recvBytes from gather_counts).
+  virtual void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) = 0;
+  virtual void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
+                            const Deadline& d) = 0;
+  // In place; deterministic: contributions are combined in rank order on every rank.
+  virtual void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d);
+  virtual void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) = 0;
+  virtual void barrier(const Deadline& d) = 0;
+  // Breaks the group (every pending and later call on every rank fails with COMM_FAILED where the
+  // implementation can tell its peers, otherwise they time out).
+  virtual void abort(const std::string& why) = 0;
+
+ protected:
+  Group(int rank, int size, int ranksPerNode) : rank_(rank), size_(size), ranksPerNode_(ranksPerNode) {}
+  int rank_;
+  int size_;
+  int ranksPerNode_;
+};
+
+}  // namespace embshard::comm

@@ -1,0 +1,298 @@
+// mpi_group.cc — the MPI process group (see mpi_group.h).
+#include "comm/mpi/mpi_group.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace embshard::comm {
+
+namespace {
+
+enum Kind : int { kCounts = 1, kGatherCounts = 2, kAllReduce = 3, kBroadcast = 4, kBarrier = 5 };
+
+const char* kind_name(int k) {
+  switch (k) {
+    case kCounts: return "allToAllV";
+    case kGatherCounts: return "allGather";
+    case kAllReduce: return "allReduce";
+    case kBroadcast: return "broadcast";
+    case kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+std::mutex g_init_mu;
+bool g_initialized_here = false;
+std::atomic<bool> g_any_broken{false};
+
+// Finalises MPI at exit unless a collective was abandoned (finalising then could wait forever on a
+// dead peer); mpirun reports the unfinalised exit, which is the truth.
+void finalize_at_exit() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && !g_any_broken.load()) MPI_Finalize();
+}
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return format("MPI error %d", code);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+int to_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX) fail("INVALID_SIZE", "%s: %lld bytes exceed what one MPI message carries (2 GiB)", what, static_cast<long long>(v));
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+bool mpi_initialized() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+std::shared_ptr<MpiGroup> MpiGroup::create_world(const Deadline& d) {
+  {
+    std::lock_guard<std::mutex> lk(g_init_mu);
+    int init = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) fail("COMM_FAILED", "MPI has already been finalised in this process");
+    MPI_Initialized(&init);
+    if (!init) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        fail("COMM_FAILED", "MPI_Init_thread failed");
+      g_initialized_here = true;
+      std::atexit(finalize_at_exit);
+      if (provided < MPI_THREAD_MULTIPLE)
+        fail("COMM_FAILED", "this MPI library provides thread level %d, MPI_THREAD_MULTIPLE (%d) is needed", provided,
+             MPI_THREAD_MULTIPLE);
+    } else {
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      if (provided < MPI_THREAD_MULTIPLE)
+        fail("COMM_FAILED", "MPI was initialised elsewhere without MPI_THREAD_MULTIPLE (level %d)", provided);
+    }
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm comm;
+  MPI_Request req;
+  if (MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req) != MPI_SUCCESS) fail("COMM_FAILED", "MPI_Comm_idup failed");
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto g = std::make_shared<MpiGroup>(MPI_COMM_NULL, rank, size, 1);
+  g->wait(req, d, "createMpiGroup (communicator duplication)");
+  g->comm_ = comm;
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  // Ranks per node: the size of this rank's shared-memory communicator, unless overridden (to model
+  // several nodes on one machine).
+  int rpn = 1;
+  if (const char* env = std::getenv("EMBSHARD_RANKS_PER_NODE")) {
+    rpn = std::atoi(env);
+    if (rpn < 1 || rpn > size || size % rpn != 0)
+      fail("INVALID_ARGUMENT", "EMBSHARD_RANKS_PER_NODE=%s must divide the world size %d", env, size);
+  } else {
+    MPI_Comm local;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &rpn);
+    MPI_Comm_free(&local);
+  }
+  g->ranksPerNode_ = rpn;
+  return g;
+}
+
+MpiGroup::MpiGroup(MPI_Comm comm, int rank, int size, int ranksPerNode) : Group(rank, size, ranksPerNode), comm_(comm) {}
+
+MpiGroup::~MpiGroup() {
+  if (comm_ != MPI_COMM_NULL && !broken_.load() && mpi_initialized()) MPI_Comm_free(&comm_);
+}
+
+void MpiGroup::check_usable() const {
+  if (broken_.load()) fail("COMM_FAILED", "rank %d: the MPI group is broken (%s)", rank_, why_.c_str());
+  if (!mpi_initialized()) fail("COMM_FAILED", "rank %d: MPI is finalised", rank_);
+}
+
+void MpiGroup::abort(const std::string& why) {
+  if (!broken_.exchange(true)) why_ = why;
+  g_any_broken.store(true);
+}
+
+void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
+  // Spin while data is moving (MPI progresses inside MPI_Test), then back off to sleeps once the wait
+  // is clearly on a peer, so ranks sharing cores do not starve each other.
+  auto start = Clock::now();
+  for (uint64_t polls = 0;; ++polls) {
+    int flag = 0;
+    MPI_Status st;
+    int rc = MPI_Test(&req, &flag, &st);
+    if (rc != MPI_SUCCESS) {
+      std::string msg = format("rank %d: %s failed: %s", rank_, what, mpi_error_string(rc).c_str());
+      abort(msg);
+      throw Error("COMM_FAILED", msg);
+    }
+    if (flag) return;
+    if (broken_.load()) fail("COMM_FAILED", "rank %d: %s abandoned: the MPI group is broken (%s)", rank_, what, why_.c_str());
+    auto now = Clock::now();
+    if (now >= d.at) {
+      std::string msg = format("rank %d: %s timed out after %.0f ms (a peer died, stalled or called another collective)",
+                               rank_, what, d.ms);
+      abort(msg);
+      throw Error("COMM_TIMEOUT", msg);
+    }
+    if (now - start < std::chrono::milliseconds(5)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(now - start < std::chrono::milliseconds(100) ? 20 : 200));
+  }
+}
+
+void MpiGroup::check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what) {
+  const uint64_t seq = ++seq_;
+  int64_t mine[4] = {kind, static_cast<int64_t>(seq), a, b};
+  std::vector<int64_t> all(static_cast<size_t>(size_) * 4);
+  MPI_Request req;
+  int rc = MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req);
+  if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: %s: %s", rank_, what, mpi_error_string(rc).c_str());
+  wait(req, d, what);
+  for (int p = 0; p < size_; ++p) {
+    const int64_t* s = &all[static_cast<size_t>(p) * 4];
+    if (s[0] != kind || s[1] != static_cast<int64_t>(seq) || s[3] != b || (sameA && s[2] != a)) {
+      std::string msg = format(
+          "mismatched collectives: rank %d called %s #%llu (%lld, %lld), rank %d called %s #%lld (%lld, %lld)", rank_,
+          kind_name(kind), static_cast<unsigned long long>(seq), static_cast<long long>(a), static_cast<long long>(b), p,
+          kind_name(static_cast<int>(s[0])), static_cast<long long>(s[1]), static_cast<long long>(s[2]),
+          static_cast<long long>(s[3]));
+      abort(msg);
+      throw Error("COMM_FAILED", msg);
+    }
+  }
+}
+
+void MpiGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, const Deadline& d) {
+  check_usable();
+  const uint64_t seq = ++seq_;
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<int64_t> out(n * 3), in(n * 3);
+  for (size_t p = 0; p < n; ++p) {
+    out[p * 3] = kCounts;
+    out[p * 3 + 1] = static_cast<int64_t>(seq);
+    out[p * 3 + 2] = sendBytes[p];
+  }
+  MPI_Request req;
+  int rc = MPI_Ialltoall(out.data(), 3, MPI_INT64_T, in.data(), 3, MPI_INT64_T, comm_, &req);
+  if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV counts: %s", rank_, mpi_error_string(rc).c_str());
+  wait(req, d, "allToAllV (count exchange)");
+  for (size_t p = 0; p < n; ++p) {
+    if (in[p * 3] != kCounts || in[p * 3 + 1] != static_cast<int64_t>(seq)) {
+      std::string msg = format("mismatched collectives: rank %d called allToAllV #%llu, rank %zu called %s #%lld", rank_,
+                               static_cast<unsigned long long>(seq), p, kind_name(static_cast<int>(in[p * 3])),
+                               static_cast<long long>(in[p * 3 + 1]));
+      abort(msg);
+      throw Error("COMM_FAILED", msg);
+    }
+    recvBytes[p] = in[p * 3 + 2];
+  }
+}
+
+void MpiGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
+                            const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) {
+  check_usable();
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  for (size_t p = 0; p < n; ++p) {
+    sc[p] = to_int(sendBytes[p], "allToAllV");
+    sd[p] = to_int(sendOffsets[p], "allToAllV");
+    rc[p] = to_int(recvBytes[p], "allToAllV");
+    rd[p] = to_int(recvOffsets[p], "allToAllV");
+  }
+  MPI_Request req;
+  int e = MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_, &req);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV: %s", rank_, mpi_error_string(e).c_str());
+  wait(req, d, "allToAllV");
+}
+
+void MpiGroup::raw_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
+                                uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) {
+  check_usable();
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  for (size_t p = 0; p < n; ++p) {
+    sc[p] = to_int(sendBytes[p], "allToAllV");
+    sd[p] = to_int(sendOffsets[p], "allToAllV");
+    rc[p] = to_int(recvBytes[p], "allToAllV");
+    rd[p] = to_int(recvOffsets[p], "allToAllV");
+  }
+  int e = MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: MPI_Alltoallv: %s", rank_, mpi_error_string(e).c_str());
+}
+
+void MpiGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) {
+  check_usable();
+  const uint64_t seq = ++seq_;
+  int64_t mine[3] = {kGatherCounts, static_cast<int64_t>(seq), bytes};
+  std::vector<int64_t> all(static_cast<size_t>(size_) * 3);
+  MPI_Request req;
+  int rc = MPI_Iallgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm_, &req);
+  if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allGather counts: %s", rank_, mpi_error_string(rc).c_str());
+  wait(req, d, "allGather (count exchange)");
+  for (int p = 0; p < size_; ++p) {
+    const int64_t* s = &all[static_cast<size_t>(p) * 3];
+    if (s[0] != kGatherCounts || s[1] != static_cast<int64_t>(seq)) {
+      std::string msg = format("mismatched collectives: rank %d called allGather #%llu, rank %d called %s #%lld", rank_,
+                               static_cast<unsigned long long>(seq), p, kind_name(static_cast<int>(s[0])),
+                               static_cast<long long>(s[1]));
+      abort(msg);
+      throw Error("COMM_FAILED", msg);
+    }
+    recvBytes[p] = s[2];
+  }
+}
+
+void MpiGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
+                            const Deadline& d) {
+  check_usable();
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<int> rc(n), rd(n);
+  int64_t off = 0;
+  for (size_t p = 0; p < n; ++p) {
+    rc[p] = to_int(recvBytes[p], "allGather");
+    rd[p] = to_int(off, "allGather");
+    off += recvBytes[p];
+  }
+  MPI_Request req;
+  int e = MPI_Iallgatherv(send, to_int(bytes, "allGather"), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_, &req);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allGather: %s", rank_, mpi_error_string(e).c_str());
+  wait(req, d, "allGather");
+}
+
+void MpiGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d) {
+  check_usable();
+  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)), static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op),
+                  true, d, "allReduce (signature)");
+  Group::all_reduce(data, count, t, op, d);
+}
+
+void MpiGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) {
+  check_usable();
+  check_signature(kBroadcast, bytes, root, true, d, "broadcast (signature)");
+  MPI_Request req;
+  int e = MPI_Ibcast(data, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_, &req);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: broadcast: %s", rank_, mpi_error_string(e).c_str());
+  wait(req, d, "broadcast");
+}
+
+void MpiGroup::barrier(const Deadline& d) {
+  check_usable();
+  // The signature exchange is itself a full synchronisation.
+  check_signature(kBarrier, 0, 0, true, d, "barrier");
+}
+
+}  // namespace embshard::comm
