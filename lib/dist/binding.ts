@@ -1,0 +1,48 @@
+// binding.ts — hand-written types of what the process-group and shard-helper parts of the addon export
+// (native/addon/group_*.cc, native/addon/shard_*.cc). lib/dist code casts loadAddon() to these.
+import type { Addon } from '../binding.js';
+
+/** Any typed array a collective moves byte for byte. */
+export type CommArray =
+  | Float32Array
+  | Float64Array
+  | Int8Array
+  | Uint8Array
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array
+  | BigUint64Array;
+
+export interface NativeExchangeResult {
+  data: ArrayBuffer;
+  /** bytes received from each rank */
+  counts: Float64Array;
+}
+
+export interface NativeGroup {
+  readonly rank: number;
+  readonly size: number;
+  readonly ranksPerNode: number;
+  readonly kind: 'inprocess' | 'mpi' | 'nccl';
+  ready(): Promise<void>;
+  allToAllV(send: CommArray, sendBytes: Float64Array, timeoutMs: number): Promise<NativeExchangeResult>;
+  allGather(send: CommArray, timeoutMs: number): Promise<NativeExchangeResult>;
+  allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
+  broadcast(data: CommArray, root: number, timeoutMs: number): Promise<void>;
+  barrier(timeoutMs: number): Promise<void>;
+  /** MPI only: a plain blocking MPI_Alltoallv of the same layout; resolves to the seconds it took. */
+  rawAllToAllV(send: CommArray, sendBytes: Float64Array, recv: CommArray, recvBytes: Float64Array): Promise<number>;
+  close(reason?: string): void;
+}
+
+export interface GroupAddon extends Addon {
+  createInProcessGroups(size: number, ranksPerNode: number): NativeGroup[];
+  readonly mpiAvailable: boolean;
+  createMpiGroup(timeoutMs: number): NativeGroup;
+  /** CUDA addon built with NCCL only. */
+  readonly ncclAvailable?: boolean;
+  ncclUniqueId?(): Uint8Array;
+  createNcclGroup?(uniqueId: Uint8Array, rank: number, size: number, ranksPerNode: number, device: number, timeoutMs: number): NativeGroup;
+}

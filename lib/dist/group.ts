@@ -1,0 +1,289 @@
+// group.ts — ProcessGroup: the collectives a sharded collection needs (all-to-all-v, all-gather(-v),
+// all-reduce, broadcast, barrier), async and off the event loop, each with a timeout, over three
+// transports: in-process threads (createInProcessGroups), MPI (createMpiGroup, under mpirun) and NCCL
+// (createNcclGroup, one GPU per rank). Every call counts the payload bytes it moves (docs/wire-protocol.md
+// "Counters"): a message to a rank on the same node is intra-node, to another node inter-node, to
+// oneself local.
+import { EmbshardError } from '../errors.js';
+import { cudaAddonCandidates, loadAddon, loadAddonFile } from '../native.js';
+import type { CommArray, GroupAddon, NativeGroup } from './binding.js';
+import { existsSync } from 'node:fs';
+
+export type { CommArray } from './binding.js';
+
+export interface TrafficCounters {
+  sentIntra: number;
+  sentInter: number;
+  recvIntra: number;
+  recvInter: number;
+  local: number;
+}
+
+export interface CollectiveOptions {
+  /** Milliseconds before the call fails with COMM_TIMEOUT (default: the group's timeoutMs). */
+  timeoutMs?: number;
+}
+
+export interface GroupOptions {
+  /** Default timeout of every collective, in ms (default 60 000). */
+  timeoutMs?: number;
+}
+
+export type ReduceOp = 'sum' | 'max' | 'min';
+type Reducible = Float32Array | Float64Array | Int32Array | BigInt64Array;
+
+export function zeroTraffic(): TrafficCounters {
+  return { sentIntra: 0, sentInter: 0, recvIntra: 0, recvInter: 0, local: 0 };
+}
+
+function elemTypeOf(a: Reducible): 'f32' | 'f64' | 'i32' | 'i64' {
+  if (a instanceof Float32Array) return 'f32';
+  if (a instanceof Float64Array) return 'f64';
+  if (a instanceof Int32Array) return 'i32';
+  if (a instanceof BigInt64Array) return 'i64';
+  throw new EmbshardError('UNSUPPORTED_DTYPE', 'allReduce: data must be a Float32Array, Float64Array, Int32Array or BigInt64Array');
+}
+
+function isCommArray(a: unknown): a is CommArray {
+  return ArrayBuffer.isView(a) && !(a instanceof DataView);
+}
+
+function sameType<T extends CommArray>(like: T, buf: ArrayBuffer): T {
+  const Ctor = like.constructor as new (b: ArrayBuffer) => T;
+  return new Ctor(buf);
+}
+
+/** One rank's handle on a process group. */
+export class ProcessGroup {
+  readonly rank: number;
+  readonly size: number;
+  /** Ranks per node: node of rank r = ⌊r / ranksPerNode⌋. */
+  readonly ranksPerNode: number;
+  readonly kind: 'inprocess' | 'mpi' | 'nccl';
+  /** Default timeout of every collective, in ms. */
+  timeoutMs: number;
+  /** Payload bytes moved by this rank since creation (count exchanges excluded). */
+  readonly traffic: TrafficCounters = zeroTraffic();
+  private closed = false;
+
+  /** @internal use the create* functions */
+  constructor(private readonly native: NativeGroup, options: GroupOptions = {}) {
+    this.rank = native.rank;
+    this.size = native.size;
+    this.ranksPerNode = native.ranksPerNode;
+    this.kind = native.kind;
+    this.timeoutMs = checkTimeout(options.timeoutMs ?? 60_000, 'timeoutMs');
+  }
+
+  nodeOf(rank: number): number {
+    return Math.floor(rank / this.ranksPerNode);
+  }
+
+  private timeout(opts: CollectiveOptions | undefined): number {
+    return opts?.timeoutMs === undefined ? this.timeoutMs : checkTimeout(opts.timeoutMs, 'timeoutMs');
+  }
+
+  private live(): NativeGroup {
+    if (this.closed) throw new EmbshardError('COMM_FAILED', `rank ${this.rank}: the process group is closed`);
+    return this.native;
+  }
+
+  private count(peer: number, bytes: number, dir: 'sent' | 'recv'): void {
+    if (bytes === 0) return;
+    if (peer === this.rank) {
+      if (dir === 'sent') this.traffic.local += bytes;
+    } else if (this.nodeOf(peer) === this.nodeOf(this.rank)) this.traffic[dir === 'sent' ? 'sentIntra' : 'recvIntra'] += bytes;
+    else this.traffic[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
+  }
+
+  /**
+   * All-to-all-v: sends sendCounts[p] elements of `send` (consecutive, in rank order) to every rank p and
+   * returns what every rank sent here, concatenated in rank order, as the same typed array type, with the
+   * element counts per source rank. Two phases: counts, then data.
+   */
+  async allToAllV<T extends CommArray>(send: T, sendCounts: ArrayLike<number>, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
+    const g = this.live();
+    if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: send must be a typed array');
+    if (sendCounts.length !== this.size)
+      throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts has ${sendCounts.length} entries; the group has ${this.size} ranks`);
+    const bpe = send.BYTES_PER_ELEMENT;
+    const bytes = new Float64Array(this.size);
+    let total = 0;
+    for (let p = 0; p < this.size; p++) {
+      const c = sendCounts[p]!;
+      if (!Number.isSafeInteger(c) || c < 0)
+        throw new EmbshardError('INVALID_ARGUMENT', `allToAllV: sendCounts[${p}] = ${c} is not a non-negative integer`);
+      bytes[p] = c * bpe;
+      total += c;
+    }
+    if (total !== send.length)
+      throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
+    const r = await g.allToAllV(send, bytes, this.timeout(opts));
+    const counts: number[] = [];
+    for (let p = 0; p < this.size; p++) {
+      this.count(p, bytes[p]!, 'sent');
+      this.count(p, r.counts[p]!, 'recv');
+      if (r.counts[p]! % bpe !== 0)
+        throw new EmbshardError('COMM_FAILED', `allToAllV: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
+      counts.push(r.counts[p]! / bpe);
+    }
+    return { data: sameType(send, r.data), counts };
+  }
+
+  /** All-gather-v: every rank's `send` (sizes may differ), concatenated in rank order, with the counts. */
+  async allGather<T extends CommArray>(send: T, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
+    const g = this.live();
+    if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
+    const r = await g.allGather(send, this.timeout(opts));
+    const bpe = send.BYTES_PER_ELEMENT;
+    const counts: number[] = [];
+    for (let p = 0; p < this.size; p++) {
+      this.count(p, send.byteLength, 'sent');
+      this.count(p, r.counts[p]!, 'recv');
+      if (r.counts[p]! % bpe !== 0)
+        throw new EmbshardError('COMM_FAILED', `allGather: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
+      counts.push(r.counts[p]! / bpe);
+    }
+    return { data: sameType(send, r.data), counts };
+  }
+
+  /**
+   * All-reduce in place (and returns `data`). Deterministic: every rank combines the contributions in rank
+   * order, so all ranks hold bitwise the same result. Sizes must agree (COMM_FAILED otherwise).
+   */
+  async allReduce<T extends Reducible>(data: T, op: ReduceOp = 'sum', opts?: CollectiveOptions): Promise<T> {
+    const g = this.live();
+    if (op !== 'sum' && op !== 'max' && op !== 'min')
+      throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
+    await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts));
+    for (let p = 0; p < this.size; p++) {
+      this.count(p, data.byteLength, 'sent');
+      this.count(p, data.byteLength, 'recv');
+    }
+    return data;
+  }
+
+  /** Broadcast in place from `root` (and returns `data`); sizes must agree. */
+  async broadcast<T extends CommArray>(data: T, root: number, opts?: CollectiveOptions): Promise<T> {
+    const g = this.live();
+    if (!isCommArray(data)) throw new EmbshardError('INVALID_ARGUMENT', 'broadcast: data must be a typed array');
+    if (!Number.isInteger(root) || root < 0 || root >= this.size)
+      throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
+    await g.broadcast(data, root, this.timeout(opts));
+    if (this.rank === root) for (let p = 0; p < this.size; p++) this.count(p, data.byteLength, 'sent');
+    else this.count(root, data.byteLength, 'recv');
+    return data;
+  }
+
+  async barrier(opts?: CollectiveOptions): Promise<void> {
+    await this.live().barrier(this.timeout(opts));
+  }
+
+  /** MPI only: a plain MPI_Alltoallv of the same layout, for benchmarks; resolves to its seconds. */
+  rawAllToAllV(send: CommArray, sendBytes: Float64Array, recv: CommArray, recvBytes: Float64Array): Promise<number> {
+    return this.live().rawAllToAllV(send, sendBytes, recv, recvBytes);
+  }
+
+  /**
+   * Leaves the group. Collectives still pending here fail; peers of an in-process group fail at once
+   * (COMM_FAILED), MPI peers at their timeout.
+   */
+  close(reason = 'closed by its owner'): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.native.close(reason);
+  }
+}
+
+function checkTimeout(t: number, what: string): number {
+  if (typeof t !== 'number' || !Number.isFinite(t) || t <= 0)
+    throw new EmbshardError('INVALID_ARGUMENT', `${what} must be a positive number of milliseconds (got ${String(t)})`);
+  return t;
+}
+
+export interface InProcessOptions extends GroupOptions {
+  /** Ranks per (modelled) node, for intra/inter-node accounting and node tiers (default: all ranks). */
+  ranksPerNode?: number;
+}
+
+/** N ranks of one group as threads of this process (one process driving several devices; tests). */
+export function createInProcessGroups(n: number, options: InProcessOptions = {}): ProcessGroup[] {
+  if (!Number.isInteger(n) || n < 1) throw new EmbshardError('INVALID_ARGUMENT', `createInProcessGroups: size must be a positive integer (got ${n})`);
+  const rpn = options.ranksPerNode ?? n;
+  if (!Number.isInteger(rpn) || rpn < 1 || n % rpn !== 0)
+    throw new EmbshardError('INVALID_ARGUMENT', `createInProcessGroups: ranksPerNode must divide the size ${n} (got ${rpn})`);
+  const addon = loadAddon() as GroupAddon;
+  return addon.createInProcessGroups(n, rpn).map((g) => new ProcessGroup(g, options));
+}
+
+/** True when this build has the MPI process group. */
+export function mpiAvailable(): boolean {
+  return (loadAddon() as GroupAddon).mpiAvailable;
+}
+
+/**
+ * The MPI world group of this process (launched under mpirun). Initialises MPI on first use with
+ * MPI_THREAD_MULTIPLE; every rank must call it. Ranks per node come from the shared-memory split
+ * (EMBSHARD_RANKS_PER_NODE overrides it, to model several nodes on one machine).
+ */
+export async function createMpiGroup(options: GroupOptions = {}): Promise<ProcessGroup> {
+  const addon = loadAddon() as GroupAddon;
+  if (!addon.mpiAvailable)
+    throw new EmbshardError('BACKEND_UNAVAILABLE', 'this embshard build has no MPI process group (install libopenmpi-dev and rebuild)');
+  const timeout = checkTimeout(options.timeoutMs ?? 60_000, 'timeoutMs');
+  const g = addon.createMpiGroup(timeout);
+  await g.ready();
+  return new ProcessGroup(g, options);
+}
+
+export interface NcclOptions extends GroupOptions {
+  /** A group over the same ranks that carries NCCL's unique id from rank 0 (MPI or in-process). */
+  bootstrap: ProcessGroup;
+  /** CUDA device of this rank (default: rank mod ranksPerNode). */
+  device?: number;
+}
+
+function loadNcclAddon(): GroupAddon {
+  const reasons: string[] = [];
+  for (const file of cudaAddonCandidates()) {
+    if (!existsSync(file)) continue;
+    try {
+      const a = loadAddonFile(file) as GroupAddon;
+      if (a.ncclAvailable && a.createNcclGroup && a.ncclUniqueId) return a;
+      reasons.push(`${file}: built without NCCL (set NCCL_ROOT when building)`);
+    } catch (e) {
+      reasons.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
+    }
+  }
+  throw new EmbshardError('BACKEND_UNAVAILABLE', `no CUDA addon with NCCL could be loaded${reasons.length ? `:\n  ${reasons.join('\n  ')}` : ' (none was built)'}`);
+}
+
+/**
+ * An NCCL group, one GPU per rank: rank 0 creates NCCL's unique id, `bootstrap` broadcasts it, and every
+ * rank joins the communicator on its device. Collectives stage host typed arrays through device memory.
+ */
+export async function createNcclGroup(options: NcclOptions): Promise<ProcessGroup> {
+  const boot = options.bootstrap;
+  if (!(boot instanceof ProcessGroup)) throw new EmbshardError('INVALID_ARGUMENT', 'createNcclGroup: bootstrap must be a ProcessGroup');
+  const device = options.device ?? boot.rank % boot.ranksPerNode;
+  if (!Number.isInteger(device) || device < 0) throw new EmbshardError('INVALID_ARGUMENT', `createNcclGroup: device must be a non-negative integer (got ${device})`);
+  const timeout = checkTimeout(options.timeoutMs ?? 60_000, 'timeoutMs');
+  // Every rank loads the addon first, so a rank without NCCL fails the broadcast's peers by timeout
+  // rather than leaving them waiting for ever.
+  let addon: GroupAddon | undefined;
+  let loadError: unknown;
+  try {
+    addon = loadNcclAddon();
+  } catch (e) {
+    loadError = e;
+  }
+  const id = boot.rank === 0 && addon ? addon.ncclUniqueId!() : new Uint8Array(128);
+  const ok = new Int32Array([addon ? 1 : 0]);
+  await boot.allReduce(ok, 'min', { timeoutMs: timeout });
+  if (!addon) throw loadError;
+  if (ok[0] !== 1) throw new EmbshardError('BACKEND_UNAVAILABLE', 'createNcclGroup: some rank cannot load the NCCL addon');
+  await boot.broadcast(id, 0, { timeoutMs: timeout });
+  const g = addon.createNcclGroup!(id, boot.rank, boot.size, boot.ranksPerNode, device, timeout);
+  await g.ready();
+  return new ProcessGroup(g, options);
+}

@@ -1,0 +1,185 @@
+// Process groups over in-process threads: every collective against closed-form results for 1–4 ranks,
+// the byte counters, argument checks, and failures (missing rank, mismatched call, a rank that left).
+import { describe, it, expect } from 'vitest';
+import { createInProcessGroups, type ProcessGroup } from '../../lib/dist/group.js';
+import { EmbshardError } from '../../lib/errors.js';
+
+function closeAll(gs: ProcessGroup[]): void {
+  for (const g of gs) g.close();
+}
+
+describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
+  it('allToAllV delivers block (src → dst) of rank-specific sizes', async () => {
+    const gs = createInProcessGroups(n);
+    // rank s sends (s + d + 1) elements to d, element k = s*1000 + d*10 + k
+    const res = await Promise.all(
+      gs.map((g) => {
+        const counts = Array.from({ length: n }, (_, d) => g.rank + d + 1);
+        const vals: number[] = [];
+        for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]!; k++) vals.push(g.rank * 1000 + d * 10 + k);
+        return g.allToAllV(Float64Array.from(vals), counts);
+      }),
+    );
+    for (let d = 0; d < n; d++) {
+      const expected: number[] = [];
+      const counts: number[] = [];
+      for (let s = 0; s < n; s++) {
+        counts.push(s + d + 1);
+        for (let k = 0; k < s + d + 1; k++) expected.push(s * 1000 + d * 10 + k);
+      }
+      expect(res[d]!.data).toBeInstanceOf(Float64Array);
+      expect(Array.from(res[d]!.data)).toEqual(expected);
+      expect(res[d]!.counts).toEqual(counts);
+    }
+    closeAll(gs);
+  });
+
+  it('allToAllV with empty messages and BigInt64 ids', async () => {
+    const gs = createInProcessGroups(n);
+    const res = await Promise.all(
+      gs.map((g) => {
+        // only even ranks send, one id to each odd destination
+        const counts = Array.from({ length: n }, (_, d) => (g.rank % 2 === 0 && d % 2 === 1 ? 1 : 0));
+        const ids: bigint[] = [];
+        for (let d = 0; d < n; d++) if (counts[d]) ids.push(BigInt(g.rank) * 2n ** 40n + BigInt(d));
+        return g.allToAllV(BigInt64Array.from(ids), counts);
+      }),
+    );
+    for (let d = 0; d < n; d++) {
+      const expected: bigint[] = [];
+      if (d % 2 === 1) for (let s = 0; s < n; s += 2) expected.push(BigInt(s) * 2n ** 40n + BigInt(d));
+      expect(Array.from(res[d]!.data)).toEqual(expected);
+    }
+    closeAll(gs);
+  });
+
+  it('allGather concatenates contributions of different sizes in rank order', async () => {
+    const gs = createInProcessGroups(n);
+    const res = await Promise.all(gs.map((g) => g.allGather(new Int32Array(g.rank + 1).fill(g.rank + 7))));
+    const expected: number[] = [];
+    for (let s = 0; s < n; s++) for (let k = 0; k <= s; k++) expected.push(s + 7);
+    for (const r of res) {
+      expect(Array.from(r.data)).toEqual(expected);
+      expect(r.counts).toEqual(Array.from({ length: n }, (_, s) => s + 1));
+    }
+    closeAll(gs);
+  });
+
+  it('allReduce sum / max / min in place, identical on every rank', async () => {
+    const gs = createInProcessGroups(n);
+    const f = gs.map((g) => Float32Array.from([g.rank + 0.5, -g.rank, 2 ** 20 + g.rank]));
+    await Promise.all(gs.map((g, r) => g.allReduce(f[r]!, 'sum')));
+    // closed form: Σ_{r<n} (r + 0.5) = n(n-1)/2 + n/2, exact in fp32 at these sizes
+    for (const a of f) expect(Array.from(a)).toEqual([(n * (n - 1)) / 2 + n / 2, -(n * (n - 1)) / 2, n * 2 ** 20 + (n * (n - 1)) / 2]);
+    const mx = gs.map((g) => Int32Array.from([g.rank, -g.rank]));
+    await Promise.all(gs.map((g, r) => g.allReduce(mx[r]!, 'max')));
+    for (const a of mx) expect(Array.from(a)).toEqual([n - 1, 0]);
+    const mn = gs.map((g) => BigInt64Array.from([BigInt(g.rank) - 5n]));
+    await Promise.all(gs.map((g, r) => g.allReduce(mn[r]!, 'min')));
+    for (const a of mn) expect(Array.from(a)).toEqual([-5n]);
+    const d = gs.map((g) => Float64Array.from([0.1 * (g.rank + 1)]));
+    await Promise.all(gs.map((g, r) => g.allReduce(d[r]!)));
+    let acc = 0.1;
+    for (let r = 1; r < n; r++) acc += 0.1 * (r + 1); // rank order, the documented reduction order
+    for (const a of d) expect(a[0]).toBe(acc);
+    closeAll(gs);
+  });
+
+  it('broadcast from every root, barrier', async () => {
+    const gs = createInProcessGroups(n);
+    for (let root = 0; root < n; root++) {
+      const bufs = gs.map((g) => (g.rank === root ? Uint16Array.from([root, 2 * root, 65535]) : new Uint16Array(3)));
+      await Promise.all(gs.map((g, r) => g.broadcast(bufs[r]!, root)));
+      for (const b of bufs) expect(Array.from(b)).toEqual([root, 2 * root, 65535]);
+    }
+    await Promise.all(gs.map((g) => g.barrier()));
+    closeAll(gs);
+  });
+});
+
+describe('in-process group accounting and failures', () => {
+  it('counts payload bytes per peer as intra / inter / local by node', async () => {
+    const gs = createInProcessGroups(4, { ranksPerNode: 2 });
+    // rank s sends (d + 1) float32 to d
+    await Promise.all(gs.map((g) => g.allToAllV(new Float32Array(10), [1, 2, 3, 4])));
+    for (const g of gs) {
+      const s = g.rank;
+      const node = Math.floor(s / 2);
+      let sentIntra = 0, sentInter = 0, recvIntra = 0, recvInter = 0;
+      for (let p = 0; p < 4; p++) {
+        if (p === s) continue;
+        const same = Math.floor(p / 2) === node;
+        if (same) { sentIntra += (p + 1) * 4; recvIntra += (s + 1) * 4; }
+        else { sentInter += (p + 1) * 4; recvInter += (s + 1) * 4; }
+      }
+      expect(g.traffic).toEqual({ sentIntra, sentInter, recvIntra, recvInter, local: (s + 1) * 4 });
+    }
+    closeAll(gs);
+  });
+
+  it('a rank that never arrives gives COMM_TIMEOUT / COMM_FAILED within the timeout, and the group stays broken', async () => {
+    const gs = createInProcessGroups(3);
+    const t0 = Date.now();
+    const rs = await Promise.allSettled([gs[0]!.barrier({ timeoutMs: 300 }), gs[1]!.barrier({ timeoutMs: 300 })]);
+    expect(Date.now() - t0).toBeLessThan(3000);
+    const codes = rs.map((r) => (r.status === 'rejected' ? (r.reason as EmbshardError).code : 'ok'));
+    expect(codes).toContain('COMM_TIMEOUT');
+    for (const c of codes) expect(['COMM_TIMEOUT', 'COMM_FAILED']).toContain(c);
+    for (const r of rs) if (r.status === 'rejected') expect((r.reason as Error).message).toMatch(/rank\(s\) 2/);
+    // the late rank and every later call fail fast
+    await expect(gs[2]!.barrier({ timeoutMs: 5000 })).rejects.toMatchObject({ code: 'COMM_FAILED' });
+    await expect(gs[0]!.allGather(new Int32Array(1))).rejects.toMatchObject({ code: 'COMM_FAILED' });
+    closeAll(gs);
+  });
+
+  it('a rank that leaves mid-run fails its peers with COMM_FAILED at once', async () => {
+    const gs = createInProcessGroups(3);
+    await Promise.all(gs.map((g) => g.barrier()));
+    const p = Promise.allSettled([gs[0]!.barrier({ timeoutMs: 60_000 }), gs[1]!.barrier({ timeoutMs: 60_000 })]);
+    const t0 = Date.now();
+    gs[2]!.close('rank 2 crashed');
+    const rs = await p;
+    expect(Date.now() - t0).toBeLessThan(5000);
+    for (const r of rs) {
+      expect(r.status).toBe('rejected');
+      expect((r as PromiseRejectedResult).reason).toBeInstanceOf(EmbshardError);
+      expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+      expect((r as PromiseRejectedResult).reason.message).toMatch(/rank 2 crashed/);
+    }
+    closeAll(gs);
+  });
+
+  it('mismatched calls fail with COMM_FAILED on every rank', async () => {
+    const gs = createInProcessGroups(2);
+    const rs = await Promise.allSettled([gs[0]!.barrier(), gs[1]!.allGather(new Int32Array(2))]);
+    for (const r of rs) expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+    expect((rs[0] as PromiseRejectedResult).reason.message).toMatch(/mismatched/);
+    closeAll(gs);
+    const gs2 = createInProcessGroups(2);
+    const rs2 = await Promise.allSettled([gs2[0]!.broadcast(new Int32Array(2), 0), gs2[1]!.broadcast(new Int32Array(3), 0)]);
+    for (const r of rs2) expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+    closeAll(gs2);
+    const gs3 = createInProcessGroups(2);
+    const rs3 = await Promise.allSettled([gs3[0]!.allReduce(new Float32Array(2)), gs3[1]!.allReduce(new Float32Array(3))]);
+    for (const r of rs3) expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+    closeAll(gs3);
+  });
+
+  it('rejects bad arguments with a code naming the field, before anything is sent', async () => {
+    const gs = createInProcessGroups(2);
+    const g = gs[0]!;
+    await expect(g.allToAllV(new Int32Array(3), [1, 1])).rejects.toMatchObject({ code: 'LENGTH_MISMATCH', message: expect.stringMatching(/sendCounts/) });
+    await expect(g.allToAllV(new Int32Array(2), [1])).rejects.toMatchObject({ code: 'LENGTH_MISMATCH' });
+    await expect(g.allToAllV(new Int32Array(2), [3, -1])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/sendCounts\[1\]/) });
+    await expect(g.broadcast(new Int32Array(2), 2)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/root/) });
+    await expect(g.barrier({ timeoutMs: -1 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/timeoutMs/) });
+    await expect(g.allReduce(new Uint8Array(2) as unknown as Int32Array)).rejects.toMatchObject({ code: 'UNSUPPORTED_DTYPE' });
+    expect(() => createInProcessGroups(4, { ranksPerNode: 3 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    // nothing was sent: the group still works
+    await Promise.all(gs.map((x) => x.barrier()));
+    expect(g.traffic.sentIntra + g.traffic.local).toBe(0);
+    g.close();
+    await expect(g.barrier()).rejects.toMatchObject({ code: 'COMM_FAILED' });
+    closeAll(gs);
+  });
+});
