@@ -1,0 +1,101 @@
+// prefetch.ts — a lookahead queue over any BatchSource: a pump pulls up to `depth` batches ahead while
+// the consumer trains, yielding to the event loop between batches so the consumer's own callbacks (a
+// native step resolving) run in between. Order is the source's; errors surface after the batches that
+// preceded them; breaking out of the loop stops the pump and closes the source's iterator.
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { EmbshardError } from '../errors.js';
+import type { Batch, BatchSource, DataReport } from './types.js';
+
+export interface PrefetchOptions {
+  /** Batches held ready ahead of the consumer. Default 4. */
+  depth?: number | undefined;
+}
+
+export class PrefetchSource implements BatchSource {
+  readonly depth: number;
+
+  constructor(
+    readonly source: BatchSource,
+    options: PrefetchOptions = {},
+  ) {
+    const d = options.depth ?? 4;
+    if (!Number.isSafeInteger(d) || d < 1) throw new EmbshardError('INVALID_SIZE', `depth must be a positive integer (got ${String(d)})`);
+    this.depth = d;
+  }
+
+  get features(): readonly string[] {
+    return this.source.features;
+  }
+  get numDense(): number {
+    return this.source.numDense;
+  }
+  get batchSize(): number {
+    return this.source.batchSize;
+  }
+  get tableRows(): readonly number[] | undefined {
+    return this.source.tableRows;
+  }
+  get numBatches(): number | undefined {
+    return this.source.numBatches;
+  }
+  report(): DataReport | undefined {
+    return this.source.report?.();
+  }
+  async close(): Promise<void> {
+    await this.source.close?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
+    const it = this.source[Symbol.asyncIterator]();
+    const depth = this.depth;
+    const buf: Batch[] = [];
+    let finished = false, failed = false, error: unknown, stopped = false;
+    let wake: (() => void) | undefined, space: (() => void) | undefined;
+    const pump = (async () => {
+      try {
+        while (!stopped) {
+          if (buf.length >= depth) {
+            await new Promise<void>((r) => (space = r));
+            continue;
+          }
+          const r = await it.next();
+          if (r.done) break;
+          buf.push(r.value);
+          wake?.();
+          await nextTurn();
+        }
+      } catch (e) {
+        failed = true;
+        error = e;
+      } finally {
+        finished = true;
+        wake?.();
+      }
+    })();
+    try {
+      for (;;) {
+        if (buf.length > 0) {
+          const b = buf.shift()!;
+          space?.();
+          space = undefined;
+          yield b;
+          continue;
+        }
+        if (failed) throw error;
+        if (finished) return;
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    } finally {
+      stopped = true;
+      space?.();
+      await pump;
+      if (!failed) await it.return?.(); // a source that threw has closed itself
+    }
+  }
+}
+
+/** Wraps `source` in a lookahead queue of `depth` batches (in this thread; see workerSource for another). */
+export function prefetch(source: BatchSource, options: PrefetchOptions = {}): PrefetchSource {
+  return new PrefetchSource(source, options);
+}

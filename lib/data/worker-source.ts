@@ -1,0 +1,116 @@
+// worker-source.ts — runs a source (synthetic generation, TSV parsing, npy reading) in a worker thread,
+// so loading and batching happen off the event loop and ahead of training: the worker keeps up to
+// `depth` batches in flight, their buffers transferred, not copied. Each pass (epoch) starts a worker and
+// ends it when the pass ends or the consumer breaks out. The spec is validated here first, so bad options
+// throw in the caller, before any thread starts.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
+import { openSource, type SourceSpec } from './specs.js';
+import { TS_BOOT, TS_HOOKS } from './ts-worker-loader.js';
+import type { Batch, BatchSource, DataReport } from './types.js';
+import { batchFromMessage, type BatchMessage } from './wire.js';
+
+export interface WorkerSourceOptions {
+  /** Batches produced ahead of the consumer. Default 4. */
+  depth?: number | undefined;
+}
+
+type WorkerMessage = { type: 'batch'; batch: BatchMessage } | { type: 'end'; report?: DataReport } | { type: 'error'; code: string; message: string };
+
+function spawn(data: Record<string, unknown>): Worker {
+  const js = new URL('./source-worker.js', import.meta.url);
+  if (existsSync(fileURLToPath(js))) return new Worker(js, { workerData: data });
+  const ts = new URL('./source-worker.ts', import.meta.url);
+  if (!existsSync(fileURLToPath(ts))) throw new EmbshardError('INTERNAL', `the data worker script is missing next to ${import.meta.url}`);
+  return new Worker(TS_BOOT, {
+    eval: true,
+    workerData: { ...data, __tsHooks: TS_HOOKS, __tsBase: fileURLToPath(import.meta.url), __tsEntry: ts.href },
+  });
+}
+
+export class WorkerSource implements BatchSource {
+  private lastReport: DataReport | undefined;
+
+  private constructor(
+    readonly spec: SourceSpec,
+    private readonly local: BatchSource,
+    readonly depth: number,
+  ) {}
+
+  /** Validates the spec (opening it here reads only headers) and returns the worker-backed source. */
+  static async create(spec: SourceSpec, options: WorkerSourceOptions = {}): Promise<WorkerSource> {
+    const depth = options.depth ?? 4;
+    if (!Number.isSafeInteger(depth) || depth < 1) throw new EmbshardError('INVALID_SIZE', `depth must be a positive integer (got ${String(depth)})`);
+    const local = await openSource(spec);
+    return new WorkerSource(JSON.parse(JSON.stringify(spec)) as SourceSpec, local, depth);
+  }
+
+  get features(): readonly string[] {
+    return this.local.features;
+  }
+  get numDense(): number {
+    return this.local.numDense;
+  }
+  get batchSize(): number {
+    return this.local.batchSize;
+  }
+  get tableRows(): readonly number[] | undefined {
+    return this.local.tableRows;
+  }
+  get numBatches(): number | undefined {
+    return this.local.numBatches;
+  }
+  report(): DataReport | undefined {
+    return this.lastReport;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
+    const worker = spawn({ spec: this.spec, depth: this.depth });
+    const queue: WorkerMessage[] = [];
+    let wake: (() => void) | undefined;
+    let exited = false, exitError: Error | undefined;
+    worker.on('message', (m: WorkerMessage) => {
+      queue.push(m);
+      wake?.();
+    });
+    worker.on('error', (e) => {
+      exitError = e;
+      wake?.();
+    });
+    worker.on('exit', () => {
+      exited = true;
+      wake?.();
+    });
+    try {
+      for (;;) {
+        const m = queue.shift();
+        if (!m) {
+          if (exitError) throw new EmbshardError('INTERNAL', `the data worker failed: ${exitError.message}`);
+          if (exited) throw new EmbshardError('INTERNAL', 'the data worker exited before finishing its pass');
+          await new Promise<void>((r) => (wake = r));
+          wake = undefined;
+          continue;
+        }
+        if (m.type === 'batch') {
+          worker.postMessage('credit');
+          yield batchFromMessage(m.batch);
+        } else if (m.type === 'end') {
+          this.lastReport = m.report;
+          return;
+        } else {
+          const code = (ErrorCodes as readonly string[]).includes(m.code) ? (m.code as ErrorCode) : 'INTERNAL';
+          throw new EmbshardError(code, m.message);
+        }
+      }
+    } finally {
+      await worker.terminate();
+    }
+  }
+}
+
+/** Opens `spec` in a worker thread with `depth` batches of lookahead. */
+export function workerSource(spec: SourceSpec, options: WorkerSourceOptions = {}): Promise<WorkerSource> {
+  return WorkerSource.create(spec, options);
+}

@@ -1,0 +1,75 @@
+// zipf.ts — Zipf-like id sampling by inverse CDF (the NVIDIA DeepLearningExamples synthetic-Criteo
+// convention) and the exact probability of every rank under it, plus the rank → id scatter.
+//
+// A continuous power law X on [1, N+1) with density ∝ x^-α is drawn by inverting its CDF:
+//   X = (u·((N+1)^(1−α) − 1) + 1)^(1/(1−α))        (α ≠ 1)
+//   X = (N+1)^u                                     (α = 1)
+// and the rank is r = ⌊X⌋ − 1 ∈ [0, N): rank 0 is the hottest. So, exactly,
+//   P(r) = (G(r+2) − G(r+1)) / (G(N+1) − G(1)),  G(x) = x^(1−α)  (ln x when α = 1),
+// which is within a few percent of the discrete Zipf law r ↦ (r+1)^-α / H(N, α) for the head ranks and
+// converges to it down the tail. α = 0 is uniform.
+//
+// Ranks are then scattered over ids by an affine bijection of [0, N): id = (a·r + c) mod N with
+// gcd(a, N) = 1, a ≈ 0.618·N (so consecutive hot ranks land far apart), c a seeded offset; the product
+// a·r stays below 2^53, so it is exact in doubles.
+import { EmbshardError } from '../errors.js';
+import { hash2 } from './rng.js';
+
+export interface ZipfParams {
+  /** Population size (table cardinality). */
+  n: number;
+  alpha: number;
+  /** (N+1)^(1−α) − 1, or ln(N+1) when α = 1. */
+  span: number;
+  /** 1/(1−α), unused when α = 1. */
+  inv: number;
+}
+
+export function zipfParams(n: number, alpha: number): ZipfParams {
+  if (!Number.isSafeInteger(n) || n <= 0) throw new EmbshardError('INVALID_SIZE', `zipf population must be a positive integer (got ${n})`);
+  if (!Number.isFinite(alpha) || alpha < 0) throw new EmbshardError('INVALID_ARGUMENT', `alpha must be a finite number >= 0 (got ${alpha})`);
+  if (alpha === 1) return { n, alpha, span: Math.log(n + 1), inv: 0 };
+  return { n, alpha, span: Math.pow(n + 1, 1 - alpha) - 1, inv: 1 / (1 - alpha) };
+}
+
+/** The rank (0 = hottest) for a uniform u ∈ (0, 1). */
+export function zipfRank(p: ZipfParams, u: number): number {
+  const x = p.alpha === 1 ? Math.exp(u * p.span) : Math.pow(u * p.span + 1, p.inv);
+  const r = Math.floor(x) - 1;
+  return r < 0 ? 0 : r >= p.n ? p.n - 1 : r;
+}
+
+function G(x: number, alpha: number): number {
+  return alpha === 1 ? Math.log(x) : Math.pow(x, 1 - alpha);
+}
+
+/** Exact probability of rank r under zipfRank with a uniform u. */
+export function zipfRankProbability(n: number, alpha: number, r: number): number {
+  if (r < 0 || r >= n) return 0;
+  return (G(r + 2, alpha) - G(r + 1, alpha)) / (G(n + 1, alpha) - G(1, alpha));
+}
+
+function gcd(a: number, b: number): number {
+  while (b !== 0) [a, b] = [b, a % b];
+  return a;
+}
+
+export interface Scatter {
+  n: number;
+  a: number;
+  c: number;
+}
+
+/** The seeded affine bijection rank → id of [0, n). */
+export function makeScatter(n: number, seed: number, feature: number): Scatter {
+  if (n === 1) return { n, a: 1, c: 0 };
+  const limit = Math.floor(9007199254740991 / n); // a·r < a·n must stay below 2^53
+  let a = Math.max(1, Math.min(Math.floor(n * 0.6180339887498949), limit - 1));
+  while (gcd(a, n) !== 1) a--;
+  const c = hash2(seed ^ 0x5ca77e4, feature) % n;
+  return { n, a, c };
+}
+
+export function scatter(s: Scatter, r: number): number {
+  return (s.a * r + s.c) % s.n;
+}
