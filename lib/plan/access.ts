@@ -1,0 +1,122 @@
+// access.ts — the access-frequency model of a table (Zipf over row ids, optionally with a measured head):
+// the probability mass of a row range and the expected number of distinct rows among n independent lookups
+// in a row range. These drive the cost model's expected traffic (ub dedup, dp/tier gradient all-gathers).
+import { EmbshardError } from '../errors.js';
+import type { AccessStats } from './types.js';
+
+/** Gauss–Legendre nodes and weights on [-1, 1], 8 points. */
+const GL_X = [-0.9602898564975363, -0.7966664774136267, -0.525532409916329, -0.1834346424956498, 0.1834346424956498, 0.525532409916329, 0.7966664774136267, 0.9602898564975363];
+const GL_W = [0.1012285362903763, 0.2223810344533745, 0.3137066458778873, 0.362683783378362, 0.362683783378362, 0.3137066458778873, 0.2223810344533745, 0.1012285362903763];
+
+/** Below this many rows a range is summed row by row. */
+const EXACT_ROWS = 2048;
+
+export class AccessModel {
+  readonly rows: number;
+  readonly alpha: number;
+  /** measured head probabilities (rows 0..head.length-1) */
+  private readonly head: Float64Array;
+  private readonly headMass: number;
+  /** mass of the tail (rows ≥ head.length) and its Zipf normaliser */
+  private readonly tailMass: number;
+  private readonly tailDen: number;
+  private readonly cache = new Map<string, number>();
+
+  constructor(rows: number, stats: AccessStats = {}) {
+    this.rows = rows;
+    this.alpha = stats.zipf ?? 0;
+    const top = stats.top;
+    const H = top ? Math.min(top.counts.length, rows) : 0;
+    this.head = new Float64Array(H);
+    let hm = 0;
+    if (top && H > 0) {
+      const denom = H === rows ? top.counts.slice(0, H).reduce((a, b) => a + b, 0) : top.total;
+      if (!(denom > 0)) throw new EmbshardError('INVALID_CONFIG', 'access.top: counts sum to zero');
+      for (let i = 0; i < H; i++) hm += (this.head[i] = top.counts[i]! / denom);
+    }
+    this.headMass = Math.min(1, hm);
+    this.tailMass = H < rows ? 1 - this.headMass : 0;
+    this.tailDen = this.pw(rows) - this.pw(H);
+  }
+
+  /** Antiderivative-like potential of the Zipf CDF: F(x) ∝ pw(x) − pw(0). */
+  private pw(x: number): number {
+    const a = this.alpha;
+    if (a === 0) return x;
+    if (a === 1) return Math.log1p(x);
+    return Math.expm1((1 - a) * Math.log1p(x)) / (1 - a);
+  }
+
+  /** Probability mass of rows [a, b). */
+  mass(a: number, b: number): number {
+    a = Math.max(0, a);
+    b = Math.min(this.rows, b);
+    if (b <= a) return 0;
+    const H = this.head.length;
+    let m = 0;
+    if (a < H) {
+      const e = Math.min(b, H);
+      for (let i = a; i < e; i++) m += this.head[i]!;
+      a = e;
+    }
+    if (b > a && this.tailMass > 0) m += (this.tailMass * (this.pw(b) - this.pw(a))) / this.tailDen;
+    return m;
+  }
+
+  /** Probability of row i (continuous in the tail, for quadrature). */
+  private prob(x: number): number {
+    if (x < this.head.length) return this.head[Math.floor(x)]!;
+    return (this.tailMass * (this.pw(x + 1) - this.pw(x))) / this.tailDen;
+  }
+
+  /** E[number of distinct rows of [a, b) hit by n independent lookups] = Σ 1 − (1 − p_i)^n. */
+  expectedDistinct(n: number, a: number, b: number): number {
+    a = Math.max(0, a);
+    b = Math.min(this.rows, b);
+    if (b <= a || n <= 0) return 0;
+    const key = `${n}|${a}|${b}`;
+    const hit = this.cache.get(key);
+    if (hit !== undefined) return hit;
+    const f = (p: number): number => (p >= 1 ? 1 : -Math.expm1(n * Math.log1p(-p)));
+    let s = 0;
+    let i = a;
+    const H = this.head.length;
+    for (; i < b && i < H; i++) s += f(this.head[i]!);
+    if (i < b) {
+      if (this.alpha === 0) {
+        s += (b - i) * f(this.prob(i));
+      } else if (b - i <= EXACT_ROWS) {
+        for (; i < b; i++) s += f(this.prob(i));
+      } else {
+        const stop = i + EXACT_ROWS / 4;
+        for (; i < stop; i++) s += f(this.prob(i));
+        // midpoint rule: Σ_{i}^{b-1} f(i) ≈ ∫_{i-1/2}^{b-1/2} f(x) dx, on geometric segments, 8-point Gauss each
+        let lo = i - 0.5;
+        const end = b - 0.5;
+        while (lo < end) {
+          const hi = Math.min(end, lo * 1.5);
+          const mid = (lo + hi) / 2, half = (hi - lo) / 2;
+          let seg = 0;
+          for (let k = 0; k < 8; k++) seg += GL_W[k]! * f(this.prob(mid + half * GL_X[k]!));
+          s += seg * half;
+          lo = hi;
+        }
+      }
+    }
+    if (this.cache.size > 200_000) this.cache.clear();
+    this.cache.set(key, s);
+    return s;
+  }
+}
+
+const models = new WeakMap<object, AccessModel>();
+
+/** The (cached) access model of a table. */
+export function accessModel(t: { rows: number; access: AccessStats }): AccessModel {
+  let m = models.get(t);
+  if (!m) {
+    m = new AccessModel(t.rows, t.access);
+    models.set(t, m);
+  }
+  return m;
+}

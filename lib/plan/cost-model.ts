@@ -1,0 +1,149 @@
+// cost-model.ts — the analytical cost model: the expected per-rank Load of one step for a table layout
+// (the same byte accounting as docs/wire-protocol.md and measureTraffic, with every count replaced by its
+// expectation under the table's access model), and the plan-level estimate built from it.
+//
+// For a rank with local batch B, feature f of table t draws n_f = B · poolingFactor_f ids, N = Σ_f n_f.
+// A row group [a, b) gets n_f · m(a, b) of them (m = access mass) and E_distinct(N, a, b) distinct rows;
+// all ranks are statistically identical, so a destination's expected bytes are the same from every source.
+import { accessModel } from './access.js';
+import { blockPenalty, DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
+import { groupHolders, type ShardCols, type TableLayout } from './layout.js';
+import { BWD, EFF_BWD, EFF_FWD, FWD_IN, FWD_OUT, HBM_BWD, HBM_FWD, Load, LOCAL, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA, SYNC } from './load.js';
+import { objective, simulate, type SimResult } from './simulator.js';
+import { elemBytes, idsPerSample, rowUpdateBytes } from './tables.js';
+import type { Table, Topology, WireDtypes } from './types.js';
+import type { ShardPlan } from './shard-plan.js';
+
+export interface CostContext {
+  topo: Topology;
+  /** per-rank batch size */
+  batchSize: number;
+  wire: WireDtypes;
+}
+
+/** Adds the expected Load of one table under `layout` to `out`. */
+export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext, out: Load): void {
+  const { topo, batchSize: B, wire } = ctx;
+  const W = topo.worldSize, rpn = topo.ranksPerNode, nodes = W / rpn;
+  const am = accessModel(t);
+  const fw = DTYPE_BYTES[wire.forward], bw = DTYPE_BYTES[wire.backward];
+  const N = B * idsPerSample(t);
+  const pooled = t.pooling !== 'none';
+  const dim = t.dim;
+
+  if (l.cluster === 'dp') {
+    const u = am.expectedDistinct(N, 0, t.rows);
+    const U = am.expectedDistinct(W * N, 0, t.rows);
+    const z = new Float64Array(W).fill(u * (ID_BYTES + dim * bw));
+    out.allToOne(SYNC, z, true, true);
+    for (let r = 0; r < W; r++) addFullRowHbm(t, r, N, U, out);
+    return;
+  }
+
+  const R = l.tiers.replicated, Nn = l.tiers.node;
+  if (R > 0) {
+    const u = am.expectedDistinct(N, 0, R);
+    const U = am.expectedDistinct(W * N, 0, R);
+    const m = am.mass(0, R);
+    const z = new Float64Array(W).fill(u * (ID_BYTES + dim * bw));
+    out.allToOne(SYNC, z, true, true);
+    for (let r = 0; r < W; r++) addFullRowHbm(t, r, N * m, U, out);
+  }
+  if (Nn > 0) {
+    // ub inside the node; the tier's rows are spread over local ranks, taken as an even share each
+    const u = am.expectedDistinct(N, R, R + Nn) / rpn;
+    const uNode = am.expectedDistinct(rpn * N, R, R + Nn) / rpn;
+    const U = am.expectedDistinct(W * N, R, R + Nn) / rpn;
+    // every rank exchanges u rows' worth with each local rank of its node (itself: local)
+    const addIntra = (phase: number, perMsg: number) => {
+      for (let r = 0; r < W; r++) {
+        out.add(metric(phase, LOCAL), r, perMsg);
+        out.add(metric(phase, SENT_INTRA), r, perMsg * (rpn - 1));
+        out.add(metric(phase, RECV_INTRA), r, perMsg * (rpn - 1));
+      }
+    };
+    addIntra(FWD_IN, u * ID_BYTES);
+    addIntra(FWD_OUT, u * dim * fw);
+    addIntra(BWD, u * dim * bw);
+    const zs = uNode * (ID_BYTES + dim * bw) * (nodes - 1);
+    for (let r = 0; r < W; r++) {
+      out.add(metric(SYNC, SENT_INTER), r, zs);
+      out.add(metric(SYNC, RECV_INTER), r, zs);
+      addFullRowHbm(t, r, rpn * u, U, out);
+    }
+  }
+
+  const xIn = new Float64Array(W), xOut = new Float64Array(W), xBwd = new Float64Array(W);
+  const wBytes = t.weighted ? WEIGHT_BYTES : 0;
+  for (const g of l.groups) {
+    const m = am.mass(g.a, g.b);
+    const U = am.expectedDistinct(W * N, g.a, g.b);
+    const { ranks, cols } = groupHolders(g);
+    if (l.cluster === 'rb') {
+      const nG = N * m;
+      ranks.forEach((d, k) => {
+        const c = cols[k]!;
+        xIn[d] += t.features.length * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
+        xOut[d] += (pooled ? t.features.length * B : nG) * c * fw;
+        xBwd[d] += (pooled ? t.features.length * B : nG) * c * bw;
+      });
+      addShardHbm(t, g.shards, W * nG, U, out);
+    } else {
+      const u = am.expectedDistinct(N, g.a, g.b);
+      ranks.forEach((d, k) => {
+        const c = cols[k]!;
+        xIn[d] += u * ID_BYTES;
+        xOut[d] += u * c * fw;
+        xBwd[d] += u * c * bw;
+      });
+      addShardHbm(t, g.shards, W * u, U, out);
+    }
+  }
+  if (l.groups.length > 0) {
+    out.allToOne(FWD_IN, xIn);
+    out.allToOne(FWD_OUT, xOut, true);
+    out.allToOne(BWD, xBwd);
+  }
+}
+
+/**
+ * HBM bytes on the shards of one row group: `lookups` rows read (forward; each `cols` wide) and `updates`
+ * distinct rows updated (backward: read + write of row and optimizer state). Shared with measureTraffic.
+ */
+export function addShardHbm(t: Table, shards: readonly ShardCols[], lookups: number, updates: number, out: Load): void {
+  const el = elemBytes(t);
+  for (const s of shards) {
+    const c = s.c1 - s.c0, p = blockPenalty(c);
+    const f = lookups * c * el, b = updates * rowUpdateBytes(t, c);
+    out.add(HBM_FWD, s.rank, f);
+    out.add(EFF_FWD, s.rank, f * p);
+    out.add(HBM_BWD, s.rank, b);
+    out.add(EFF_BWD, s.rank, b * p);
+  }
+}
+
+/** HBM bytes of full-width rows on one rank (dp tables and hot tiers). */
+export function addFullRowHbm(t: Table, rank: number, lookups: number, updates: number, out: Load): void {
+  addShardHbm(t, [{ c0: 0, c1: t.dim, rank }], lookups, updates, out);
+}
+
+/** The expected Load of a whole plan. */
+export function expectedLoad(tables: readonly Table[], layouts: readonly TableLayout[], ctx: CostContext): Load {
+  const load = new Load(ctx.topo);
+  tables.forEach((t, i) => addExpectedTableLoad(t, layouts[i]!, ctx, load));
+  return load;
+}
+
+export interface PlanEstimate extends SimResult {
+  load: Load;
+  memory: Float64Array;
+}
+
+/** Cost-model estimate of a plan: expected per-rank bytes, per-stage critical path and per-rank time. */
+export function estimatePlan(plan: ShardPlan, batchSize = plan.batchSize): PlanEstimate {
+  const ctx: CostContext = { topo: plan.topology, batchSize, wire: plan.wire };
+  const load = expectedLoad(plan.tables, plan.layouts, ctx);
+  return { ...simulate(load, plan.topology), load, memory: plan.memoryPerRank() };
+}
+
+export { objective };

@@ -1,0 +1,73 @@
+// layout.ts — the compact placement of one table that every planner tool computes on: its cluster, its
+// hot-row tiers and its row groups (shards sharing a row range; their column ranges tile [0, dim)), plus
+// the memory each rank spends on it.
+import { rowBytes } from './tables.js';
+import type { Cluster, HotTiers, Table, Topology } from './types.js';
+
+export interface ShardCols {
+  c0: number;
+  c1: number;
+  rank: number;
+}
+
+/** Shards with the same row range [a, b); their columns tile [0, dim). */
+export interface GroupLayout {
+  a: number;
+  b: number;
+  shards: ShardCols[];
+}
+
+export interface TableLayout {
+  cluster: Cluster;
+  tiers: HotTiers;
+  /** sorted by row; they tile [tierEnd, rows) (empty for dp) */
+  groups: GroupLayout[];
+}
+
+export const NO_TIERS: HotTiers = Object.freeze({ replicated: 0, node: 0 });
+
+export function tierEnd(l: TableLayout): number {
+  return l.tiers.replicated + l.tiers.node;
+}
+
+/** Rows of the node tier held by local rank `local` (row k of the tier lives on local rank k mod rpn). */
+export function nodeTierRowsOn(nodeRows: number, rpn: number, local: number): number {
+  return local < nodeRows % rpn ? Math.floor(nodeRows / rpn) + 1 : Math.floor(nodeRows / rpn);
+}
+
+/** Adds the bytes this table takes on each rank to `mem` (tables + optimizer state + tiers). */
+export function addLayoutMemory(t: Table, l: TableLayout, topo: Topology, mem: Float64Array, sign = 1): void {
+  const W = topo.worldSize;
+  const full = rowBytes(t, t.dim);
+  if (l.cluster === 'dp') {
+    const b = t.rows * full * sign;
+    for (let r = 0; r < W; r++) mem[r] += b;
+    return;
+  }
+  const rep = l.tiers.replicated * full * sign;
+  if (rep !== 0) for (let r = 0; r < W; r++) mem[r] += rep;
+  if (l.tiers.node > 0) {
+    const rpn = topo.ranksPerNode;
+    for (let r = 0; r < W; r++) mem[r] += nodeTierRowsOn(l.tiers.node, rpn, r % rpn) * full * sign;
+  }
+  for (const g of l.groups) {
+    const n = g.b - g.a;
+    for (const s of g.shards) mem[s.rank] += n * rowBytes(t, s.c1 - s.c0) * sign;
+  }
+}
+
+export function cloneLayout(l: TableLayout): TableLayout {
+  return {
+    cluster: l.cluster,
+    tiers: { ...l.tiers },
+    groups: l.groups.map((g) => ({ a: g.a, b: g.b, shards: g.shards.map((s) => ({ ...s })) })),
+  };
+}
+
+/** Distinct ranks of a group, ascending, with the total columns each holds (Σ cols of its shards). */
+export function groupHolders(g: GroupLayout): { ranks: number[]; cols: number[] } {
+  const m = new Map<number, number>();
+  for (const s of g.shards) m.set(s.rank, (m.get(s.rank) ?? 0) + (s.c1 - s.c0));
+  const ranks = [...m.keys()].sort((x, y) => x - y);
+  return { ranks, cols: ranks.map((r) => m.get(r)!) };
+}

@@ -1,0 +1,252 @@
+// traffic.ts — measureTraffic: the exact bytes every rank sends, receives and keeps local in one step of a
+// plan, for one concrete local batch per rank, byte for byte as docs/wire-protocol.md defines them, plus the
+// HBM bytes of lookups and updates. No kernels run; ids are sorted per (rank, table) in typed arrays, so
+// 1,024 simulated ranks with small batches take seconds.
+import type { JaggedBatch } from '../batch.js';
+import { EmbshardError } from '../errors.js';
+import { DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
+import { addFullRowHbm, addShardHbm } from './cost-model.js';
+import { groupHolders, type TableLayout } from './layout.js';
+import { BWD, FWD_IN, FWD_OUT, Load, SYNC } from './load.js';
+import type { ShardPlan } from './shard-plan.js';
+import type { RankCounters, Table } from './types.js';
+
+export interface TrafficReport {
+  /** wire-protocol counters of every rank */
+  perRank: RankCounters[];
+  /** the same bytes split by phase, plus HBM bytes (input to simulate()) */
+  load: Load;
+  /** Σ over ranks of bytes sent to other ranks, by direction and link */
+  totals: { forward: { intra: number; inter: number }; backward: { intra: number; inter: number }; local: number };
+}
+
+function lowerBound(a: Float64Array, x: number, lo = 0, hi = a.length): number {
+  while (lo < hi) {
+    const m = (lo + hi) >>> 1;
+    if (a[m]! < x) lo = m + 1;
+    else hi = m;
+  }
+  return lo;
+}
+
+/** Number of distinct values in the sorted slice a[lo, hi). */
+function distinct(a: Float64Array, lo: number, hi: number): number {
+  let u = 0, prev = NaN;
+  for (let i = lo; i < hi; i++) {
+    const v = a[i]!;
+    if (v !== prev) {
+      u++;
+      prev = v;
+    }
+  }
+  return u;
+}
+
+/** Sorted unique values of the sorted slice a[lo, hi). */
+function uniqueOf(a: Float64Array, lo = 0, hi = a.length): Float64Array {
+  const out = new Float64Array(distinct(a, lo, hi));
+  let k = 0, prev = NaN;
+  for (let i = lo; i < hi; i++) {
+    const v = a[i]!;
+    if (v !== prev) out[k++] = prev = v;
+  }
+  return out;
+}
+
+function concatSorted(parts: readonly Float64Array[]): Float64Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Float64Array(n);
+  let o = 0;
+  for (const p of parts) {
+    out.set(p, o);
+    o += p.length;
+  }
+  return out.sort();
+}
+
+interface RankTableIds {
+  /** per feature, sorted */
+  features: Float64Array[];
+  /** all features, sorted */
+  all: Float64Array;
+  batchSize: number;
+  weighted: boolean;
+}
+
+/** Validates one rank's batch against the plan's features and returns its ids per table, sorted. */
+function collect(plan: ShardPlan, batch: JaggedBatch, rank: number): RankTableIds[] {
+  const owner = new Map<string, Table>();
+  for (const t of plan.tables) for (const f of t.features) owner.set(f, t);
+  for (const f of batch.features)
+    if (!owner.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `batches[${rank}] has feature '${f}', which no table of the plan reads`);
+  let sum = 0;
+  for (let i = 0; i < batch.lengths.length; i++) {
+    const n = batch.lengths[i]!;
+    if (n < 0) throw new EmbshardError('NEGATIVE_LENGTH', `batches[${rank}].lengths[${i}] is negative (${n})`);
+    sum += n;
+  }
+  if (sum !== batch.ids.length) throw new EmbshardError('LENGTH_MISMATCH', `batches[${rank}]: lengths sum to ${sum} but there are ${batch.ids.length} ids`);
+  return plan.tables.map((t) => {
+    const features = t.features.map((f) => {
+      if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `batches[${rank}] lacks feature '${f}' of table '${t.name}'`);
+      const ids = batch.feature(f).ids;
+      const a = new Float64Array(ids.length);
+      if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
+      else a.set(ids);
+      a.sort();
+      if (a.length > 0 && (a[0]! < 0 || a[a.length - 1]! >= t.rows)) {
+        const badId = a[0]! < 0 ? a[0]! : a[a.length - 1]!;
+        throw new EmbshardError('ID_OUT_OF_RANGE', `batches[${rank}] feature '${f}': id ${badId} is outside table '${t.name}' (${t.rows} rows)`);
+      }
+      return a;
+    });
+    return { features, all: features.length === 1 ? features[0]! : concatSorted(features), batchSize: batch.batchSize, weighted: batch.weights !== undefined };
+  });
+}
+
+/** Exact traffic of one step: `batches[r]` is rank r's local batch. */
+export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[]): TrafficReport {
+  const topo = plan.topology;
+  const W = topo.worldSize, rpn = topo.ranksPerNode, nodes = W / rpn;
+  if (!Array.isArray(batches) || batches.length !== W)
+    throw new EmbshardError('INVALID_ARGUMENT', `batches must hold one local batch per rank (${W}); got ${Array.isArray(batches) ? batches.length : typeof batches}`);
+  const ids = batches.map((b, r) => collect(plan, b, r));
+  const load = new Load(topo);
+  const fw = DTYPE_BYTES[plan.wire.forward], bw = DTYPE_BYTES[plan.wire.backward];
+  plan.tables.forEach((t, ti) => measureTable(t, plan.layouts[ti]!, ids.map((x) => x[ti]!), load, W, rpn, nodes, fw, bw));
+  const perRank = Array.from({ length: W }, (_, r) => load.counters(r));
+  const totals = { forward: { intra: 0, inter: 0 }, backward: { intra: 0, inter: 0 }, local: 0 };
+  for (const c of perRank) {
+    totals.forward.intra += c.forward.sentIntra;
+    totals.forward.inter += c.forward.sentInter;
+    totals.backward.intra += c.backward.sentIntra;
+    totals.backward.inter += c.backward.sentInter;
+    totals.local += c.forward.local + c.backward.local;
+  }
+  return { perRank, load, totals };
+}
+
+function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load, W: number, rpn: number, nodes: number, fw: number, bw: number): void {
+  const dim = t.dim;
+  const rowGrad = ID_BYTES + dim * bw;
+  if (l.cluster === 'dp') {
+    const z = new Float64Array(W);
+    for (let r = 0; r < W; r++) z[r] = distinct(ids[r]!.all, 0, ids[r]!.all.length) * rowGrad;
+    load.allToOne(SYNC, z, true, true);
+    const U = uniqueOf(concatSorted(ids.map((x) => uniqueOf(x.all)))).length;
+    for (let r = 0; r < W; r++) addFullRowHbm(t, r, ids[r]!.all.length, U, load);
+    return;
+  }
+  const R = l.tiers.replicated, Nn = l.tiers.node, te = R + Nn;
+  if (R > 0) {
+    const z = new Float64Array(W);
+    const uniq: Float64Array[] = [];
+    for (let r = 0; r < W; r++) {
+      const a = ids[r]!.all, e = lowerBound(a, R);
+      z[r] = distinct(a, 0, e) * rowGrad;
+      uniq.push(uniqueOf(a, 0, e));
+    }
+    load.allToOne(SYNC, z, true, true);
+    const U = uniqueOf(concatSorted(uniq)).length;
+    for (let r = 0; r < W; r++) addFullRowHbm(t, r, lowerBound(ids[r]!.all, R), U, load);
+  }
+  if (Nn > 0) {
+    const nodeUniq: Float64Array[][] = Array.from({ length: nodes }, () => []);
+    for (let r = 0; r < W; r++) {
+      const a = ids[r]!.all;
+      const u = uniqueOf(a, lowerBound(a, R), lowerBound(a, te));
+      nodeUniq[Math.floor(r / rpn)]!.push(u);
+      const cnt = new Float64Array(rpn);
+      for (let i = 0; i < u.length; i++) cnt[(u[i]! - R) % rpn]++;
+      const base = Math.floor(r / rpn) * rpn;
+      for (let j = 0; j < rpn; j++) {
+        if (cnt[j] === 0) continue;
+        const d = base + j;
+        load.msg(FWD_IN, r, d, cnt[j]! * ID_BYTES);
+        load.msg(FWD_OUT, d, r, cnt[j]! * dim * fw);
+        load.msg(BWD, r, d, cnt[j]! * dim * bw);
+        addFullRowHbm(t, d, cnt[j]!, 0, load);
+      }
+    }
+    // node replicas: the owner of local slot j in node n all-gathers its node's distinct rows to its peers
+    const perNode: Float64Array[] = [];
+    for (let n = 0; n < nodes; n++) {
+      const u = uniqueOf(concatSorted(nodeUniq[n]!));
+      perNode.push(u);
+      const cnt = new Float64Array(rpn);
+      for (let i = 0; i < u.length; i++) cnt[(u[i]! - R) % rpn]++;
+      for (let j = 0; j < rpn; j++)
+        for (let m = 0; m < nodes; m++) if (m !== n) load.msg(SYNC, n * rpn + j, m * rpn + j, cnt[j]! * rowGrad);
+    }
+    const all = uniqueOf(concatSorted(perNode));
+    const cntAll = new Float64Array(rpn);
+    for (let i = 0; i < all.length; i++) cntAll[(all[i]! - R) % rpn]++;
+    for (let r = 0; r < W; r++) addFullRowHbm(t, r, 0, cntAll[r % rpn]!, load);
+  }
+  if (l.groups.length === 0) return;
+
+  const G = l.groups.length;
+  const holders = l.groups.map(groupHolders);
+  const pooled = t.pooling !== 'none';
+  // global distinct rows per group (backward updates) and lookups per shard
+  const allUniq = uniqueOf(concatSorted(ids.map((x) => uniqueOf(x.all, lowerBound(x.all, te)))));
+  const lookups = new Float64Array(G);
+  for (let r = 0; r < W; r++) {
+    const x = ids[r]!;
+    const B = x.batchSize;
+    if (l.cluster === 'rb') {
+      const wb = x.weighted ? WEIGHT_BYTES : 0;
+      for (const a of x.features) {
+        let i = lowerBound(a, te);
+        for (let g = 0; g < G; g++) {
+          const end = l.groups[g]!.b;
+          const s = i;
+          while (i < a.length && a[i]! < end) i++;
+          const n = i - s;
+          lookups[g] += n;
+          const h = holders[g]!;
+          const inBytes = B * LENGTH_BYTES + n * (ID_BYTES + wb);
+          const rowsOut = pooled ? B : n;
+          for (let k = 0; k < h.ranks.length; k++) {
+            const d = h.ranks[k]!, c = h.cols[k]!;
+            load.msg(FWD_IN, r, d, inBytes);
+            load.msg(FWD_OUT, d, r, rowsOut * c * fw);
+            load.msg(BWD, r, d, rowsOut * c * bw);
+          }
+        }
+      }
+    } else {
+      const a = x.all;
+      let i = lowerBound(a, te);
+      for (let g = 0; g < G; g++) {
+        const end = l.groups[g]!.b;
+        let u = 0, prev = NaN;
+        while (i < a.length && a[i]! < end) {
+          if (a[i] !== prev) {
+            u++;
+            prev = a[i]!;
+          }
+          i++;
+        }
+        if (u === 0) continue;
+        lookups[g] += u;
+        const h = holders[g]!;
+        for (let k = 0; k < h.ranks.length; k++) {
+          const d = h.ranks[k]!, c = h.cols[k]!;
+          load.msg(FWD_IN, r, d, u * ID_BYTES);
+          load.msg(FWD_OUT, d, r, u * c * fw);
+          load.msg(BWD, r, d, u * c * bw);
+        }
+      }
+    }
+  }
+  let i = 0;
+  for (let g = 0; g < G; g++) {
+    const { a, b, shards } = l.groups[g]!;
+    i = lowerBound(allUniq, a, i);
+    const e = lowerBound(allUniq, b, i);
+    addShardHbm(t, shards, lookups[g]!, e - i, load);
+    i = e;
+  }
+}

@@ -1,0 +1,62 @@
+// generator.ts — seeded batch generators: one local JaggedBatch per rank for a workload, ids drawn from each
+// table's Zipf access model (lib/workloads/zipf.ts), bag sizes from the workload's bag laws. The same
+// (seed, step, rank) always gives the same batch.
+import { JaggedBatch } from '../batch.js';
+import { EmbshardError } from '../errors.js';
+import { Rng } from './rng.js';
+import type { Workload } from './presets.js';
+import { ZipfSampler } from './zipf.js';
+
+export interface GenerateOptions {
+  /** local batch size of each rank */
+  batchSize: number;
+  seed?: number;
+  /** iteration number (a separate stream per step) */
+  step?: number;
+  /** id array type (default Int32Array; 'int64' gives BigInt64Array) */
+  idType?: 'int32' | 'int64';
+}
+
+/** Rank `rank`'s local batch of one step. */
+export function generateBatch(w: Workload, rank: number, opts: GenerateOptions): JaggedBatch {
+  const B = opts.batchSize;
+  if (!Number.isSafeInteger(B) || B <= 0) throw new EmbshardError('INVALID_SIZE', `batchSize must be a positive integer (got ${B})`);
+  const seed = opts.seed ?? 0, step = opts.step ?? 0;
+  const rng = new Rng(seed, step * 1_000_003 + rank);
+  const features: string[] = [];
+  const samplers: ZipfSampler[] = [];
+  for (const t of w.tables) {
+    const s = new ZipfSampler(t.rows, t.access?.zipf ?? 0);
+    for (const f of t.features ?? [t.name]) {
+      features.push(f);
+      samplers.push(s);
+    }
+  }
+  const F = features.length;
+  const lengths = new Int32Array(F * B);
+  let total = 0;
+  for (let f = 0; f < F; f++) {
+    const bag = w.bags[features[f]!];
+    if (!bag) throw new EmbshardError('INVALID_CONFIG', `workload '${w.name}' has no bag law for feature '${features[f]}'`);
+    for (let b = 0; b < B; b++) {
+      const n = bag.kind === 'fixed' ? bag.n : rng.int(1, Math.max(1, 2 * bag.mean - 1));
+      lengths[f * B + b] = n;
+      total += n;
+    }
+  }
+  const ids32 = new Int32Array(total);
+  let o = 0;
+  for (let f = 0; f < F; f++) {
+    let n = 0;
+    for (let b = 0; b < B; b++) n += lengths[f * B + b]!;
+    samplers[f]!.fill(rng, ids32, o, n);
+    o += n;
+  }
+  const ids = opts.idType === 'int64' ? BigInt64Array.from(ids32, (x) => BigInt(x)) : ids32;
+  return JaggedBatch.fromLengths({ features, batchSize: B, lengths, ids });
+}
+
+/** One local batch per rank for `worldSize` ranks. */
+export function generateBatches(w: Workload, worldSize: number, opts: GenerateOptions): JaggedBatch[] {
+  return Array.from({ length: worldSize }, (_, r) => generateBatch(w, r, opts));
+}
