@@ -29,14 +29,14 @@ const char* kind_name(int k) {
 
 std::mutex g_init_mu;
 bool g_initialized_here = false;
-std::atomic<bool> g_any_broken{false};
+std::atomic<bool> g_abandoned{false};  // a request was left pending at a deadline
 
-// Finalises MPI at exit unless a collective was abandoned (finalising then could wait forever on a
-// dead peer); mpirun reports the unfinalised exit, which is the truth.
+// Finalises MPI at exit unless a request was abandoned at a deadline (finalising then could wait for
+// ever on a dead peer); mpirun then reports the unfinalised exit, which is the truth.
 void finalize_at_exit() {
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && !g_any_broken.load()) MPI_Finalize();
+  if (!fin && !g_abandoned.load()) MPI_Finalize();
 }
 
 std::string mpi_error_string(int code) {
@@ -124,7 +124,6 @@ void MpiGroup::check_usable() const {
 
 void MpiGroup::abort(const std::string& why) {
   if (!broken_.exchange(true)) why_ = why;
-  g_any_broken.store(true);
 }
 
 void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
@@ -146,6 +145,7 @@ void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
     if (now >= d.at) {
       std::string msg = format("rank %d: %s timed out after %.0f ms (a peer died, stalled or called another collective)",
                                rank_, what, d.ms);
+      g_abandoned.store(true);
       abort(msg);
       throw Error("COMM_TIMEOUT", msg);
     }
@@ -236,15 +236,16 @@ void MpiGroup::raw_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, c
 
 void MpiGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) {
   check_usable();
+  // The same 4-wide signature as every other collective, carrying this rank's byte count.
   const uint64_t seq = ++seq_;
-  int64_t mine[3] = {kGatherCounts, static_cast<int64_t>(seq), bytes};
-  std::vector<int64_t> all(static_cast<size_t>(size_) * 3);
+  int64_t mine[4] = {kGatherCounts, static_cast<int64_t>(seq), bytes, 0};
+  std::vector<int64_t> all(static_cast<size_t>(size_) * 4);
   MPI_Request req;
-  int rc = MPI_Iallgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm_, &req);
+  int rc = MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req);
   if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allGather counts: %s", rank_, mpi_error_string(rc).c_str());
   wait(req, d, "allGather (count exchange)");
   for (int p = 0; p < size_; ++p) {
-    const int64_t* s = &all[static_cast<size_t>(p) * 3];
+    const int64_t* s = &all[static_cast<size_t>(p) * 4];
     if (s[0] != kGatherCounts || s[1] != static_cast<int64_t>(seq)) {
       std::string msg = format("mismatched collectives: rank %d called allGather #%llu, rank %d called %s #%lld", rank_,
                                static_cast<unsigned long long>(seq), p, kind_name(static_cast<int>(s[0])),

@@ -1,0 +1,44 @@
+// The MPI process group under mpirun -np 2 and -np 4: every collective against closed-form results,
+// mismatched calls, byte counters (one node and two modelled nodes), and a rank killed mid-run.
+import { describe, it, expect, beforeAll } from 'vitest';
+import { compileTs, mpiSuitesRun, mpirun } from './mpi-harness.js';
+
+const run = mpiSuitesRun();
+
+describe.runIf(run)('MPI process group (mpirun)', () => {
+  beforeAll(() => compileTs());
+
+  for (const np of [2, 4]) {
+    it(`every collective is exact on ${np} ranks`, async () => {
+      const r = await mpirun(np, 'test/dist/mpi/collectives.mjs');
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: np }, (_, i) => i));
+      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np, ranksPerNode: np, mismatch: 'COMM_FAILED' });
+    });
+  }
+
+  it('counts intra- and inter-node bytes with two modelled nodes (EMBSHARD_RANKS_PER_NODE=2, 4 ranks)', async () => {
+    const r = await mpirun(4, 'test/dist/mpi/collectives.mjs', [], { env: { EMBSHARD_RANKS_PER_NODE: '2' } });
+    expect(r.code, r.stderr + r.stdout).toBe(0);
+    expect(r.lines).toHaveLength(4);
+    for (const l of r.lines) expect(l).toMatchObject({ ok: true, ranksPerNode: 2 });
+  });
+
+  for (const np of [2, 4]) {
+    it(`a rank killed mid-run makes the ${np - 1} survivor(s) fail within the timeout (${np} ranks)`, async () => {
+      const timeoutMs = 2000;
+      const t0 = Date.now();
+      const r = await mpirun(np, 'test/dist/mpi/kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
+      expect(Date.now() - t0).toBeLessThan(30_000);
+      const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
+      expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual(Array.from({ length: np - 1 }, (_, i) => i));
+      for (const l of survivors) {
+        expect(['COMM_TIMEOUT', 'COMM_FAILED']).toContain(l.code);
+        expect(l.step).toBe(3);
+        expect(l.message).toMatch(/rank \d/);
+        // failed within the timeout of the collective that hung (plus the steps before it)
+        expect(l.waitedMs as number).toBeLessThan(timeoutMs + 5000);
+      }
+    });
+  }
+});
