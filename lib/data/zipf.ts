@@ -6,8 +6,9 @@
 //   X = (N+1)^u                                     (α = 1)
 // and the rank is r = ⌊X⌋ − 1 ∈ [0, N): rank 0 is the hottest. So, exactly,
 //   P(r) = (G(r+2) − G(r+1)) / (G(N+1) − G(1)),  G(x) = x^(1−α)  (ln x when α = 1),
-// which is within a few percent of the discrete Zipf law r ↦ (r+1)^-α / H(N, α) for the head ranks and
-// converges to it down the tail. α = 0 is uniform.
+// a power law that decays like the discrete Zipf law r ↦ (r+1)^-α / H(N, α) (the ratio of neighbouring
+// ranks converges to ((r+1)/(r+2))^α down the tail) but with a flatter head, since rank r takes the mass of
+// the interval [r+1, r+2). α = 0 is uniform.
 //
 // Ranks are then scattered over ids by an affine bijection of [0, N): id = (a·r + c) mod N with
 // gcd(a, N) = 1, a ≈ 0.618·N (so consecutive hot ranks land far apart), c a seeded offset; the product
