@@ -1,0 +1,154 @@
+// criteo-npy.test.ts — the .npy codec and torchrec's binary Criteo day layout: files written by NumPy
+// itself (fixture from make_npy_fixture.py) read back to their closed-form values, our encoder
+// byte-identical to NumPy's, day-spanning batches with floor-mod hashing, rank row ranges against a
+// naive split, synthetic → npy → batches round trip, corrupt files rejected.
+import { describe, it, expect } from 'vitest';
+import { mkdtempSync, readFileSync, writeFileSync, copyFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { NpyFile, encodeNpy, parseNpyHeader } from '../../lib/data/npy.js';
+import { CriteoNpySource, dayFiles, rankRowRange, writeCriteoNpyDay } from '../../lib/data/criteo-npy.js';
+import { SyntheticSource } from '../../lib/data/synthetic.js';
+import { workerSource } from '../../lib/data/worker-source.js';
+import { isEmbshardError } from '../../lib/errors.js';
+import type { Batch } from '../../lib/data/types.js';
+
+const DIR = fileURLToPath(new URL('../fixtures/data/npy/', import.meta.url));
+const N = 12; // day 0: 7 rows, day 1: 5 rows
+
+// the fixture's closed form (see make_npy_fixture.py)
+const denseAt = (g: number, j: number): number => Math.fround(Math.log(g + j + 3));
+const sparseAt = (g: number, f: number): number => Number((BigInt(g) * 7919n + BigInt(f) * 104729n) % 2n ** 32n - 2n ** 31n);
+const labelAt = (g: number): number => ((g * 5 + 1) % 3 === 0 ? 1 : 0);
+const floorMod = (v: number, m: number): number => ((v % m) + m) % m;
+
+async function collect(src: AsyncIterable<Batch>): Promise<Batch[]> {
+  const out: Batch[] = [];
+  for await (const b of src) out.push(b);
+  return out;
+}
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+    return 'no error';
+  } catch (e) {
+    expect(isEmbshardError(e)).toBe(true);
+    return `${(e as { code: string }).code}: ${(e as Error).message}`;
+  }
+}
+
+describe('.npy codec', () => {
+  it('reads NumPy-written files: header, shape and every value', async () => {
+    const f = await NpyFile.open(join(DIR, 'day_0_sparse.npy'));
+    expect(f.header.dtype).toBe('<i4');
+    expect(f.header.shape).toEqual([7, 26]);
+    expect(f.header.dataOffset).toBe(128);
+    const rows = (await f.readRows(2, 4)) as Int32Array;
+    await f.close();
+    expect(rows).toBeInstanceOf(Int32Array);
+    for (let i = 0; i < 4; i++) for (let c = 0; c < 26; c++) expect(rows[i * 26 + c]).toBe(sparseAt(i + 2, c));
+    const d = await NpyFile.open(join(DIR, 'day_1_dense.npy'));
+    const dv = (await d.readRows(0, 5)) as Float32Array;
+    await d.close();
+    for (let i = 0; i < 5; i++) for (let j = 0; j < 13; j++) expect(dv[i * 13 + j]).toBeCloseTo(denseAt(7 + i, j), 6);
+  });
+
+  it('encodes byte-for-byte as NumPy does', async () => {
+    for (const name of ['day_0_sparse.npy', 'day_1_dense.npy', 'day_0_labels.npy']) {
+      const f = await NpyFile.open(join(DIR, name));
+      const all = await f.readRows(0, f.rows);
+      const shape = f.header.shape;
+      await f.close();
+      expect(Buffer.from(encodeNpy(all, shape)).equals(readFileSync(join(DIR, name)))).toBe(true);
+    }
+  });
+
+  it('rejects corrupt, truncated and Fortran-ordered files', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const good = readFileSync(join(DIR, 'day_0_dense.npy'));
+    writeFileSync(join(dir, 'magic.npy'), Buffer.concat([Buffer.from('XX'), good.subarray(2)]));
+    writeFileSync(join(dir, 'short.npy'), good.subarray(0, good.length - 4));
+    writeFileSync(join(dir, 'fortran.npy'), Buffer.from(good.toString('latin1').replace("'fortran_order': False", "'fortran_order': True "), 'latin1'));
+    expect(await codeOf(NpyFile.open(join(dir, 'magic.npy')))).toMatch(/^INVALID_ARGUMENT: .*bad magic/);
+    expect(await codeOf(NpyFile.open(join(dir, 'short.npy')))).toMatch(/^INVALID_ARGUMENT: .*truncated/);
+    expect(await codeOf(NpyFile.open(join(dir, 'fortran.npy')))).toMatch(/^INVALID_ARGUMENT: .*fortran_order/);
+    expect(await codeOf(NpyFile.open(join(dir, 'missing.npy')))).toMatch(/^IO_ERROR/);
+    expect(() => parseNpyHeader(new Uint8Array(4), 'x')).toThrow(/bad magic/);
+  });
+});
+
+describe('torchrec binary Criteo days', () => {
+  it('batches span days, hash with floor-mod, convert labels, keep dense as stored', async () => {
+    const hashes = Array.from({ length: 26 }, (_, f) => 1000 + 13 * f);
+    const src = await new CriteoNpySource({ dir: DIR, days: [0, 1], batchSize: 5, hashes }).open();
+    expect(src.numDense).toBe(13);
+    expect(src.features).toHaveLength(26);
+    expect(src.numBatches).toBe(3);
+    const batches = await collect(src);
+    expect(batches.map((b) => b.size)).toEqual([5, 5, 2]);
+    let g = 0;
+    for (const b of batches) {
+      for (let i = 0; i < b.size; i++, g++) {
+        expect(b.labels[i]).toBe(labelAt(g));
+        for (let j = 0; j < 13; j++) expect(b.dense[i * 13 + j]).toBeCloseTo(denseAt(g, j), 6);
+        for (let f = 0; f < 26; f++) expect(b.sparse.ids[f * b.size + i]).toBe(floorMod(sparseAt(g, f), hashes[f]!));
+      }
+      expect(Array.from(b.sparse.lengths).every((l) => l === 1)).toBe(true);
+    }
+    expect(g).toBe(N);
+  });
+
+  it('splits rows across ranks as torchrec does (first N mod W ranks take one more)', async () => {
+    for (const [total, W] of [[12, 5], [12, 4], [7, 3], [3, 5]] as const) {
+      // naive: deal rows out in contiguous runs of sizes ⌈⌉/⌊⌋
+      let next = 0;
+      for (let r = 0; r < W; r++) {
+        const size = Math.floor(total / W) + (r < total % W ? 1 : 0);
+        expect(rankRowRange(total, r, W)).toEqual([next, next + size]);
+        next += size;
+      }
+      expect(next).toBe(total);
+    }
+    const hashes = Array.from({ length: 26 }, () => 97);
+    const r1 = await collect(new CriteoNpySource({ dir: DIR, days: [0, 1], batchSize: 2, hashes, rank: 1, worldSize: 5 }));
+    expect(r1.map((b) => b.size)).toEqual([2, 1]); // rows 3, 4, 5
+    expect(Array.from(r1[1]!.labels)).toEqual([labelAt(5)]);
+    expect(r1[1]!.sparse.ids[0]).toBe(floorMod(sparseAt(5, 0), 97));
+  });
+
+  it('refuses negative values without hashes, mismatched days and bad options', async () => {
+    const src = new CriteoNpySource({ dir: DIR, days: [0], batchSize: 4 });
+    expect(await codeOf(collect(src))).toMatch(/^ID_OUT_OF_RANGE: .*hashes/);
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const f = dayFiles(dir, 0), f0 = dayFiles(DIR, 0), f1 = dayFiles(DIR, 1);
+    copyFileSync(f0.dense, f.dense);
+    copyFileSync(f0.sparse, f.sparse);
+    copyFileSync(f1.labels, f.labels); // 5 labels for 7 rows
+    expect(await codeOf(new CriteoNpySource({ dir, days: [0], batchSize: 4 }).open())).toMatch(/^INVALID_ARGUMENT: day 0: .*7, 7, 5 rows/);
+    expect(await codeOf(new CriteoNpySource({ dir: DIR, days: [0], batchSize: 4, hashes: [1, 2] }).open())).toMatch(/^LENGTH_MISMATCH: hashes/);
+    expect(await codeOf((async () => new CriteoNpySource({ dir: DIR, days: [], batchSize: 4 }))())).toMatch(/^INVALID_ARGUMENT: .*days/);
+    expect(await codeOf((async () => new CriteoNpySource({ dir: DIR, days: [0], batchSize: 4, rank: 3, worldSize: 2 }))())).toMatch(/rank 3/);
+  });
+
+  it('round-trips synthetic one-hot batches through the writer, in this thread and in a worker', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const syn = new SyntheticSource({ batchSize: 32, numBatches: 3, maxRows: 5000, seed: 8 });
+    const orig = await collect(syn);
+    expect(await writeCriteoNpyDay(dir, 3, orig)).toEqual({ rows: 96 });
+    const opts = { dir, days: [3], batchSize: 32, hashes: syn.tableRows };
+    for (const back of [await collect(new CriteoNpySource(opts)), await collect(await workerSource({ kind: 'criteo-npy', options: opts }, { depth: 2 }))]) {
+      expect(back).toHaveLength(3);
+      back.forEach((b, k) => {
+        const o = orig[k]!;
+        expect(Array.from(b.dense)).toEqual(Array.from(o.dense));
+        expect(Array.from(b.labels)).toEqual(Array.from(o.labels));
+        expect(Array.from(b.sparse.lengths)).toEqual(Array.from(o.sparse.lengths));
+        expect(Array.from(b.sparse.ids)).toEqual(Array.from(o.sparse.ids));
+      });
+    }
+    const multi = new SyntheticSource({ batchSize: 4, preset: 'mlperf-dcnv2', maxRows: 100 }).batch(0);
+    expect(await codeOf(writeCriteoNpyDay(dir, 4, [multi]))).toMatch(/^INVALID_ARGUMENT: .*one-hot/);
+  });
+});
