@@ -1,0 +1,355 @@
+// planner.ts — planShards: EMBark-style greedy search over clusters and 3D shards. From each start (an
+// EMBark-style cluster assignment placed table-wise, and the best baseline under the cost model) it
+// repeatedly takes the most loaded rank and tries the moves that could unload it — move a shard, split a
+// row group (at half the rows or half the access mass) or a shard's columns, switch a table's cluster
+// (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the best move
+// that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's memory
+// limit, until no move helps. The result is never worse than the best baseline under the cost model.
+import { EmbshardError } from '../errors.js';
+import { accessModel } from './access.js';
+import { BASELINES, baselineLayouts, rowBlocks, tableWiseLayout, type BaselineName } from './baselines.js';
+import { COL_ALIGN, DTYPE_BYTES, MIN_SHARD_COLS } from './constants.js';
+import type { CostContext } from './cost-model.js';
+import { cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
+import { EFF_BWD, EFF_FWD, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
+import { ShardPlan } from './shard-plan.js';
+import { stageTimes, STAGES } from './simulator.js';
+import { better, PlanState, type Score } from './state.js';
+import { idsPerSample, normalizeTables, rowBytes, tableBytes } from './tables.js';
+import { normalizeTopology } from './topology.js';
+import type { Table, TableSpec, Topology, WireDtypes } from './types.js';
+
+/** HugeCTR's MLPerf configs make a table dp below DP_SHARDING_THRESHOLD = 0.008 GiB (one node) / 0.0125 GiB (multi-node). */
+export const DP_THRESHOLD_ONE_NODE = 0.008 * 2 ** 30;
+export const DP_THRESHOLD_MULTI_NODE = 0.0125 * 2 ** 30;
+
+export interface PlanOptions {
+  /** per-rank batch size */
+  batchSize: number;
+  wire?: Partial<WireDtypes>;
+  /** greedy steps per start (default 5000) */
+  maxIterations?: number;
+  /** wall-clock budget of the whole search in ms (default 8000) */
+  timeBudgetMs?: number;
+  /** allow hot-row tiers (default true) */
+  tiers?: boolean;
+  /** also start from the best baseline (default true) */
+  fromBaselines?: boolean;
+  meta?: Record<string, string>;
+}
+
+export interface BaselineReport {
+  name: BaselineName;
+  /** predicted embedding-stage seconds under the cost model, or null when it does not fit */
+  time: number | null;
+  reason?: string;
+  layouts?: TableLayout[];
+}
+
+export interface PlanReport {
+  plan: ShardPlan;
+  /** predicted embedding-stage seconds of the plan (cost model) */
+  time: number;
+  baselines: BaselineReport[];
+  start: string;
+  iterations: number;
+  elapsedMs: number;
+}
+
+/** Throws PLAN_INFEASIBLE when the tables cannot fit, naming the table and the shortfall in bytes. */
+export function checkFeasible(tables: readonly Table[], topo: Topology): void {
+  const lim = topo.memoryLimitBytes, W = topo.worldSize;
+  for (const t of tables) {
+    const rb = rowBytes(t, t.dim);
+    if (rb > lim) throw new EmbshardError('PLAN_INFEASIBLE', `table '${t.name}': one row needs ${rb} bytes, more than a rank's limit of ${lim} bytes; short by ${rb - lim} bytes`, { table: t.name, shortfallBytes: rb - lim });
+  }
+  const sorted = tables.slice().sort((a, b) => tableBytes(b) - tableBytes(a));
+  const total = sorted.reduce((s, t) => s + tableBytes(t), 0);
+  const cap = lim * W;
+  if (total <= cap) return;
+  let cum = 0;
+  for (const t of sorted) {
+    cum += tableBytes(t);
+    if (cum > cap) {
+      const short = total - cap;
+      throw new EmbshardError(
+        'PLAN_INFEASIBLE',
+        `table '${t.name}' cannot be placed: the model needs ${total} bytes (tables + optimizer state) but ${W} ranks × ${Math.floor(lim)} bytes hold ${Math.floor(cap)}; short by ${Math.ceil(short)} bytes`,
+        { table: t.name, shortfallBytes: Math.ceil(short) },
+      );
+    }
+  }
+}
+
+/** EMBark-style start: small tables dp, low-hotness / sequence tables ub, the rest rb; placed table-wise on the least-loaded rank, row-split when a table fits on no single rank. */
+function embarkStart(st: PlanState): boolean {
+  const topo = st.ctx.topo;
+  const dpLimit = topo.worldSize > topo.ranksPerNode ? DP_THRESHOLD_MULTI_NODE : DP_THRESHOLD_ONE_NODE;
+  const order = st.tables.map((t, i) => ({ i, c: tableBytes(t) * idsPerSample(t) })).sort((a, b) => b.c - a.c);
+  for (const { i } of order) {
+    const t = st.tables[i]!;
+    if (tableBytes(t) <= dpLimit) {
+      const l: TableLayout = { cluster: 'dp', tiers: NO_TIERS, groups: [] };
+      if (st.fits(i, l)) {
+        st.set(i, l);
+        continue;
+      }
+    }
+    const cluster = t.pooling === 'none' || idsPerSample(t) <= 1 ? 'ub' : 'rb';
+    const per = st.perRank();
+    const ranks = Array.from({ length: st.W }, (_, r) => r).sort((x, y) => per[x]! - per[y]! || st.mem[x]! - st.mem[y]! || x - y);
+    let done = false;
+    for (const r of ranks) {
+      const l = { ...tableWiseLayout(t, r), cluster } as TableLayout;
+      if (st.fits(i, l)) {
+        st.set(i, l);
+        done = true;
+        break;
+      }
+    }
+    for (let k = 2; !done && k <= st.W; k *= 2) {
+      const byFree = Array.from({ length: st.W }, (_, r) => r).sort((x, y) => st.mem[x]! - st.mem[y]! || x - y).slice(0, Math.min(k, st.W));
+      const l: TableLayout = { cluster, tiers: NO_TIERS, groups: rowBlocks(0, t.rows, byFree, [0, t.dim]) };
+      if (st.fits(i, l)) {
+        st.set(i, l);
+        done = true;
+      }
+    }
+    if (!done) {
+      const l: TableLayout = { cluster, tiers: NO_TIERS, groups: rowBlocks(0, t.rows, Array.from({ length: st.W }, (_, r) => r), [0, t.dim]) };
+      if (!st.fits(i, l)) return false;
+      st.set(i, l);
+    }
+  }
+  return true;
+}
+
+/** Approximate time table ti puts on rank r (for choosing which tables to move). */
+function tableTimeOn(st: PlanState, ti: number, r: number): number {
+  const L = st.contrib[ti]!, topo = st.ctx.topo;
+  let t = (L.get(EFF_FWD, r) + L.get(EFF_BWD, r)) / topo.hbmBandwidth;
+  for (let p = 0; p < 4; p++) {
+    t += Math.max(L.get(metric(p, SENT_INTRA), r), L.get(metric(p, RECV_INTRA), r)) / topo.intraNodeBandwidth;
+    t += Math.max(L.get(metric(p, SENT_INTER), r), L.get(metric(p, RECV_INTER), r)) / topo.interNodeBandwidth;
+  }
+  return t;
+}
+
+/** Row where the access mass of [a, b) is halved (clamped inside the range). */
+function massMedian(t: Table, a: number, b: number): number {
+  const am = accessModel(t);
+  const half = am.mass(a, b) / 2;
+  let lo = a + 1, hi = b - 1;
+  while (lo < hi) {
+    const m = Math.floor((lo + hi) / 2);
+    if (am.mass(a, m) < half) lo = m + 1;
+    else hi = m;
+  }
+  return lo;
+}
+
+/** New tier layout: tiers (R, N), shards re-tiled to start at R + N. */
+function withTiers(l: TableLayout, R: number, N: number): TableLayout | undefined {
+  const end = R + N;
+  const out = cloneLayout(l);
+  out.tiers = { replicated: R, node: N };
+  out.groups = out.groups.filter((g) => g.b > end);
+  if (out.groups.length === 0) return undefined;
+  out.groups[0]!.a = Math.max(out.groups[0]!.a, end);
+  return out;
+}
+
+function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers: boolean): { ti: number; l: TableLayout }[] {
+  const topo = st.ctx.topo, W = st.W, rpn = topo.ranksPerNode;
+  const ascending = Array.from({ length: W }, (_, r) => r).sort((x, y) => per[x]! - per[y]! || x - y);
+  const Q: number[] = ascending.filter((r) => r !== rStar).slice(0, 3);
+  const nodeStart = Math.floor(rStar / rpn) * rpn;
+  const sameNode = ascending.find((r) => r !== rStar && r >= nodeStart && r < nodeStart + rpn);
+  if (sameNode !== undefined && !Q.includes(sameNode)) Q.push(sameNode);
+  // tables whose own placement loads rStar: a shard on it, a tier (on every rank), or dp (on every rank)
+  const holds = (l: TableLayout) => l.cluster === 'dp' || tierEnd(l) > 0 || l.groups.some((g) => g.shards.some((s) => s.rank === rStar));
+  const scored = st.tables
+    .map((_, ti) => ({ ti, s: holds(st.layouts[ti]!) ? tableTimeOn(st, ti, rStar) : 0 }))
+    .filter((x) => x.s > 0)
+    .sort((a, b) => b.s - a.s)
+    .slice(0, 6);
+  const out: { ti: number; l: TableLayout }[] = [];
+  for (const { ti } of scored) {
+    const t = st.tables[ti]!;
+    const l = st.layouts[ti]!;
+    if (l.cluster === 'dp') {
+      for (const q of Q.slice(0, 2)) out.push({ ti, l: { ...tableWiseLayout(t, q), cluster: 'ub' } });
+      continue;
+    }
+    const mine: { g: number; s: number; size: number }[] = [];
+    l.groups.forEach((g, gi) => g.shards.forEach((s, si) => s.rank === rStar && mine.push({ g: gi, s: si, size: (g.b - g.a) * (s.c1 - s.c0) })));
+    mine.sort((a, b) => b.size - a.size);
+    for (const { g: gi, s: si } of mine.slice(0, 2)) {
+      const g = l.groups[gi]!;
+      for (const q of Q) {
+        const c = cloneLayout(l);
+        c.groups[gi]!.shards[si]!.rank = q;
+        out.push({ ti, l: c });
+      }
+      if (g.b - g.a >= 2) {
+        const cuts = new Set([g.a + Math.floor((g.b - g.a) / 2), massMedian(t, g.a, g.b)]);
+        for (const cut of cuts)
+          for (const q of [Q[0]!, sameNode ?? Q[0]!].filter((x, k, arr) => arr.indexOf(x) === k)) {
+            const c = cloneLayout(l);
+            const lo = c.groups[gi]!;
+            const hi = { a: cut, b: lo.b, shards: lo.shards.map((s, k) => ({ ...s, rank: k === si ? q : s.rank })) };
+            lo.b = cut;
+            c.groups.splice(gi + 1, 0, hi);
+            out.push({ ti, l: c });
+          }
+      }
+      const s = g.shards[si]!;
+      const w = s.c1 - s.c0;
+      const half = Math.floor(w / 2 / COL_ALIGN) * COL_ALIGN;
+      if (half >= MIN_SHARD_COLS && w - half >= MIN_SHARD_COLS) {
+        const c = cloneLayout(l);
+        const sh = c.groups[gi]!.shards;
+        sh.splice(si + 1, 0, { c0: s.c0 + half, c1: s.c1, rank: Q[0]! });
+        sh[si]!.c1 = s.c0 + half;
+        out.push({ ti, l: c });
+      }
+    }
+    out.push({ ti, l: { ...cloneLayout(l), cluster: l.cluster === 'rb' ? 'ub' : 'rb' } });
+    if (tableBytes(t) <= topo.memoryLimitBytes * 0.05) out.push({ ti, l: { cluster: 'dp', tiers: NO_TIERS, groups: [] } });
+    const skewed = (t.access.zipf ?? 0) > 0 || t.access.top !== undefined;
+    if (allowTiers && skewed) {
+      const { replicated: R, node: N } = l.tiers;
+      const grow = (x: number) => (x === 0 ? 256 : x * 4);
+      const rest = t.rows - tierEnd(l);
+      if (grow(R) - R < rest) {
+        const c = withTiers(l, grow(R), N);
+        if (c) out.push({ ti, l: c });
+      }
+      if (topo.worldSize > rpn && grow(N) - N < rest) {
+        const c = withTiers(l, R, grow(N));
+        if (c) out.push({ ti, l: c });
+      }
+    }
+  }
+  return out;
+}
+
+/** The ranks to unload: the one with the largest per-rank time, then each stage's slowest rank. */
+function criticalRanks(st: PlanState, per: Float64Array): number[] {
+  const W = st.W;
+  const t = stageTimes(st.total, st.ctx.topo);
+  const out: number[] = [];
+  let top = 0;
+  for (let r = 1; r < W; r++) if (per[r]! > per[top]!) top = r;
+  out.push(top);
+  const stages = Array.from({ length: STAGES.length }, (_, k) => {
+    let m = 0;
+    for (let r = 1; r < W; r++) if (t[k * W + r]! > t[k * W + m]!) m = r;
+    return { r: m, v: t[k * W + m]! };
+  }).sort((a, b) => b.v - a.v);
+  for (const { r, v } of stages) if (v > 0 && !out.includes(r)) out.push(r);
+  return out;
+}
+
+/** Greedy improvement of `st` in place; returns the number of moves applied. */
+function improve(st: PlanState, maxIter: number, deadline: number, allowTiers: boolean): number {
+  let cur = st.score();
+  let it = 0;
+  for (; it < maxIter && Date.now() < deadline; it++) {
+    const per = cur.perRank;
+    let best: { ti: number; l: TableLayout; load: ReturnType<PlanState['loadOf']>; s: Score } | undefined;
+    for (const rStar of criticalRanks(st, per)) {
+      for (const c of candidates(st, rStar, per, allowTiers)) {
+        if (!st.fits(c.ti, c.l)) continue;
+        const load = st.loadOf(c.ti, c.l);
+        const s = st.trial(c.ti, load);
+        if (better(s, best ? best.s : cur)) best = { ...c, load, s };
+      }
+      if (best) break;
+    }
+    if (!best) break;
+    st.set(best.ti, best.l, best.load);
+    cur = st.score();
+  }
+  return it;
+}
+
+function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOptions): CostContext {
+  void tables;
+  const wire: WireDtypes = { forward: options.wire?.forward ?? 'fp32', backward: options.wire?.backward ?? 'fp32' };
+  if (!(wire.forward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.forward: must be fp32 | fp16 | bf16`);
+  if (!(wire.backward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.backward: must be fp32 | fp16 | bf16`);
+  return { topo: topology, batchSize: options.batchSize, wire };
+}
+
+/** Runs every baseline and reports its predicted time under the cost model. */
+export function runBaselines(tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): BaselineReport[] {
+  const tables = normalizeTables(tablesIn);
+  const topology = normalizeTopology(topologyIn);
+  const ctx = ctxOf(tables, topology, options);
+  return BASELINES.map((name) => {
+    const r = baselineLayouts(name, tables, ctx);
+    if (!r.ok) return { name, time: null, reason: r.reason };
+    const st = new PlanState(tables, ctx);
+    r.layouts.forEach((l, i) => st.set(i, l));
+    return { name, time: st.score().time, layouts: r.layouts };
+  });
+}
+
+/** planShards with the search report (baselines, start, iterations, time). */
+export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): PlanReport {
+  const t0 = Date.now();
+  const tables = normalizeTables(tablesIn);
+  const topology = normalizeTopology(topologyIn);
+  if (!Number.isSafeInteger(options.batchSize) || options.batchSize <= 0) throw new EmbshardError('INVALID_CONFIG', `batchSize: must be a positive integer (got ${options.batchSize})`);
+  checkFeasible(tables, topology);
+  const ctx = ctxOf(tables, topology, options);
+  const deadline = t0 + (options.timeBudgetMs ?? 8000);
+  const maxIter = options.maxIterations ?? 5000;
+  const allowTiers = options.tiers ?? true;
+  const baselines = options.fromBaselines === false ? [] : runBaselines(tables, topology, options);
+  const starts: { name: string; st: PlanState }[] = [];
+  const a = new PlanState(tables, ctx);
+  if (embarkStart(a)) starts.push({ name: 'embark', st: a });
+  const feasible = baselines.filter((b) => b.time !== null).sort((x, y) => x.time! - y.time!);
+  if (feasible.length > 0) {
+    const b = new PlanState(tables, ctx);
+    feasible[0]!.layouts!.forEach((l, i) => b.set(i, l));
+    starts.push({ name: feasible[0]!.name, st: b });
+  }
+  if (starts.length === 0) {
+    const reasons = baselines.map((b) => `${b.name}: ${b.reason}`).join('; ');
+    const total = tables.reduce((s, t) => s + tableBytes(t), 0);
+    const short = Math.max(0, total - topology.memoryLimitBytes * topology.worldSize);
+    const big = tables.slice().sort((x, y) => tableBytes(y) - tableBytes(x))[0]!;
+    throw new EmbshardError('PLAN_INFEASIBLE', `table '${big.name}' and the rest cannot be packed within ${topology.memoryLimitBytes} bytes per rank (short by ${short} bytes overall; ${reasons})`, { table: big.name, shortfallBytes: short });
+  }
+  let iterations = 0;
+  let best: { name: string; st: PlanState; s: Score } | undefined;
+  starts.forEach((s, k) => {
+    // split the remaining budget evenly over the starts still to run
+    const now = Date.now();
+    const share = now + (deadline - now) / (starts.length - k);
+    iterations += improve(s.st, maxIter, share, allowTiers);
+    const sc = s.st.score();
+    if (!best || better(sc, best.s)) best = { ...s, s: sc };
+  });
+  const chosen = best!;
+  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, chosen.st.complete(), ctx.wire, { planner: 'embshard', start: chosen.name, ...options.meta });
+  return { plan, time: chosen.s.time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: chosen.name, iterations, elapsedMs: Date.now() - t0 };
+}
+
+/** The EMBark-style planner: a validated ShardPlan for `tables` on `topology` (see the header). */
+export function planShards(tables: readonly TableSpec[] | readonly Table[], topology: Topology, options: PlanOptions): ShardPlan {
+  return planShardsReport(tables, topology, options).plan;
+}
+
+/** A baseline as a ShardPlan (INVALID... PLAN_INFEASIBLE when it does not fit). */
+export function baselinePlan(name: BaselineName, tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): ShardPlan {
+  const tables = normalizeTables(tablesIn);
+  const topology = normalizeTopology(topologyIn);
+  const ctx = ctxOf(tables, topology, options);
+  const r = baselineLayouts(name, tables, ctx);
+  if (!r.ok) throw new EmbshardError('PLAN_INFEASIBLE', `baseline ${name}: ${r.reason}`);
+  return ShardPlan.fromLayouts(topology, options.batchSize, tables, r.layouts, ctx.wire, { planner: name });
+}
