@@ -1,0 +1,308 @@
+// shard_ops.cc — bindings of the sharded runtime's per-id kernels (native/shard/kernels.h). They are
+// single linear passes over one step's ids, called synchronously on typed arrays in place; every size is
+// checked against the arrays before any memory is touched (INVALID_ARGUMENT / LENGTH_MISMATCH).
+#include <cstring>
+#include <string>
+
+#include "addon/errors.h"
+#include "addon/registry.h"
+#include "shard/kernels.h"
+
+namespace embshard::addon {
+namespace {
+
+using shard::Wire;
+
+[[noreturn]] void bad(Napi::Env env, const std::string& msg) { throw_error(env, "INVALID_ARGUMENT", msg); }
+
+int64_t int_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) bad(env, std::string(what) + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (d < 0 || d != static_cast<double>(static_cast<int64_t>(d))) bad(env, std::string(what) + " must be a non-negative integer");
+  return static_cast<int64_t>(d);
+}
+
+template <typename T>
+T* arr(Napi::Env env, const Napi::Value& v, napi_typedarray_type type, const char* what, int64_t need, bool nullable = false) {
+  if (nullable && (v.IsNull() || v.IsUndefined())) return nullptr;
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type) bad(env, std::string(what) + " has the wrong array type");
+  auto ta = v.As<Napi::TypedArray>();
+  if (static_cast<int64_t>(ta.ElementLength()) < need)
+    throw_error(env, "LENGTH_MISMATCH", format("%s holds %zu elements; %lld are needed", what, ta.ElementLength(), static_cast<long long>(need)));
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset());
+}
+
+Wire wire_arg(Napi::Env env, const Napi::Value& v) {
+  if (!v.IsString()) bad(env, "wire must be 'fp32' | 'fp16' | 'bf16'");
+  return shard::parse_wire(v.As<Napi::String>().Utf8Value().c_str());
+}
+
+// A wire buffer: Float32Array for fp32, Uint16Array for fp16 / bf16; returns the element pointer at `off`.
+void* wire_buf(Napi::Env env, const Napi::Value& v, Wire w, int64_t off, int64_t need, const char* what) {
+  if (w == Wire::F32) return arr<float>(env, v, napi_float32_array, what, off + need) + off;
+  return arr<uint16_t>(env, v, napi_uint16_array, what, off + need) + off;
+}
+
+template <typename T, typename A>
+A copy_out(Napi::Env env, const std::vector<T>& v) {
+  A a = A::New(env, v.size());
+  if (!v.empty()) std::memcpy(a.Data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
+// segment(ids, lengths[B], weights|null, bounds: Float64Array[S+1], what) -> { ids, pos, weights, lengths[S*B], counts[S] }
+Napi::Value Segment(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "segment: ids must be a typed array");
+    auto ids = info[0].As<Napi::TypedArray>();
+    IdType t;
+    switch (ids.TypedArrayType()) {
+      case napi_bigint64_array: t = IdType::I64; break;
+      case napi_int32_array: t = IdType::I32; break;
+      case napi_uint32_array: t = IdType::U32; break;
+      default: throw_error(env, "UNSUPPORTED_DTYPE", "ids must be a BigInt64Array, Int32Array or Uint32Array");
+    }
+    const int64_t n = static_cast<int64_t>(ids.ElementLength());
+    if (!info[1].IsTypedArray()) bad(env, "segment: lengths must be an Int32Array");
+    const int64_t B = static_cast<int64_t>(info[1].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = arr<int32_t>(env, info[1], napi_int32_array, "segment: lengths", B);
+    const float* weights = arr<float>(env, info[2], napi_float32_array, "segment: weights", n, true);
+    if (!info[3].IsTypedArray()) bad(env, "segment: bounds must be a Float64Array");
+    const int64_t nb = static_cast<int64_t>(info[3].As<Napi::TypedArray>().ElementLength());
+    if (nb < 2) bad(env, "segment: bounds needs at least 2 entries");
+    const double* bounds = arr<double>(env, info[3], napi_float64_array, "segment: bounds", nb);
+    std::string what = info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : std::string("ids");
+    for (int64_t b = 0; b < B; ++b)
+      if (lengths[b] < 0) throw_error(env, "NEGATIVE_LENGTH", format("%s: bag %lld has a negative length", what.c_str(), static_cast<long long>(b)));
+    const void* base = static_cast<uint8_t*>(ids.ArrayBuffer().Data()) + ids.ByteOffset();
+    shard::Segmented s;
+    shard::segment(base, t, n, lengths, B, weights, bounds, static_cast<int>(nb - 1), what.c_str(), s);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("ids", copy_out<int64_t, Napi::BigInt64Array>(env, s.ids));
+    o.Set("pos", copy_out<int32_t, Napi::Int32Array>(env, s.pos));
+    o.Set("weights", weights ? Napi::Value(copy_out<float, Napi::Float32Array>(env, s.weights)) : env.Null());
+    o.Set("lengths", copy_out<int32_t, Napi::Int32Array>(env, s.lengths));
+    std::vector<double> counts(s.counts.begin(), s.counts.end());
+    o.Set("counts", copy_out<double, Napi::Float64Array>(env, counts));
+    return o;
+  });
+}
+
+// unique(ids: BigInt64Array, m) -> { values, inverse, counts[m] }
+Napi::Value Unique(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "unique: ids must be a BigInt64Array");
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int64_t* ids = arr<int64_t>(env, info[0], napi_bigint64_array, "unique: ids", n);
+    const int64_t m = int_arg(env, info[1], "unique: m");
+    if (m < 1) bad(env, "unique: m must be >= 1");
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0) throw_error(env, "ID_OUT_OF_RANGE", format("unique: id %lld is negative", static_cast<long long>(ids[i])));
+    shard::Uniq u;
+    shard::unique(ids, n, m, u);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("values", copy_out<int64_t, Napi::BigInt64Array>(env, u.values));
+    o.Set("inverse", copy_out<int32_t, Napi::Int32Array>(env, u.inverse));
+    std::vector<double> counts(u.counts.begin(), u.counts.end());
+    o.Set("counts", copy_out<double, Napi::Float64Array>(env, counts));
+    return o;
+  });
+}
+
+// divideIds(src: BigInt64Array, m) -> BigInt64Array of src[k] / m
+Napi::Value DivideIds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "divideIds: src must be a BigInt64Array");
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int64_t* src = arr<int64_t>(env, info[0], napi_bigint64_array, "divideIds: src", n);
+    const int64_t m = int_arg(env, info[1], "divideIds: m");
+    if (m < 1) bad(env, "divideIds: m must be >= 1");
+    auto out = Napi::BigInt64Array::New(env, static_cast<size_t>(n));
+    shard::divide_ids(src, n, m, out.Data());
+    return out;
+  });
+}
+
+// pack(src: Float32Array, stride, idx: Int32Array|null, r0, nRows, c0, c1, wire, dst, dstOffset)
+Napi::Value Pack(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t stride = int_arg(env, info[1], "pack: stride");
+    const int64_t r0 = int_arg(env, info[3], "pack: r0"), nRows = int_arg(env, info[4], "pack: nRows");
+    const int64_t c0 = int_arg(env, info[5], "pack: c0"), c1 = int_arg(env, info[6], "pack: c1");
+    if (c1 < c0 || c1 > stride) bad(env, "pack: columns outside the matrix");
+    const int32_t* idx = arr<int32_t>(env, info[2], napi_int32_array, "pack: idx", nRows, true);
+    if (!info[0].IsTypedArray()) bad(env, "pack: src must be a Float32Array");
+    const int64_t srcLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const float* src = arr<float>(env, info[0], napi_float32_array, "pack: src", 0);
+    const int64_t srcRows = stride > 0 ? srcLen / stride : 0;
+    if (idx) {
+      for (int64_t r = 0; r < nRows; ++r)
+        if (idx[r] < 0 || idx[r] >= srcRows) bad(env, "pack: a row index is outside the source");
+    } else if (nRows > 0 && r0 + nRows > srcRows) {
+      throw_error(env, "LENGTH_MISMATCH", "pack: rows outside the source");
+    }
+    Wire w = wire_arg(env, info[7]);
+    void* dst = wire_buf(env, info[8], w, int_arg(env, info[9], "pack: dstOffset"), nRows * (c1 - c0), "pack: dst");
+    shard::pack(src, stride, idx, r0, nRows, c0, c1, w, dst);
+    return env.Undefined();
+  });
+}
+
+// unpack(src, srcOffset, wire, nRows, cols, dst: Float32Array, stride, idx|null, r0, col, add)
+Napi::Value Unpack(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    Wire w = wire_arg(env, info[2]);
+    const int64_t nRows = int_arg(env, info[3], "unpack: nRows"), cols = int_arg(env, info[4], "unpack: cols");
+    const void* src = wire_buf(env, info[0], w, int_arg(env, info[1], "unpack: srcOffset"), nRows * cols, "unpack: src");
+    const int64_t stride = int_arg(env, info[6], "unpack: stride");
+    const int64_t r0 = int_arg(env, info[8], "unpack: r0"), col = int_arg(env, info[9], "unpack: col");
+    if (col + cols > stride) bad(env, "unpack: columns outside the destination");
+    const int32_t* idx = arr<int32_t>(env, info[7], napi_int32_array, "unpack: idx", nRows, true);
+    if (!info[5].IsTypedArray()) bad(env, "unpack: dst must be a Float32Array");
+    const int64_t dstLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
+    float* dst = arr<float>(env, info[5], napi_float32_array, "unpack: dst", 0);
+    const int64_t dstRows = stride > 0 ? dstLen / stride : 0;
+    if (idx) {
+      for (int64_t r = 0; r < nRows; ++r)
+        if (idx[r] < 0 || idx[r] >= dstRows) bad(env, "unpack: a row index is outside the destination");
+    } else if (nRows > 0 && r0 + nRows > dstRows) {
+      throw_error(env, "LENGTH_MISMATCH", "unpack: rows outside the destination");
+    }
+    shard::unpack(src, w, nRows, cols, dst, stride, idx, r0, col, info[10].ToBoolean().Value());
+    return env.Undefined();
+  });
+}
+
+int64_t sum_lengths(Napi::Env env, const int32_t* lengths, int64_t B) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (lengths[b] < 0) throw_error(env, "NEGATIVE_LENGTH", "a bag has a negative length");
+    n += lengths[b];
+  }
+  return n;
+}
+
+void check_inverse(Napi::Env env, const int32_t* inverse, int64_t n, int64_t rows) {
+  for (int64_t i = 0; i < n; ++i)
+    if (inverse[i] < 0 || inverse[i] >= rows) bad(env, "an inverse index is outside the unique rows");
+}
+
+void check_rows(Napi::Env env, const int32_t* pos, int64_t n, int64_t rows) {
+  for (int64_t i = 0; i < n; ++i)
+    if (pos[i] < 0 || pos[i] >= rows) bad(env, "a sequence position is outside the output");
+}
+
+// poolUnique(rows: Float32Array, dim, inverse, lengths, weights|null, dst, stride, col, seqPos|null)
+Napi::Value PoolUnique(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t dim = int_arg(env, info[1], "poolUnique: dim");
+    if (!info[3].IsTypedArray() || !info[0].IsTypedArray() || !info[5].IsTypedArray()) bad(env, "poolUnique: arrays expected");
+    const int64_t B = static_cast<int64_t>(info[3].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = arr<int32_t>(env, info[3], napi_int32_array, "poolUnique: lengths", B);
+    const int64_t n = sum_lengths(env, lengths, B);
+    const int32_t* inverse = arr<int32_t>(env, info[2], napi_int32_array, "poolUnique: inverse", n);
+    const int64_t rowsLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const float* rows = arr<float>(env, info[0], napi_float32_array, "poolUnique: rows", 0);
+    check_inverse(env, inverse, n, dim > 0 ? rowsLen / dim : 0);
+    const float* weights = arr<float>(env, info[4], napi_float32_array, "poolUnique: weights", n, true);
+    const int64_t stride = int_arg(env, info[6], "poolUnique: stride"), col = int_arg(env, info[7], "poolUnique: col");
+    if (col + dim > stride) bad(env, "poolUnique: columns outside the destination");
+    const int32_t* seqPos = arr<int32_t>(env, info[8], napi_int32_array, "poolUnique: seqPos", n, true);
+    const int64_t dstLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
+    float* dst = arr<float>(env, info[5], napi_float32_array, "poolUnique: dst", 0);
+    if (seqPos) check_rows(env, seqPos, n, dstLen / stride);
+    else if (B * stride > dstLen) throw_error(env, "LENGTH_MISMATCH", "poolUnique: dst is smaller than B × stride");
+    shard::pool_unique(rows, dim, inverse, lengths, B, weights, dst, stride, col, seqPos);
+    return env.Undefined();
+  });
+}
+
+// gradUnique(grad, stride, col, dim, inverse, lengths, weights|null, fullLen|null, mean, seqPos|null, out)
+Napi::Value GradUnique(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t stride = int_arg(env, info[1], "gradUnique: stride"), col = int_arg(env, info[2], "gradUnique: col");
+    const int64_t dim = int_arg(env, info[3], "gradUnique: dim");
+    if (col + dim > stride) bad(env, "gradUnique: columns outside the gradient");
+    if (!info[5].IsTypedArray() || !info[0].IsTypedArray() || !info[10].IsTypedArray()) bad(env, "gradUnique: arrays expected");
+    const int64_t B = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = arr<int32_t>(env, info[5], napi_int32_array, "gradUnique: lengths", B);
+    const int64_t n = sum_lengths(env, lengths, B);
+    const int32_t* inverse = arr<int32_t>(env, info[4], napi_int32_array, "gradUnique: inverse", n);
+    const int64_t outLen = static_cast<int64_t>(info[10].As<Napi::TypedArray>().ElementLength());
+    float* out = arr<float>(env, info[10], napi_float32_array, "gradUnique: out", 0);
+    check_inverse(env, inverse, n, dim > 0 ? outLen / dim : 0);
+    const float* weights = arr<float>(env, info[6], napi_float32_array, "gradUnique: weights", n, true);
+    const int32_t* fullLen = arr<int32_t>(env, info[7], napi_int32_array, "gradUnique: fullLen", B, true);
+    const bool mean = info[8].ToBoolean().Value();
+    if (mean && !fullLen) bad(env, "gradUnique: mean pooling needs the full bag lengths");
+    const int32_t* seqPos = arr<int32_t>(env, info[9], napi_int32_array, "gradUnique: seqPos", n, true);
+    const int64_t gradLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const float* grad = arr<float>(env, info[0], napi_float32_array, "gradUnique: grad", 0);
+    if (seqPos) check_rows(env, seqPos, n, gradLen / stride);
+    else if (B * stride > gradLen) throw_error(env, "GRAD_SIZE_MISMATCH", "gradUnique: the gradient is smaller than B × stride");
+    shard::grad_unique(grad, stride, col, dim, inverse, lengths, B, weights, fullLen, mean, seqPos, out);
+    return env.Undefined();
+  });
+}
+
+// divideBags(m: Float32Array, stride, col, dim, lengths)
+Napi::Value DivideBags(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t stride = int_arg(env, info[1], "divideBags: stride"), col = int_arg(env, info[2], "divideBags: col");
+    const int64_t dim = int_arg(env, info[3], "divideBags: dim");
+    if (col + dim > stride) bad(env, "divideBags: columns outside the matrix");
+    if (!info[4].IsTypedArray()) bad(env, "divideBags: lengths must be an Int32Array");
+    const int64_t B = static_cast<int64_t>(info[4].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = arr<int32_t>(env, info[4], napi_int32_array, "divideBags: lengths", B);
+    float* m = arr<float>(env, info[0], napi_float32_array, "divideBags: m", B * stride);
+    shard::divide_bags(m, stride, col, dim, lengths, B);
+    return env.Undefined();
+  });
+}
+
+// initSlice(kind: 'uniform'|'normal'|'constant', a, b, seed, table, dim, r0, nRows, c0, c1, out: Float32Array)
+Napi::Value InitSlice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber()) bad(env, "initSlice: kind, a, b expected");
+    std::string k = info[0].As<Napi::String>().Utf8Value();
+    InitKind kind = k == "uniform" ? InitKind::Uniform : k == "normal" ? InitKind::Normal : k == "constant" ? InitKind::Constant
+                                                                                                          : (bad(env, "initSlice: unknown init kind"), InitKind::Constant);
+    const float a = info[1].As<Napi::Number>().FloatValue(), b = info[2].As<Napi::Number>().FloatValue();
+    const int64_t seed = int_arg(env, info[3], "initSlice: seed"), table = int_arg(env, info[4], "initSlice: table");
+    const int64_t dim = int_arg(env, info[5], "initSlice: dim"), r0 = int_arg(env, info[6], "initSlice: r0");
+    const int64_t nRows = int_arg(env, info[7], "initSlice: nRows");
+    const int64_t c0 = int_arg(env, info[8], "initSlice: c0"), c1 = int_arg(env, info[9], "initSlice: c1");
+    if (c1 < c0 || c1 > dim) bad(env, "initSlice: columns outside the table");
+    float* out = arr<float>(env, info[10], napi_float32_array, "initSlice: out", nRows * (c1 - c0));
+    shard::init_slice(kind, a, b, static_cast<uint64_t>(seed), static_cast<uint64_t>(table), dim, r0, nRows, c0, c1, out);
+    return env.Undefined();
+  });
+}
+
+void Init(Napi::Env env, Napi::Object exports) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("segment", Napi::Function::New(env, Segment, "segment"));
+  o.Set("unique", Napi::Function::New(env, Unique, "unique"));
+  o.Set("divideIds", Napi::Function::New(env, DivideIds, "divideIds"));
+  o.Set("pack", Napi::Function::New(env, Pack, "pack"));
+  o.Set("unpack", Napi::Function::New(env, Unpack, "unpack"));
+  o.Set("poolUnique", Napi::Function::New(env, PoolUnique, "poolUnique"));
+  o.Set("gradUnique", Napi::Function::New(env, GradUnique, "gradUnique"));
+  o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
+  o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
+  exports.Set("shard", o);
+}
+
+Part part("shard_ops", &Init);
+
+}  // namespace
+}  // namespace embshard::addon

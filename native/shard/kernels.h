@@ -1,0 +1,72 @@
+// kernels.h — the per-id work of the sharded runtime (lib/dist/sharded.ts), so the TypeScript side never
+// loops over ids or values: routing ids to row ranges, deduplication, packing rows into wire buffers
+// (fp32 / fp16 / bf16, core/half.h rounding) and unpacking them, pooling unique rows into bags and
+// reducing bag gradients onto unique rows. Every loop runs in a fixed order (deterministic).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/types.h"
+
+namespace embshard::shard {
+
+enum class Wire : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
+Wire parse_wire(const char* s);
+inline int wire_size(Wire w) { return w == Wire::F32 ? 4 : 2; }
+
+// Ids of one feature ([B] bags) split by the row ranges [bounds[s], bounds[s+1]): a stable counting sort.
+// Outputs ids relative to their range start, the original position of each, per-range bag lengths [S × B]
+// (range-major) and the count per range. ID_OUT_OF_RANGE names `what` when an id is outside [bounds[0], bounds[S]).
+struct Segmented {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> pos;
+  std::vector<float> weights;  // empty when the feature has no weights
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> counts;
+};
+void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
+             const double* bounds, int S, const char* what, Segmented& out);
+
+// Distinct values of `ids`, ordered by (v mod m, v) (m = 1: ascending), with the count per residue and
+// the index of every input id in the distinct list.
+struct Uniq {
+  std::vector<int64_t> values;
+  std::vector<int32_t> inverse;
+  std::vector<int64_t> counts;  // [m]
+};
+void unique(const int64_t* ids, int64_t n, int64_t m, Uniq& out);
+
+// dst[k] = src[k] / m (local rows of a tier held round-robin).
+void divide_ids(const int64_t* src, int64_t n, int64_t m, int64_t* dst);
+
+// Packs rows [r0, r0 + nRows) (or the rows listed in idx) × cols [c0, c1) of an fp32 matrix with
+// `stride` columns into a wire buffer (fp32, or fp16 / bf16 rounded to nearest even).
+void pack(const float* src, int64_t stride, const int32_t* idx, int64_t r0, int64_t nRows, int64_t c0, int64_t c1,
+          Wire w, void* dst);
+// The reverse, adding into (or overwriting) dst rows r0.. (or rows idx[]) at column offset `col`.
+void unpack(const void* src, Wire w, int64_t nRows, int64_t cols, float* dst, int64_t stride, const int32_t* idx, int64_t r0,
+            int64_t col, bool add);
+
+// Pools rows of a unique list into bags: for bag b, its ids i in order: dst[b*stride + col + c] += w_i *
+// rows[inverse[i]*dim + c]. With seq (pooling none) rows go to dst row pos[i] instead (no weights).
+void pool_unique(const float* rows, int64_t dim, const int32_t* inverse, const int32_t* lengths, int64_t B,
+                 const float* weights, float* dst, int64_t stride, int64_t col, const int32_t* seqPos);
+// Reduces bag gradients onto the unique list, ids in order: out[inverse[i]] += grad[b*stride + col..] *
+// w_i * (mean ? 1/len_b : 1) (full bag lengths in fullLen); with seqPos the gradient of id i is the row
+// grad[seqPos[i]] (no weights, no scale).
+void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, const int32_t* inverse,
+                 const int32_t* lengths, int64_t B, const float* weights, const int32_t* fullLen, bool mean,
+                 const int32_t* seqPos, float* out);
+
+// Divides every bag's columns [col, col + dim) by its length (mean pooling; empty bags stay zero).
+void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
+
+}  // namespace embshard::shard
+
+namespace embshard::shard {
+// The initial fp32 values of rows [r0, r0 + nRows) × cols [c0, c1) of table `table` (of width `dim`) of a
+// collection with `seed`: exactly what a single collection initialises there (core/init.h), so a shard
+// starts equal to its slice of the whole table.
+void init_slice(InitKind kind, float a, float b, uint64_t seed, uint64_t table, int64_t dim, int64_t r0, int64_t nRows,
+                int64_t c0, int64_t c1, float* out);
+}  // namespace embshard::shard
