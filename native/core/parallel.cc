@@ -55,7 +55,14 @@ class Pool {
  private:
   void start(int n) {
     quit_ = false;
-    for (int t = 1; t < n; ++t) workers_.emplace_back([this, t] { loop(t); });
+    // Each worker starts from the generation current now: a region opened before the thread gets to
+    // run must still be seen as new by it (reading generation_ inside the thread would miss it).
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      gen = generation_;
+    }
+    for (int t = 1; t < n; ++t) workers_.emplace_back([this, t, gen] { loop(t, gen); });
   }
   void stop() {
     {
@@ -67,12 +74,7 @@ class Pool {
     for (auto& w : workers_) w.join();
     workers_.clear();
   }
-  void loop(int t) {
-    uint64_t seen;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      seen = generation_;
-    }
+  void loop(int t, uint64_t seen) {
     for (;;) {
       const std::function<void(int)>* job;
       {
