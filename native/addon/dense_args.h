@@ -1,0 +1,53 @@
+// dense_args.h — argument readers shared by the dense bindings (dense_model.cc, dense_ops.cc): each
+// one checks the JS value and throws EmbshardError naming the field before anything is touched.
+#pragma once
+#include <napi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "addon/errors.h"
+
+namespace embshard::addon::dense_args {
+
+inline int64_t integer(Napi::Env env, Napi::Value v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", field + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    throw_error(env, "INVALID_SIZE", field + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + std::to_string(d) + ")");
+  return static_cast<int64_t>(d);
+}
+
+inline double number(Napi::Env env, Napi::Value v, const std::string& field) {
+  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", field + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d)) throw_error(env, "INVALID_ARGUMENT", field + " must be finite");
+  return d;
+}
+
+inline double number_or(Napi::Env env, Napi::Object o, const char* key, double dflt, const std::string& field) {
+  Napi::Value v = o.Get(key);
+  return v.IsUndefined() ? dflt : number(env, v, field);
+}
+
+inline std::vector<int64_t> widths(Napi::Env env, Napi::Value v, const std::string& field) {
+  if (!v.IsArray()) throw_error(env, "INVALID_CONFIG", field + " must be an array of layer widths");
+  Napi::Array a = v.As<Napi::Array>();
+  std::vector<int64_t> out;
+  for (uint32_t i = 0; i < a.Length(); ++i)
+    out.push_back(integer(env, a.Get(i), field + "[" + std::to_string(i) + "]", 1, 1 << 20));
+  return out;
+}
+
+// A Float32Array of exactly `n` elements (n < 0: any length).
+inline Napi::Float32Array f32(Napi::Env env, Napi::Value v, const std::string& field, int64_t n) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw_error(env, "INVALID_ARGUMENT", field + " must be a Float32Array");
+  Napi::Float32Array a = v.As<Napi::Float32Array>();
+  if (n >= 0 && static_cast<int64_t>(a.ElementLength()) != n)
+    throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.ElementLength()) + " elements; expected " + std::to_string(n));
+  return a;
+}
+
+}  // namespace embshard::addon::dense_args
