@@ -1,0 +1,136 @@
+// Planner and baselines: plan invariants as property tests over random models (every cell owned by exactly
+// one shard per replica group, memory limits held, ranks in range), the planner never worse than the best
+// baseline under its own cost model, and infeasible models.
+import { describe, expect, it } from 'vitest';
+import { BASELINES } from '../../lib/plan/baselines.js';
+import { estimatePlan } from '../../lib/plan/cost-model.js';
+import { baselinePlan, planShards, planShardsReport } from '../../lib/plan/planner.js';
+import type { PlanJSON, ShardPlan } from '../../lib/plan/shard-plan.js';
+import type { TableSpec, Topology } from '../../lib/plan/types.js';
+import { Rng } from '../../lib/workloads/rng.js';
+import { randomTables, smallTopology } from './helpers.js';
+
+const EL = { fp32: 4, fp16: 2, bf16: 2 } as const;
+const STATE = { sgd: [0, 0], adagrad: [4, 0], rowwise_adagrad: [0, 4], adam: [8, 0] } as const;
+
+/** Independent check of a plan's JSON: cell ownership per replica group, memory, ranks. */
+function checkInvariants(plan: ShardPlan): void {
+  const j: PlanJSON = plan.toJSON();
+  const W = j.topology.worldSize, rpn = j.topology.ranksPerNode;
+  const mem = new Float64Array(W);
+  for (const t of j.tables) {
+    const [se, sr] = STATE[t.optimizer!];
+    const row = (cols: number) => cols * (EL[t.dtype!] + se) + sr;
+    const R = t.tiers?.replicated ?? 0, N = t.tiers?.node ?? 0;
+    for (const s of t.shards) {
+      expect(Number.isInteger(s.rank) && s.rank >= 0 && s.rank < W).toBe(true);
+      mem[s.rank] += (s.rows[1] - s.rows[0]) * row(s.cols[1] - s.cols[0]);
+    }
+    if (t.cluster === 'dp') {
+      expect(t.shards).toHaveLength(0);
+      for (let r = 0; r < W; r++) mem[r] += t.rows * row(t.dim);
+      continue;
+    }
+    for (let r = 0; r < W; r++) {
+      mem[r] += R * row(t.dim);
+      for (let k = 0; k < N; k++) if (k % rpn === r % rpn) mem[r] += row(t.dim);
+    }
+    // every cell after the tiers: exactly one shard; tier cells: every rank (replicated) or one rank per node
+    for (let row_ = 0; row_ < t.rows; row_++)
+      for (let c = 0; c < t.dim; c++) {
+        const owners = t.shards.filter((s) => row_ >= s.rows[0] && row_ < s.rows[1] && c >= s.cols[0] && c < s.cols[1]).map((s) => s.rank);
+        if (row_ < R + N) expect(owners).toHaveLength(0);
+        else expect(owners, `${t.name}[${row_}, ${c}]`).toHaveLength(1);
+        const api = plan.ownersOf(t.name, row_, c);
+        if (row_ < R) expect(api).toEqual(Array.from({ length: W }, (_, r) => r));
+        else if (row_ < R + N) expect(api).toEqual(Array.from({ length: W / rpn }, (_, n) => n * rpn + ((row_ - R) % rpn)));
+        else expect(api).toEqual(owners);
+      }
+  }
+  for (let r = 0; r < W; r++) expect(mem[r]!, `rank ${r} memory`).toBeLessThanOrEqual(j.topology.memoryLimitBytes);
+  expect([...plan.memoryPerRank()]).toEqual([...mem].map((x) => expect.closeTo(x, 3)));
+}
+
+function randomCase(seed: number): { tables: TableSpec[]; topo: Topology; B: number } {
+  const rng = new Rng(seed);
+  const [W, rpn] = ([[2, 2], [4, 2], [8, 4], [16, 8], [8, 2]] as const)[seed % 5]!;
+  const tables = randomTables(rng, rng.int(2, 9), { maxRows: 80 });
+  let total = 0;
+  for (const t of tables) total += t.rows * t.dim * 16;
+  // between a tight and a loose memory limit
+  const topo = smallTopology(W, rpn, (total / W) * (1.3 + rng.float() * 3));
+  return { tables, topo: { ...topo, intraNodeBandwidth: 1e11 * (1 + rng.float()), interNodeBandwidth: 1e10 * (1 + rng.float()) }, B: rng.int(1, 64) };
+}
+
+describe('plan invariants over random models', () => {
+  it('hold for the planner and every baseline that fits (25 models)', () => {
+    let checked = 0;
+    for (let seed = 0; seed < 25; seed++) {
+      const { tables, topo, B } = randomCase(seed);
+      const plans: ShardPlan[] = [planShards(tables, topo, { batchSize: B, timeBudgetMs: 1500 })];
+      for (const b of BASELINES) {
+        try {
+          plans.push(baselinePlan(b, tables, topo, { batchSize: B }));
+        } catch (e) {
+          expect(e).toMatchObject({ code: 'PLAN_INFEASIBLE' });
+        }
+      }
+      for (const p of plans) checkInvariants(p);
+      checked += plans.length;
+    }
+    expect(checked).toBeGreaterThan(90);
+  });
+});
+
+describe('planShards', () => {
+  it('is never worse than the best baseline under its own cost model (40 models)', () => {
+    for (let seed = 100; seed < 140; seed++) {
+      const { tables, topo, B } = randomCase(seed);
+      const r = planShardsReport(tables, topo, { batchSize: B, timeBudgetMs: 1500 });
+      const times = r.baselines.filter((b) => b.time !== null).map((b) => b.time!);
+      expect(times.length).toBeGreaterThan(0);
+      expect(r.time).toBeLessThanOrEqual(Math.min(...times) * (1 + 1e-9));
+      // the incremental bookkeeping agrees with a fresh estimate of the final plan
+      expect(estimatePlan(r.plan).time).toBeCloseTo(r.time, 12);
+      for (const b of r.baselines) if (b.time !== null) expect(estimatePlan(baselinePlan(b.name, tables, topo, { batchSize: B })).time).toBeCloseTo(b.time, 12);
+    }
+  });
+
+  it('is deterministic', () => {
+    const { tables, topo, B } = randomCase(7);
+    const a = planShards(tables, topo, { batchSize: B, maxIterations: 200, timeBudgetMs: 60_000 });
+    const b = planShards(tables, topo, { batchSize: B, maxIterations: 200, timeBudgetMs: 60_000 });
+    expect(a.toJSON()).toEqual(b.toJSON());
+  });
+
+  it('raises PLAN_INFEASIBLE naming the table and the shortfall in bytes', () => {
+    const topo = smallTopology(2, 2, 1e6);
+    const tables: TableSpec[] = [
+      { name: 'small', rows: 100, dim: 64 },
+      { name: 'big', rows: 10_000, dim: 64 },
+    ];
+    // 10,000 × 64 × 4 + 100 × 64 × 4 = 2,585,600 bytes > 2 × 1e6: short by 585,600
+    let err: unknown;
+    try {
+      planShards(tables, topo, { batchSize: 4 });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toMatchObject({ code: 'PLAN_INFEASIBLE', details: { table: 'big', shortfallBytes: 585_600 } });
+    expect((err as Error).message).toContain("'big'");
+    expect((err as Error).message).toContain('585600');
+    // one row larger than a rank
+    expect(() => planShards([{ name: 'wide', rows: 2, dim: 65536, optimizer: 'adam' }], smallTopology(2, 2, 1e5), { batchSize: 1 })).toThrow(
+      expect.objectContaining({ code: 'PLAN_INFEASIBLE', message: expect.stringContaining("'wide'") }),
+    );
+    // just fits: planned within the limits
+    const ok = planShards([{ name: 'fits', rows: 7_000, dim: 64 }], topo, { batchSize: 4 });
+    expect(Math.max(...ok.memoryPerRank())).toBeLessThanOrEqual(1e6);
+  });
+
+  it('rejects a bad batch size and wire dtype', () => {
+    const topo = smallTopology(2, 2);
+    expect(() => planShards([{ name: 't', rows: 10, dim: 4 }], topo, { batchSize: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringContaining('batchSize') }));
+    expect(() => planShards([{ name: 't', rows: 10, dim: 4 }], topo, { batchSize: 1, wire: { forward: 'fp8' as never } })).toThrow(expect.objectContaining({ message: expect.stringContaining('wire.forward') }));
+  });
+});
