@@ -8,17 +8,22 @@
 // concatenated days (equal sizes, the first N mod W ranks one row more), batches of batchSize rows span
 // day boundaries, and with `hashes` each id becomes value mod hashes[f] (floored, as NumPy's %, so a
 // negative int32 value maps into [0, hashes[f])). Dense values are passed through as stored.
-// The one-hot layout only: MLPerf's multi-hot `day_{d}_sparse_multi_hot.npz` is not read.
+// Multi-hot (the MLPerf DLRM-DCNv2 dataset from torchrec's materialize_synthetic_multihot_dataset.py):
+//   day_{d}_sparse_multi_hot.npz   arrays '0' … '25', each int32 [N, h_f]   (h_f ids per bag of feature f)
+// replaces the sparse file (`multiHot: true`, or any sparse path ending in .npz); bags have h_f ids.
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { NpyFile, writeNpy } from './npy.js';
+import { NpzFile } from './npz.js';
 import { nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
 
 export interface CriteoNpyOptions {
   /** Folder holding day_{d}_{dense,sparse,labels}.npy (with `days`). */
   dir?: string | undefined;
+  /** With `dir`: read day_{d}_sparse_multi_hot.npz instead of day_{d}_sparse.npy. Default false. */
+  multiHot?: boolean | undefined;
   /** Days to read from `dir`, in order. */
   days?: readonly number[] | undefined;
   /** Or explicit file lists (same length, same order). */
@@ -46,10 +51,10 @@ export interface CriteoNpyConfig {
   features: string[] | null;
 }
 
-export function dayFiles(dir: string, day: number): { dense: string; sparse: string; labels: string } {
+export function dayFiles(dir: string, day: number, multiHot = false): { dense: string; sparse: string; labels: string } {
   return {
     dense: join(dir, `day_${day}_dense.npy`),
-    sparse: join(dir, `day_${day}_sparse.npy`),
+    sparse: join(dir, multiHot ? `day_${day}_sparse_multi_hot.npz` : `day_${day}_sparse.npy`),
     labels: join(dir, `day_${day}_labels.npy`),
   };
 }
@@ -67,7 +72,7 @@ export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
     if (typeof o.dir !== 'string' || !Array.isArray(o.days) || o.days.length === 0)
       throw new EmbshardError('INVALID_ARGUMENT', 'give either files, or dir with a non-empty days list');
     o.days.forEach((d, i) => nonNegativeInt(`days[${i}]`, d));
-    const fs = o.days.map((d) => dayFiles(o.dir!, d));
+    const fs = o.days.map((d) => dayFiles(o.dir!, d, o.multiHot === true));
     dense = fs.map((f) => f.dense);
     sparse = fs.map((f) => f.sparse);
     labels = fs.map((f) => f.labels);
@@ -86,9 +91,24 @@ export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
 
 interface Day {
   dense: NpyFile;
-  sparse: NpyFile;
-  labels: NpyFile;
+  labels: NpyFile | null;
+  /** one-hot: int32 [N, F] */
+  sparse: NpyFile | null;
+  /** multi-hot: F arrays int32 [N, h_f], members of `npz` */
+  multi: NpyFile[] | null;
+  npz: NpzFile | null;
   rows: number;
+}
+
+interface Meta {
+  numDense: number;
+  numSparse: number;
+  hotness: number[];
+  rows: number[];
+}
+
+async function closeDay(d: Day): Promise<void> {
+  await Promise.all([d.dense.close(), d.labels?.close(), d.sparse?.close(), d.npz?.close()]);
 }
 
 /** Rows [first, last) of the concatenated days that rank r of W reads (torchrec's split). */
@@ -101,7 +121,7 @@ export function rankRowRange(total: number, rank: number, worldSize: number): [n
 /** The torchrec binary Criteo days as a BatchSource. Files are opened per pass and closed after it. */
 export class CriteoNpySource implements BatchSource {
   readonly cfg: CriteoNpyConfig;
-  private meta: { numDense: number; numSparse: number; rows: number[] } | undefined;
+  private meta: Meta | undefined;
 
   constructor(readonly options: CriteoNpyOptions) {
     this.cfg = resolveCriteoNpy(options);
@@ -110,45 +130,64 @@ export class CriteoNpySource implements BatchSource {
   /** Reads the headers and checks the files agree (shapes, dtypes); done by the first pass too. */
   async open(): Promise<this> {
     const days = await this.openDays();
-    await Promise.all(days.flatMap((d) => [d.dense.close(), d.sparse.close(), d.labels.close()]));
+    await Promise.all(days.map(closeDay));
     return this;
   }
 
   private async openDays(): Promise<Day[]> {
     const c = this.cfg;
     const days: Day[] = [];
+    const bad = (what: string): never => {
+      throw new EmbshardError('INVALID_ARGUMENT', what);
+    };
     try {
       for (let i = 0; i < c.dense.length; i++) {
-        const dense = await NpyFile.open(c.dense[i]!);
-        days.push({ dense, sparse: dense, labels: dense, rows: 0 });
-        const sparse = await NpyFile.open(c.sparse[i]!);
-        days[i]!.sparse = sparse;
-        const labels = await NpyFile.open(c.labels[i]!);
-        days[i]!.labels = labels;
-        const bad = (what: string): never => {
-          throw new EmbshardError('INVALID_ARGUMENT', what);
-        };
+        const day: Day = { dense: await NpyFile.open(c.dense[i]!), labels: null, sparse: null, multi: null, npz: null, rows: 0 };
+        days.push(day);
+        day.labels = await NpyFile.open(c.labels[i]!);
+        if (c.sparse[i]!.endsWith('.npz')) {
+          day.npz = await NpzFile.open(c.sparse[i]!);
+          const names = day.npz.names;
+          const F = names.length;
+          if (F === 0 || names.some((n) => !/^\d+$/.test(n) || Number(n) >= F))
+            bad(`${c.sparse[i]}: a multi-hot archive must hold arrays named 0 … F−1 (has ${names.join(', ')})`);
+          day.multi = [];
+          for (let f = 0; f < F; f++) day.multi.push(await day.npz.array(String(f)));
+        } else day.sparse = await NpyFile.open(c.sparse[i]!);
+        const { dense, labels, sparse, multi } = day;
         if (dense.header.dtype !== '<f4' || dense.header.shape.length !== 2) bad(`${dense.path}: dense must be float32 [N, D] (got ${dense.header.dtype} [${dense.header.shape}])`);
-        if (sparse.header.dtype !== '<i4' || sparse.header.shape.length !== 2) bad(`${sparse.path}: sparse must be int32 [N, F] (got ${sparse.header.dtype} [${sparse.header.shape}])`);
+        if (sparse && (sparse.header.dtype !== '<i4' || sparse.header.shape.length !== 2)) bad(`${sparse.path}: sparse must be int32 [N, F] (got ${sparse.header.dtype} [${sparse.header.shape}])`);
+        for (const m of multi ?? [])
+          if (m.header.dtype !== '<i4' || m.header.shape.length !== 2) bad(`${m.path}: multi-hot arrays must be int32 [N, h] (got ${m.header.dtype} [${m.header.shape}])`);
         if (labels.header.dtype !== '<i4' || labels.rowSize !== 1) bad(`${labels.path}: labels must be int32 [N, 1] or [N] (got ${labels.header.dtype} [${labels.header.shape}])`);
-        if (sparse.rows !== dense.rows || labels.rows !== dense.rows)
-          bad(`day ${i}: dense, sparse and labels have ${dense.rows}, ${sparse.rows}, ${labels.rows} rows`);
-        days[i]!.rows = dense.rows;
-        const D = dense.rowSize, F = sparse.rowSize;
-        if (i > 0 && (D !== days[0]!.dense.rowSize || F !== days[0]!.sparse.rowSize)) bad(`day ${i}: ${D} dense / ${F} sparse columns differ from day 0`);
+        const sparseRows = sparse ? [sparse.rows] : multi!.map((m) => m.rows);
+        if (sparseRows.some((r) => r !== dense.rows) || labels.rows !== dense.rows)
+          bad(`day ${i}: dense, sparse and labels have ${dense.rows}, ${[...new Set(sparseRows)].join('/')}, ${labels.rows} rows`);
+        day.rows = dense.rows;
+        const hot = sparse ? Array.from({ length: sparse.rowSize }, () => 1) : multi!.map((m) => m.rowSize);
+        if (i > 0) {
+          const d0 = days[0]!, hot0 = this.hotnessOf(d0);
+          if (dense.rowSize !== d0.dense.rowSize || hot.join() !== hot0.join())
+            bad(`day ${i}: ${dense.rowSize} dense columns / bag sizes [${hot}] differ from day 0's ${d0.dense.rowSize} / [${hot0}]`);
+        }
       }
-      const F = days[0]!.sparse.rowSize;
-      if (c.hashes && c.hashes.length !== F) bad2(`hashes has ${c.hashes.length} entries but the sparse files have ${F} columns`);
-      if (c.features && c.features.length !== F) bad2(`features has ${c.features.length} names but the sparse files have ${F} columns`);
-      this.meta = { numDense: days[0]!.dense.rowSize, numSparse: F, rows: days.map((d) => d.rows) };
+      const hotness = this.hotnessOf(days[0]!);
+      const F = hotness.length;
+      if (c.hashes && c.hashes.length !== F) bad2(`hashes has ${c.hashes.length} entries but the sparse files have ${F} features`);
+      if (c.features && c.features.length !== F) bad2(`features has ${c.features.length} names but the sparse files have ${F} features`);
+      this.meta = { numDense: days[0]!.dense.rowSize, numSparse: F, hotness, rows: days.map((d) => d.rows) };
       return days;
     } catch (e) {
-      await Promise.all(days.flatMap((d) => [...new Set([d.dense, d.sparse, d.labels])].map((f) => f.close())));
+      await Promise.all(days.map(closeDay));
       throw e;
     }
   }
 
-  private get m(): { numDense: number; numSparse: number; rows: number[] } {
+  private hotnessOf(d: Day): number[] {
+    return d.sparse ? Array.from({ length: d.sparse.rowSize }, () => 1) : d.multi!.map((m) => m.rowSize);
+  }
+
+  private get m(): Meta {
     if (!this.meta) throw new EmbshardError('INVALID_ARGUMENT', 'call await source.open() (or iterate once) before reading its shape');
     return this.meta;
   }
@@ -164,6 +203,10 @@ export class CriteoNpySource implements BatchSource {
   get tableRows(): readonly number[] | undefined {
     return this.cfg.hashes ?? undefined;
   }
+  /** Ids per bag of each feature (all 1 for the one-hot layout). */
+  get hotness(): readonly number[] {
+    return this.m.hotness;
+  }
   get numBatches(): number {
     const total = this.m.rows.reduce((a, b) => a + b, 0);
     const [lo, hi] = rankRowRange(total, this.cfg.rank, this.cfg.worldSize);
@@ -175,7 +218,8 @@ export class CriteoNpySource implements BatchSource {
     const days = await this.openDays();
     try {
       const c = this.cfg, B = c.batchSize;
-      const { numDense: D, numSparse: F } = this.m;
+      const { numDense: D, numSparse: F, hotness } = this.m;
+      const perSample = hotness.reduce((a, b) => a + b, 0);
       const features = this.features;
       const starts = [0];
       for (const d of days) starts.push(starts[starts.length - 1]! + d.rows);
@@ -185,7 +229,14 @@ export class CriteoNpySource implements BatchSource {
         if (n < B && c.dropLast) break;
         const dense = new Float32Array(n * D);
         const labels = new Float32Array(n);
-        const ids = new Int32Array(n * F);
+        const ids = new Int32Array(n * perSample);
+        const lengths = new Int32Array(n * F);
+        const featStart: number[] = [];
+        for (let f = 0, o = 0; f < F; f++) {
+          featStart.push(o);
+          lengths.fill(hotness[f]!, f * n, (f + 1) * n);
+          o += n * hotness[f]!;
+        }
         let r = 0;
         while (r < n) {
           const row = g + r;
@@ -194,33 +245,41 @@ export class CriteoNpySource implements BatchSource {
           const day = days[di]!;
           const local = row - starts[di]!;
           const take = Math.min(n - r, day.rows - local);
-          const [dv, sv, lv] = await Promise.all([day.dense.readRows(local, take), day.sparse.readRows(local, take), day.labels.readRows(local, take)]);
+          const [dv, lv] = await Promise.all([day.dense.readRows(local, take), day.labels!.readRows(local, take)]);
           dense.set(dv as Float32Array, r * D);
           const l32 = lv as Int32Array;
           for (let i = 0; i < take; i++) labels[r + i] = l32[i]!;
-          const s32 = sv as Int32Array;
-          const h = c.hashes;
-          for (let f = 0; f < F; f++) {
-            const mod = h ? h[f]! : 0;
-            const base = f * n + r;
-            for (let i = 0; i < take; i++) {
-              let v = s32[i * F + f]!;
-              if (mod) {
-                v %= mod;
-                if (v < 0) v += mod;
-              } else if (v < 0)
-                throw new EmbshardError('ID_OUT_OF_RANGE', `${day.sparse.path}: row ${local + i} column ${f} holds ${v}; give hashes to fold values into tables`);
-              ids[base + i] = v;
-            }
+          if (day.sparse) {
+            const s32 = (await day.sparse.readRows(local, take)) as Int32Array;
+            for (let f = 0; f < F; f++) foldInto(ids, featStart[f]! + r, s32, f, F, take, c.hashes?.[f] ?? 0, day.sparse.path, local, 1);
+          } else {
+            const parts = await Promise.all(day.multi!.map((m) => m.readRows(local, take)));
+            parts.forEach((p, f) => {
+              const h = hotness[f]!;
+              foldInto(ids, featStart[f]! + r * h, p as Int32Array, 0, 1, take * h, c.hashes?.[f] ?? 0, day.multi![f]!.path, local, h);
+            });
           }
           r += take;
         }
-        const sparse = JaggedBatch.fromLengths({ features, batchSize: n, lengths: new Int32Array(n * F).fill(1), ids });
+        const sparse = JaggedBatch.fromLengths({ features, batchSize: n, lengths, ids });
         yield { dense, sparse, labels, size: n };
       }
     } finally {
-      await Promise.all(days.flatMap((d) => [d.dense.close(), d.sparse.close(), d.labels.close()]));
+      await Promise.all(days.map(closeDay));
     }
+  }
+}
+
+/** ids[at + i] = src[i·stride + col] folded into [0, mod) (floor-mod), for i < count; mod 0 = as is (≥ 0); perRow values per file row. */
+function foldInto(ids: Int32Array, at: number, src: Int32Array, col: number, stride: number, count: number, mod: number, path: string, row0: number, perRow: number): void {
+  for (let i = 0; i < count; i++) {
+    let v = src[i * stride + col]!;
+    if (mod) {
+      v %= mod;
+      if (v < 0) v += mod;
+    } else if (v < 0)
+      throw new EmbshardError('ID_OUT_OF_RANGE', `${path}: row ${row0 + Math.floor(i / perRow)} holds ${v}; give hashes to fold values into tables`);
+    ids[at + i] = v;
   }
 }
 

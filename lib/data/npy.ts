@@ -59,39 +59,64 @@ function makeArray(dtype: NpyDtype, buf: ArrayBuffer, count: number): NpyArray {
   }
 }
 
-/** An open .npy file of ndim ≥ 1, read by ranges of its first axis. */
+type FileHandle = Awaited<ReturnType<typeof open>>;
+
+async function readFully(fh: FileHandle, view: Uint8Array, pos: number, name: string): Promise<void> {
+  let done = 0;
+  while (done < view.length) {
+    const { bytesRead } = await fh.read(view, done, view.length - done, pos + done);
+    if (bytesRead === 0) throw new EmbshardError('IO_ERROR', `${name}: unexpected end of file`);
+    done += bytesRead;
+  }
+}
+
+/** Opens a file for reading, as IO_ERROR naming the path when it cannot. */
+export async function openRead(path: string): Promise<FileHandle> {
+  try {
+    return await open(path, 'r');
+  } catch (e) {
+    throw new EmbshardError('IO_ERROR', `cannot open '${path}': ${(e as Error).message}`);
+  }
+}
+
+/**
+ * An .npy array of ndim ≥ 1 read by ranges of its first axis: a whole .npy file, or one stored
+ * (uncompressed) member of an .npz archive (see npz.ts), which starts `base` bytes into the file.
+ */
 export class NpyFile {
   private constructor(
+    /** The file, or `archive.npz:member` for an archive member. */
     readonly path: string,
     readonly header: NpyHeader,
-    private readonly fh: Awaited<ReturnType<typeof open>>,
+    private readonly fh: FileHandle,
+    private readonly ownsHandle: boolean,
   ) {}
 
   static async open(path: string): Promise<NpyFile> {
-    let fh;
+    const fh = await openRead(path);
     try {
-      fh = await open(path, 'r');
-    } catch (e) {
-      throw new EmbshardError('IO_ERROR', `cannot open '${path}': ${(e as Error).message}`);
-    }
-    try {
-      const head = new Uint8Array(4096);
-      const { bytesRead } = await fh.read(head, 0, head.length, 0);
-      let h = parseNpyHeader(head.subarray(0, bytesRead), path);
-      if (h.dataOffset > bytesRead) {
-        const big = new Uint8Array(h.dataOffset);
-        await fh.read(big, 0, big.length, 0);
-        h = parseNpyHeader(big, path);
-      }
-      const size = (await fh.stat()).size;
-      const need = h.dataOffset + h.shape.reduce((a, b) => a * b, 1) * h.itemSize;
-      if (size < need) throw new EmbshardError('INVALID_ARGUMENT', `${path}: truncated .npy data (${size} bytes, header promises ${need})`);
-      if (h.shape.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `${path}: a 0-d .npy array has no rows`);
-      return new NpyFile(path, h, fh);
+      return await NpyFile.at(fh, 0, (await fh.stat()).size, path, true);
     } catch (e) {
       await fh.close();
       throw e;
     }
+  }
+
+  /** The array stored at bytes [base, base + size) of an open file (not closed by this object unless owns). */
+  static async at(fh: FileHandle, base: number, size: number, name: string, owns = false): Promise<NpyFile> {
+    const head = new Uint8Array(Math.min(4096, size));
+    await readFully(fh, head, base, name);
+    let h = parseNpyHeader(head, name);
+    if (h.dataOffset > head.length) {
+      if (h.dataOffset > size) throw new EmbshardError('INVALID_ARGUMENT', `${name}: not a usable .npy file (truncated header)`);
+      const big = new Uint8Array(h.dataOffset);
+      await readFully(fh, big, base, name);
+      h = parseNpyHeader(big, name);
+    }
+    const need = h.dataOffset + h.shape.reduce((a, b) => a * b, 1) * h.itemSize;
+    if (size < need) throw new EmbshardError('INVALID_ARGUMENT', `${name}: truncated .npy data (${size} bytes, header promises ${need})`);
+    if (h.shape.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `${name}: a 0-d .npy array has no rows`);
+    return new NpyFile(name, { ...h, dataOffset: base + h.dataOffset }, fh, owns);
   }
 
   get rows(): number {
@@ -108,19 +133,12 @@ export class NpyFile {
       throw new EmbshardError('INVALID_ARGUMENT', `${this.path}: rows [${start}, ${start + count}) outside [0, ${this.rows})`);
     const n = count * this.rowSize;
     const buf = new ArrayBuffer(n * this.header.itemSize);
-    const view = new Uint8Array(buf);
-    let done = 0;
-    const pos = this.header.dataOffset + start * this.rowSize * this.header.itemSize;
-    while (done < view.length) {
-      const { bytesRead } = await this.fh.read(view, done, view.length - done, pos + done);
-      if (bytesRead === 0) throw new EmbshardError('IO_ERROR', `${this.path}: unexpected end of file`);
-      done += bytesRead;
-    }
+    await readFully(this.fh, new Uint8Array(buf), this.header.dataOffset + start * this.rowSize * this.header.itemSize, this.path);
     return makeArray(this.header.dtype, buf, n);
   }
 
   async close(): Promise<void> {
-    await this.fh.close();
+    if (this.ownsHandle) await this.fh.close();
   }
 }
 

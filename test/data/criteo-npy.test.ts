@@ -152,3 +152,50 @@ describe('torchrec binary Criteo days', () => {
     expect(await codeOf(writeCriteoNpyDay(dir, 4, [multi]))).toMatch(/^INVALID_ARGUMENT: .*one-hot/);
   });
 });
+
+describe('MLPerf multi-hot archives (.npz)', () => {
+  const HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1];
+  const multiAt = (g: number, f: number, t: number): number => Number((BigInt(g) * 131n + BigInt(f) * 7n + BigInt(t) * 1009n + 2n ** 31n - 50n) % 2n ** 32n - 2n ** 31n);
+
+  it('reads NumPy np.savez archives (plain and ZIP64) member by member, by row range', async () => {
+    const { NpzFile } = await import('../../lib/data/npz.js');
+    for (const [name, g0] of [['day_1_sparse_multi_hot.npz', 7], ['zip64.npz', 7]] as const) {
+      const z = await NpzFile.open(join(DIR, name));
+      expect(z.names).toEqual(HOT.map((_, f) => String(f)));
+      const a = await z.array('20');
+      expect(a.header.shape).toEqual([5, 100]);
+      const rows = (await a.readRows(1, 3)) as Int32Array;
+      for (let i = 0; i < 3; i++) for (let t = 0; t < 100; t++) expect(rows[i * 100 + t]).toBe(multiAt(g0 + 1 + i, 20, t));
+      await z.close();
+    }
+    const c = await NpzFile.open(join(DIR, 'compressed.npz'));
+    expect(await codeOf(c.array('0'))).toMatch(/^INVALID_ARGUMENT: .*compressed/);
+    expect(await codeOf(c.array('7'))).toMatch(/^INVALID_ARGUMENT: .*no array '7'/);
+    await c.close();
+    expect(await codeOf(NpzFile.open(join(DIR, 'day_0_dense.npy')))).toMatch(/^INVALID_ARGUMENT: .*end-of-central-directory/);
+  });
+
+  it('batches bags of h_f ids across days, floor-mod hashed, with dense and labels from the .npy files', async () => {
+    const hashes = HOT.map((_, f) => 5000 + f);
+    const src = await new CriteoNpySource({ dir: DIR, days: [0, 1], batchSize: 5, hashes, multiHot: true }).open();
+    expect(src.hotness).toEqual(HOT);
+    const batches = await collect(src);
+    expect(batches.map((b) => b.size)).toEqual([5, 5, 2]);
+    let g = 0;
+    for (const b of batches) {
+      expect(b.sparse.numIds).toBe(b.size * 214);
+      for (let i = 0; i < b.size; i++, g++) {
+        expect(b.labels[i]).toBe(labelAt(g));
+        expect(b.dense[i * 13 + 4]).toBeCloseTo(denseAt(g, 4), 6);
+        for (let f = 0; f < 26; f++) {
+          const bag = b.sparse.feature(`cat_${f}`);
+          expect(bag.lengths[i]).toBe(HOT[f]);
+          for (let t = 0; t < HOT[f]!; t++) expect(bag.ids[i * HOT[f]! + t]).toBe(floorMod(multiAt(g, f, t), hashes[f]!));
+        }
+      }
+    }
+    expect(g).toBe(N);
+    // without hashes the negative values are refused, naming the archive member
+    expect(await codeOf(collect(new CriteoNpySource({ dir: DIR, days: [0], batchSize: 5, multiHot: true })))).toMatch(/^ID_OUT_OF_RANGE: .*multi_hot\.npz:\d+\.npy/);
+  });
+});
