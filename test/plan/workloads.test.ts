@@ -1,0 +1,120 @@
+// Workload presets against their published aggregates, seeded generators, the Zipf sampler against the
+// access model's masses, and profileAccess on generated batches.
+import { describe, expect, it } from 'vitest';
+import { JaggedBatch } from '../../lib/batch.js';
+import { AccessModel } from '../../lib/plan/access.js';
+import { profileAccess } from '../../lib/plan/profile.js';
+import { generateBatch, generateBatches } from '../../lib/workloads/generator.js';
+import { workload, WORKLOAD_NAMES, type Workload } from '../../lib/workloads/presets.js';
+import { Rng } from '../../lib/workloads/rng.js';
+import { ZipfSampler } from '../../lib/workloads/zipf.js';
+
+const sum = (a: number[]) => a.reduce((x, y) => x + y, 0);
+
+describe('workload presets', () => {
+  it('match the reference aggregates', () => {
+    const d = workload('dlrm-dcnv2');
+    expect(d.tables).toHaveLength(26);
+    expect(sum(d.tables.map((t) => t.rows))).toBe(204_184_588);
+    expect(sum(d.tables.map((t) => t.poolingFactors![0]!))).toBe(214);
+    expect(d.tables.every((t) => t.dim === 128 && t.optimizer === 'adagrad')).toBe(true);
+    expect(sum(workload('criteo-kaggle').tables.map((t) => t.rows))).toBe(33_762_577);
+    for (const [name, count, params, hot, dims] of [
+      ['t180', 177, 66.3e9, 14450, [32, 64, 128, 256]],
+      ['t200', 200, 103.9e9, 4550, [64, 128]],
+      ['t510', 510, 114.6e9, 2670, [128]],
+    ] as const) {
+      const w = workload(name);
+      expect(w.tables).toHaveLength(count);
+      expect(Math.abs(sum(w.tables.map((t) => t.rows * t.dim)) - params) / params).toBeLessThan(1e-6);
+      expect(sum(w.tables.map((t) => t.poolingFactors![0]!))).toBe(hot);
+      expect(w.tables.every((t) => (dims as readonly number[]).includes(t.dim) && t.access?.zipf === 1.1)).toBe(true);
+    }
+    const s = workload('seq-skewed');
+    expect(s.tables.some((t) => t.pooling === 'none')).toBe(true);
+    expect(s.tables.every((t) => t.access!.zipf! >= 1.1 && t.access!.zipf! <= 1.2)).toBe(true);
+    expect(() => workload('nope')).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG' }));
+  });
+
+  it('generate seeded per-rank batches that follow the bag laws', () => {
+    for (const name of WORKLOAD_NAMES) {
+      const w = workload(name);
+      const a = generateBatch(w, 3, { batchSize: 4, seed: 9, step: 2 });
+      const b = generateBatch(w, 3, { batchSize: 4, seed: 9, step: 2 });
+      const c = generateBatch(w, 4, { batchSize: 4, seed: 9, step: 2 });
+      expect(a.ids).toEqual(b.ids);
+      expect(a.ids).not.toEqual(c.ids);
+      w.tables.forEach((t) =>
+        (t.features ?? [t.name]).forEach((f) => {
+          const { lengths, ids } = a.feature(f);
+          const bag = w.bags[f]!;
+          for (const n of lengths) {
+            if (bag.kind === 'fixed') expect(n).toBe(bag.n);
+            else expect(n >= 1 && n <= 2 * bag.mean - 1).toBe(true);
+          }
+          for (const id of ids) expect(id >= 0 && id < t.rows).toBe(true);
+        }),
+      );
+    }
+    const int64 = generateBatches(workload('criteo-kaggle'), 2, { batchSize: 3, idType: 'int64' });
+    expect(int64[0]!.ids).toBeInstanceOf(BigInt64Array);
+  });
+});
+
+describe('Zipf sampler', () => {
+  it('draws rows with the access model masses (within 5 sigma per bucket)', () => {
+    for (const alpha of [0, 1, 1.1, 1.45]) {
+      const rows = 5000, n = 200_000;
+      const z = new ZipfSampler(rows, alpha), m = new AccessModel(rows, { zipf: alpha });
+      const rng = new Rng(42, alpha * 100);
+      const counts = new Float64Array(rows);
+      for (let i = 0; i < n; i++) counts[z.sample(rng)]++;
+      for (let lo = 0; lo < rows; lo = lo === 0 ? 1 : lo * 2) {
+        const hi = Math.min(rows, lo === 0 ? 1 : lo * 2);
+        let obs = 0;
+        for (let i = lo; i < hi; i++) obs += counts[i]!;
+        const p = m.mass(lo, hi), exp = n * p, sd = Math.sqrt(n * p * (1 - p));
+        expect(Math.abs(obs - exp), `α ${alpha} rows [${lo}, ${hi})`).toBeLessThanOrEqual(5 * sd + 1);
+      }
+    }
+  });
+});
+
+describe('profileAccess', () => {
+  const w: Workload = {
+    name: 'p',
+    description: '',
+    source: '',
+    tables: [
+      { name: 'z', rows: 1_000_000, dim: 8, features: ['z'], access: { zipf: 1.1 } },
+      { name: 'u', rows: 1000, dim: 8, features: ['u'] },
+    ],
+    bags: { z: { kind: 'fixed', n: 50 }, u: { kind: 'fixed', n: 5 } },
+  };
+
+  it('measures the head counts, fits the Zipf exponent and confirms hot rows are the lowest ids', () => {
+    const batches = generateBatches(w, 8, { batchSize: 500, seed: 1 });
+    const [z, u] = profileAccess(batches, w.tables, { topK: 256 });
+    expect(z!.lookups).toBe(8 * 500 * 50);
+    expect(Math.abs(z!.access.zipf! - 1.1)).toBeLessThan(0.06);
+    expect(z!.hotPrefixShare).toBeGreaterThan(0.9);
+    // brute-force head counts
+    let row0 = 0;
+    for (const b of batches) for (const id of b.feature('z').ids) if (id === 0) row0++;
+    expect(z!.access.top!.counts[0]).toBe(row0);
+    expect(z!.access.top!.total).toBe(8 * 500 * 50);
+    expect(u!.access.zipf!).toBeLessThan(0.2);
+  });
+
+  it('notices when the hot rows are not the lowest ids', () => {
+    const batches = generateBatches(w, 4, { batchSize: 500, seed: 2 }).map((b) => {
+      const ids = Int32Array.from(b.ids as Int32Array);
+      const f = b.feature('z');
+      const start = f.ids.byteOffset / 4 - (b.ids as Int32Array).byteOffset / 4;
+      for (let i = 0; i < f.ids.length; i++) ids[start + i] = (ids[start + i]! * 7919 + 13) % 1_000_000; // permuted
+      return JaggedBatch.fromLengths({ features: b.features, batchSize: b.batchSize, lengths: b.lengths, ids });
+    });
+    const [z] = profileAccess(batches, w.tables, { topK: 256 });
+    expect(z!.hotPrefixShare).toBeLessThan(0.1);
+  });
+});
