@@ -87,21 +87,53 @@ __global__ void __launch_bounds__(kBlock) chunk_run_kernel(const uint32_t* runCo
   }
 }
 
-// Column c of the summed gradient of the contributions at sorted positions [p0, p1), in that order.
-__device__ float sum_contributions(const BackwardArgs& a, uint32_t p0, uint32_t p1, uint32_t dim, uint32_t c) {
-  float acc = 0.0f;
-  for (uint32_t p = p0; p < p1; ++p) {
-    const uint32_t i = a.sortedPos[p];
-    const int32_t bag = a.bagOf[i];
-    const SlotDesc& sd = a.slots[bag / a.B];
-    if (sd.outCol < 0) {
-      acc += a.seqGrad[sd.seqOffset + (static_cast<int64_t>(i) - sd.begin) * dim + c];
-    } else {
-      const float scale = grad_scale(sd.pooling, a.weights, i, a.offsets[bag + 1] - a.offsets[bag]);
-      acc += a.pooledGrad[(bag % a.B) * a.pooledDim + sd.outCol + c] * scale;
+// A warp sums and updates a row 128 columns at a time: lane l owns columns c0 + l + 32k, k < 4.
+constexpr int kColsPerLane = 4;
+constexpr uint32_t kWarpCols = 32 * kColsPerLane;
+
+// One contribution to a row's gradient: its gradient row and the factor it is multiplied by
+// (grad_scale for pooled features; 1 for sequence features, where g · 1 == g bit for bit).
+struct Contribution {
+  const float* g;
+  float scale;
+};
+
+__device__ __forceinline__ Contribution contribution(const BackwardArgs& a, uint32_t p, uint32_t dim) {
+  const uint32_t i = a.sortedPos[p];
+  const int32_t bag = a.bagOf[i];
+  const SlotDesc& sd = a.slots[bag / a.B];
+  if (sd.outCol < 0) return Contribution{a.seqGrad + sd.seqOffset + (static_cast<int64_t>(i) - sd.begin) * dim, 1.0f};
+  return Contribution{a.pooledGrad + (bag % a.B) * a.pooledDim + sd.outCol,
+                      grad_scale(sd.pooling, a.weights, i, a.offsets[bag + 1] - a.offsets[bag])};
+}
+
+// acc[k] = Σ_{p in [p0, p1), in order} g_p[c] · scale_p for c = c0 + lane + 32k (0 past dim). The
+// contributions are resolved four at a time (independent loads in flight), then added in order.
+__device__ void sum_block(const BackwardArgs& a, uint32_t p0, uint32_t p1, uint32_t dim, uint32_t c0, int lane,
+                          float (&acc)[kColsPerLane]) {
+#pragma unroll
+  for (int k = 0; k < kColsPerLane; ++k) acc[k] = 0.0f;
+  uint32_t p = p0;
+  for (; p + 4 <= p1; p += 4) {
+    Contribution q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = contribution(a, p + u, dim);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+        if (c < dim) acc[k] += q[u].g[c] * q[u].scale;
+      }
+  }
+  for (; p < p1; ++p) {
+    const Contribution q = contribution(a, p, dim);
+#pragma unroll
+    for (int k = 0; k < kColsPerLane; ++k) {
+      const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+      if (c < dim) acc[k] += q.g[c] * q.scale;
     }
   }
-  return acc;
 }
 
 // The table of run r: the table of its first contribution (every contribution of a run shares it).
@@ -118,8 +150,16 @@ __global__ void __launch_bounds__(kBlock) partials_kernel(BackwardArgs a) {
     const uint32_t p0 = start + k * kHotChunk;
     const uint32_t p1 = std::min(p0 + kHotChunk, start + count);
     const uint32_t dim = run_table(a, r).dim;
-    for (uint32_t c = static_cast<uint32_t>(lane); c < dim; c += 32)
-      a.partials[static_cast<int64_t>(j) * a.maxDim + c] = sum_contributions(a, p0, p1, dim, c);
+    float* out = a.partials + j * static_cast<int64_t>(a.maxDim);
+    for (uint32_t c0 = 0; c0 < dim; c0 += kWarpCols) {
+      float acc[kColsPerLane];
+      sum_block(a, p0, p1, dim, c0, lane, acc);
+#pragma unroll
+      for (int kk = 0; kk < kColsPerLane; ++kk) {
+        const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * kk);
+        if (c < dim) out[c] = acc[kk];
+      }
+    }
   }
 }
 
@@ -135,64 +175,79 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a) {
     float* st = a.state + td.stateOffset + (key - td.rowBase) * td.statePerRow;
     const uint32_t nHot = hot_chunks(count);
     const uint32_t hotEnd = nHot ? a.chunkEnd[r] : 0u;
-    // the row's summed gradient, column c
-    auto grad = [&](uint32_t c) -> float {
-      if (nHot == 0) return sum_contributions(a, start, start + count, dim, c);
-      float acc = 0.0f;
-      for (uint32_t q = hotEnd - nHot; q < hotEnd; ++q) acc += a.partials[static_cast<int64_t>(q) * a.maxDim + c];
-      return acc;
+    // g[k] = the row's summed gradient at column c0 + lane + 32k, weight decay folded in (as on the CPU:
+    // the sum of every contribution in sorted order, or of the hot row's partials in chunk order)
+    auto row_block = [&](uint32_t c0, float (&g)[kColsPerLane]) {
+      if (nHot == 0) {
+        sum_block(a, start, start + count, dim, c0, lane, g);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kColsPerLane; ++k) g[k] = 0.0f;
+        for (uint32_t q = hotEnd - nHot; q < hotEnd; ++q)
+#pragma unroll
+          for (int k = 0; k < kColsPerLane; ++k) {
+            const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+            if (c < dim) g[k] += a.partials[static_cast<int64_t>(q) * a.maxDim + c];
+          }
+      }
+#pragma unroll
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+        if (c < dim) g[k] = apply_weight_decay(g[k], load_value(dt, w, c), a.weightDecay);
+      }
     };
     const bool sr = a.stochasticRounding && dt != DType::F32;
     auto store = [&](uint32_t c, float v) {
       if (sr) store_value_sr(dt, w, c, v, rounding_bits(a.seed, a.step, key, c));
       else store_value(dt, w, c, v);
     };
-    switch (a.opt) {
-      case OptType::SGD:
-        for (uint32_t c = static_cast<uint32_t>(lane); c < dim; c += 32) {
-          const float wc = load_value(dt, w, c);
-          store(c, sgd_step(wc, apply_weight_decay(grad(c), wc, a.weightDecay), a.lr));
-        }
-        break;
-      case OptType::Adagrad:
-        for (uint32_t c = static_cast<uint32_t>(lane); c < dim; c += 32) {
-          const float wc = load_value(dt, w, c);
-          store(c, adagrad_step(wc, apply_weight_decay(grad(c), wc, a.weightDecay), st[c], a.lr, a.eps));
-        }
-        break;
-      case OptType::RowwiseAdagrad: {
-        // s_row += mean(g²): the squares are added in column order (as on the CPU), every lane
-        // accumulating the same sequence from the warp's shuffled values.
-        const float sOld = st[0];
-        float sq = 0.0f;
-        for (uint32_t c0 = 0; c0 < dim; c0 += 32) {
-          const uint32_t c = c0 + static_cast<uint32_t>(lane);
-          float gsq = 0.0f;
-          if (c < dim) {
-            const float g = apply_weight_decay(grad(c), load_value(dt, w, c), a.weightDecay);
-            gsq = g * g;
-          }
+    float g[kColsPerLane];
+    if (a.opt == OptType::RowwiseAdagrad) {
+      // s_row += mean(g²): squares added in column order (as on the CPU), every lane accumulating the
+      // same sequence of shuffled values; then every element steps with the new s_row.
+      const float sOld = st[0];
+      float sq = 0.0f;
+      for (uint32_t c0 = 0; c0 < dim; c0 += kWarpCols) {
+        row_block(c0, g);
+#pragma unroll
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+          const float gsq = c < dim ? g[k] * g[k] : 0.0f;
           for (int j = 0; j < 32; ++j) {
             const float v = __shfl_sync(kFull, gsq, j);
-            if (c0 + static_cast<uint32_t>(j) < dim) sq += v;
+            if (c0 + static_cast<uint32_t>(32 * k + j) < dim) sq += v;
           }
         }
-        const float sNew = sOld + sq / static_cast<float>(dim);
-        __syncwarp();
-        if (lane == 0) st[0] = sNew;
-        for (uint32_t c = static_cast<uint32_t>(lane); c < dim; c += 32) {
-          const float wc = load_value(dt, w, c);
-          store(c, rowwise_adagrad_step(wc, apply_weight_decay(grad(c), wc, a.weightDecay), sNew, a.lr, a.eps));
-        }
-        break;
       }
-      case OptType::Adam:
-        for (uint32_t c = static_cast<uint32_t>(lane); c < dim; c += 32) {
-          const float wc = load_value(dt, w, c);
-          store(c, adam_step(wc, apply_weight_decay(grad(c), wc, a.weightDecay), st[c], st[dim + c], a.lr, a.beta1,
-                             a.beta2, a.eps, a.bc1, a.bc2));
+      const float sNew = sOld + sq / static_cast<float>(dim);
+      __syncwarp();
+      if (lane == 0) st[0] = sNew;
+      for (uint32_t c0 = 0; c0 < dim; c0 += kWarpCols) {
+        if (dim > kWarpCols) row_block(c0, g);  // one block: g still holds it
+#pragma unroll
+        for (int k = 0; k < kColsPerLane; ++k) {
+          const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+          if (c < dim) store(c, rowwise_adagrad_step(load_value(dt, w, c), g[k], sNew, a.lr, a.eps));
         }
-        break;
+      }
+      continue;
+    }
+    for (uint32_t c0 = 0; c0 < dim; c0 += kWarpCols) {
+      row_block(c0, g);
+#pragma unroll
+      for (int k = 0; k < kColsPerLane; ++k) {
+        const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
+        if (c >= dim) continue;
+        const float wc = load_value(dt, w, c);
+        switch (a.opt) {
+          case OptType::SGD: store(c, sgd_step(wc, g[k], a.lr)); break;
+          case OptType::Adagrad: store(c, adagrad_step(wc, g[k], st[c], a.lr, a.eps)); break;
+          case OptType::Adam:
+            store(c, adam_step(wc, g[k], st[c], st[dim + c], a.lr, a.beta1, a.beta2, a.eps, a.bc1, a.bc2));
+            break;
+          case OptType::RowwiseAdagrad: break;  // handled above
+        }
+      }
     }
   }
 }

@@ -84,6 +84,7 @@ class CudaEngine final : public Engine {
   void write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
   void read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) override;
   void write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) override;
+  CudaKernelTimes kernel_times() const { return times_; }
 
  private:
   void use_device() const { EMB_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -115,6 +116,9 @@ class CudaEngine final : public Engine {
   DeviceScratch sort_{"sort and run-length buffers"};
   DeviceScratch hot_{"hot-row partial sums"};
   DeviceScratch rowsScratch_{"row access"};
+  // cudaEvent pairs around the forward kernel and the two backward kernel phases
+  cudaEvent_t ev_[4] = {nullptr, nullptr, nullptr, nullptr};
+  CudaKernelTimes times_;
 };
 
 CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize)
@@ -140,6 +144,7 @@ CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int dev
     }
     endBit_ = std::max(1, bits_for(layout_.totalRows));
     stager_ = std::make_unique<cuda::Stager>();
+    for (cudaEvent_t& e : ev_) EMB_CUDA_CHECK(cudaEventCreate(&e));
     tablesDev_.reset(cuda::device_alloc(tables_.size() * sizeof(TableDesc), "the table descriptors", device_));
     stager_->h2d(tablesDev_.get(), tables_.data(), tables_.size() * sizeof(TableDesc), stream_);
     if (layout_.weightBytes) EMB_CUDA_CHECK(cudaMemsetAsync(weights(), 0, layout_.weightBytes, stream_));
@@ -148,6 +153,8 @@ CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int dev
     sync();
   } catch (...) {
     (void)cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : ev_)
+      if (e) (void)cudaEventDestroy(e);
     (void)cudaStreamDestroy(stream_);
     throw;
   }
@@ -161,6 +168,8 @@ CudaEngine::~CudaEngine() {
   sort_.release();
   hot_.release();
   rowsScratch_.release();
+  for (cudaEvent_t e : ev_)
+    if (e) (void)cudaEventDestroy(e);
   tablesDev_.reset();
   state_.reset();
   weights_.reset();
@@ -240,7 +249,9 @@ void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
   stager_->h2d(dSlots, slots.data(), slots.size() * sizeof(SlotDesc), stream_);
 
   cuda::ForwardArgs a{weights(), dRows, dOff, dW, dSlots, b.B, numBags, layout_.pooledDim, dPooled, dSeq};
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
   cuda::launch_forward(a, cuda::forward_group_size(slots.data(), b.F), stream_);
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[1], stream_));
 
   if (pooledFloats > 0) stager_->d2h(pooled, dPooled, pooledFloats * 4ull, stream_);
   for (int32_t s = 0; s < b.F; ++s) {
@@ -249,6 +260,9 @@ void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
     stager_->d2h(seq[f], dSeq + slots[s].seqOffset, sequence_values(spec_, b, f) * 4ull, stream_);
   }
   sync();
+  float ms = 0;
+  EMB_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[0], ev_[1]));
+  times_.forwardMs = ms;
 }
 
 BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
@@ -287,11 +301,13 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   }
 
   // 1. finiteness (counters[1]) — nothing is written to the tables before the host has seen it
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
   EMB_CUDA_CHECK(cudaMemsetAsync(sb.counters, 0, 16, stream_));
   cuda::launch_nonfinite(dPooledGrad, pooledFloats, sb.counters + 1, stream_);
   cuda::launch_nonfinite(dSeqGrad, seqTotal, sb.counters + 1, stream_);
   // 2.–3. keys, stable sort, runs
   if (N > 0) cuda::launch_sort_and_runs(dRows, dOff, dSlots, b.B, numBags, N, endBit_, sb, stream_);
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[1], stream_));
   uint32_t counters[4] = {0, 0, 0, 0};
   stager_->d2h(counters, sb.counters, 16, stream_);
   if (counters[1] != 0) {
@@ -346,8 +362,14 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   a.stochasticRounding = opt.stochasticRounding;
   a.seed = spec_.seed;
   a.step = static_cast<uint64_t>(t1);
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[2], stream_));
   cuda::launch_update(a, chunkRun, stream_);
+  EMB_CUDA_CHECK(cudaEventRecord(ev_[3], stream_));
   sync();
+  float sortMs = 0, updateMs = 0;
+  EMB_CUDA_CHECK(cudaEventElapsedTime(&sortMs, ev_[0], ev_[1]));
+  EMB_CUDA_CHECK(cudaEventElapsedTime(&updateMs, ev_[2], ev_[3]));
+  times_.backwardMs = static_cast<double>(sortMs) + updateMs;
   ++step_;
   return BackwardResult{false, static_cast<int64_t>(numRuns)};
 }
@@ -477,6 +499,13 @@ void CudaEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void*
 }
 
 }  // namespace
+
+bool cuda_kernel_times(const Engine& e, CudaKernelTimes* out) {
+  const auto* c = dynamic_cast<const CudaEngine*>(&e);
+  if (!c) return false;
+  *out = c->kernel_times();
+  return out->forwardMs >= 0 || out->backwardMs >= 0;
+}
 
 std::unique_ptr<Engine> make_cuda_engine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize) {
   return std::make_unique<CudaEngine>(spec, layout, device, initialize);

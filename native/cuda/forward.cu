@@ -20,6 +20,7 @@ namespace embshard::cuda {
 namespace {
 
 constexpr int kBlock = 256;
+constexpr int kUnroll = 4;  // rows in flight per lane in pooled bags
 
 template <DType DT>
 struct Elem {
@@ -54,6 +55,19 @@ __device__ __forceinline__ void load_vec(const uint8_t* row, uint32_t c0, uint32
   }
 }
 
+// acc += v (unweighted: no multiply, as on the CPU) or acc += w_i · v.
+template <int V>
+__device__ __forceinline__ void accumulate(float (&acc)[V], const float (&v)[V], const float* weights, int64_t i) {
+  if (weights) {
+    const float w = weights[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] += w * v[k];
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] += v[k];
+  }
+}
+
 template <DType DT>
 __device__ void pool_bag(const ForwardArgs& a, const SlotDesc& sd, int64_t bag, int lane, int G) {
   constexpr int V = Elem<DT>::V;
@@ -65,17 +79,20 @@ __device__ void pool_bag(const ForwardArgs& a, const SlotDesc& sd, int64_t bag, 
     float acc[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[k] = 0.0f;
-    for (int64_t i = begin; i < end; ++i) {
+    // kUnroll rows are loaded before any is added (more bytes in flight per lane); the additions
+    // stay in id order.
+    int64_t i = begin;
+    for (; i + kUnroll <= end; i += kUnroll) {
+      float v[kUnroll][V];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) load_vec<DT>(base + a.rows[i + u] * sd.rowBytes, c0, sd.dim, aligned, v[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) accumulate<V>(acc, v[u], a.weights, i + u);
+    }
+    for (; i < end; ++i) {
       float v[V];
       load_vec<DT>(base + a.rows[i] * sd.rowBytes, c0, sd.dim, aligned, v);
-      if (a.weights) {
-        const float w = a.weights[i];
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] += w * v[k];
-      } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] += v[k];
-      }
+      accumulate<V>(acc, v, a.weights, i);
     }
     if (sd.pooling == Pooling::Mean && end > begin) {
       const float len = static_cast<float>(end - begin);
