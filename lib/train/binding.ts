@@ -1,0 +1,100 @@
+// binding.ts — types of the dense half of the addon (native/addon/dense_model.cc, dense_ops.cc), and
+// the typed loader for it. lib/train code never touches the addon untyped.
+import type { Addon } from '../binding.js';
+import { addonFor } from '../device.js';
+
+export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
+export type InteractionType = 'dot' | 'cross' | 'concat';
+
+export interface NativeDenseOptimizer {
+  type: DenseOptimizerType;
+  lr: number;
+  eps?: number;
+  beta1?: number;
+  beta2?: number;
+  weightDecay?: number;
+}
+
+export interface NativeDenseConfig {
+  denseIn: number;
+  bottom: number[];
+  top: number[];
+  numSparse: number;
+  embDim: number;
+  interaction: InteractionType;
+  crossLayers?: number;
+  crossRank?: number;
+  seed: number;
+  optimizer: NativeDenseOptimizer;
+  /** false: leave parameters zeroed (a checkpoint load fills them). Default true. */
+  initialize?: boolean;
+}
+
+export interface NativeTensorInfo {
+  name: string;
+  offset: number;
+  size: number;
+  shape: number[];
+}
+
+export interface NativeForwardBackwardResult {
+  loss: number;
+  forwardMs: number;
+  backwardMs: number;
+}
+
+export interface NativeDenseModel {
+  /** All parameters, flat, in `tensors` order (JS-owned; written in place by update()). */
+  readonly params: Float32Array;
+  /** Gradients of the last forwardBackward (overwritten by each call). */
+  readonly grads: Float32Array;
+  /** Optimizer state: adagrad [n], adam [n] m then [n] v, sgd []. */
+  readonly state: Float32Array;
+  readonly tensors: NativeTensorInfo[];
+  readonly sparseWidth: number;
+  readonly interactionWidth: number;
+  /** Updates applied so far (Adam's t). */
+  step: number;
+  forward(dense: Float32Array, sparse: Float32Array | null, batchSize: number): Promise<Float32Array>;
+  forwardBackward(
+    dense: Float32Array,
+    sparse: Float32Array | null,
+    labels: Float32Array,
+    batchSize: number,
+    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number },
+  ): Promise<NativeForwardBackwardResult>;
+  update(lr?: number): Promise<void>;
+}
+
+export interface CrossLayerArrays {
+  V: Float32Array;
+  U: Float32Array;
+  b: Float32Array;
+}
+
+/** Synchronous single-layer kernels, for checks against references and small utilities. */
+export interface DenseOps {
+  gemm(transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, B: Float32Array, beta: number, C: Float32Array, fallback?: boolean): void;
+  gemmInfo(): { blas: boolean; fallbackForced: boolean };
+  forceGemmFallback(on: boolean): void;
+  linearForward(x: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array, b: Float32Array | null): Float32Array;
+  linearBackward(x: Float32Array, dy: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array): { dW: Float32Array; db: Float32Array; dx: Float32Array };
+  reluForward(x: Float32Array): Float32Array;
+  reluBackward(y: Float32Array, dy: Float32Array): Float32Array;
+  dotInteractionForward(x: Float32Array, e: Float32Array, B: number, d: number, F: number): Float32Array;
+  dotInteractionBackward(x: Float32Array, e: Float32Array, dout: Float32Array, B: number, d: number, F: number): { dx: Float32Array; de: Float32Array };
+  crossForward(x0: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[]): Float32Array;
+  crossBackward(x0: Float32Array, dout: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[]): { dx0: Float32Array; layers: CrossLayerArrays[] };
+  bce(z: Float32Array, y: Float32Array): { loss: number; dz: Float32Array };
+  optimizerStep(config: NativeDenseOptimizer, t: number, params: Float32Array, grads: Float32Array, state: Float32Array): void;
+}
+
+export interface DenseAddon extends Addon {
+  DenseModel: new (config: NativeDenseConfig) => NativeDenseModel;
+  denseOps: DenseOps;
+}
+
+/** The addon serving `device` ('cpu' or 'cuda:N'), typed with the dense parts. */
+export function denseAddon(device = 'cpu'): DenseAddon {
+  return addonFor(device) as DenseAddon;
+}

@@ -1,0 +1,246 @@
+// layers.test.ts — every dense kernel against the float64 reference (test/train/reference.ts): forward
+// values, and gradients against central finite differences of Σ g ⊙ layer(·) for a fixed random g.
+// Tolerances: float32 kernels vs float64 math, atol 2e-4 + rtol 2e-4 (FD error at h = 1e-6 is ~1e-9).
+import { describe, it, expect } from 'vitest';
+import { denseAddon } from '../../lib/train/binding.js';
+import { EmbshardError } from '../../lib/errors.js';
+import * as ref from './reference.js';
+
+const ops = denseAddon('cpu').denseOps;
+const TOL = [2e-4, 2e-4] as const;
+
+function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
+  return s;
+}
+
+describe('gemm', () => {
+  const r = ref.rng(1);
+  for (const fallback of [false, true])
+    for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const)
+      it(`${fallback ? 'blocked fallback' : 'sgemm'} transA=${ta} transB=${tb} matches the naive product`, () => {
+        const M = 37, N = 530, K = 301; // odd sizes crossing the fallback's 32 / 256 / 512 blocks
+        const A = ref.randArray(r, M * K), B = ref.randArray(r, K * N), C0 = ref.randArray(r, M * N);
+        const C = C0.slice();
+        ops.gemm(ta, tb, M, N, K, 0.5, A, B, 0.25, C, fallback);
+        const want = new Float64Array(M * N);
+        for (let m = 0; m < M; m++)
+          for (let n = 0; n < N; n++) {
+            let s = 0;
+            for (let k = 0; k < K; k++) s += (ta ? A[k * M + m]! : A[m * K + k]!) * (tb ? B[n * K + k]! : B[k * N + n]!);
+            want[m * N + n] = 0.5 * s + 0.25 * C0[m * N + n]!;
+          }
+        expect(ref.worstRatio(C, want, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
+      });
+
+  it('beta = 0 overwrites C even when it holds NaN', () => {
+    const C = new Float32Array(6).fill(NaN);
+    ops.gemm(false, false, 2, 3, 1, 1, Float32Array.of(1, 2), Float32Array.of(1, 2, 3), 0, C, true);
+    expect(Array.from(C)).toEqual([1, 2, 3, 2, 4, 6]);
+  });
+
+  it('reports whether BLAS is compiled in', () => {
+    expect(typeof ops.gemmInfo().blas).toBe('boolean');
+  });
+
+  it('rejects a wrongly sized operand with LENGTH_MISMATCH naming it', () => {
+    const e = (() => {
+      try {
+        ops.gemm(false, false, 2, 2, 2, 1, new Float32Array(4), new Float32Array(3), 0, new Float32Array(4));
+      } catch (err) {
+        return err;
+      }
+    })();
+    expect(e).toBeInstanceOf(EmbshardError);
+    expect((e as EmbshardError).code).toBe('LENGTH_MISMATCH');
+    expect((e as Error).message).toMatch(/\bB\b/);
+  });
+});
+
+describe('linear', () => {
+  const r = ref.rng(2);
+  const B = 5, I = 7, O = 4;
+  const x = ref.randArray(r, B * I), W = ref.randArray(r, O * I), b = ref.randArray(r, O), g = ref.randArray(r, B * O);
+
+  it('forward equals x·Wᵀ + b, with and without bias', () => {
+    expect(ref.worstRatio(ops.linearForward(x, B, I, O, W, b), ref.linear(x, B, I, O, W, b), ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(ops.linearForward(x, B, I, O, W, null), ref.linear(x, B, I, O, W, null), ...TOL)).toBeLessThanOrEqual(1);
+  });
+
+  it('dW, db, dx match finite differences', () => {
+    const got = ops.linearBackward(x, g, B, I, O, W);
+    const X = Float64Array.from(x), Wd = Float64Array.from(W), bd = Float64Array.from(b);
+    const L = () => dot(g, ref.linear(X, B, I, O, Wd, bd));
+    expect(ref.worstRatio(got.dW, ref.fdGradient(L, Wd), ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(got.db, ref.fdGradient(L, bd), ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(got.dx, ref.fdGradient(L, X), ...TOL)).toBeLessThanOrEqual(1);
+  });
+
+  it('gives the same result on the blocked fallback as on BLAS', () => {
+    const Bb = 64, Ib = 300, Ob = 130;
+    const xb = ref.randArray(r, Bb * Ib), Wb = ref.randArray(r, Ob * Ib), bb = ref.randArray(r, Ob), gb = ref.randArray(r, Bb * Ob);
+    const want = ref.linear(xb, Bb, Ib, Ob, Wb, bb);
+    try {
+      for (const forced of [false, true]) {
+        ops.forceGemmFallback(forced);
+        expect(ref.worstRatio(ops.linearForward(xb, Bb, Ib, Ob, Wb, bb), want, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
+        const bw = ops.linearBackward(xb, gb, Bb, Ib, Ob, Wb);
+        // dx = g·W, checked against the naive product
+        const dx = new Float64Array(Bb * Ib);
+        for (let s = 0; s < Bb; s++) for (let i = 0; i < Ib; i++) {
+          let acc = 0;
+          for (let o = 0; o < Ob; o++) acc += gb[s * Ob + o]! * Wb[o * Ib + i]!;
+          dx[s * Ib + i] = acc;
+        }
+        expect(ref.worstRatio(bw.dx, dx, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
+      }
+    } finally {
+      ops.forceGemmFallback(false);
+    }
+  });
+});
+
+describe('relu', () => {
+  it('forward clamps and backward passes the gradient where the output is positive (finite differences)', () => {
+    const r = ref.rng(3);
+    // keep |x| ≥ 0.05 so the finite difference never straddles the kink
+    const x = Float32Array.from(ref.randArray(r, 40), (v) => (v >= 0 ? v + 0.05 : v - 0.05));
+    const g = ref.randArray(r, 40);
+    const y = ops.reluForward(x);
+    expect(Array.from(y)).toEqual(Array.from(ref.relu(x)).map(Math.fround));
+    const X = Float64Array.from(x);
+    const fd = ref.fdGradient(() => dot(g, ref.relu(X)), X);
+    expect(ref.worstRatio(ops.reluBackward(y, g), fd, ...TOL)).toBeLessThanOrEqual(1);
+  });
+});
+
+describe('dot interaction', () => {
+  const r = ref.rng(4);
+  const B = 3, d = 4, F = 5;
+  const x = ref.randArray(r, B * d), e = ref.randArray(r, B * F * d);
+  const w = d + ((F + 1) * F) / 2;
+
+  it('has width d + (F+1)F/2 and equals the strict lower triangle of T·Tᵀ after x', () => {
+    const out = ops.dotInteractionForward(x, e, B, d, F);
+    expect(out.length).toBe(B * w);
+    expect(ref.worstRatio(out, ref.dotInteraction(x, e, B, d, F), ...TOL)).toBeLessThanOrEqual(1);
+    // closed-form spot check: the first pair is x·e_1 of sample 0
+    let x0e1 = 0;
+    for (let k = 0; k < d; k++) x0e1 += x[k]! * e[k]!;
+    expect(out[d]).toBeCloseTo(x0e1, 5);
+  });
+
+  it('dx and de match finite differences', () => {
+    const g = ref.randArray(r, B * w);
+    const got = ops.dotInteractionBackward(x, e, g, B, d, F);
+    const X = Float64Array.from(x), E = Float64Array.from(e);
+    const L = () => dot(g, ref.dotInteraction(X, E, B, d, F));
+    expect(ref.worstRatio(got.dx, ref.fdGradient(L, X), ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(got.de, ref.fdGradient(L, E), ...TOL)).toBeLessThanOrEqual(1);
+  });
+
+  it('Criteo Kaggle shape: 26 features of dim 16 give 367 columns', () => {
+    const out = ops.dotInteractionForward(new Float32Array(16), new Float32Array(26 * 16), 1, 16, 26);
+    expect(out.length).toBe(367);
+  });
+});
+
+describe('DCNv2 low-rank cross layers', () => {
+  const r = ref.rng(5);
+  const B = 3, D = 6, rank = 2;
+  const x0 = ref.randArray(r, B * D);
+  const layers = [0, 1, 2].map(() => ({ V: ref.randArray(r, rank * D), U: ref.randArray(r, D * rank), b: ref.randArray(r, D) }));
+
+  it('forward equals x_{l+1} = x0 ⊙ (U V x_l + b) + x_l', () => {
+    expect(ref.worstRatio(ops.crossForward(x0, B, D, rank, layers), ref.cross(x0, B, D, rank, layers), ...TOL)).toBeLessThanOrEqual(1);
+  });
+
+  it('gradients of x0, V, U and b match finite differences', () => {
+    const g = ref.randArray(r, B * D);
+    const got = ops.crossBackward(x0, g, B, D, rank, layers);
+    const X = Float64Array.from(x0);
+    const L64 = layers.map((l) => ({ V: Float64Array.from(l.V), U: Float64Array.from(l.U), b: Float64Array.from(l.b) }));
+    const L = () => dot(g, ref.cross(X, B, D, rank, L64));
+    expect(ref.worstRatio(got.dx0, ref.fdGradient(L, X), ...TOL)).toBeLessThanOrEqual(1);
+    L64.forEach((l, i) => {
+      expect(ref.worstRatio(got.layers[i]!.V, ref.fdGradient(L, l.V), ...TOL)).toBeLessThanOrEqual(1);
+      expect(ref.worstRatio(got.layers[i]!.U, ref.fdGradient(L, l.U), ...TOL)).toBeLessThanOrEqual(1);
+      expect(ref.worstRatio(got.layers[i]!.b, ref.fdGradient(L, l.b), ...TOL)).toBeLessThanOrEqual(1);
+    });
+  });
+});
+
+describe('sigmoid + binary cross-entropy from logits', () => {
+  it('loss and dz match the textbook formula and its finite differences', () => {
+    const r = ref.rng(6);
+    const z = ref.randArray(r, 16, -4, 4);
+    const y = Float32Array.from({ length: 16 }, (_, i) => i % 3 === 0 ? 1 : 0);
+    const got = ops.bce(z, y);
+    expect(got.loss).toBeCloseTo(ref.bce(z, y), 6);
+    const Z = Float64Array.from(z);
+    expect(ref.worstRatio(got.dz, ref.fdGradient(() => ref.bce(Z, y), Z), 1e-6, 1e-4)).toBeLessThanOrEqual(1);
+  });
+
+  it('stays finite and exact at extreme logits (closed form)', () => {
+    const got = ops.bce(Float32Array.of(100, -100, 100, -100), Float32Array.of(1, 1, 0, 0));
+    // per sample: log1p(e^-100) ≈ 3.7e-44, 100, 100, 3.7e-44 → mean 50
+    expect(got.loss).toBeCloseTo(50, 10);
+    expect(Array.from(got.dz).map((v) => Math.round(v * 4 * 1e6) / 1e6)).toEqual([0, -1, 1, 0]);
+    expect(got.dz.every(Number.isFinite)).toBe(true);
+  });
+});
+
+describe('dense optimizers', () => {
+  const r = ref.rng(7);
+  const n = 50;
+  const steps = [ref.randArray(r, n), ref.randArray(r, n), ref.randArray(r, n)];
+  const p0 = ref.randArray(r, n);
+
+  function run(type: 'sgd' | 'adagrad' | 'adam', cfg: { lr: number; eps?: number; beta1?: number; beta2?: number; weightDecay?: number }) {
+    const p = p0.slice();
+    const state = new Float32Array(type === 'sgd' ? 0 : type === 'adagrad' ? n : 2 * n);
+    steps.forEach((g, t) => ops.optimizerStep({ type, ...cfg }, t + 1, p, g, state));
+    return p;
+  }
+
+  it('sgd: w −= lr·(g + wd·w)', () => {
+    const lr = 0.1, wd = 0.01;
+    const want = Float64Array.from(p0);
+    for (const g of steps) for (let i = 0; i < n; i++) want[i] = want[i]! - lr * (g[i]! + wd * want[i]!);
+    expect(ref.worstRatio(run('sgd', { lr, weightDecay: wd }), want, 1e-6, 1e-5)).toBeLessThanOrEqual(1);
+  });
+
+  it('adagrad: s += g²; w −= lr·g/(√s + eps), accumulator starting at 0', () => {
+    const lr = 0.05, eps = 1e-8;
+    const want = Float64Array.from(p0), s = new Float64Array(n);
+    for (const g of steps)
+      for (let i = 0; i < n; i++) {
+        s[i] = s[i]! + g[i]! * g[i]!;
+        want[i] = want[i]! - (lr * g[i]!) / (Math.sqrt(s[i]!) + eps);
+      }
+    expect(ref.worstRatio(run('adagrad', { lr, eps }), want, 1e-6, 1e-5)).toBeLessThanOrEqual(1);
+  });
+
+  it('adam: bias-corrected moments', () => {
+    const lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const want = Float64Array.from(p0), m = new Float64Array(n), v = new Float64Array(n);
+    steps.forEach((g, k) => {
+      const t = k + 1;
+      for (let i = 0; i < n; i++) {
+        m[i] = b1 * m[i]! + (1 - b1) * g[i]!;
+        v[i] = b2 * v[i]! + (1 - b2) * g[i]! * g[i]!;
+        want[i] = want[i]! - (lr * (m[i]! / (1 - b1 ** t))) / (Math.sqrt(v[i]! / (1 - b2 ** t)) + eps);
+      }
+    });
+    expect(ref.worstRatio(run('adam', { lr, beta1: b1, beta2: b2, eps }), want, 1e-6, 1e-4)).toBeLessThanOrEqual(1);
+  });
+
+  it('rejects an unknown optimizer with UNSUPPORTED_OPTIMIZER and leaves params untouched', () => {
+    const p = p0.slice();
+    expect(() => ops.optimizerStep({ type: 'lamb' as 'sgd', lr: 0.1 }, 1, p, steps[0]!, new Float32Array(0))).toThrow(
+      expect.objectContaining({ code: 'UNSUPPORTED_OPTIMIZER' }),
+    );
+    expect(p).toEqual(p0);
+  });
+});
