@@ -8,7 +8,7 @@
 //
 // Per bag (sample i, feature f): key = hash(seed_f, i); its length is draw 2^20 of that key ('uniform':
 // 1 + ⌊u·(2h−1)⌋, mean h; 'fixed': h); id k of the bag is: u = draw k, rank = zipfRank(u) over the feature's
-// cardinality N_f, raw = scatter(rank) ∈ [0, N_f), id = raw mod rows_f where rows_f = min(N_f, maxRows)
+// cardinality N_f, raw = scatter(rank) ∈ [0, N_f) (the identity with scatter: false), id = raw mod rows_f where rows_f = min(N_f, maxRows)
 // (the `--max-ind-range` hashing of DLRM). Hidden scores belong to the final ids, so a model with rows_f
 // rows can represent the planted model exactly.
 import { EmbshardError } from '../errors.js';
@@ -49,6 +49,11 @@ export interface SyntheticOptions {
   numDense?: number | undefined;
   /** Zipf exponent of id popularity (0 = uniform). Default 1.1, HugeCTR/EMBark's benchmark setting. */
   alpha?: number | undefined;
+  /**
+   * true: hot ranks are scattered over the table by a seeded bijection (as hashed ids are); false: rank r
+   * is id r, hottest = row 0 (the planner's access model in lib/plan). Default true.
+   */
+  scatter?: boolean | undefined;
   /** Default 0. */
   seed?: number | undefined;
   /** Batches per epoch; omitted = endless. */
@@ -70,6 +75,7 @@ export interface SyntheticConfig {
   lengths: 'fixed' | 'uniform';
   numDense: number;
   alpha: number;
+  scatter: boolean;
   seed: number;
   numBatches: number | null;
   sampleOffset: number;
@@ -129,6 +135,8 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   const alpha = o.alpha ?? 1.1;
   if (typeof alpha !== 'number' || !Number.isFinite(alpha) || alpha < 0 || alpha > 10)
     throw new EmbshardError('INVALID_ARGUMENT', `alpha must be a number in [0, 10] (got ${String(alpha)})`);
+  const scatter = o.scatter ?? true;
+  if (typeof scatter !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', `scatter must be a boolean (got ${String(scatter)})`);
   const seed = o.seed ?? 0;
   if (!Number.isSafeInteger(seed)) throw new EmbshardError('INVALID_ARGUMENT', `seed must be an integer (got ${String(seed)})`);
   const numBatches = o.numBatches === undefined ? null : positiveInt('numBatches', o.numBatches);
@@ -137,7 +145,7 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   const rank = o.rank === undefined ? 0 : nonNegativeInt('rank', o.rank);
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
   return {
-    batchSize, features, cardinalities: cards, tableRows, hotness, lengths, numDense, alpha, seed: seed | 0,
+    batchSize, features, cardinalities: cards, tableRows, hotness, lengths, numDense, alpha, scatter, seed: seed | 0,
     numBatches, sampleOffset, rank, worldSize, planted: resolvePlanted(o.planted),
   };
 }
@@ -167,7 +175,7 @@ export class SyntheticGenerator {
     this.model = new PlantedModel(cfg.seed, cfg.hotness, cfg.numDense, cfg.planted);
     this.plans = cfg.cardinalities.map((n, f) => ({
       zipf: zipfParams(n, cfg.alpha),
-      scatter: makeScatter(n, cfg.seed, f),
+      scatter: cfg.scatter ? makeScatter(n, cfg.seed, f) : { n, a: 1, c: 0 },
       rows: cfg.tableRows[f]!,
       key: hash2(cfg.seed, 0x100 + f),
       hot: cfg.hotness[f]!,

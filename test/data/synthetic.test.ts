@@ -175,6 +175,17 @@ describe('Zipf ids', () => {
     });
   }
 
+  it('scatter: false puts rank r at id r (hottest = row 0, the planner’s access model)', () => {
+    const ids = new SyntheticSource({ batchSize: 4000, cardinalities: [1000], hotness: 25, seed: 7, numDense: 0, scatter: false }).batch(0).sparse.ids as Int32Array;
+    const counts = new Float64Array(1000);
+    for (const id of ids) counts[id]!++;
+    const M = ids.length;
+    for (const r of [0, 1, 5, 20]) {
+      const p = zipfRankProbability(1000, 1.1, r);
+      expect(Math.abs(counts[r]! - M * p)).toBeLessThan(5 * Math.sqrt(M * p * (1 - p)) + 1);
+    }
+  });
+
   it('caps tables with maxRows by hashing ids modulo the cap', () => {
     const src = new SyntheticSource({ batchSize: 512, cardinalities: [10_000_000, 40], maxRows: 1000, seed: 3 });
     expect(src.tableRows).toEqual([1000, 40]);
