@@ -62,12 +62,14 @@ export class WorkerSource implements BatchSource {
   get numBatches(): number | undefined {
     return this.local.numBatches;
   }
+  /** The report of the last finished pass (the worker sends it when its pass ends). */
   report(): DataReport | undefined {
     return this.lastReport;
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
     const worker = spawn({ spec: this.spec, depth: this.depth });
+    worker.unref();
     const queue: WorkerMessage[] = [];
     let wake: (() => void) | undefined;
     let exited = false, exitError: Error | undefined;
@@ -89,7 +91,11 @@ export class WorkerSource implements BatchSource {
         if (!m) {
           if (exitError) throw new EmbshardError('INTERNAL', `the data worker failed: ${exitError.message}`);
           if (exited) throw new EmbshardError('INTERNAL', 'the data worker exited before finishing its pass');
+          // the worker keeps the process alive only while someone waits for it: an abandoned pass
+          // (an iterator neither finished nor closed) does not hold the process open
+          worker.ref();
           await new Promise<void>((r) => (wake = r));
+          worker.unref();
           wake = undefined;
           continue;
         }
