@@ -22,6 +22,8 @@ export interface TrafficCounters {
 export interface CollectiveOptions {
   /** Milliseconds before the call fails with COMM_TIMEOUT (default: the group's timeoutMs). */
   timeoutMs?: number;
+  /** Leave the byte counters alone (metadata such as per-segment counts is not payload). */
+  uncounted?: boolean;
 }
 
 export interface GroupOptions {
@@ -88,8 +90,8 @@ export class ProcessGroup {
     return this.native;
   }
 
-  private count(peer: number, bytes: number, dir: 'sent' | 'recv'): void {
-    if (bytes === 0) return;
+  private count(peer: number, bytes: number, dir: 'sent' | 'recv', opts?: CollectiveOptions): void {
+    if (bytes === 0 || opts?.uncounted) return;
     if (peer === this.rank) {
       if (dir === 'sent') this.traffic.local += bytes;
     } else if (this.nodeOf(peer) === this.nodeOf(this.rank)) this.traffic[dir === 'sent' ? 'sentIntra' : 'recvIntra'] += bytes;
@@ -121,8 +123,8 @@ export class ProcessGroup {
     const r = await g.allToAllV(send, bytes, this.timeout(opts));
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
-      this.count(p, bytes[p]!, 'sent');
-      this.count(p, r.counts[p]!, 'recv');
+      this.count(p, bytes[p]!, 'sent', opts);
+      this.count(p, r.counts[p]!, 'recv', opts);
       if (r.counts[p]! % bpe !== 0)
         throw new EmbshardError('COMM_FAILED', `allToAllV: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
       counts.push(r.counts[p]! / bpe);
@@ -138,8 +140,11 @@ export class ProcessGroup {
     const bpe = send.BYTES_PER_ELEMENT;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
-      this.count(p, send.byteLength, 'sent');
-      this.count(p, r.counts[p]!, 'recv');
+      // an all-gather has no self message
+      if (p !== this.rank) {
+        this.count(p, send.byteLength, 'sent', opts);
+        this.count(p, r.counts[p]!, 'recv', opts);
+      }
       if (r.counts[p]! % bpe !== 0)
         throw new EmbshardError('COMM_FAILED', `allGather: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
       counts.push(r.counts[p]! / bpe);
@@ -157,8 +162,9 @@ export class ProcessGroup {
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts));
     for (let p = 0; p < this.size; p++) {
-      this.count(p, data.byteLength, 'sent');
-      this.count(p, data.byteLength, 'recv');
+      if (p === this.rank) continue;
+      this.count(p, data.byteLength, 'sent', opts);
+      this.count(p, data.byteLength, 'recv', opts);
     }
     return data;
   }
@@ -170,8 +176,8 @@ export class ProcessGroup {
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
     await g.broadcast(data, root, this.timeout(opts));
-    if (this.rank === root) for (let p = 0; p < this.size; p++) this.count(p, data.byteLength, 'sent');
-    else this.count(root, data.byteLength, 'recv');
+    if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count(p, data.byteLength, 'sent', opts);
+    if (this.rank !== root) this.count(root, data.byteLength, 'recv', opts);
     return data;
   }
 

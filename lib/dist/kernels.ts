@@ -1,0 +1,47 @@
+// kernels.ts — typed access to the sharded runtime's native per-id kernels (native/shard/kernels.h via
+// native/addon/shard_ops.cc). Synchronous: each is one linear pass over a step's ids.
+import type { IdArray } from '../binding.js';
+import { loadAddon } from '../native.js';
+
+export type Wire = 'fp32' | 'fp16' | 'bf16';
+export type WireArray = Float32Array | Uint16Array;
+
+export interface Segmented {
+  /** ids relative to their range start, range-major, stable */
+  ids: BigInt64Array;
+  /** original index (within the feature) of every id */
+  pos: Int32Array;
+  weights: Float32Array | null;
+  /** [S × B] bag lengths per range */
+  lengths: Int32Array;
+  counts: Float64Array;
+}
+
+export interface Uniq {
+  /** distinct ids ordered by (id mod m, id) */
+  values: BigInt64Array;
+  inverse: Int32Array;
+  /** distinct ids per residue [m] */
+  counts: Float64Array;
+}
+
+export interface ShardKernels {
+  segment(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, bounds: Float64Array, what: string): Segmented;
+  unique(ids: BigInt64Array, m: number): Uniq;
+  divideIds(src: BigInt64Array, m: number): BigInt64Array;
+  pack(src: Float32Array, stride: number, idx: Int32Array | null, r0: number, nRows: number, c0: number, c1: number, wire: Wire, dst: WireArray, dstOffset: number): void;
+  unpack(src: WireArray, srcOffset: number, wire: Wire, nRows: number, cols: number, dst: Float32Array, stride: number, idx: Int32Array | null, r0: number, col: number, add: boolean): void;
+  poolUnique(rows: Float32Array, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, dst: Float32Array, stride: number, col: number, seqPos: Int32Array | null): void;
+  gradUnique(grad: Float32Array, stride: number, col: number, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, fullLen: Int32Array | null, mean: boolean, seqPos: Int32Array | null, out: Float32Array): void;
+  divideBags(m: Float32Array, stride: number, col: number, dim: number, lengths: Int32Array): void;
+  initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;
+}
+
+let cached: ShardKernels | undefined;
+export function kernels(): ShardKernels {
+  return (cached ??= (loadAddon() as unknown as { shard: ShardKernels }).shard);
+}
+
+export function wireArray(wire: Wire, n: number): WireArray {
+  return wire === 'fp32' ? new Float32Array(n) : new Uint16Array(n);
+}

@@ -1,0 +1,186 @@
+// local-layout.ts — what one rank of a sharded collection holds and in which order messages travel:
+// the local tables and features of the rank's engine (dp tables whole, hot tiers, its 3D shards), the
+// global output layout (the one a single EmbeddingCollection over the same tables has), and the
+// canonical order of the segments a rank r exchanges with a rank d (docs/wire-protocol.md).
+import type { ShardPlan } from '../plan/shard-plan.js';
+import type { ShardCols } from '../plan/layout.js';
+import type { Cluster, Pooling, Table } from '../plan/types.js';
+
+export interface GroupRt {
+  a: number;
+  b: number;
+  /** shards in column order */
+  shards: ShardCols[];
+  /** distinct ranks holding a shard, ascending */
+  holders: number[];
+}
+
+export interface TableRt {
+  index: number;
+  table: Table;
+  cluster: Cluster;
+  /** replicated / node tier rows */
+  R: number;
+  N: number;
+  groups: GroupRt[];
+  /** range bounds for segmentation: dp [0, rows]; rb/ub [0, R, R+N, g0.b, g1.b, ...] */
+  bounds: Float64Array;
+  /** feature names of the table, in order, and their global pooled column (-1: sequence) */
+  features: string[];
+  pooledCol: number[];
+  pooling: Pooling;
+}
+
+/** Local engine features; `kind` says which phase fills them. */
+export type LocalFeatureKind = 'loc' | 'upd' | 'rb' | 'ub' | 'node' | 'nodeupd';
+
+export interface LocalFeature {
+  name: string;
+  table: number; // local table index
+  pooling: Pooling;
+  dim: number;
+  kind: LocalFeatureKind;
+  /** plan table index */
+  t: number;
+  /** plan feature (rb, loc) */
+  f?: string;
+  /** group index and shard (rb, ub) */
+  g?: number;
+  shard?: ShardCols;
+  /** column in the local engine's pooled output, -1 for sequence features */
+  col: number;
+}
+
+export interface LocalTable {
+  name: string;
+  rows: number;
+  dim: number;
+  /** plan table index and the slice of it: rows [r0, r0 + rows) (node tier: every rpn-th row) × cols [c0, c1) */
+  t: number;
+  part: 'dp' | 'rep' | 'node' | 'shard';
+  r0: number;
+  c0: number;
+  c1: number;
+}
+
+export type Segment =
+  | { kind: 'node'; t: number }
+  | { kind: 'rb'; t: number; f: string; g: number }
+  | { kind: 'ub'; t: number; g: number };
+
+export class LocalLayout {
+  readonly W: number;
+  readonly rpn: number;
+  readonly rank: number;
+  readonly tables: TableRt[];
+  readonly pooledDim: number;
+  readonly localTables: LocalTable[] = [];
+  readonly localFeatures: LocalFeature[] = [];
+  readonly localPooledDim: number;
+  /** local feature index by key */
+  private readonly byKey = new Map<string, number>();
+  private readonly segCache = new Map<string, Segment[]>();
+
+  constructor(readonly plan: ShardPlan, rank: number) {
+    this.W = plan.topology.worldSize;
+    this.rpn = plan.topology.ranksPerNode;
+    this.rank = rank;
+    let col = 0;
+    this.tables = plan.tables.map((table, index) => {
+      const l = plan.layouts[index]!;
+      const R = l.tiers.replicated, N = l.tiers.node;
+      const groups = l.groups.map((g) => ({ a: g.a, b: g.b, shards: g.shards, holders: [...new Set(g.shards.map((s) => s.rank))].sort((x, y) => x - y) }));
+      const bounds = l.cluster === 'dp' ? [0, table.rows] : [0, R, R + N, ...groups.map((g) => g.b)];
+      const pooledCol = table.features.map(() => {
+        if (table.pooling === 'none') return -1;
+        const c = col;
+        col += table.dim;
+        return c;
+      });
+      return { index, table, cluster: l.cluster, R, N, groups, bounds: Float64Array.from(bounds), features: [...table.features], pooledCol, pooling: table.pooling };
+    });
+    this.pooledDim = col;
+    // local tables and features, in plan order
+    const localPool = (p: Pooling): Pooling => (p === 'none' ? 'none' : 'sum');
+    for (const rt of this.tables) {
+      const t = rt.table;
+      const addTable = (lt: LocalTable): number => this.localTables.push(lt) - 1;
+      if (rt.cluster === 'dp' || rt.R > 0) {
+        const part = rt.cluster === 'dp' ? 'dp' : 'rep';
+        const rows = rt.cluster === 'dp' ? t.rows : rt.R;
+        const lt = addTable({ name: `${t.name}#${part}`, rows, dim: t.dim, t: rt.index, part, r0: 0, c0: 0, c1: t.dim });
+        for (const f of rt.features) this.addFeature({ name: `${f}@${part}`, table: lt, pooling: localPool(t.pooling), dim: t.dim, kind: 'loc', t: rt.index, f }, `loc:${f}`);
+        this.addFeature({ name: `${t.name}#${part}@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'upd', t: rt.index }, `upd:${rt.index}`);
+      }
+      const held = this.nodeRowsHeld(rt, rank);
+      if (held > 0) {
+        const lt = addTable({ name: `${t.name}#node`, rows: held, dim: t.dim, t: rt.index, part: 'node', r0: rt.R, c0: 0, c1: t.dim });
+        this.addFeature({ name: `${t.name}#node@u`, table: lt, pooling: 'none', dim: t.dim, kind: 'node', t: rt.index }, `node:${rt.index}`);
+        this.addFeature({ name: `${t.name}#node@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'nodeupd', t: rt.index }, `nodeupd:${rt.index}`);
+      }
+      rt.groups.forEach((g, gi) => {
+        for (const s of g.shards) {
+          if (s.rank !== rank) continue;
+          const sid = `${t.name}#r${g.a}-${g.b}c${s.c0}-${s.c1}`;
+          const lt = addTable({ name: sid, rows: g.b - g.a, dim: s.c1 - s.c0, t: rt.index, part: 'shard', r0: g.a, c0: s.c0, c1: s.c1 });
+          if (rt.cluster === 'rb')
+            for (const f of rt.features)
+              this.addFeature({ name: `${f}@${sid}`, table: lt, pooling: localPool(t.pooling), dim: s.c1 - s.c0, kind: 'rb', t: rt.index, f, g: gi, shard: s }, `rb:${f}:${gi}:${s.c0}`);
+          else this.addFeature({ name: `${sid}@u`, table: lt, pooling: 'none', dim: s.c1 - s.c0, kind: 'ub', t: rt.index, g: gi, shard: s }, `ub:${rt.index}:${gi}:${s.c0}`);
+        }
+      });
+    }
+    let lc = 0;
+    for (const lf of this.localFeatures) {
+      if (lf.pooling !== 'none') {
+        lf.col = lc;
+        lc += lf.dim;
+      }
+    }
+    this.localPooledDim = lc;
+  }
+
+  private addFeature(f: Omit<LocalFeature, 'col'>, key: string): void {
+    this.byKey.set(key, this.localFeatures.push({ ...f, col: -1 }) - 1);
+  }
+
+  /** Index of a local feature by key (loc:f, upd:t, node:t, nodeupd:t, rb:f:g:c0, ub:t:g:c0). */
+  feature(key: string): number {
+    const i = this.byKey.get(key);
+    if (i === undefined) throw new Error(`internal: no local feature ${key}`);
+    return i;
+  }
+
+  nodeOf(r: number): number {
+    return Math.floor(r / this.rpn);
+  }
+
+  /** Node-tier rows held by rank r (tier row k lives on local rank k mod rpn of every node). */
+  nodeRowsHeld(rt: TableRt, r: number): number {
+    if (rt.N === 0) return 0;
+    const j = r % this.rpn;
+    return j < rt.N % this.rpn ? Math.floor(rt.N / this.rpn) + 1 : Math.floor(rt.N / this.rpn);
+  }
+
+  /** The segments rank r sends rank d in the forward input (and the matching outputs / gradients), in order. */
+  segments(r: number, d: number): Segment[] {
+    const key = `${r}>${d}`;
+    const hit = this.segCache.get(key);
+    if (hit) return hit;
+    const out: Segment[] = [];
+    for (const rt of this.tables) {
+      if (rt.cluster === 'dp') continue;
+      if (rt.N > 0 && this.nodeOf(r) === this.nodeOf(d) && this.nodeRowsHeld(rt, d) > 0) out.push({ kind: 'node', t: rt.index });
+      if (rt.cluster === 'rb') {
+        for (const f of rt.features) rt.groups.forEach((g, gi) => g.holders.includes(d) && out.push({ kind: 'rb', t: rt.index, f, g: gi }));
+      } else rt.groups.forEach((g, gi) => g.holders.includes(d) && out.push({ kind: 'ub', t: rt.index, g: gi }));
+    }
+    this.segCache.set(key, out);
+    return out;
+  }
+
+  /** Shards of group g of table t held by rank d, in column order. */
+  shardsOn(t: number, g: number, d: number): ShardCols[] {
+    return this.tables[t]!.groups[g]!.shards.filter((s) => s.rank === d);
+  }
+}

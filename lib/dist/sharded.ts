@@ -1,0 +1,860 @@
+// sharded.ts — ShardedEmbeddingCollection: executes a ShardPlan across the ranks of a ProcessGroup so
+// that the ranks together compute what one EmbeddingCollection over the global batch (every rank's local
+// batch, concatenated in rank order) computes. Each rank's tables live in one local engine (dp tables
+// whole, hot tiers, its 3D shards); a step moves exactly the bytes docs/wire-protocol.md defines:
+//   forward:  ids (+ lengths, weights) to the owners -> lookups -> partial sums (rb) / unique rows (ub,
+//             node tier) back, pooled at the requester; dp and replicated rows are looked up locally;
+//   backward: gradients to the owners (rb: pooled, ub: per unique row), all-gathers of dp / replicated
+//             row gradients, node-tier sync between nodes; then ONE fused optimizer update per row per
+//             rank, with every rank's contributions summed in rank order first.
+// Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward).
+import { EmbshardError } from '../errors.js';
+import { JaggedBatch } from '../batch.js';
+import { addonFor } from '../device.js';
+import { resolveConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
+import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
+import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
+import type { ShardPlan } from '../plan/shard-plan.js';
+import type { DType, RankCounters } from '../plan/types.js';
+import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
+import { kernels, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './kernels.js';
+import { LocalLayout, type Segment } from './local-layout.js';
+
+export interface ShardedConfig {
+  /** default { type: 'sgd', lr: 0.01 } */
+  optimizer?: OptimizerConfig;
+  /** seed of the deterministic initialisation (the same values a single collection gets); default 0 */
+  seed?: number;
+  /** 'cpu' (default) or 'cuda:N' */
+  device?: string;
+  /** wire dtypes of embeddings (forward) and gradients (backward); default: the plan's */
+  comm?: { forward?: DType; backward?: DType };
+  /** per-table initialisation (default uniform ±1/√rows, as EmbeddingCollection) */
+  init?: Record<string, InitConfig>;
+}
+
+/** The EmbeddingCollection config equivalent to a plan's tables (what a single rank would build). */
+export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}): CollectionConfig {
+  return {
+    tables: plan.tables.map((t) => ({
+      name: t.name,
+      rows: t.rows,
+      dim: t.dim,
+      pooling: t.pooling,
+      features: [...t.features],
+      dtype: t.dtype,
+      ...(config.init?.[t.name] ? { init: config.init[t.name]! } : {}),
+    })),
+    ...(config.optimizer ? { optimizer: config.optimizer } : {}),
+    device: config.device ?? 'cpu',
+    seed: config.seed ?? 0,
+  };
+}
+
+export interface ShardedForwardOutput {
+  /** [batchSize × pooledDim] of this rank's local batch, features in `pooledFeatures` order */
+  pooled: Float32Array;
+  sequences: Record<string, SequenceOutput>;
+  batch: JaggedBatch;
+}
+
+interface SegView {
+  seg: Segmented;
+  starts: number[];
+}
+interface Part {
+  ids: BigInt64Array;
+  pos: Int32Array;
+  weights: Float32Array | null;
+  lengths: Int32Array;
+  n: number;
+}
+interface UniqT {
+  uq: Uniq;
+  /** offset of each feature's ids in the concatenation */
+  featOff: number[];
+  /** per residue (node tier holders): start in values */
+  starts: number[];
+}
+interface Received {
+  B: number;
+  hasW: boolean;
+  /** per canonical segment: ids, lengths (rb), weights (rb) */
+  entries: { seg: Segment; ids: BigInt64Array; lengths: Int32Array | null; weights: Float32Array | null }[];
+}
+interface StepCtx {
+  batch: JaggedBatch;
+  B: number;
+  segs: Map<string, SegView>;
+  ub: Map<string, UniqT>;
+  node: Map<number, UniqT>;
+  recv: Received[];
+  Btot: number;
+  Boff: number[];
+  owner: NativeBatch;
+  /** per local feature, per source rank: offset of the source's ids in the feature */
+  idOff: number[][];
+  used: boolean;
+}
+
+const STEP = Symbol('embshard.sharded.step');
+type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
+
+function concat<T extends BigInt64Array | Int32Array | Float32Array | Float64Array | Uint16Array>(parts: T[], Ctor: new (n: number) => T): T {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Ctor(n);
+  let o = 0;
+  for (const p of parts) {
+    (out as unknown as { set(a: T, o: number): void }).set(p, o);
+    o += p.length;
+  }
+  return out;
+}
+
+function part(v: SegView, s: number, B: number): Part {
+  const a = v.starts[s]!, n = v.seg.counts[s]!;
+  return {
+    ids: v.seg.ids.subarray(a, a + n),
+    pos: v.seg.pos.subarray(a, a + n),
+    weights: v.seg.weights ? v.seg.weights.subarray(a, a + n) : null,
+    lengths: v.seg.lengths.subarray(s * B, (s + 1) * B),
+    n,
+  };
+}
+
+function delta(after: TrafficCounters, before: TrafficCounters): TrafficCounters {
+  return {
+    sentIntra: after.sentIntra - before.sentIntra,
+    sentInter: after.sentInter - before.sentInter,
+    recvIntra: after.recvIntra - before.recvIntra,
+    recvInter: after.recvInter - before.recvInter,
+    local: after.local - before.local,
+  };
+}
+
+export class ShardedEmbeddingCollection {
+  readonly plan: ShardPlan;
+  readonly group: ProcessGroup;
+  /** the single-collection config these shards add up to */
+  readonly config: ResolvedConfig;
+  readonly layout: LocalLayout;
+  readonly wire: { forward: Wire; backward: Wire };
+  readonly featureInfo: readonly FeatureInfo[];
+  readonly pooledFeatures: readonly string[];
+  readonly sequenceFeatures: readonly string[];
+  readonly pooledDim: number;
+  /** byte counters of the latest forward and backward of this rank (docs/wire-protocol.md §Counters) */
+  readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
+  private engine: NativeEngine | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
+    if (group.size !== plan.topology.worldSize)
+      throw new EmbshardError('INVALID_PLAN', `the plan is for ${plan.topology.worldSize} ranks but the group has ${group.size}`);
+    if (group.ranksPerNode !== plan.topology.ranksPerNode)
+      throw new EmbshardError('INVALID_PLAN', `the plan has ${plan.topology.ranksPerNode} ranks per node but the group has ${group.ranksPerNode}`);
+    const wf = config.comm?.forward ?? plan.wire.forward, wb = config.comm?.backward ?? plan.wire.backward;
+    for (const [k, w] of [['comm.forward', wf], ['comm.backward', wb]] as const)
+      if (w !== 'fp32' && w !== 'fp16' && w !== 'bf16') throw new EmbshardError('UNSUPPORTED_DTYPE', `${k} must be fp32 | fp16 | bf16 (got ${String(w)})`);
+    this.plan = plan;
+    this.group = group;
+    this.wire = { forward: wf, backward: wb };
+    this.config = resolveConfig(collectionConfigOf(plan, config));
+    this.layout = new LocalLayout(plan, group.rank);
+    const L = this.layout;
+    const infos: FeatureInfo[] = [];
+    for (const rt of L.tables) rt.features.forEach((f, k) => infos.push({ name: f, table: rt.table.name, pooling: rt.pooling, dim: rt.table.dim, offset: rt.pooledCol[k]! }));
+    this.featureInfo = infos;
+    this.pooledDim = L.pooledDim;
+    this.pooledFeatures = infos.filter((f) => f.pooling !== 'none').map((f) => f.name);
+    this.sequenceFeatures = infos.filter((f) => f.pooling === 'none').map((f) => f.name);
+    const addon = addonFor(this.config.device);
+    this.engine = new addon.Engine(
+      {
+        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: plan.tables[t.t]!.dtype, idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
+        features: L.localFeatures.map((f) => ({ name: f.name, table: f.table, pooling: f.pooling })),
+        optimizer: { ...this.config.optimizer },
+        seed: this.config.seed,
+        initialize: false,
+      },
+      this.config.device,
+    );
+    if (internal?.initialize ?? true) this.initializeShards();
+  }
+
+  /** Fills every local table with exactly the values a single collection starts with there. */
+  private initializeShards(): void {
+    const K = kernels();
+    const e = this.live();
+    const chunk = 1 << 14;
+    this.layout.localTables.forEach((lt, i) => {
+      const t = this.config.tables[lt.t]!;
+      const bound = 1 / Math.sqrt(t.rows);
+      const init = t.init;
+      const [kind, a, b] =
+        init.type === 'uniform' ? (['uniform', init.low ?? -bound, init.high ?? bound] as const)
+        : init.type === 'normal' ? (['normal', init.mean ?? 0, init.std ?? bound] as const)
+        : (['constant', init.value, 0] as const);
+      const cols = lt.c1 - lt.c0;
+      if (lt.part === 'node') {
+        // local row j holds tier row (rank mod rpn) + j·rpn
+        const j0 = this.group.rank % this.layout.rpn;
+        const vals = new Float32Array(lt.rows * cols);
+        for (let j = 0; j < lt.rows; j++)
+          K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, lt.r0 + j0 + j * this.layout.rpn, 1, lt.c0, lt.c1, vals.subarray(j * cols, (j + 1) * cols));
+        e.writeRows(i, BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j)), vals);
+        return;
+      }
+      for (let r = 0; r < lt.rows; r += chunk) {
+        const n = Math.min(chunk, lt.rows - r);
+        const vals = new Float32Array(n * cols);
+        K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, lt.r0 + r, n, lt.c0, lt.c1, vals);
+        e.writeRows(i, BigInt64Array.from({ length: n }, (_, j) => BigInt(r + j)), vals);
+      }
+    });
+  }
+
+  get disposed(): boolean {
+    return this.engine === undefined;
+  }
+  /** Optimizer steps applied so far. */
+  get step(): number {
+    return this.live().step;
+  }
+  set step(t: number) {
+    this.live().step = t;
+  }
+
+  /** @internal the local engine (row access for gathers and checkpoints) */
+  get localEngine(): NativeEngine {
+    return this.live();
+  }
+
+  dispose(): void {
+    const e = this.engine;
+    this.engine = undefined;
+    e?.dispose();
+  }
+
+  private live(): NativeEngine {
+    if (!this.engine) throw new EmbshardError('DISPOSED', 'this ShardedEmbeddingCollection has been disposed');
+    return this.engine;
+  }
+
+  private enqueue<T>(op: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(() => {
+      this.live();
+      return op();
+    });
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
+  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+    if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
+    const planFeatures = new Set(this.featureInfo.map((f) => f.name));
+    for (const f of batch.features) if (!planFeatures.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has feature '${f}', which no table of the plan reads`);
+    for (const f of planFeatures) if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch lacks feature '${f}'`);
+    return this.enqueue(() => this.forwardStep(batch));
+  }
+
+  /** Applies the gradients of a forward output; every rank must call it (a collective). */
+  backward(out: ShardedForwardOutput, grads: Gradients): Promise<BackwardResult> {
+    const ctx = (out as Out)?.[STEP];
+    if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
+    if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
+    if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
+    const B = ctx.B;
+    if (this.pooledDim > 0) {
+      if (!(grads.pooled instanceof Float32Array) || grads.pooled.length !== B * this.pooledDim)
+        throw new EmbshardError('GRAD_SIZE_MISMATCH', `grads.pooled must be a Float32Array of batchSize × pooledDim = ${B} × ${this.pooledDim}`);
+    }
+    for (const f of this.sequenceFeatures) {
+      const n = ctx.batch.feature(f).ids.length * this.featureInfo.find((x) => x.name === f)!.dim;
+      const g = grads.sequences?.[f];
+      if (!(g instanceof Float32Array) || g.length !== n) throw new EmbshardError('GRAD_SIZE_MISMATCH', `grads.sequences['${f}'] must be a Float32Array of ${n} values`);
+    }
+    for (const name of Object.keys(grads.sequences ?? {}))
+      if (!this.sequenceFeatures.includes(name)) throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
+    ctx.used = true;
+    return this.enqueue(() => this.backwardStep(ctx, grads));
+  }
+
+  // ---------------------------------------------------------------- forward
+  private async forwardStep(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+    const K = kernels();
+    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn;
+    const B = batch.batchSize;
+    const weighted = batch.weights !== undefined;
+    const before = { ...g.traffic };
+    // 1. route every feature's ids to its ranges
+    const segs = new Map<string, SegView>();
+    for (const rt of L.tables)
+      for (const f of rt.features) {
+        const fv = batch.feature(f);
+        const seg = K.segment(fv.ids, fv.lengths, fv.weights ?? null, rt.bounds, `feature '${f}' (table '${rt.table.name}', ${rt.table.rows} rows)`);
+        const starts = [0];
+        for (let s = 0; s < seg.counts.length; s++) starts.push(starts[s]! + seg.counts[s]!);
+        segs.set(f, { seg, starts });
+      }
+    const uniqOver = (rt: (typeof L.tables)[number], s: number, m: number): UniqT => {
+      const parts = rt.features.map((f) => part(segs.get(f)!, s, B).ids);
+      const featOff = [0];
+      for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
+      const uq = K.unique(concat(parts, BigInt64Array), m);
+      const starts = [0];
+      for (let j = 0; j < m; j++) starts.push(starts[j]! + uq.counts[j]!);
+      return { uq, featOff, starts };
+    };
+    const ub = new Map<string, UniqT>();
+    const node = new Map<number, UniqT>();
+    for (const rt of L.tables) {
+      if (rt.cluster === 'ub') rt.groups.forEach((_, gi) => ub.set(`${rt.index}:${gi}`, uniqOver(rt, 2 + gi, 1)));
+      if (rt.N > 0) node.set(rt.index, uniqOver(rt, 1, rpn));
+    }
+    // 2. input messages, one per destination, in canonical segment order
+    const meta: Float64Array[] = [], idsOut: BigInt64Array[] = [], lenOut: Int32Array[] = [], wOut: Float32Array[] = [];
+    const metaCounts: number[] = [], idsCounts: number[] = [], lenCounts: number[] = [], wCounts: number[] = [];
+    for (let d = 0; d < W; d++) {
+      const m: number[] = [B, weighted ? 1 : 0];
+      const ip: BigInt64Array[] = [], lp: Int32Array[] = [], wp: Float32Array[] = [];
+      for (const s of L.segments(r, d)) {
+        if (s.kind === 'node') {
+          const u = node.get(s.t)!, j = d % rpn;
+          const ids = K.divideIds(u.uq.values.subarray(u.starts[j]!, u.starts[j + 1]!), rpn);
+          ip.push(ids);
+          m.push(ids.length);
+        } else if (s.kind === 'rb') {
+          const p = part(segs.get(s.f)!, 2 + s.g, B);
+          lp.push(p.lengths);
+          ip.push(p.ids);
+          if (p.weights) wp.push(p.weights);
+          m.push(p.n);
+        } else {
+          const u = ub.get(`${s.t}:${s.g}`)!.uq.values;
+          ip.push(u);
+          m.push(u.length);
+        }
+      }
+      const mm = Float64Array.from(m), ii = concat(ip, BigInt64Array), ll = concat(lp, Int32Array), ww = concat(wp, Float32Array);
+      meta.push(mm), idsOut.push(ii), lenOut.push(ll), wOut.push(ww);
+      metaCounts.push(mm.length), idsCounts.push(ii.length), lenCounts.push(ll.length), wCounts.push(ww.length);
+    }
+    const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true });
+    const idsIn = await g.allToAllV(concat(idsOut, BigInt64Array), idsCounts);
+    const lenIn = await g.allToAllV(concat(lenOut, Int32Array), lenCounts);
+    const wIn = await g.allToAllV(concat(wOut, Float32Array), wCounts);
+    // 3. parse what every source sent this rank
+    const recv: Received[] = [];
+    {
+      let mo = 0, io = 0, lo = 0, wo = 0;
+      for (let p = 0; p < W; p++) {
+        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
+        let k = mo + 2;
+        const entries: Received['entries'] = [];
+        for (const s of L.segments(p, r)) {
+          const n = metaIn.data[k++]!;
+          const ids = idsIn.data.subarray(io, io + n);
+          io += n;
+          let lengths: Int32Array | null = null, weights: Float32Array | null = null;
+          if (s.kind === 'rb') {
+            lengths = lenIn.data.subarray(lo, lo + Bp);
+            lo += Bp;
+            if (hasW) {
+              weights = wIn.data.subarray(wo, wo + n);
+              wo += n;
+            }
+          }
+          entries.push({ seg: s, ids, lengths, weights });
+        }
+        mo += metaIn.counts[p]!;
+        recv.push({ B: Bp, hasW, entries });
+      }
+    }
+    const Boff: number[] = [];
+    let Btot = 0;
+    for (const x of recv) Boff.push(Btot), (Btot += x.B);
+    // 4. the owner batch: every local feature, Btot bags
+    const owner = this.ownerBatch(recv, Btot);
+    const e = this.live();
+    const ownerOut = L.localFeatures.some((f) => f.kind === 'rb' || f.kind === 'ub' || f.kind === 'node') ? await e.forward(owner.batch) : null;
+    const local = this.localBatch(segs, B, weighted);
+    const localOut = L.localFeatures.some((f) => f.kind === 'loc') ? await e.forward(local) : null;
+    // 5. outputs back to every source
+    const fw = this.wire.forward;
+    const outCounts: number[] = [];
+    for (let p = 0; p < W; p++) outCounts.push(this.outputSize(recv[p]!, p, r));
+    const outBuf = wireArray(fw, outCounts.reduce((a, b) => a + b, 0));
+    {
+      let o = 0;
+      for (let p = 0; p < W; p++) {
+        for (const en of recv[p]!.entries) {
+          const s = en.seg;
+          if (s.kind === 'node') {
+            const lf = L.feature(`node:${s.t}`), dim = L.localFeatures[lf]!.dim;
+            K.pack(ownerOut!.sequences[lf]!, dim, null, owner.idOff[lf]![p]!, en.ids.length, 0, dim, fw, outBuf, o);
+            o += en.ids.length * dim;
+          } else {
+            for (const sh of L.shardsOn(s.t, s.g, r)) {
+              const cols = sh.c1 - sh.c0;
+              const lf = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${sh.c0}` : `ub:${s.t}:${s.g}:${sh.c0}`);
+              const f = L.localFeatures[lf]!;
+              if (f.pooling !== 'none') {
+                K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, recv[p]!.B, f.col, f.col + cols, fw, outBuf, o);
+                o += recv[p]!.B * cols;
+              } else {
+                K.pack(ownerOut!.sequences[lf]!, cols, null, owner.idOff[lf]![p]!, en.ids.length, 0, cols, fw, outBuf, o);
+                o += en.ids.length * cols;
+              }
+            }
+          }
+        }
+      }
+    }
+    const back = await g.allToAllV(outBuf, outCounts);
+    // 6. assemble this rank's outputs
+    const P = this.pooledDim;
+    const pooled = new Float32Array(B * P);
+    const seqOut = new Map<string, Float32Array>();
+    for (const f of this.sequenceFeatures) seqOut.set(f, new Float32Array(batch.feature(f).ids.length * this.dimOf(f)));
+    const tmp = (n: number) => new Float32Array(n);
+    if (localOut) {
+      for (const lf of L.localFeatures) {
+        if (lf.kind !== 'loc') continue;
+        const rt = L.tables[lf.t]!, k = rt.features.indexOf(lf.f!), dim = rt.table.dim;
+        const li = L.localFeatures.indexOf(lf);
+        if (lf.pooling !== 'none') {
+          const blk = tmp(B * dim);
+          K.pack(localOut.pooled, L.localPooledDim, null, 0, B, lf.col, lf.col + dim, 'fp32', blk, 0);
+          K.unpack(blk, 0, 'fp32', B, dim, pooled, P, null, 0, rt.pooledCol[k]!, true);
+        } else {
+          const p0 = part(segs.get(lf.f!)!, 0, B);
+          K.unpack(localOut.sequences[li]!, 0, 'fp32', p0.n, dim, seqOut.get(lf.f!)!, dim, p0.pos, 0, 0, false);
+        }
+      }
+    }
+    const nodeRows = new Map<number, Float32Array>();
+    for (const [t, u] of node) nodeRows.set(t, new Float32Array(u.uq.values.length * L.tables[t]!.table.dim));
+    const ubRows = new Map<string, Float32Array>();
+    for (const [key, u] of ub) ubRows.set(key, new Float32Array(u.uq.values.length * L.tables[Number(key.split(':')[0])]!.table.dim));
+    {
+      let o = 0;
+      for (let d = 0; d < W; d++) {
+        for (const s of L.segments(r, d)) {
+          const rt = L.tables[s.t]!, dim = rt.table.dim;
+          if (s.kind === 'node') {
+            const u = node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
+            K.unpack(back.data, o, fw, n, dim, nodeRows.get(s.t)!, dim, null, u.starts[j]!, 0, false);
+            o += n * dim;
+          } else if (s.kind === 'rb') {
+            const k = rt.features.indexOf(s.f), p = part(segs.get(s.f)!, 2 + s.g, B);
+            for (const sh of L.shardsOn(s.t, s.g, d)) {
+              const cols = sh.c1 - sh.c0;
+              if (rt.pooling !== 'none') {
+                K.unpack(back.data, o, fw, B, cols, pooled, P, null, 0, rt.pooledCol[k]! + sh.c0, true);
+                o += B * cols;
+              } else {
+                K.unpack(back.data, o, fw, p.n, cols, seqOut.get(s.f)!, dim, p.pos, 0, sh.c0, false);
+                o += p.n * cols;
+              }
+            }
+          } else {
+            const key = `${s.t}:${s.g}`, n = ub.get(key)!.uq.values.length;
+            for (const sh of L.shardsOn(s.t, s.g, d)) {
+              const cols = sh.c1 - sh.c0;
+              K.unpack(back.data, o, fw, n, cols, ubRows.get(key)!, dim, null, 0, sh.c0, false);
+              o += n * cols;
+            }
+          }
+        }
+      }
+    }
+    const poolFrom = (rows: Float32Array, u: UniqT, rt: (typeof L.tables)[number], s: number) => {
+      rt.features.forEach((f, k) => {
+        const p = part(segs.get(f)!, s, B);
+        const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
+        if (rt.pooling !== 'none') K.poolUnique(rows, rt.table.dim, inv, p.lengths, p.weights, pooled, P, rt.pooledCol[k]!, null);
+        else K.poolUnique(rows, rt.table.dim, inv, p.lengths, null, seqOut.get(f)!, rt.table.dim, 0, p.pos);
+      });
+    };
+    for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
+    for (const [key, u] of ub) {
+      const [t, gi] = key.split(':').map(Number) as [number, number];
+      poolFrom(ubRows.get(key)!, u, L.tables[t]!, 2 + gi);
+    }
+    for (const rt of L.tables)
+      if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
+    this.traffic.forward = delta(g.traffic, before);
+    const sequences: Record<string, SequenceOutput> = {};
+    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
+    const out: Out = { pooled, sequences, batch };
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, used: false } satisfies StepCtx, enumerable: false });
+    return out;
+  }
+
+  private dimOf(feature: string): number {
+    return this.featureInfo.find((x) => x.name === feature)!.dim;
+  }
+
+  /** Payload elements this rank sends source p in the forward output (= the gradients p sends back). */
+  private outputSize(rx: Received, p: number, d: number): number {
+    const L = this.layout;
+    let n = 0;
+    for (const en of rx.entries) {
+      const s = en.seg;
+      if (s.kind === 'node') n += en.ids.length * L.tables[s.t]!.table.dim;
+      else
+        for (const sh of L.shardsOn(s.t, s.g, d)) {
+          const cols = sh.c1 - sh.c0;
+          n += (s.kind === 'rb' && L.tables[s.t]!.pooling !== 'none' ? rx.B : en.ids.length) * cols;
+        }
+    }
+    void p;
+    return n;
+  }
+
+  /** The batch of this rank's own lookups (dp tables, replicated tiers); other features empty. */
+  private localBatch(segs: Map<string, SegView>, B: number, weighted: boolean): NativeBatch {
+    const L = this.layout;
+    const lengths = new Int32Array(L.localFeatures.length * B);
+    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
+    L.localFeatures.forEach((lf, i) => {
+      if (lf.kind !== 'loc') return;
+      const p = part(segs.get(lf.f!)!, 0, B);
+      lengths.set(p.lengths, i * B);
+      ids.push(p.ids);
+      if (weighted) w.push(p.weights!);
+    });
+    return { batchSize: B, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array), ...(weighted ? { weights: concat(w, Float32Array) } : {}) };
+  }
+
+  /** The owner batch: rb features with every source's bags (source order), ub / node features with one bag of every source's ids. */
+  private ownerBatch(recv: Received[], Btot: number): { batch: NativeBatch; idOff: number[][] } {
+    const L = this.layout, W = L.W;
+    const F = L.localFeatures.length;
+    const lengths = new Int32Array(F * Btot);
+    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
+    const anyW = recv.some((x) => x.hasW);
+    const idOff: number[][] = [];
+    const find = (p: number, pred: (s: Segment) => boolean) => recv[p]!.entries.find((en) => pred(en.seg));
+    L.localFeatures.forEach((lf, i) => {
+      const offs: number[] = [];
+      let n = 0;
+      let bag = i * Btot;
+      for (let p = 0; p < W; p++) {
+        offs.push(n);
+        let en: Received['entries'][number] | undefined;
+        if (lf.kind === 'rb') en = find(p, (s) => s.kind === 'rb' && s.f === lf.f && s.g === lf.g);
+        else if (lf.kind === 'ub') en = find(p, (s) => s.kind === 'ub' && s.t === lf.t && s.g === lf.g);
+        else if (lf.kind === 'node') en = find(p, (s) => s.kind === 'node' && s.t === lf.t);
+        if (lf.kind === 'rb') {
+          if (en) lengths.set(en.lengths!, bag);
+          bag += recv[p]!.B;
+        } else if (en) lengths[i * Btot] += en.ids.length;
+        if (!en) continue;
+        ids.push(en.ids);
+        n += en.ids.length;
+        if (anyW) w.push(en.weights ?? new Float32Array(en.ids.length).fill(1));
+      }
+      idOff.push(offs);
+    });
+    const batch: NativeBatch = { batchSize: Btot, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array) };
+    if (anyW) batch.weights = concat(w, Float32Array);
+    return { batch, idOff };
+  }
+
+  // ---------------------------------------------------------------- backward
+  private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
+    const K = kernels();
+    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn, B = ctx.B;
+    const before = { ...g.traffic };
+    const bw = this.wire.backward;
+    const P = this.pooledDim;
+    const G = grads.pooled ?? new Float32Array(0);
+    const seqG = (f: string) => grads.sequences![f]!;
+    // rb pooled gradients go out pre-divided by the full bag length for mean pooling
+    let Gs = G;
+    for (const rt of L.tables)
+      if (rt.cluster === 'rb' && rt.pooling === 'mean') {
+        if (Gs === G) Gs = G.slice();
+        rt.features.forEach((f, k) => K.divideBags(Gs, P, rt.pooledCol[k]!, rt.table.dim, ctx.batch.feature(f).lengths));
+      }
+    const gradOver = (u: UniqT, rt: (typeof L.tables)[number], s: number): Float32Array => {
+      const dim = rt.table.dim;
+      const out = new Float32Array(u.uq.values.length * dim);
+      rt.features.forEach((f, k) => {
+        const p = part(ctx.segs.get(f)!, s, B);
+        const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
+        if (rt.pooling !== 'none') K.gradUnique(G, P, rt.pooledCol[k]!, dim, inv, p.lengths, p.weights, ctx.batch.feature(f).lengths, rt.pooling === 'mean', null, out);
+        else K.gradUnique(seqG(f), dim, 0, dim, inv, p.lengths, null, null, false, p.pos, out);
+      });
+      return out;
+    };
+    const nodeGrad = new Map<number, Float32Array>();
+    for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
+    const ubGrad = new Map<string, Float32Array>();
+    for (const [key, u] of ctx.ub) ubGrad.set(key, gradOver(u, L.tables[Number(key.split(':')[0])]!, 2 + Number(key.split(':')[1])));
+    // 1. gradients to the owners, in the forward output's layout
+    const counts: number[] = [];
+    for (let d = 0; d < W; d++) {
+      let n = 0;
+      for (const s of L.segments(r, d)) {
+        const rt = L.tables[s.t]!, dim = rt.table.dim;
+        if (s.kind === 'node') {
+          const u = ctx.node.get(s.t)!, j = d % rpn;
+          n += (u.starts[j + 1]! - u.starts[j]!) * dim;
+        } else
+          for (const sh of L.shardsOn(s.t, s.g, d)) {
+            const rows = s.kind === 'rb' ? (rt.pooling !== 'none' ? B : part(ctx.segs.get(s.f)!, 2 + s.g, B).n) : ctx.ub.get(`${s.t}:${s.g}`)!.uq.values.length;
+            n += rows * (sh.c1 - sh.c0);
+          }
+      }
+      counts.push(n);
+    }
+    const sendBuf = wireArray(bw, counts.reduce((a, b) => a + b, 0));
+    {
+      let o = 0;
+      for (let d = 0; d < W; d++)
+        for (const s of L.segments(r, d)) {
+          const rt = L.tables[s.t]!, dim = rt.table.dim;
+          if (s.kind === 'node') {
+            const u = ctx.node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
+            K.pack(nodeGrad.get(s.t)!, dim, null, u.starts[j]!, n, 0, dim, bw, sendBuf, o);
+            o += n * dim;
+          } else if (s.kind === 'rb') {
+            const k = rt.features.indexOf(s.f), p = part(ctx.segs.get(s.f)!, 2 + s.g, B);
+            for (const sh of L.shardsOn(s.t, s.g, d)) {
+              const cols = sh.c1 - sh.c0;
+              if (rt.pooling !== 'none') {
+                K.pack(Gs, P, null, 0, B, rt.pooledCol[k]! + sh.c0, rt.pooledCol[k]! + sh.c1, bw, sendBuf, o);
+                o += B * cols;
+              } else {
+                K.pack(seqG(s.f), dim, p.pos, 0, p.n, sh.c0, sh.c1, bw, sendBuf, o);
+                o += p.n * cols;
+              }
+            }
+          } else {
+            const key = `${s.t}:${s.g}`, n = ctx.ub.get(key)!.uq.values.length;
+            for (const sh of L.shardsOn(s.t, s.g, d)) {
+              K.pack(ubGrad.get(key)!, dim, null, 0, n, sh.c0, sh.c1, bw, sendBuf, o);
+              o += n * (sh.c1 - sh.c0);
+            }
+          }
+        }
+    }
+    const gin = await g.allToAllV(sendBuf, counts);
+    // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
+    const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
+    let gathered: { counts: Float64Array; ids: BigInt64Array; idCounts: number[]; grads: WireArray } | undefined;
+    if (repTables.length > 0) {
+      const ids: BigInt64Array[] = [], gr: WireArray[] = [], cnt: number[] = [];
+      for (const rt of repTables) {
+        const dim = rt.table.dim;
+        const parts = rt.features.map((f) => part(ctx.segs.get(f)!, 0, B).ids);
+        const featOff = [0];
+        for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
+        const u: UniqT = { uq: K.unique(concat(parts, BigInt64Array), 1), featOff, starts: [] };
+        const rows = gradOver(u, rt, 0);
+        const wv = wireArray(bw, rows.length);
+        K.pack(rows, dim, null, 0, u.uq.values.length, 0, dim, bw, wv, 0);
+        ids.push(u.uq.values);
+        gr.push(wv);
+        cnt.push(u.uq.values.length);
+      }
+      const c = await g.allGather(Float64Array.from(cnt), { uncounted: true });
+      const gi = await g.allGather(concat(ids, BigInt64Array));
+      const gg = await g.allGather(bw === 'fp32' ? concat(gr as Float32Array[], Float32Array) : concat(gr as Uint16Array[], Uint16Array));
+      gathered = { counts: c.data, ids: gi.data, idCounts: gi.counts, grads: gg.data };
+    }
+    // 3. owner side: the update batch (one optimizer step for everything this rank holds)
+    const F = L.localFeatures.length, Btot = ctx.Btot;
+    const own = ctx.owner;
+    const lengths = own.lengths.slice();
+    const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
+    const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
+    const pooledGrad = L.localPooledDim > 0 ? new Float32Array(Btot * L.localPooledDim) : null;
+    // per-source offsets into the received gradients
+    const gOff: number[] = [];
+    {
+      let o = 0;
+      for (let p = 0; p < W; p++) gOff.push(o), (o += gin.counts[p]!);
+    }
+    // node tier: sum the node's contributions per row (source order), then sync across nodes
+    const nodeUpd = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
+    const nodeCursor: number[] = [...gOff];
+    const srcOffsets = (p: number, fn: (s: Segment, o: number, rows: number) => void) => {
+      let o = gOff[p]!;
+      for (const en of ctx.recv[p]!.entries) {
+        const s = en.seg, rt = L.tables[s.t]!;
+        if (s.kind === 'node') {
+          fn(s, o, en.ids.length);
+          o += en.ids.length * rt.table.dim;
+        } else
+          for (const sh of L.shardsOn(s.t, s.g, r)) {
+            const rows = s.kind === 'rb' && rt.pooling !== 'none' ? ctx.recv[p]!.B : en.ids.length;
+            fn({ ...s, c0: sh.c0 } as unknown as Segment, o, rows);
+            o += rows * (sh.c1 - sh.c0);
+          }
+      }
+    };
+    const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
+    for (let p = 0; p < W; p++) {
+      srcOffsets(p, (s, o, rows) => {
+        const rt = L.tables[s.t]!;
+        if (s.kind === 'node') {
+          const dim = rt.table.dim;
+          const en = ctx.recv[p]!.entries.find((x) => x.seg.kind === 'node' && x.seg.t === s.t)!;
+          const gr = new Float32Array(rows * dim);
+          K.unpack(gin.data, o, bw, rows, dim, gr, dim, null, 0, 0, false);
+          let np = nodeParts.get(s.t);
+          if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
+          np.ids.push(en.ids);
+          np.grads.push(gr);
+          return;
+        }
+        const c0 = (s as Segment & { c0: number }).c0;
+        const lfi = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${c0}` : `ub:${s.t}:${s.g}:${c0}`);
+        const lf = L.localFeatures[lfi]!;
+        if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad!, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
+        else {
+          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(this.featureIdCount(own, lfi, Btot) * lf.dim);
+          K.unpack(gin.data, o, bw, rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
+        }
+      });
+    }
+    void nodeCursor;
+    const nodeTables = L.tables.filter((rt) => rt.N > 0);
+    if (nodeTables.length > 0) {
+      // node sums, rounded to the wire dtype so every node's replica sums identical inputs
+      const sums = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
+      for (const rt of nodeTables) {
+        const dim = rt.table.dim;
+        const np = nodeParts.get(rt.index);
+        if (!np) continue;
+        const allIds = concat(np.ids, BigInt64Array), allG = concat(np.grads, Float32Array);
+        const uq = K.unique(allIds, 1);
+        const sum = new Float32Array(uq.values.length * dim);
+        K.gradUnique(allG, dim, 0, dim, uq.inverse, new Int32Array(allIds.length).fill(1), null, null, false, null, sum);
+        const wv = wireArray(bw, sum.length);
+        K.pack(sum, dim, null, 0, uq.values.length, 0, dim, bw, wv, 0);
+        sums.set(rt.index, { ids: uq.values, wire: wv });
+      }
+      const nodes = W / rpn, myNode = L.nodeOf(r);
+      const peers = (d: number) => d % rpn === r % rpn && L.nodeOf(d) !== myNode;
+      const idParts: BigInt64Array[] = [], grParts: WireArray[] = [], metaParts: Float64Array[] = [];
+      const idC: number[] = [], grC: number[] = [], mC: number[] = [];
+      for (let d = 0; d < W; d++) {
+        if (!peers(d)) {
+          idC.push(0), grC.push(0), mC.push(0);
+          continue;
+        }
+        const m: number[] = [];
+        let ni = 0, ng = 0;
+        for (const rt of nodeTables) {
+          const s = sums.get(rt.index);
+          m.push(s ? s.ids.length : 0);
+          if (s) idParts.push(s.ids), grParts.push(s.wire), (ni += s.ids.length), (ng += s.wire.length);
+        }
+        metaParts.push(Float64Array.from(m));
+        idC.push(ni), grC.push(ng), mC.push(m.length);
+      }
+      let mIn: { data: Float64Array; counts: number[] } = { data: new Float64Array(0), counts: new Array(W).fill(0) };
+      let iIn: { data: BigInt64Array; counts: number[] } = { data: new BigInt64Array(0), counts: new Array(W).fill(0) };
+      let gIn: { data: WireArray; counts: number[] } = { data: wireArray(bw, 0), counts: new Array(W).fill(0) };
+      if (nodes > 1) {
+        mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true });
+        iIn = await g.allToAllV(concat(idParts, BigInt64Array), idC);
+        gIn = await g.allToAllV(bw === 'fp32' ? concat(grParts as Float32Array[], Float32Array) : concat(grParts as Uint16Array[], Uint16Array), grC);
+      }
+      // per table: every node's list in node order (this node's own sums included)
+      const at = { m: 0, i: 0, g: 0 };
+      const fromPeer: Map<number, { ids: BigInt64Array; wire: WireArray }>[] = [];
+      for (let d = 0; d < W; d++) {
+        const per = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
+        if (peers(d) && nodes > 1) {
+          nodeTables.forEach((rt, k) => {
+            const n = mIn.data[at.m + k]!, dim = rt.table.dim;
+            per.set(rt.index, { ids: iIn.data.subarray(at.i, at.i + n), wire: gIn.data.subarray(at.g, at.g + n * dim) as WireArray });
+            at.i += n;
+            at.g += n * dim;
+          });
+          at.m += nodeTables.length;
+        }
+        fromPeer.push(per);
+      }
+      for (const rt of nodeTables) {
+        if (this.layout.nodeRowsHeld(rt, r) === 0) continue;
+        const dim = rt.table.dim;
+        const ids: BigInt64Array[] = [], gr: Float32Array[] = [];
+        for (let m = 0; m < nodes; m++) {
+          const src = m === myNode ? sums.get(rt.index) : fromPeer[m * rpn + (r % rpn)]!.get(rt.index);
+          if (!src || src.ids.length === 0) continue;
+          const f = new Float32Array(src.ids.length * dim);
+          K.unpack(src.wire, 0, bw, src.ids.length, dim, f, dim, null, 0, 0, false);
+          ids.push(src.ids);
+          gr.push(f);
+        }
+        nodeUpd.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
+      }
+    }
+    // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
+    const updIds = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
+    if (gathered) {
+      // gathered: per rank p, counts per rep table; ids and grads in (rank, table) order
+      const nT = repTables.length;
+      const perTable = repTables.map(() => ({ ids: [] as BigInt64Array[], grads: [] as Float32Array[] }));
+      let io = 0, go = 0;
+      for (let p = 0; p < W; p++)
+        repTables.forEach((rt, k) => {
+          const n = gathered!.counts[p * nT + k]!, dim = rt.table.dim;
+          perTable[k]!.ids.push(gathered!.ids.subarray(io, io + n));
+          const f = new Float32Array(n * dim);
+          K.unpack(gathered!.grads, go, bw, n, dim, f, dim, null, 0, 0, false);
+          perTable[k]!.grads.push(f);
+          io += n;
+          go += n * dim;
+        });
+      repTables.forEach((rt, k) => updIds.set(rt.index, { ids: concat(perTable[k]!.ids, BigInt64Array), grads: concat(perTable[k]!.grads, Float32Array) }));
+    }
+    let wAll: Float32Array | undefined = own.weights;
+    let io = 0;
+    L.localFeatures.forEach((lf, i) => {
+      const n = this.featureIdCount(own, i, Btot);
+      const ownIds = own.ids.subarray(io, io + n) as BigInt64Array;
+      const ownW = own.weights ? own.weights.subarray(io, io + n) : null;
+      io += n;
+      if (lf.kind === 'rb' || lf.kind === 'ub') {
+        idsParts.push(ownIds);
+        if (ownW) wParts.push(ownW);
+        if (lf.kind === 'ub' && !seqGrads[i]) seqGrads[i] = new Float32Array(n * lf.dim);
+        return;
+      }
+      lengths.fill(0, i * Btot, (i + 1) * Btot);
+      const src = lf.kind === 'upd' ? updIds.get(lf.t) : lf.kind === 'nodeupd' ? nodeUpd.get(lf.t) : undefined;
+      if (src && src.ids.length > 0) {
+        lengths[i * Btot] = src.ids.length;
+        idsParts.push(src.ids);
+        if (own.weights) wParts.push(new Float32Array(src.ids.length).fill(1));
+        seqGrads[i] = src.grads;
+      } else if (lf.pooling === 'none') seqGrads[i] = new Float32Array(0);
+    });
+    if (own.weights) wAll = concat(wParts, Float32Array);
+    const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
+    for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
+    const res = await this.live().backward(upd, pooledGrad, seqGrads);
+    this.traffic.backward = delta(g.traffic, before);
+    return res;
+  }
+
+  /** Ids of local feature i in a native batch of batchSize Btot. */
+  private featureIdCount(b: NativeBatch, i: number, Btot: number): number {
+    let n = 0;
+    for (let k = i * Btot; k < (i + 1) * Btot; k++) n += b.lengths[k]!;
+    return n;
+  }
+}
+
+export type { NativeForwardResult };
+export type { CollectionConfig };

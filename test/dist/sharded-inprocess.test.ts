@@ -1,0 +1,119 @@
+// ShardedEmbeddingCollection on in-process groups of 1, 2 and 4 ranks (4 = two modelled nodes) against a
+// single EmbeddingCollection over the global batch: every cluster type, row / column / table splits, both
+// hot-row tiers, sum / mean / sequence pooling, weighted bags, sgd / adagrad / adam, several steps:
+// outputs and final tables (and optimizer state) within 1e-5 (norm-relative) on an fp32 wire; within
+// the documented bounds on fp16 / bf16 wires; and the bytes each rank sends per step equal measureTraffic.
+import { describe, it, expect } from 'vitest';
+import { JaggedBatch } from '../../lib/batch.js';
+import { EmbeddingCollection } from '../../lib/collection.js';
+import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { measureTraffic } from '../../lib/plan/traffic.js';
+import { createInProcessGroups } from '../../lib/dist/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/dist/sharded.js';
+import { gatherTable } from '../../lib/dist/reshard.js';
+// @ts-expect-error plain JS helper shared with the mpirun scripts
+import * as S from './scenario.mjs';
+
+const lib = { JaggedBatch, ShardPlan };
+
+interface RunOpts {
+  W: number;
+  rpn: number;
+  steps: number;
+  optimizer: ShardedConfig['optimizer'];
+  weighted?: boolean;
+  wire?: { forward: 'fp32' | 'fp16' | 'bf16'; backward: 'fp32' | 'fp16' | 'bf16' };
+  variant?: string;
+}
+
+async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; stateErr: number; trafficOk: boolean }> {
+  const plan: ShardPlan = S.makePlan(lib, o.W, o.rpn, { wire: o.wire, variant: o.variant });
+  const cfg: ShardedConfig = { optimizer: o.optimizer, seed: 11 };
+  const groups = createInProcessGroups(o.W, { ranksPerNode: o.rpn, timeoutMs: 30_000 });
+  const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
+  const oracle = new EmbeddingCollection(collectionConfigOf(plan, cfg));
+  let outErr = 0, tableErr = 0, stateErr = 0, trafficOk = true, inter = 0;
+  try {
+    for (let step = 0; step < o.steps; step++) {
+      const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted }));
+      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+      const gout = await oracle.forward(S.globalBatch(lib, batches));
+      const B = batches[0]!.batchSize;
+      for (let r = 0; r < o.W; r++) {
+        outErr = Math.max(outErr, S.relErr(outs[r]!.pooled, S.sliceRows(gout.pooled, oracle.pooledDim, r * B, B)));
+        for (const f of oracle.sequenceFeatures) {
+          const dim = oracle.featureInfo.find((x) => x.name === f)!.dim;
+          let before = 0;
+          for (let p = 0; p < r; p++) before += batches[p]!.feature(f).ids.length;
+          const n = batches[r]!.feature(f).ids.length;
+          outErr = Math.max(outErr, S.relErr(outs[r]!.sequences[f]!.values, gout.sequences[f]!.values.subarray(before * dim, (before + n) * dim)));
+        }
+      }
+      const grads = outs.map((out, r) => S.gradsFor(out, r, step));
+      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
+      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      const predicted = measureTraffic(plan, batches).perRank;
+      for (let r = 0; r < o.W; r++) {
+        const got = ranks[r]!.traffic;
+        inter += got.forward.sentInter + got.backward.sentInter;
+        if (JSON.stringify(got) !== JSON.stringify(predicted[r])) {
+          trafficOk = false;
+          console.error('traffic', r, JSON.stringify(got), JSON.stringify(predicted[r]));
+        }
+      }
+    }
+    for (const t of plan.tables) {
+      const gathered = await Promise.all(ranks.map((sc) => gatherTable(sc, t.name)));
+      const ids = Array.from({ length: t.rows }, (_, i) => i);
+      const w = oracle.readRows(t.name, ids);
+      const st = oracle.stateWidth(t.name) > 0 ? oracle.readState(t.name, ids) : new Float32Array(0);
+      for (const gth of gathered) {
+        tableErr = Math.max(tableErr, S.relErr(gth.weights, w));
+        if (st.length) stateErr = Math.max(stateErr, S.relErr(gth.state, st));
+      }
+      // replicas (every rank's copy) are identical
+      for (const gth of gathered) expect(gth.weights).toEqual(gathered[0]!.weights);
+    }
+    expect(ranks.every((sc) => sc.step === o.steps)).toBe(true);
+    // two modelled nodes: the counters really see inter-node traffic
+    if (o.W / o.rpn > 1) expect(inter).toBeGreaterThan(0);
+  } finally {
+    ranks.forEach((x) => x.dispose());
+    oracle.dispose();
+    groups.forEach((g) => g.close());
+  }
+  console.log(`errs W=${o.W} ${o.optimizer?.type} ${o.wire?.forward ?? "fp32"} out=${outErr.toExponential(2)} table=${tableErr.toExponential(2)} state=${stateErr.toExponential(2)} traffic=${trafficOk}`);
+  return { outErr, tableErr, stateErr, trafficOk };
+}
+
+describe('ShardedEmbeddingCollection (in-process ranks) equals one collection over the global batch', () => {
+  for (const [W, rpn] of [[1, 1], [2, 2], [4, 2]] as const) {
+    for (const opt of [{ type: 'sgd', lr: 0.1 }, { type: 'adagrad', lr: 0.1 }, { type: 'adam', lr: 0.01 }] as const) {
+      it(`W=${W} (${W / rpn} node(s)), ${opt.type}, 3 steps, fp32 wire: outputs, tables, state within 1e-5; bytes = measureTraffic`, async () => {
+        const r = await compare({ W, rpn, steps: 3, optimizer: opt });
+        expect(r.outErr).toBeLessThanOrEqual(1e-5);
+        expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+        expect(r.stateErr).toBeLessThanOrEqual(1e-5);
+        expect(r.trafficOk).toBe(true);
+      });
+    }
+  }
+
+  it('weighted bags (W=4, two nodes, adagrad)', async () => {
+    const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adagrad', lr: 0.1 }, weighted: true });
+    expect(r.outErr).toBeLessThanOrEqual(1e-5);
+    expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+    expect(r.trafficOk).toBe(true);
+  });
+
+  // fp16 keeps 11 significant bits (relative rounding ≤ 2^-11 ≈ 4.9e-4 per value), bf16 8 (≤ 2^-8 ≈ 3.9e-3);
+  // a pooled output adds a few rounded partials, so the documented bounds are 4× the unit roundoff.
+  for (const [wire, bound] of [['fp16', 2e-3], ['bf16', 1.6e-2]] as const) {
+    it(`${wire} wire (forward and backward) stays within ${bound} of fp32 and sends fewer bytes, exactly as predicted`, async () => {
+      const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'sgd', lr: 0.1 }, wire: { forward: wire, backward: wire } });
+      expect(r.outErr).toBeLessThanOrEqual(bound);
+      expect(r.tableErr).toBeLessThanOrEqual(bound);
+      expect(r.trafficOk).toBe(true);
+    });
+  }
+});
