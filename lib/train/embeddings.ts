@@ -1,0 +1,49 @@
+// embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or a sharded
+// collection with the same forward/backward surface), and a helper that builds an EmbeddingCollection
+// with one table per feature of a data source.
+import { EmbeddingCollection, type ForwardOutput } from '../collection.js';
+import type { OptimizerConfig, TableConfig } from '../config.js';
+import type { JaggedBatch } from '../batch.js';
+import type { DType } from '../binding.js';
+import { EmbshardError } from '../errors.js';
+
+/** The forward/backward surface shared by EmbeddingCollection and lib/dist's sharded collection. */
+export interface EmbeddingModule {
+  /** Width of `pooled` per sample (Σ dims of the pooled features). */
+  readonly pooledDim: number;
+  readonly pooledFeatures: readonly string[];
+  readonly learningRate: number;
+  setLearningRate(lr: number): void;
+  step: number;
+  forward(batch: JaggedBatch): Promise<ForwardOutput>;
+  backward(out: ForwardOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
+  save(dir: string, extra?: Record<string, unknown>): Promise<void>;
+  dispose?(): void;
+}
+
+export interface TablesForOptions {
+  dim: number;
+  optimizer?: OptimizerConfig;
+  seed?: number;
+  dtype?: DType;
+  device?: string;
+  /** Initial values uniform in ±initScale (default 1/√rows, DLRM's choice). */
+  initScale?: number;
+}
+
+/** One table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
+export function embeddingsFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): EmbeddingCollection {
+  if (features.length !== rows.length)
+    throw new EmbshardError('LENGTH_MISMATCH', `${features.length} features but ${rows.length} table sizes`);
+  const tables: TableConfig[] = features.map((name, f) => {
+    const n = rows[f]!;
+    const scale = o.initScale ?? 1 / Math.sqrt(n);
+    return { name, rows: n, dim: o.dim, dtype: o.dtype ?? 'fp32', init: { type: 'uniform', low: -scale, high: scale } };
+  });
+  return new EmbeddingCollection({
+    tables,
+    optimizer: o.optimizer ?? { type: 'adagrad', lr: 0.01 },
+    seed: o.seed ?? 0,
+    ...(o.device ? { device: o.device } : {}),
+  });
+}

@@ -1,0 +1,273 @@
+// trainer.ts — Trainer: one training step of a DLRM/DCNv2 model = embedding forward → dense forward +
+// backward (BCE loss) → dense-gradient all-reduce across ranks (when sharded) → embedding backward with
+// its fused optimizer → dense optimizer update; evaluation (logloss, AUC); an LR schedule applied to both
+// optimizers; save/load of everything so a resumed run continues bit-identically; a metrics callback.
+import { EmbeddingCollection } from '../collection.js';
+import { EmbshardError } from '../errors.js';
+import { auc, loglossFromLogits } from '../data/metrics.js';
+import type { Batch } from '../data/types.js';
+import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
+import type { EmbeddingModule } from './embeddings.js';
+import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
+import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
+
+/** What the trainer needs of a process group: its size and an in-place sum all-reduce. */
+export interface GradientGroup {
+  readonly size: number;
+  allReduce(data: Float32Array, op: 'sum'): Promise<unknown>;
+}
+
+/** Milliseconds spent in each part of one step. */
+export interface StepTimes {
+  embeddingForward: number;
+  denseForward: number;
+  denseBackward: number;
+  communication: number;
+  embeddingBackward: number;
+  denseUpdate: number;
+  total: number;
+}
+
+export interface StepMetrics {
+  /** Steps completed, this one included. */
+  step: number;
+  loss: number;
+  /** Learning-rate factor of the schedule at this step. */
+  lrFactor: number;
+  denseLr: number;
+  embeddingLr: number;
+  batchSize: number;
+  samplesPerSec: number;
+  times: StepTimes;
+}
+
+export interface EvalResult {
+  logloss: number;
+  auc: number;
+  samples: number;
+  /** Fraction of positive labels. */
+  ctr: number;
+}
+
+export interface TrainerOptions {
+  /** A preset name, a custom layer spec, or a DenseModel built already. */
+  model: PresetName | DenseModelSpec | DenseModel;
+  /** The embedding tables: an EmbeddingCollection, or a sharded collection with the same surface. */
+  embeddings?: EmbeddingModule;
+  /** A sharding plan: needs lib/dist's sharded collection — build it and pass it as `embeddings`. */
+  plan?: unknown;
+  /** Dense optimizer; default the preset's (custom specs: adagrad lr 0.01). */
+  optimizer?: DenseOptimizerConfig;
+  /** Device of the dense model; only 'cpu' today. Default 'cpu'. */
+  device?: string;
+  /** Seed of the dense initialisation. Default 0. */
+  seed?: number;
+  schedule?: LrSchedule;
+  /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce. */
+  group?: GradientGroup;
+  /** Called after every step (services: push to a metrics system; keep it cheap). */
+  onMetrics?: (m: StepMetrics) => void;
+}
+
+export class Trainer {
+  readonly dense: DenseModel;
+  readonly embeddings: EmbeddingModule;
+  readonly schedule: ResolvedSchedule;
+  /** Base learning rates the schedule scales. */
+  readonly denseBaseLr: number;
+  readonly embeddingBaseLr: number;
+  readonly group: GradientGroup | undefined;
+  onMetrics: ((m: StepMetrics) => void) | undefined;
+  /** Times of the last step. */
+  lastTimes: StepTimes | undefined;
+
+  private steps = 0;
+  private queue: Promise<unknown> = Promise.resolve();
+  private sparseGrad = new Float32Array(0);
+
+  constructor(o: TrainerOptions) {
+    if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'Trainer options must be an object');
+    if (o.plan !== undefined && o.embeddings === undefined)
+      throw new EmbshardError(
+        'BACKEND_UNAVAILABLE',
+        'plan: sharded embeddings are built by lib/dist (ShardedEmbeddingCollection); build one from the plan and pass it as `embeddings` together with `group`',
+      );
+    if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings is required (an EmbeddingCollection or a sharded collection)');
+    const emb = o.embeddings;
+    if (o.model instanceof DenseModel) this.dense = o.model;
+    else {
+      const overrides: Partial<DenseModelSpec> = {};
+      if (isPresetName(o.model)) overrides.numSparse = emb.pooledFeatures.length;
+      const spec = resolveDenseSpec(o.model, overrides);
+      this.dense = new DenseModel(spec, {
+        optimizer: o.optimizer ?? (isPresetName(o.model) ? PRESETS[o.model].optimizer : undefined),
+        seed: o.seed ?? 0,
+        device: o.device ?? 'cpu',
+      });
+    }
+    const s = this.dense.spec;
+    if (emb.pooledDim !== s.numSparse * s.embDim)
+      throw new EmbshardError(
+        'INVALID_CONFIG',
+        `embeddings.pooledDim (${emb.pooledDim}) must equal model.numSparse × model.embDim (${s.numSparse} × ${s.embDim}); ` +
+          'every pooled feature must have the model\'s embedding dim',
+      );
+    this.embeddings = emb;
+    this.schedule = resolveSchedule(o.schedule);
+    this.denseBaseLr = this.dense.optimizer.lr;
+    this.embeddingBaseLr = emb.learningRate;
+    if (o.group !== undefined && (typeof o.group.allReduce !== 'function' || !Number.isSafeInteger(o.group.size) || o.group.size < 1))
+      throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
+    this.group = o.group;
+    this.onMetrics = o.onMetrics;
+    this.steps = this.dense.step;
+  }
+
+  /** Steps completed. */
+  get stepCount(): number {
+    return this.steps;
+  }
+
+  /** One training step on a batch; resolves to its mean BCE loss (this rank's samples). */
+  step(batch: Batch): Promise<number> {
+    this.checkBatch(batch);
+    return this.enqueue(() => this.runStep(batch));
+  }
+
+  /** Forward passes over `batches` (no update): logloss and AUC of the model's predictions. */
+  evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: { maxBatches?: number } = {}): Promise<EvalResult> {
+    return this.enqueue(async () => {
+      let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
+      let n = 0, k = 0, pos = 0;
+      const max = options.maxBatches ?? Infinity;
+      for await (const b of batches as AsyncIterable<Batch>) {
+        if (k++ >= max) break;
+        this.checkBatch(b);
+        const out = await this.embeddings.forward(b.sparse);
+        const z = await this.dense.forward(b.dense, out.pooled, b.size);
+        if (n + b.size > logits.length) {
+          const cap = Math.max(2 * logits.length, n + b.size);
+          const l2 = new Float32Array(cap), y2 = new Float32Array(cap);
+          l2.set(logits.subarray(0, n));
+          y2.set(labels.subarray(0, n));
+          logits = l2;
+          labels = y2;
+        }
+        logits.set(z, n);
+        labels.set(b.labels, n);
+        for (let i = 0; i < b.size; i++) pos += b.labels[i]!;
+        n += b.size;
+      }
+      if (n === 0) throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: no batches');
+      const zl = logits.subarray(0, n), yl = labels.subarray(0, n);
+      return { logloss: loglossFromLogits(zl, yl), auc: auc(zl, yl), samples: n, ctr: pos / n };
+    });
+  }
+
+  /**
+   * Writes dense weights, dense optimizer state, embeddings (with their optimizer state), the step count
+   * and the schedule to `dir`, replacing it atomically.
+   */
+  save(dir: string): Promise<void> {
+    return this.enqueue(() =>
+      writeTrainerCheckpoint(dir, {
+        dense: this.dense,
+        embeddings: this.embeddings,
+        steps: this.steps,
+        schedule: this.schedule,
+        denseBaseLr: this.denseBaseLr,
+        embeddingBaseLr: this.embeddingBaseLr,
+      }),
+    );
+  }
+
+  /**
+   * Restores a trainer saved by save(). Embeddings come back as an EmbeddingCollection unless
+   * `loadEmbeddings` builds another module (a sharded collection) from the saved folder.
+   */
+  static async load(
+    dir: string,
+    options: {
+      group?: GradientGroup;
+      onMetrics?: (m: StepMetrics) => void;
+      loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
+    } = {},
+  ): Promise<Trainer> {
+    const ck = await readTrainerCheckpoint(dir);
+    const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
+    const dense = new DenseModel(ck.manifest.model, { optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false });
+    if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
+      throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);
+    dense.params.set(ck.params);
+    dense.state.set(ck.state);
+    dense.step = ck.manifest.denseStep;
+    emb.setLearningRate(ck.manifest.embeddingBaseLr);
+    const t = new Trainer({
+      model: dense,
+      embeddings: emb,
+      schedule: ck.manifest.schedule,
+      ...(options.group ? { group: options.group } : {}),
+      ...(options.onMetrics ? { onMetrics: options.onMetrics } : {}),
+    });
+    t.steps = ck.manifest.steps;
+    return t;
+  }
+
+  // ---- internals ----
+
+  private enqueue<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private checkBatch(b: Batch): void {
+    if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
+    const B = b.size, s = this.dense.spec;
+    if (!Number.isSafeInteger(B) || B <= 0) throw new EmbshardError('INVALID_SIZE', `batch.size must be a positive integer (got ${String(B)})`);
+    if (!(b.dense instanceof Float32Array) || b.dense.length !== B * s.denseIn)
+      throw new EmbshardError('LENGTH_MISMATCH', `batch.dense must be a Float32Array of size × ${s.denseIn} = ${B * s.denseIn} values`);
+    if (!(b.labels instanceof Float32Array) || b.labels.length !== B)
+      throw new EmbshardError('LENGTH_MISMATCH', `batch.labels must be a Float32Array of ${B} values`);
+    if (!b.sparse || b.sparse.batchSize !== B)
+      throw new EmbshardError('LENGTH_MISMATCH', `batch.sparse.batchSize (${b.sparse?.batchSize}) must equal batch.size (${B})`);
+  }
+
+  private async runStep(b: Batch): Promise<number> {
+    const t0 = performance.now();
+    const factor = lrFactor(this.schedule, this.steps);
+    const denseLr = this.denseBaseLr * factor, embLr = this.embeddingBaseLr * factor;
+    this.embeddings.setLearningRate(embLr);
+    const B = b.size, world = this.group?.size ?? 1;
+    const need = B * this.embeddings.pooledDim;
+    if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
+
+    const out = await this.embeddings.forward(b.sparse);
+    const t1 = performance.now();
+    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
+    const t2 = performance.now();
+    if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
+    if (this.group && world > 1) await this.group.allReduce(this.dense.grads, 'sum');
+    const t3 = performance.now();
+    await this.embeddings.backward(out, { pooled: this.sparseGrad });
+    const t4 = performance.now();
+    await this.dense.update(denseLr);
+    const t5 = performance.now();
+    this.steps += 1;
+    const times: StepTimes = {
+      embeddingForward: t1 - t0,
+      denseForward: r.forwardMs,
+      denseBackward: t2 - t1 - r.forwardMs,
+      communication: t3 - t2,
+      embeddingBackward: t4 - t3,
+      denseUpdate: t5 - t4,
+      total: t5 - t0,
+    };
+    this.lastTimes = times;
+    this.onMetrics?.({
+      step: this.steps, loss: r.loss, lrFactor: factor, denseLr, embeddingLr: embLr, batchSize: B,
+      samplesPerSec: (B * 1000) / Math.max(times.total, 1e-9), times,
+    });
+    return r.loss;
+  }
+}
