@@ -114,11 +114,9 @@ for (const model of MODELS) {
       continue;
     }
     rows.push(judge(model, gpus, 'embshard', report.plan, sampleB, report.elapsedMs));
-    if (model === 'seq-skewed') {
-      // the exact traffic is measured at a small sample batch; also judge a plan made for that batch
-      const small = planShardsReport(w.tables, topo, { batchSize: sampleB, meta: { model } });
-      rows.push(judge(model, gpus, 'embshard@sample', small.plan, sampleB, small.elapsedMs));
-    }
+    // the exact traffic is measured at a small sample batch; also judge a plan made for that batch
+    const small = planShardsReport(w.tables, topo, { batchSize: sampleB, meta: { model } });
+    rows.push(judge(model, gpus, 'embshard@sample', small.plan, sampleB, small.elapsedMs));
     for (const b of BASELINES) {
       const br = report.baselines.find((x) => x.name === b)!;
       if (br.time === null) {
@@ -133,11 +131,14 @@ for (const model of MODELS) {
 
 // targets
 const find = (m: string, g: number, p: string) => rows.find((r) => r.model === m && r.gpus === g && r.plan === p);
+// predicted times compare the plan made for the cost model's batch; simulated times (exact traffic at the
+// sample batch) compare the plan made for the sample batch
+const mine = (key: 'predictedMs' | 'simulatedMs') => (key === 'predictedMs' ? 'embshard' : 'embshard@sample');
 const ratio = (key: 'predictedMs' | 'simulatedMs', base: string) => {
   const out: { model: string; gpus: number; speedup: number }[] = [];
   for (const m of ['dlrm-dcnv2', 't180', 't200', 't510'])
     for (const g of [64, 128]) {
-      const e = find(m, g, 'embshard'), b = find(m, g, base);
+      const e = find(m, g, mine(key)), b = find(m, g, base);
       if (e?.fits && b?.fits) out.push({ model: m, gpus: g, speedup: b[key]! / e[key]! });
     }
   return { cases: out, mean: out.length ? out.reduce((s, x) => s + x.speedup, 0) / out.length : NaN };
@@ -147,7 +148,7 @@ const bestBaseline = (m: string, g: number, key: 'predictedMs' | 'simulatedMs') 
 const vsBest = (key: 'predictedMs' | 'simulatedMs') => {
   const out: number[] = [];
   for (const m of ['dlrm-dcnv2', 't180', 't200', 't510']) for (const g of [64, 128]) {
-    const e = find(m, g, 'embshard');
+    const e = find(m, g, mine(key));
     if (e?.fits) out.push(bestBaseline(m, g, key) / e[key]!);
   }
   return out.length ? out.reduce((a, b) => a + b, 0) / out.length : NaN;
@@ -184,7 +185,7 @@ const f = (x: number | undefined, d = 2) => (x === undefined || !Number.isFinite
 const md: string[] = [];
 md.push(`# Planner bench (dgx-h100, per-rank batch ${BATCH} for the cost model; exact traffic on generated sample batches)`);
 md.push('');
-md.push(`Predicted = cost model (expected bytes) at batch ${BATCH}/rank. Simulated = simulator on the exact traffic of one generated step at the sample batch (B/rank column; ≈${SAMPLE_IDS / 1e6}M ids over all ranks, seed ${SEED}). Bytes = exact bytes sent between ranks in that step (a2a = forward + backward all-to-alls; ag = gradient all-gathers of dp tables and hot tiers).`);
+md.push(`Rows \`embshard\` = the plan made for ${BATCH}/rank; \`embshard@sample\` = the plan made for the sample batch (what the simulated column should be compared on). Predicted = cost model (expected bytes) at batch ${BATCH}/rank. Simulated = simulator on the exact traffic of one generated step at the sample batch (B/rank column; ≈${SAMPLE_IDS / 1e6}M ids over all ranks, seed ${SEED}). Bytes = exact bytes sent between ranks in that step (a2a = forward + backward all-to-alls; ag = gradient all-gathers of dp tables and hot tiers).`);
 md.push('');
 md.push('| model | GPUs | plan | predicted ms | expected GB (a2a + ag) | B/rank | simulated ms | a2a MB | ag MB | mem max / mean GB (limit) | plan s |');
 md.push('|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|');

@@ -15,3 +15,4 @@ export { normalizeTable, normalizeTables, tableBytes, rowBytes } from './tables.
 export type { TableLayout, GroupLayout, ShardCols } from './layout.js';
 export { explainPlan, type ExplainOptions } from './explain.js';
 export * as constants from './constants.js';
+export { workload, WORKLOAD_NAMES, generateBatch, generateBatches, ZipfSampler, type Workload, type BagSpec, type GenerateOptions } from '../workloads/index.js';
