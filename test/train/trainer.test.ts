@@ -94,7 +94,7 @@ describe('learning-rate schedule', () => {
   it('warmup, constant, then quadratic decay (closed form)', () => {
     const s = resolveSchedule({ warmupSteps: 4, decayStartStep: 10, decaySteps: 5 });
     expect([0, 1, 2, 3, 4, 9].map((t) => lrFactor(s, t))).toEqual([0.25, 0.5, 0.75, 1, 1, 1]);
-    [1, 0.64, 0.04, 0, 0].forEach((want, i) => expect(lrFactor(s, [10, 11, 13, 15, 100][i]!)).toBeCloseTo(want, 12));
+    [1, 0.64, 0.16, 0.04, 0, 0].forEach((want, i) => expect(lrFactor(s, [10, 11, 13, 14, 15, 100][i]!)).toBeCloseTo(want, 12));
     expect(() => resolveSchedule({ warmupSteps: -1 })).toThrow(EmbshardError);
   });
 
