@@ -54,12 +54,19 @@ export function mpirun(np: number, script: string, args: string[] = [], opts: { 
     ...args,
   ];
   return new Promise((resolve) => {
-    const child = spawn('mpirun', argv, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // own process group, so a run past its limit is killed with every rank it started
+    const child = spawn('mpirun', argv, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.limitMs ?? 90_000);
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        child.kill('SIGKILL');
+      }
+    }, opts.limitMs ?? 90_000);
     child.on('close', (code) => {
       clearTimeout(timer);
       const lines: Record<string, unknown>[] = [];
