@@ -4,6 +4,10 @@ import { JaggedBatch } from '../../lib/batch.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { measureTraffic } from '../../lib/plan/traffic.js';
 import { Rng } from '../../lib/workloads/rng.js';
+import { generateBatches } from '../../lib/workloads/generator.js';
+import { workload } from '../../lib/workloads/presets.js';
+import { topologyPreset } from '../../lib/plan/topology.js';
+import { baselinePlan, planShards } from '../../lib/plan/planner.js';
 import { bruteForceTraffic, randomBatches, randomPlan, randomTables, smallTopology } from './helpers.js';
 
 describe('measureTraffic', () => {
@@ -67,6 +71,21 @@ describe('measureTraffic', () => {
     expect(t[0]!.backward).toEqual({ sentIntra: 48 + 16, sentInter: 2 * 48 + 32, recvIntra: 0, recvInter: 0, local: 0 });
     expect(t[1]!.backward).toEqual({ sentIntra: 0, sentInter: grad, recvIntra: 48 + 16, recvInter: 0, local: 0 });
     expect(t[3]!.backward).toEqual({ sentIntra: 0, sentInter: 0, recvIntra: 0, recvInter: 48 + 32 + grad, local: 0 });
+  });
+
+  it('runs on 1,024 simulated ranks and conserves bytes (sent = received, per direction and link)', () => {
+    const w = workload('criteo-kaggle');
+    const topo = topologyPreset('dgx-h100', { worldSize: 1024 });
+    for (const plan of [baselinePlan('row-wise', w.tables, topo, { batchSize: 2 }), planShards(w.tables, topo, { batchSize: 2, maxIterations: 20 })]) {
+      const t = measureTraffic(plan, generateBatches(w, 1024, { batchSize: 2, seed: 5 }));
+      for (const dir of ['forward', 'backward'] as const) {
+        let si = 0, ri = 0, sx = 0, rx = 0;
+        for (const c of t.perRank) (si += c[dir].sentIntra), (ri += c[dir].recvIntra), (sx += c[dir].sentInter), (rx += c[dir].recvInter);
+        expect(si).toBe(ri);
+        expect(sx).toBe(rx);
+      }
+      expect(t.totals.forward.inter).toBeGreaterThan(0);
+    }
   });
 
   it('rejects batches that do not match the plan', () => {
