@@ -1,0 +1,129 @@
+// Checkpoints that reshard: a sharded collection saved under one plan and world size loads under another,
+// and into / from a single EmbeddingCollection, with tables, optimizer state and step identical (bitwise);
+// damaged or mismatched checkpoints are refused.
+import { describe, it, expect } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { JaggedBatch } from '../../lib/batch.js';
+import { EmbeddingCollection } from '../../lib/collection.js';
+import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { createInProcessGroups } from '../../lib/dist/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/dist/sharded.js';
+import { gatherTable, loadSharded, saveSharded } from '../../lib/dist/reshard.js';
+// @ts-expect-error plain JS helper shared with the mpirun scripts
+import * as S from './scenario.mjs';
+
+const lib = { JaggedBatch, ShardPlan };
+
+async function train(ranks: ShardedEmbeddingCollection[], plan: ShardPlan, steps: number, from = 0): Promise<void> {
+  for (let step = from; step < from + steps; step++) {
+    const outs = await Promise.all(ranks.map((sc, r) => sc.forward(S.localBatch(lib, plan, r, step))));
+    await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r]!, r, step))));
+  }
+}
+
+async function gatherAll(ranks: ShardedEmbeddingCollection[], plan: ShardPlan) {
+  const out: Record<string, { weights: Float32Array; state: Float32Array }> = {};
+  for (const t of plan.tables) out[t.name] = (await Promise.all(ranks.map((sc) => gatherTable(sc, t.name))))[0]!;
+  return out;
+}
+
+function readAll(ec: EmbeddingCollection, plan: ShardPlan) {
+  const out: Record<string, { weights: Float32Array; state: Float32Array }> = {};
+  for (const t of plan.tables) {
+    const ids = Array.from({ length: t.rows }, (_, i) => i);
+    out[t.name] = { weights: ec.readRows(t.name, ids), state: ec.stateWidth(t.name) > 0 ? ec.readState(t.name, ids) : new Float32Array(0) };
+  }
+  return out;
+}
+
+describe('resharding checkpoints', () => {
+  const cfg: ShardedConfig = { optimizer: { type: 'adam', lr: 0.01 }, seed: 5 };
+
+  it('4 ranks (2 nodes) -> 2 ranks -> 1 collection -> 4 ranks: tables, state and step identical', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));
+    try {
+      const plan4 = S.makePlan(lib, 4, 2);
+      const g4 = createInProcessGroups(4, { ranksPerNode: 2 });
+      const r4 = g4.map((g) => new ShardedEmbeddingCollection(plan4, g, cfg));
+      await train(r4, plan4, 2);
+      const before = await gatherAll(r4, plan4);
+      await Promise.all(r4.map((sc) => saveSharded(sc, join(dir, 'a'))));
+      r4.forEach((x) => x.dispose());
+      g4.forEach((g) => g.close());
+
+      // into a single collection
+      const ec = await EmbeddingCollection.load(join(dir, 'a'));
+      expect(ec.step).toBe(2);
+      const single = readAll(ec, plan4);
+      for (const t of plan4.tables) {
+        expect(single[t.name]!.weights).toEqual(before[t.name]!.weights);
+        expect(single[t.name]!.state).toEqual(before[t.name]!.state);
+      }
+
+      // under another plan and world size
+      const plan2 = S.makePlan(lib, 2, 2);
+      const g2 = createInProcessGroups(2);
+      const r2 = await Promise.all(g2.map((g) => loadSharded(join(dir, 'a'), plan2, g)));
+      expect(r2.every((sc) => sc.step === 2)).toBe(true);
+      const after = await gatherAll(r2, plan2);
+      for (const t of plan2.tables) {
+        expect(after[t.name]!.weights).toEqual(before[t.name]!.weights);
+        expect(after[t.name]!.state).toEqual(before[t.name]!.state);
+      }
+      // training goes on from there exactly like the single collection does
+      await train(r2, plan2, 1, 2);
+      const oracleBatches = [0, 1].map((r) => S.localBatch(lib, plan2, r, 2));
+      const gout = await ec.forward(S.globalBatch(lib, oracleBatches));
+      const grads = [0, 1].map((r) => S.gradsFor({ pooled: S.sliceRows(gout.pooled, ec.pooledDim, r * 6, 6), sequences: Object.fromEntries(Object.keys(gout.sequences).map((f) => [f, { values: new Float32Array(oracleBatches[r]!.feature(f).ids.length * 4) }])) }, r, 2));
+      await ec.backward(gout, S.concatGrads(grads, ec.sequenceFeatures));
+      const cont = await gatherAll(r2, plan2);
+      const ref = readAll(ec, plan2);
+      for (const t of plan2.tables) expect(S.relErr(cont[t.name]!.weights, ref[t.name]!.weights)).toBeLessThanOrEqual(1e-5);
+
+      // a single collection's checkpoint loads sharded too
+      await ec.save(join(dir, 'b'));
+      const g4b = createInProcessGroups(4, { ranksPerNode: 2 });
+      const r4b = await Promise.all(g4b.map((g) => loadSharded(join(dir, 'b'), plan4, g)));
+      const back = await gatherAll(r4b, plan4);
+      const refb = readAll(ec, plan4);
+      for (const t of plan4.tables) {
+        expect(back[t.name]!.weights).toEqual(refb[t.name]!.weights);
+        expect(back[t.name]!.state).toEqual(refb[t.name]!.state);
+      }
+      expect(r4b[0]!.step).toBe(ec.step);
+      r2.forEach((x) => x.dispose());
+      r4b.forEach((x) => x.dispose());
+      g2.forEach((g) => g.close());
+      g4b.forEach((g) => g.close());
+      ec.dispose();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a missing, damaged or mismatched checkpoint', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));
+    try {
+      const plan = S.makePlan(lib, 2, 2);
+      const [g] = createInProcessGroups(1);
+      await expect(loadSharded(join(dir, 'nope'), S.makePlan(lib, 1, 1), g!)).rejects.toMatchObject({ code: 'CHECKPOINT_MISSING' });
+      const ec = new EmbeddingCollection(collectionConfigOf(plan, cfg));
+      await ec.save(join(dir, 'c'));
+      // a plan whose table differs from the checkpoint's
+      const other = ShardPlan.create({ topology: S.topology(1, 1), batchSize: 6, tables: [{ table: { name: 'A', rows: 41, dim: 8, features: ['a1', 'a2'] }, cluster: 'dp' }] });
+      await expect(loadSharded(join(dir, 'c'), other, g!)).rejects.toMatchObject({ code: 'CHECKPOINT_CORRUPT', message: expect.stringMatching(/'A'/) });
+      // flip a byte of the payload
+      const payload = join(dir, 'c', 'tables.bin');
+      const bytes = readFileSync(payload);
+      bytes[bytes.length - 5] ^= 0xff;
+      writeFileSync(payload, bytes);
+      await expect(loadSharded(join(dir, 'c'), S.makePlan(lib, 1, 1), g!)).rejects.toMatchObject({ code: 'CHECKPOINT_CORRUPT' });
+      ec.dispose();
+      g!.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
