@@ -1,0 +1,86 @@
+// cli.test.ts — `embshard train` through runTrain: a short synthetic run whose printed summary agrees
+// with the planted model (AUC above chance, never above the planted AUC by more than noise), a Criteo TSV
+// fixture with malformed lines counted and skipped, and usage errors returning exit code 2.
+import { describe, it, expect, vi, afterEach } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runTrain } from '../../lib/cli/train.js';
+
+function capture() {
+  const out: string[] = [], err: string[] = [];
+  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
+  vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
+  vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => (err.push(String(s)), true));
+  return { out, err };
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe('embshard train', () => {
+  it('trains a custom model on synthetic data and reports AUC against the planted model', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-cli-'));
+    try {
+      const c = capture();
+      const rc = await runTrain([
+        '--model', 'custom', '--bottom', '13-32-8', '--top', '32-1', '--data', 'synthetic', '--max-rows', '500',
+        '--steps', '150', '--batch', '256', '--optimizer', 'adagrad', '--lr', '0.05', '--eval-batches', '4', '--save', join(dir, 'ck'),
+      ]);
+      vi.restoreAllMocks();
+      expect(rc, c.err.join('')).toBe(0);
+      const text = c.out.join('\n');
+      expect(text).toMatch(/trained 150 steps, 38,400 samples/);
+      const m = /held-out: AUC ([0-9.]+), logloss ([0-9.]+) over 1,024 samples \(planted model's AUC ([0-9.]+)/.exec(text);
+      expect(m, text).not.toBeNull();
+      const [aucv, , best] = [Number(m![1]), Number(m![2]), Number(m![3])];
+      expect(aucv).toBeGreaterThan(0.65);
+      expect(aucv).toBeLessThan(best + 0.03);
+      expect(text).toMatch(/dense fwd [0-9.]+%/);
+      expect(existsSync(join(dir, 'ck', 'trainer.json'))).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('reads a Criteo TSV fixture, skipping and counting malformed lines', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-cli-'));
+    try {
+      const good = (i: number) => [i % 2, ...Array.from({ length: 13 }, (_, j) => String((i * j) % 7)), ...Array.from({ length: 26 }, (_, j) => ((i * 31 + j) * 2654435761 % 4294967296).toString(16).padStart(8, '0'))].join('\t');
+      const lines = Array.from({ length: 40 }, (_, i) => good(i));
+      lines.splice(5, 0, 'not a criteo line');
+      lines.splice(17, 0, ['1', ...Array.from({ length: 13 }, () => '1')].join('\t')); // too few columns
+      const file = join(dir, 'train.txt');
+      writeFileSync(file, lines.join('\n') + '\n');
+      const c = capture();
+      const rc = await runTrain([
+        '--model', 'custom', '--bottom', '13-8-4', '--top', '8-1', '--data', `criteo-tsv:${file}`, '--max-rows', '100',
+        '--epochs', '2', '--batch', '16', '--eval-batches', '1', '--optimizer', 'sgd', '--lr', '0.01', '--quiet',
+      ]);
+      vi.restoreAllMocks();
+      expect(rc, c.err.join('')).toBe(0);
+      const text = c.out.join('\n');
+      expect(text).toMatch(/trained 6 steps, 80 samples/); // 40 good lines → batches of 16, 16, 8; two epochs
+      expect(text).toMatch(/2 malformed lines skipped of 42/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('usage errors exit with 2 and name the problem; bad data exits with 1 and the error code', async () => {
+    let c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic'])).toBe(2);
+    expect(c.err.join('')).toMatch(/--steps/);
+    vi.restoreAllMocks();
+    c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '0'])).toBe(2);
+    expect(c.err.join('')).toMatch(/--steps must be an integer/);
+    vi.restoreAllMocks();
+    c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'parquet:x', '--steps', '1'])).toBe(1);
+    expect(c.err.join('')).toMatch(/INVALID_ARGUMENT/);
+    vi.restoreAllMocks();
+    c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--plan', 'plan.json'])).toBe(1);
+    expect(c.err.join('')).toMatch(/BACKEND_UNAVAILABLE/);
+  });
+});
