@@ -32,7 +32,7 @@ export interface TableRt {
 }
 
 /** Local engine features; `kind` says which phase fills them. */
-export type LocalFeatureKind = 'loc' | 'upd' | 'rb' | 'ub' | 'node' | 'nodeupd';
+export type LocalFeatureKind = 'loc' | 'upd' | 'rb' | 'ub' | 'node' | 'nodeupd' | 'idle';
 
 export interface LocalFeature {
   name: string;
@@ -57,7 +57,7 @@ export interface LocalTable {
   dim: number;
   /** plan table index and the slice of it: rows [r0, r0 + rows) (node tier: every rpn-th row) × cols [c0, c1) */
   t: number;
-  part: 'dp' | 'rep' | 'node' | 'shard';
+  part: 'dp' | 'rep' | 'node' | 'shard' | 'idle';
   r0: number;
   c0: number;
   c1: number;
@@ -129,6 +129,11 @@ export class LocalLayout {
           else this.addFeature({ name: `${sid}@u`, table: lt, pooling: 'none', dim: s.c1 - s.c0, kind: 'ub', t: rt.index, g: gi, shard: s }, `ub:${rt.index}:${gi}:${s.c0}`);
         }
       });
+    }
+    if (this.localTables.length === 0) {
+      // a rank that holds nothing still runs an engine (every collective step calls it): one idle row
+      this.localTables.push({ name: '#idle', rows: 1, dim: 1, t: 0, part: 'idle', r0: 0, c0: 0, c1: 1 });
+      this.addFeature({ name: '#idle@none', table: 0, pooling: 'none', dim: 1, kind: 'idle', t: 0 }, 'idle');
     }
     let lc = 0;
     for (const lf of this.localFeatures) {

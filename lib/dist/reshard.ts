@@ -21,6 +21,7 @@ function globalRows(lt: LocalTable, rank: number, rpn: number): BigInt64Array {
 
 /** Whether this rank is the one copy of `lt` that contributes to a gather. */
 function contributes(lt: LocalTable, rank: number, rpn: number): boolean {
+  if (lt.part === 'idle') return false;
   if (lt.part === 'dp' || lt.part === 'rep') return rank === 0;
   if (lt.part === 'node') return Math.floor(rank / rpn) === 0;
   return true;
@@ -82,7 +83,7 @@ function scatterInto(sc: ShardedEmbeddingCollection, t: number, weights: Float32
   const dim = sc.plan.tables[t]!.dim, opt = sc.config.optimizer.type, sw = stateWidth(opt, dim);
   const e = sc.localEngine;
   sc.layout.localTables.forEach((lt, li) => {
-    if (lt.t !== t || lt.rows === 0) return;
+    if (lt.t !== t || lt.rows === 0 || lt.part === 'idle') return;
     const idx = Int32Array.from(globalRows(lt, rank, rpn), (x) => Number(x));
     const local = BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j));
     const cols = lt.c1 - lt.c0;

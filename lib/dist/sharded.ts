@@ -172,7 +172,7 @@ export class ShardedEmbeddingCollection {
     const addon = addonFor(this.config.device);
     this.engine = new addon.Engine(
       {
-        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: plan.tables[t.t]!.dtype, idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
+        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: t.part === 'idle' ? 'fp32' : plan.tables[t.t]!.dtype, idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
         features: L.localFeatures.map((f) => ({ name: f.name, table: f.table, pooling: f.pooling })),
         optimizer: { ...this.config.optimizer },
         seed: this.config.seed,
@@ -189,6 +189,7 @@ export class ShardedEmbeddingCollection {
     const e = this.live();
     const chunk = 1 << 14;
     this.layout.localTables.forEach((lt, i) => {
+      if (lt.part === 'idle') return;
       const t = this.config.tables[lt.t]!;
       const bound = 1 / Math.sqrt(t.rows);
       const init = t.init;
@@ -674,7 +675,8 @@ export class ShardedEmbeddingCollection {
     const lengths = own.lengths.slice();
     const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
-    const pooledGrad = L.localPooledDim > 0 ? new Float32Array(Btot * L.localPooledDim) : null;
+    // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
+    const pooledGrad = new Float32Array(Btot * L.localPooledDim);
     // per-source offsets into the received gradients
     const gOff: number[] = [];
     {
@@ -717,7 +719,7 @@ export class ShardedEmbeddingCollection {
         const c0 = (s as Segment & { c0: number }).c0;
         const lfi = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${c0}` : `ub:${s.t}:${s.g}:${c0}`);
         const lf = L.localFeatures[lfi]!;
-        if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad!, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
+        if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
         else {
           if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(this.featureIdCount(own, lfi, Btot) * lf.dim);
           K.unpack(gin.data, o, bw, rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);

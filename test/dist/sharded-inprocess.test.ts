@@ -99,6 +99,13 @@ describe('ShardedEmbeddingCollection (in-process ranks) equals one collection ov
     }
   }
 
+  it('ranks that hold no shard at all (one ub sequence table on one rank of 4) still take part exactly', async () => {
+    const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adam', lr: 0.01 }, variant: 'G' });
+    expect(r.outErr).toBeLessThanOrEqual(1e-5);
+    expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+    expect(r.trafficOk).toBe(true);
+  });
+
   it('weighted bags (W=4, two nodes, adagrad)', async () => {
     const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adagrad', lr: 0.1 }, weighted: true });
     expect(r.outErr).toBeLessThanOrEqual(1e-5);
