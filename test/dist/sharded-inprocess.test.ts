@@ -71,8 +71,24 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
         tableErr = Math.max(tableErr, S.relErr(gth.weights, w));
         if (st.length) stateErr = Math.max(stateErr, S.relErr(gth.state, st));
       }
-      // replicas (every rank's copy) are identical
+      // every rank gathers the same table
       for (const gth of gathered) expect(gth.weights).toEqual(gathered[0]!.weights);
+    }
+    // replicas: every rank's copy of a dp table / replicated tier, and every node's copy of its node-tier
+    // rows, are bitwise identical (read straight from each rank's engine)
+    const copies = new Map<string, Float32Array[]>();
+    for (const sc of ranks)
+      sc.layout.localTables.forEach((lt, li) => {
+        if (lt.part !== 'dp' && lt.part !== 'rep' && lt.part !== 'node') return;
+        const key = `${lt.name}@${lt.part === 'node' ? sc.group.rank % o.rpn : 'all'}`;
+        const vals = new Float32Array(lt.rows * lt.dim);
+        sc.localEngine.readRows(li, BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j)), vals);
+        copies.set(key, [...(copies.get(key) ?? []), vals]);
+      });
+    for (const [key, list] of copies) {
+      const expected = key.endsWith('@all') ? o.W : o.W / o.rpn;
+      expect(list.length, key).toBe(expected);
+      for (const c of list) expect(c, key).toEqual(list[0]);
     }
     expect(ranks.every((sc) => sc.step === o.steps)).toBe(true);
     // two modelled nodes: the counters really see inter-node traffic

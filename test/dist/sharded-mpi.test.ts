@@ -33,7 +33,7 @@ describe.runIf(run)('ShardedEmbeddingCollection over MPI (mpirun)', () => {
   }
 
   it('a rank killed mid-run makes the 3 survivors fail with a clear error within the timeout', async () => {
-    const timeoutMs = 2000;
+    const timeoutMs = 3000;
     const r = await mpirun(4, 'test/dist/mpi/sharded-kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
     const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
     expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual([0, 1, 2]);
