@@ -1,11 +1,16 @@
 // embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or a sharded
 // collection with the same forward/backward surface), and a helper that builds an EmbeddingCollection
 // with one table per feature of a data source.
-import { EmbeddingCollection, type ForwardOutput } from '../collection.js';
+import { EmbeddingCollection } from '../collection.js';
 import type { OptimizerConfig, TableConfig } from '../config.js';
 import type { JaggedBatch } from '../batch.js';
 import type { DType } from '../binding.js';
 import { EmbshardError } from '../errors.js';
+
+/** What a forward pass hands the dense model: [batchSize × pooledDim], features in pooledFeatures order. */
+export interface EmbeddingOutput {
+  pooled: Float32Array;
+}
 
 /** The forward/backward surface shared by EmbeddingCollection and lib/dist's sharded collection. */
 export interface EmbeddingModule {
@@ -15,8 +20,8 @@ export interface EmbeddingModule {
   readonly learningRate: number;
   setLearningRate(lr: number): void;
   step: number;
-  forward(batch: JaggedBatch): Promise<ForwardOutput>;
-  backward(out: ForwardOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
+  forward(batch: JaggedBatch): Promise<EmbeddingOutput>;
+  backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
   dispose?(): void;
 }

@@ -8,6 +8,10 @@ import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
+import { ShardedEmbeddings } from './sharded.js';
+import type { ShardPlan } from '../plan/shard-plan.js';
+import type { ProcessGroup } from '../dist/group.js';
+import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
 
@@ -54,17 +58,19 @@ export interface TrainerOptions {
   model: PresetName | DenseModelSpec | DenseModel;
   /** The embedding tables: an EmbeddingCollection, or a sharded collection with the same surface. */
   embeddings?: EmbeddingModule;
-  /** A sharding plan: needs lib/dist's sharded collection — build it and pass it as `embeddings`. */
-  plan?: unknown;
+  /** A sharding plan instead of `embeddings`: the tables are built as lib/dist's sharded collection over `group`. */
+  plan?: ShardPlan;
+  /** With `plan`: the embedding optimizer (default: the dense optimizer's type at the preset's embedding rate). */
+  embeddingOptimizer?: OptimizerConfig;
   /** Dense optimizer; default the preset's (custom specs: adagrad lr 0.01). */
   optimizer?: DenseOptimizerConfig;
-  /** Device of the dense model; only 'cpu' today. Default 'cpu'. */
+  /** Device of the tables built from `plan` (cpu | cuda:N); the dense model runs on the CPU. Default cpu. */
   device?: string;
   /** Seed of the dense initialisation. Default 0. */
   seed?: number;
   schedule?: LrSchedule;
-  /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce. */
-  group?: GradientGroup;
+  /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce (a ProcessGroup with `plan`). */
+  group?: GradientGroup | ProcessGroup;
   /** Called after every step (services: push to a metrics system; keep it cheap). */
   onMetrics?: (m: StepMetrics) => void;
 }
@@ -87,13 +93,18 @@ export class Trainer {
 
   constructor(o: TrainerOptions) {
     if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'Trainer options must be an object');
-    if (o.plan !== undefined && o.embeddings === undefined)
-      throw new EmbshardError(
-        'BACKEND_UNAVAILABLE',
-        'plan: sharded embeddings are built by lib/dist (ShardedEmbeddingCollection); build one from the plan and pass it as `embeddings` together with `group`',
-      );
-    if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings is required (an EmbeddingCollection or a sharded collection)');
-    const emb = o.embeddings;
+    if (o.plan !== undefined && o.embeddings !== undefined) throw new EmbshardError('INVALID_CONFIG', 'give either embeddings or plan, not both');
+    let emb: EmbeddingModule;
+    if (o.plan !== undefined) {
+      const g = o.group as ProcessGroup | undefined;
+      if (!g || typeof (g as ProcessGroup).allToAllV !== 'function')
+        throw new EmbshardError('INVALID_CONFIG', 'plan needs `group`: the ProcessGroup the tables are sharded over');
+      const preset = isPresetName(o.model) ? PRESETS[o.model] : undefined;
+      const denseOpt = o.optimizer ?? preset?.optimizer;
+      const embOpt: OptimizerConfig = o.embeddingOptimizer ?? { type: denseOpt?.type ?? 'adagrad', lr: preset?.embeddingLr ?? denseOpt?.lr ?? 0.01 };
+      emb = ShardedEmbeddings.create(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
+    } else if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings (an EmbeddingCollection or a sharded collection) or plan is required');
+    else emb = o.embeddings;
     if (o.model instanceof DenseModel) this.dense = o.model;
     else {
       const overrides: Partial<DenseModelSpec> = {};
@@ -102,7 +113,7 @@ export class Trainer {
       this.dense = new DenseModel(spec, {
         optimizer: o.optimizer ?? (isPresetName(o.model) ? PRESETS[o.model].optimizer : undefined),
         seed: o.seed ?? 0,
-        device: o.device ?? 'cpu',
+        device: 'cpu',
       });
     }
     const s = this.dense.spec;

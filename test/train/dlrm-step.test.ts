@@ -79,7 +79,7 @@ describe('one step of a tiny DLRM', () => {
     expect(() => new Trainer({ model: { ...spec, embDim: 3, bottom: [4, 3] }, embeddings: emb })).toThrow(
       expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/pooledDim/) }),
     );
-    expect(() => new Trainer({ model: spec, plan: {} })).toThrow(expect.objectContaining({ code: 'BACKEND_UNAVAILABLE' }));
+    expect(() => new Trainer({ model: spec })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG' }));
     emb.dispose();
   });
 });
