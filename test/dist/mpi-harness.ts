@@ -2,7 +2,7 @@
 // compiled library (dist/), so the TypeScript is compiled once first. The suites run wherever mpirun
 // exists; without it they skip locally and FAIL under CI (process.env.CI), never skipping silently there.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -19,13 +19,33 @@ export function mpiSuitesRun(): boolean {
 }
 
 let compiled = false;
-/** Compiles the TypeScript to dist/ (once per test file); others' type errors do not stop the emit. */
+/**
+ * Compiles the TypeScript to dist/ (once per test file; others' type errors do not stop the emit). Test
+ * files run in parallel, so one compile at a time: a lock folder, waited on for up to two minutes.
+ */
 export function compileTs(): void {
   if (compiled) return;
-  spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], {
-    cwd: root,
-    stdio: 'ignore',
-  });
+  mkdirSync(join(root, 'dist'), { recursive: true });
+  const lock = join(root, 'dist', '.tsc-lock');
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      break;
+    } catch {
+      const stale = existsSync(lock) && Date.now() - statSync(lock).mtimeMs > 120_000;
+      if (stale || Date.now() > deadline) {
+        rmSync(lock, { recursive: true, force: true });
+        continue;
+      }
+      spawnSync('sleep', ['0.2']);
+    }
+  }
+  try {
+    spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.json')], { cwd: root, stdio: 'ignore' });
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
   if (!existsSync(join(root, 'dist', 'lib', 'dist', 'group.js'))) throw new Error('tsc did not produce dist/lib/dist/group.js');
   compiled = true;
 }

@@ -31,7 +31,10 @@ NcclGroup::NcclGroup(int rank, int size, int ranksPerNode, int device) : Group(r
 std::shared_ptr<NcclGroup> NcclGroup::create(const uint8_t* uniqueId, int rank, int size, int ranksPerNode, int device,
                                              const Deadline& d) {
   int count = 0;
-  cuda_check(cudaGetDeviceCount(&count), "createNcclGroup: cudaGetDeviceCount");
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    fail("BACKEND_UNAVAILABLE", "createNcclGroup: no usable CUDA device here (%s)",
+         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   if (device < 0 || device >= count)
     fail("BACKEND_UNAVAILABLE", "createNcclGroup: device %d does not exist (this node has %d)", device, count);
   cuda_check(cudaSetDevice(device), "createNcclGroup: cudaSetDevice");
