@@ -12,11 +12,17 @@ import {
 import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
+import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../dist/group.js';
+import { ShardPlan } from '../plan/shard-plan.js';
+import { planShards } from '../plan/planner.js';
+import { topologyPreset } from '../plan/topology.js';
 import type { DenseOptimizerType } from '../train/binding.js';
 
 export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dlrm-dcnv2|dlrm-benchmark|custom>
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
-                      (--steps N | --epochs N) [--batch 2048] [--device cpu] [--plan auto|<file>]
+                      (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N] [--plan auto|<file>]
+  several ranks:  mpirun -np 4 embshard train ... (tables sharded by the planner, or by --plan <file>;
+                  synthetic or binary data, split by rank; the dense model is data parallel)
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
@@ -160,7 +166,7 @@ interface Data {
   describe: string;
 }
 
-async function openData(a: Args): Promise<Data> {
+async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
   const spec = a.data!;
   const colon = spec.indexOf(':');
   const kind = colon < 0 ? spec : spec.slice(0, colon);
@@ -177,7 +183,7 @@ async function openData(a: Args): Promise<Data> {
   };
   if (kind === 'synthetic') {
     const preset = (arg || syntheticPresetFor(a.model)) as SyntheticPreset;
-    const options = { batchSize: B, preset, seed: a.seed, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
+    const options = { batchSize: B, preset, seed: a.seed, rank, worldSize, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
     const trainSpec: SourceSpec = { kind: 'synthetic', options };
     const train = await workerSource(trainSpec, { depth: a.prefetch });
     // held out: samples far beyond anything a run trains on
@@ -188,6 +194,8 @@ async function openData(a: Args): Promise<Data> {
       tableRows: ev.tableRows, describe: `synthetic ${preset}${a.maxRows ? ` (tables capped at ${a.maxRows} rows)` : ''}`,
     };
   }
+  if (worldSize > 1 && kind !== 'binary')
+    throw new EmbshardError('INVALID_ARGUMENT', `--data ${kind}: several ranks need data split by rank (synthetic or binary)`);
   if (kind === 'criteo-tsv') {
     if (!arg) throw new EmbshardError('INVALID_ARGUMENT', '--data criteo-tsv:<file[,file…]> needs a path');
     const options = { path: arg.split(','), batchSize: B, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
@@ -201,7 +209,7 @@ async function openData(a: Args): Promise<Data> {
     if (days.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `--data binary:${arg}: no day_<d>_dense.npy files (torchrec's npy layout)`);
     const rows = a.maxRows ?? a.tableRows;
     if (!rows) throw new EmbshardError('INVALID_ARGUMENT', '--data binary: needs --max-rows (ids are hashed into tables of that many rows)');
-    const options = { dir: arg, days, batchSize: B, hashes: Array.from({ length: 26 }, () => rows) };
+    const options = { dir: arg, days, batchSize: B, hashes: Array.from({ length: 26 }, () => rows), rank, worldSize };
     const train = await workerSource({ kind: 'criteo-npy', options }, { depth: a.prefetch });
     const evalSrc = await workerSource({ kind: 'criteo-npy', options }, { depth: 1 });
     return { train, evalBatches: await take(evalSrc, a.evalBatches), heldOut: false, synthetic: false, tableRows: options.hashes, describe: `torchrec binary days ${days.join(',')} in ${arg}` };
@@ -235,26 +243,37 @@ export async function runTrain(argv: string[]): Promise<number> {
   }
   const world = Number(process.env.OMPI_COMM_WORLD_SIZE ?? process.env.PMI_SIZE ?? 1);
   let data: Data | undefined;
+  let group: ProcessGroup | undefined;
   try {
-    if (world > 1 || (a.plan !== undefined && a.plan !== 'auto'))
-      throw new EmbshardError(
-        'BACKEND_UNAVAILABLE',
-        'sharded training (several ranks, or a plan file) needs lib/dist\'s sharded embedding collection, which this build does not provide yet; ' +
-          'run one process with --plan auto (local tables)',
-      );
+    if (a.plan !== undefined && a.plan !== 'auto' && !existsSync(a.plan))
+      throw new EmbshardError('INVALID_ARGUMENT', `--plan '${a.plan}' is neither 'auto' nor an existing plan file`);
+    // several ranks (mpirun), or a plan file: sharded tables over a process group
+    if (world > 1) group = await createMpiGroup({ timeoutMs: 300_000 });
+    else if (a.plan !== undefined && a.plan !== 'auto') group = createInProcessGroups(1)[0];
+    const rank = group?.rank ?? 0;
+    if (rank !== 0) a.quiet = true;
     if (a.threads) loadAddon().setThreads(a.threads);
-    data = await openData(a);
+    data = await openData(a, rank, group?.size ?? 1);
     const F = data.train.features.length;
     const spec = modelSpec(a, F);
     const preset = isPresetName(a.model) ? PRESETS[a.model as PresetName] : undefined;
     const optType = a.optimizer ?? preset?.optimizer.type ?? 'adagrad';
     const lr = a.lr ?? preset?.optimizer.lr ?? 0.01;
     const embLr = a.embLr ?? preset?.embeddingLr ?? lr;
-    const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
-    const trainer = new Trainer({
-      model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, device: 'cpu',
-      schedule: { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps },
-    });
+    const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
+    let trainer: Trainer;
+    let planNote = '';
+    if (group) {
+      const plan = await sharedPlan(a, group, data, spec.embDim);
+      planNote = `, sharded over ${group.size} rank(s) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
+      trainer = new Trainer({
+        model: spec, plan, group, optimizer: { type: optType, lr }, embeddingOptimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, schedule,
+      });
+    } else {
+      const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
+      trainer = new Trainer({ model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule });
+    }
+    const emb = trainer.embeddings;
     const best = data.synthetic && data.evalBatches.length ? plantedAUC(data.evalBatches).realized : undefined;
     const totalSteps = a.steps;
     const evalEvery = a.evalEvery ?? Math.max(1, Math.floor((totalSteps ?? 1000) / 10));
@@ -264,7 +283,7 @@ export async function runTrain(argv: string[]): Promise<number> {
       console.error(
         `embshard train: ${a.model} (bottom ${spec.denseIn}-${spec.bottom.join('-')}, ${spec.interaction}, top ${spec.top.join('-')}), ` +
           `${F} tables of dim ${spec.embDim} (${data.tableRows.reduce((s, r) => s + r, 0).toLocaleString()} rows), ` +
-          `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}, ${data.describe}, ${loadAddon().threads()} threads`,
+          `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${data.describe}${planNote}, ${loadAddon().threads()} threads`,
       );
 
     const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
@@ -309,12 +328,17 @@ export async function runTrain(argv: string[]): Promise<number> {
     if (data.evalBatches.length) lastEval = await trainer.evaluate(data.evalBatches);
     progress(true);
     const wall = (performance.now() - t0) / 1000;
-    if (a.save) await trainer.save(a.save);
+    if (a.save) await trainer.save(group && group.size > 1 ? `${a.save}/rank-${group.rank}` : a.save);
     const report = data.train.report?.();
     const pct = (x: number) => `${((100 * x) / Math.max(sum.total + dataMs, 1e-9)).toFixed(1)}%`;
+    if (group) await group.barrier();
+    if (group && group.rank !== 0) {
+      emb.dispose?.();
+      return 0;
+    }
     console.log(
       [
-        `trained ${steps} steps, ${samples.toLocaleString()} samples in ${wall.toFixed(1)} s: ${fmtRate(samples / wall)} samples/s`,
+        `trained ${steps} steps, ${samples.toLocaleString()} samples${group && group.size > 1 ? ' on rank 0' : ''} in ${wall.toFixed(1)} s: ${fmtRate(samples / wall)} samples/s${group && group.size > 1 ? ` per rank (${group.size} ranks)` : ''}`,
         `final loss (mean of the last ${recent.length} steps): ${(recent.reduce((s, x) => s + x, 0) / Math.max(recent.length, 1)).toFixed(4)}`,
         lastEval
           ? `${data.heldOut ? 'held-out' : `first ${data.evalBatches.length} batches`}: AUC ${lastEval.auc.toFixed(4)}, logloss ${lastEval.logloss.toFixed(4)} over ${lastEval.samples.toLocaleString()} samples` +
@@ -326,7 +350,7 @@ export async function runTrain(argv: string[]): Promise<number> {
         ...(a.save ? [`saved to ${a.save}`] : []),
       ].join('\n'),
     );
-    emb.dispose();
+    emb.dispose?.();
     return 0;
   } catch (e) {
     if (isEmbshardError(e)) {
@@ -336,5 +360,21 @@ export async function runTrain(argv: string[]): Promise<number> {
     throw e;
   } finally {
     await data?.train.close?.();
+    group?.close();
   }
+}
+
+/** The plan every rank trains with: --plan <file>, or planned on rank 0 for this CPU topology and broadcast. */
+async function sharedPlan(a: Args, group: ProcessGroup, data: Data, dim: number): Promise<ShardPlan> {
+  if (a.plan !== undefined && a.plan !== 'auto') return ShardPlan.fromJSON(readFileSync(a.plan, 'utf8'));
+  let json = new Uint8Array(0);
+  if (group.rank === 0) {
+    const tables = data.train.features.map((f, i) => ({ name: f, rows: data.tableRows[i]!, dim, features: [f] }));
+    const topology = topologyPreset('cpu', { worldSize: group.size, ranksPerNode: group.ranksPerNode });
+    json = new TextEncoder().encode(JSON.stringify(planShards(tables, topology, { batchSize: a.batch, timeBudgetMs: 2000 }).toJSON()));
+  }
+  const len = await group.broadcast(Float64Array.of(json.length), 0);
+  if (group.rank !== 0) json = new Uint8Array(len[0]!);
+  await group.broadcast(json, 0);
+  return ShardPlan.fromJSON(new TextDecoder().decode(json));
 }

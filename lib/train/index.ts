@@ -6,5 +6,6 @@ export type { DenseModelSpec, DenseModelOptions, DenseOptimizerConfig, PresetNam
 export { lrFactor, resolveSchedule } from './schedule.js';
 export type { LrSchedule, ResolvedSchedule } from './schedule.js';
 export { embeddingsFor } from './embeddings.js';
-export type { EmbeddingModule, TablesForOptions } from './embeddings.js';
+export { ShardedEmbeddings } from './sharded.js';
+export type { EmbeddingModule, EmbeddingOutput, TablesForOptions } from './embeddings.js';
 export { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
