@@ -6,7 +6,8 @@ import { describe, it, expect } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SyntheticSource, plantedAUC, type Batch } from '../../lib/data/index.js';
+import { SyntheticSource, arrowSource, batchesToTable, plantedAUC, type Batch } from '../../lib/data/index.js';
+import { tableFromIPC, tableToIPC } from 'apache-arrow';
 import { Trainer, embeddingsFor, lrFactor, resolveSchedule, type StepMetrics } from '../../lib/train/index.js';
 import { EmbshardError } from '../../lib/errors.js';
 import type { DenseModelSpec } from '../../lib/train/dense.js';
@@ -144,5 +145,19 @@ describe('evaluate', () => {
     expect(ev.logloss).toBeCloseTo(ll / z.length, 5);
     expect(ev.auc).toBeCloseTo(wins / pairs, 9);
     await expect(t.evaluate([])).rejects.toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+});
+
+describe('Arrow path', () => {
+  it('training from Arrow RecordBatches (through an IPC round trip) gives the same losses as the plain batches', async () => {
+    const data = source(64);
+    const plain = [0, 1, 2, 3, 4].map((k) => data.batch(k));
+    const table = tableFromIPC(tableToIPC(batchesToTable(plain)));
+    const a = makeTrainer('adagrad', 0.05), b = makeTrainer('adagrad', 0.05);
+    const la: number[] = [], lb: number[] = [];
+    for (const batch of plain) la.push(await a.step(batch));
+    for await (const batch of arrowSource(table)) lb.push(await b.step(batch));
+    expect(lb.length).toBe(5);
+    expect(lb).toEqual(la);
   });
 });
