@@ -328,7 +328,7 @@ export async function runTrain(argv: string[]): Promise<number> {
     if (data.evalBatches.length) lastEval = await trainer.evaluate(data.evalBatches);
     progress(true);
     const wall = (performance.now() - t0) / 1000;
-    if (a.save) await trainer.save(group && group.size > 1 ? `${a.save}/rank-${group.rank}` : a.save);
+    if (a.save) await trainer.save(a.save);
     const report = data.train.report?.();
     const pct = (x: number) => `${((100 * x) / Math.max(sum.total + dataMs, 1e-9)).toFixed(1)}%`;
     if (group) await group.barrier();

@@ -39,6 +39,11 @@ export interface TrainerState {
   schedule: ResolvedSchedule;
   denseBaseLr: number;
   embeddingBaseLr: number;
+  /**
+   * false on ranks other than 0 of a sharded run: they take part in the embeddings' collective save
+   * (which rank 0 writes) and write nothing themselves — dense weights are identical on every rank.
+   */
+  writer?: boolean;
 }
 
 function bytesOf(a: Float32Array): Uint8Array {
@@ -62,6 +67,10 @@ function ioError(e: unknown, what: string): EmbshardError {
 
 export async function writeTrainerCheckpoint(dir: string, s: TrainerState): Promise<void> {
   if (typeof dir !== 'string' || dir.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'dir must be a non-empty path');
+  if (s.writer === false) {
+    await s.embeddings.save(join(dir, EMBEDDINGS_DIR)); // a collective; rank 0 writes it
+    return;
+  }
   const tmp = join(dirname(dir), `.${basename(dir)}.tmp-${process.pid}-${Date.now()}`);
   try {
     await mkdir(tmp, { recursive: true });

@@ -177,7 +177,9 @@ export class Trainer {
 
   /**
    * Writes dense weights, dense optimizer state, embeddings (with their optimizer state), the step count
-   * and the schedule to `dir`, replacing it atomically.
+   * and the schedule to `dir`, replacing it atomically. Sharded: a collective — every rank calls it with
+   * the same `dir`, rank 0 writes one checkpoint (tables gathered), which Trainer.load reads back on any
+   * world size with `loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, group)`.
    */
   save(dir: string): Promise<void> {
     return this.enqueue(() =>
@@ -188,6 +190,7 @@ export class Trainer {
         schedule: this.schedule,
         denseBaseLr: this.denseBaseLr,
         embeddingBaseLr: this.embeddingBaseLr,
+        writer: ((this.group as { rank?: number } | undefined)?.rank ?? 0) === 0,
       }),
     );
   }

@@ -11,6 +11,10 @@ import { createInProcessGroups } from '../../lib/dist/group.js';
 import { collectionConfigOf } from '../../lib/dist/sharded.js';
 import { gatherTable } from '../../lib/dist/reshard.js';
 import { Trainer } from '../../lib/train/trainer.js';
+import { ShardedEmbeddings } from '../../lib/train/sharded.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { DenseModelSpec } from '../../lib/train/dense.js';
 import type { Batch } from '../../lib/data/types.js';
 import * as ref from './reference.js';
@@ -85,6 +89,34 @@ describe('Trainer with a sharding plan', () => {
       const ids = Array.from({ length: t.rows }, (_, i) => i);
       const [g0] = await Promise.all(ranks.map((tr) => gatherTable((tr.embeddings as unknown as { collection: Parameters<typeof gatherTable>[0] }).collection, t.name)));
       expect(ref.worstRatio(g0!.weights, oracleEmb.readRows(t.name, ids), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
+    }
+  });
+
+  it('save → load → continue on 2 ranks gives bit-identical losses to an uninterrupted run', async () => {
+    const embOpt = { type: 'adagrad' as const, lr: 0.1 };
+    const make = () => {
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      return { groups, ranks: groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, embeddingOptimizer: embOpt, seed: 5, schedule: { warmupSteps: 3 } })) };
+    };
+    const run = async (ts: Trainer[], from: number, to: number) => {
+      const out: number[] = [];
+      for (let step = from; step < to; step++) out.push(...(await Promise.all(ts.map((t, r) => t.step(localBatch(r, step))))));
+      return out;
+    };
+    const a = make();
+    const want = await run(a.ranks, 0, 5);
+    const b = make();
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-sharded-trainer-'));
+    try {
+      const got = await run(b.ranks, 0, 2);
+      await Promise.all(b.ranks.map((t) => t.save(join(dir, 'ck'))));
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      const c = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, g) })));
+      expect(c.map((t) => t.stepCount)).toEqual([2, 2]);
+      got.push(...(await run(c, 2, 5)));
+      expect(got).toEqual(want);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
