@@ -27,8 +27,9 @@ export interface NativeGroup {
   readonly ranksPerNode: number;
   readonly kind: 'inprocess' | 'mpi' | 'nccl';
   ready(): Promise<void>;
-  allToAllV(send: CommArray, sendBytes: Float64Array, timeoutMs: number): Promise<NativeExchangeResult>;
-  allGather(send: CommArray, timeoutMs: number): Promise<NativeExchangeResult>;
+  /** recvBytes: what every rank sends here, when known (skips the count exchange) */
+  allToAllV(send: CommArray, sendBytes: Float64Array, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
+  allGather(send: CommArray, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
   allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
   broadcast(data: CommArray, root: number, timeoutMs: number): Promise<void>;
   barrier(timeoutMs: number): Promise<void>;

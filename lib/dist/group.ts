@@ -24,6 +24,12 @@ export interface CollectiveOptions {
   timeoutMs?: number;
   /** Leave the byte counters alone (metadata such as per-segment counts is not payload). */
   uncounted?: boolean;
+  /**
+   * allToAllV / allGather: the elements every rank sends here, when the caller already knows them; skips
+   * the count exchange (one round trip). They must be right: a mismatch fails with COMM_FAILED where the
+   * transport can tell (in-process, MPI truncation) and is undefined otherwise.
+   */
+  recvCounts?: ArrayLike<number>;
 }
 
 export interface GroupOptions {
@@ -44,6 +50,18 @@ function elemTypeOf(a: Reducible): 'f32' | 'f64' | 'i32' | 'i64' {
   if (a instanceof Int32Array) return 'i32';
   if (a instanceof BigInt64Array) return 'i64';
   throw new EmbshardError('UNSUPPORTED_DTYPE', 'allReduce: data must be a Float32Array, Float64Array, Int32Array or BigInt64Array');
+}
+
+function knownBytes(counts: ArrayLike<number> | undefined, n: number, bpe: number, what: string): Float64Array | undefined {
+  if (counts === undefined) return undefined;
+  if (counts.length !== n) throw new EmbshardError('LENGTH_MISMATCH', `${what}: recvCounts has ${counts.length} entries; the group has ${n} ranks`);
+  const out = new Float64Array(n);
+  for (let p = 0; p < n; p++) {
+    const c = counts[p]!;
+    if (!Number.isSafeInteger(c) || c < 0) throw new EmbshardError('INVALID_ARGUMENT', `${what}: recvCounts[${p}] = ${c} is not a non-negative integer`);
+    out[p] = c * bpe;
+  }
+  return out;
 }
 
 function isCommArray(a: unknown): a is CommArray {
@@ -120,7 +138,7 @@ export class ProcessGroup {
     }
     if (total !== send.length)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
-    const r = await g.allToAllV(send, bytes, this.timeout(opts));
+    const r = await g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV'));
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
       this.count(p, bytes[p]!, 'sent', opts);
@@ -136,8 +154,8 @@ export class ProcessGroup {
   async allGather<T extends CommArray>(send: T, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
     if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
-    const r = await g.allGather(send, this.timeout(opts));
     const bpe = send.BYTES_PER_ELEMENT;
+    const r = await g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'));
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
       // an all-gather has no self message

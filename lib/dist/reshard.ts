@@ -10,7 +10,7 @@ import { stateWidth } from '../config.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
 import { kernels } from './kernels.js';
-import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from './sharded.js';
+import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
 import type { LocalTable } from './local-layout.js';
 
 /** Global rows held by a local table, in local row order. */
@@ -152,7 +152,6 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
     }
     if (cfg.tables.length !== plan.tables.length) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}' has ${cfg.tables.length} tables; the plan has ${plan.tables.length}`);
     const merged: ShardedConfig = { ...config, optimizer: config.optimizer ?? cfg.optimizer, seed: config.seed ?? cfg.seed };
-    void collectionConfigOf;
     const sc = new ShardedEmbeddingCollection(plan, group, merged, { initialize: false });
     plan.tables.forEach((t, i) => {
       const ids = BigInt64Array.from({ length: t.rows }, (_, j) => BigInt(j));

@@ -94,6 +94,12 @@ interface StepCtx {
   owner: NativeBatch;
   /** per local feature, per source rank: offset of the source's ids in the feature */
   idOff: number[][];
+  /** ids of each local feature in the owner batch */
+  featIds: number[];
+  /** wire elements this rank sent each source in the forward output (= what each sends back in backward) */
+  outCounts: number[];
+  /** wire elements of each destination's forward output (= the gradients this rank sends it) */
+  expOut: number[];
   used: boolean;
 }
 
@@ -343,10 +349,30 @@ export class ShardedEmbeddingCollection {
       meta.push(mm), idsOut.push(ii), lenOut.push(ll), wOut.push(ww);
       metaCounts.push(mm.length), idsCounts.push(ii.length), lenCounts.push(ll.length), wCounts.push(ww.length);
     }
-    const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true });
-    const idsIn = await g.allToAllV(concat(idsOut, BigInt64Array), idsCounts);
-    const lenIn = await g.allToAllV(concat(lenOut, Int32Array), lenCounts);
-    const wIn = await g.allToAllV(concat(wOut, Float32Array), wCounts);
+    const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length);
+    const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true, recvCounts: expMeta });
+    // the segment counts say what every source sends next, so the payload exchanges skip their count phase
+    const expIds: number[] = [], expLen: number[] = [], expW: number[] = [];
+    {
+      let mo = 0;
+      for (let p = 0; p < W; p++) {
+        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
+        let ni = 0, nl = 0, nw = 0, k = mo + 2;
+        for (const s of L.segments(p, r)) {
+          const n = metaIn.data[k++]!;
+          ni += n;
+          if (s.kind === 'rb') {
+            nl += Bp;
+            if (hasW) nw += n;
+          }
+        }
+        expIds.push(ni), expLen.push(nl), expW.push(nw);
+        mo += metaIn.counts[p]!;
+      }
+    }
+    const idsIn = await g.allToAllV(concat(idsOut, BigInt64Array), idsCounts, { recvCounts: expIds });
+    const lenIn = await g.allToAllV(concat(lenOut, Int32Array), lenCounts, { recvCounts: expLen });
+    const wIn = await g.allToAllV(concat(wOut, Float32Array), wCounts, { recvCounts: expW });
     // 3. parse what every source sent this rank
     const recv: Received[] = [];
     {
@@ -386,7 +412,7 @@ export class ShardedEmbeddingCollection {
     // 5. outputs back to every source
     const fw = this.wire.forward;
     const outCounts: number[] = [];
-    for (let p = 0; p < W; p++) outCounts.push(this.outputSize(recv[p]!, p, r));
+    for (let p = 0; p < W; p++) outCounts.push(this.outputSize(recv[p]!, r));
     const outBuf = wireArray(fw, outCounts.reduce((a, b) => a + b, 0));
     {
       let o = 0;
@@ -414,7 +440,24 @@ export class ShardedEmbeddingCollection {
         }
       }
     }
-    const back = await g.allToAllV(outBuf, outCounts);
+    // what every owner sends back is known here: the rows / bags this rank asked for
+    const expOut: number[] = [];
+    for (let d = 0; d < W; d++) {
+      let n = 0;
+      for (const s of L.segments(r, d)) {
+        const rt = L.tables[s.t]!;
+        if (s.kind === 'node') {
+          const u = node.get(s.t)!, j = d % rpn;
+          n += (u.starts[j + 1]! - u.starts[j]!) * rt.table.dim;
+        } else
+          for (const sh of L.shardsOn(s.t, s.g, d)) {
+            const rows = s.kind === 'rb' ? (rt.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n) : ub.get(`${s.t}:${s.g}`)!.uq.values.length;
+            n += rows * (sh.c1 - sh.c0);
+          }
+      }
+      expOut.push(n);
+    }
+    const back = await g.allToAllV(outBuf, outCounts, { recvCounts: expOut });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
     const pooled = new Float32Array(B * P);
@@ -491,7 +534,7 @@ export class ShardedEmbeddingCollection {
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -500,7 +543,7 @@ export class ShardedEmbeddingCollection {
   }
 
   /** Payload elements this rank sends source p in the forward output (= the gradients p sends back). */
-  private outputSize(rx: Received, p: number, d: number): number {
+  private outputSize(rx: Received, d: number): number {
     const L = this.layout;
     let n = 0;
     for (const en of rx.entries) {
@@ -512,7 +555,6 @@ export class ShardedEmbeddingCollection {
           n += (s.kind === 'rb' && L.tables[s.t]!.pooling !== 'none' ? rx.B : en.ids.length) * cols;
         }
     }
-    void p;
     return n;
   }
 
@@ -532,13 +574,14 @@ export class ShardedEmbeddingCollection {
   }
 
   /** The owner batch: rb features with every source's bags (source order), ub / node features with one bag of every source's ids. */
-  private ownerBatch(recv: Received[], Btot: number): { batch: NativeBatch; idOff: number[][] } {
+  private ownerBatch(recv: Received[], Btot: number): { batch: NativeBatch; idOff: number[][]; featIds: number[] } {
     const L = this.layout, W = L.W;
     const F = L.localFeatures.length;
     const lengths = new Int32Array(F * Btot);
     const ids: BigInt64Array[] = [], w: Float32Array[] = [];
     const anyW = recv.some((x) => x.hasW);
     const idOff: number[][] = [];
+    const featIds: number[] = [];
     const find = (p: number, pred: (s: Segment) => boolean) => recv[p]!.entries.find((en) => pred(en.seg));
     L.localFeatures.forEach((lf, i) => {
       const offs: number[] = [];
@@ -560,10 +603,11 @@ export class ShardedEmbeddingCollection {
         if (anyW) w.push(en.weights ?? new Float32Array(en.ids.length).fill(1));
       }
       idOff.push(offs);
+      featIds.push(n);
     });
     const batch: NativeBatch = { batchSize: Btot, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array) };
     if (anyW) batch.weights = concat(w, Float32Array);
-    return { batch, idOff };
+    return { batch, idOff, featIds };
   }
 
   // ---------------------------------------------------------------- backward
@@ -597,23 +641,8 @@ export class ShardedEmbeddingCollection {
     for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
     const ubGrad = new Map<string, Float32Array>();
     for (const [key, u] of ctx.ub) ubGrad.set(key, gradOver(u, L.tables[Number(key.split(':')[0])]!, 2 + Number(key.split(':')[1])));
-    // 1. gradients to the owners, in the forward output's layout
-    const counts: number[] = [];
-    for (let d = 0; d < W; d++) {
-      let n = 0;
-      for (const s of L.segments(r, d)) {
-        const rt = L.tables[s.t]!, dim = rt.table.dim;
-        if (s.kind === 'node') {
-          const u = ctx.node.get(s.t)!, j = d % rpn;
-          n += (u.starts[j + 1]! - u.starts[j]!) * dim;
-        } else
-          for (const sh of L.shardsOn(s.t, s.g, d)) {
-            const rows = s.kind === 'rb' ? (rt.pooling !== 'none' ? B : part(ctx.segs.get(s.f)!, 2 + s.g, B).n) : ctx.ub.get(`${s.t}:${s.g}`)!.uq.values.length;
-            n += rows * (sh.c1 - sh.c0);
-          }
-      }
-      counts.push(n);
-    }
+    // 1. gradients to the owners, in the forward output's layout (so the sizes are the forward's)
+    const counts = ctx.expOut;
     const sendBuf = wireArray(bw, counts.reduce((a, b) => a + b, 0));
     {
       let o = 0;
@@ -645,7 +674,7 @@ export class ShardedEmbeddingCollection {
           }
         }
     }
-    const gin = await g.allToAllV(sendBuf, counts);
+    const gin = await g.allToAllV(sendBuf, counts, { recvCounts: ctx.outCounts });
     // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
     let gathered: { counts: Float64Array; ids: BigInt64Array; idCounts: number[]; grads: WireArray } | undefined;
@@ -664,9 +693,19 @@ export class ShardedEmbeddingCollection {
         gr.push(wv);
         cnt.push(u.uq.values.length);
       }
-      const c = await g.allGather(Float64Array.from(cnt), { uncounted: true });
-      const gi = await g.allGather(concat(ids, BigInt64Array));
-      const gg = await g.allGather(bw === 'fp32' ? concat(gr as Float32Array[], Float32Array) : concat(gr as Uint16Array[], Uint16Array));
+      const c = await g.allGather(Float64Array.from(cnt), { uncounted: true, recvCounts: new Array(W).fill(cnt.length) });
+      const nIds: number[] = [], nGr: number[] = [];
+      for (let p = 0; p < W; p++) {
+        let a = 0, b = 0;
+        repTables.forEach((rt, k) => {
+          const n = c.data[p * cnt.length + k]!;
+          a += n;
+          b += n * rt.table.dim;
+        });
+        nIds.push(a), nGr.push(b);
+      }
+      const gi = await g.allGather(concat(ids, BigInt64Array), { recvCounts: nIds });
+      const gg = await g.allGather(bw === 'fp32' ? concat(gr as Float32Array[], Float32Array) : concat(gr as Uint16Array[], Uint16Array), { recvCounts: nGr });
       gathered = { counts: c.data, ids: gi.data, idCounts: gi.counts, grads: gg.data };
     }
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
@@ -685,7 +724,6 @@ export class ShardedEmbeddingCollection {
     }
     // node tier: sum the node's contributions per row (source order), then sync across nodes
     const nodeUpd = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
-    const nodeCursor: number[] = [...gOff];
     const srcOffsets = (p: number, fn: (s: Segment, o: number, rows: number) => void) => {
       let o = gOff[p]!;
       for (const en of ctx.recv[p]!.entries) {
@@ -721,12 +759,11 @@ export class ShardedEmbeddingCollection {
         const lf = L.localFeatures[lfi]!;
         if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
         else {
-          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(this.featureIdCount(own, lfi, Btot) * lf.dim);
+          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
           K.unpack(gin.data, o, bw, rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
         }
       });
     }
-    void nodeCursor;
     const nodeTables = L.tables.filter((rt) => rt.N > 0);
     if (nodeTables.length > 0) {
       // node sums, rounded to the wire dtype so every node's replica sums identical inputs
@@ -766,9 +803,24 @@ export class ShardedEmbeddingCollection {
       let iIn: { data: BigInt64Array; counts: number[] } = { data: new BigInt64Array(0), counts: new Array(W).fill(0) };
       let gIn: { data: WireArray; counts: number[] } = { data: wireArray(bw, 0), counts: new Array(W).fill(0) };
       if (nodes > 1) {
-        mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true });
-        iIn = await g.allToAllV(concat(idParts, BigInt64Array), idC);
-        gIn = await g.allToAllV(bw === 'fp32' ? concat(grParts as Float32Array[], Float32Array) : concat(grParts as Uint16Array[], Uint16Array), grC);
+        mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true, recvCounts: mC });
+        const eI: number[] = [], eG: number[] = [];
+        {
+          let mo = 0;
+          for (let d = 0; d < W; d++) {
+            let a = 0, b = 0;
+            if (mIn.counts[d]! > 0)
+              nodeTables.forEach((rt, k) => {
+                const n = mIn.data[mo + k]!;
+                a += n;
+                b += n * rt.table.dim;
+              });
+            mo += mIn.counts[d]!;
+            eI.push(a), eG.push(b);
+          }
+        }
+        iIn = await g.allToAllV(concat(idParts, BigInt64Array), idC, { recvCounts: eI });
+        gIn = await g.allToAllV(bw === 'fp32' ? concat(grParts as Float32Array[], Float32Array) : concat(grParts as Uint16Array[], Uint16Array), grC, { recvCounts: eG });
       }
       // per table: every node's list in node order (this node's own sums included)
       const at = { m: 0, i: 0, g: 0 };
@@ -823,7 +875,7 @@ export class ShardedEmbeddingCollection {
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
     L.localFeatures.forEach((lf, i) => {
-      const n = this.featureIdCount(own, i, Btot);
+      const n = ctx.featIds[i]!;
       const ownIds = own.ids.subarray(io, io + n) as BigInt64Array;
       const ownW = own.weights ? own.weights.subarray(io, io + n) : null;
       io += n;
@@ -848,13 +900,6 @@ export class ShardedEmbeddingCollection {
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
     this.traffic.backward = delta(g.traffic, before);
     return res;
-  }
-
-  /** Ids of local feature i in a native batch of batchSize Btot. */
-  private featureIdCount(b: NativeBatch, i: number, Btot: number): number {
-    let n = 0;
-    for (let k = i * Btot; k < (i + 1) * Btot; k++) n += b.lengths[k]!;
-    return n;
   }
 }
 

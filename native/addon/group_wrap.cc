@@ -248,8 +248,21 @@ Napi::Value GroupWrap::RanksPerNode(const Napi::CallbackInfo& info) {
 }
 Napi::Value GroupWrap::Kind(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kind_); }
 
-// allToAllV(send: TypedArray, sendBytes: Float64Array, timeoutMs) -> { data: ArrayBuffer, counts: Float64Array }
-// Two phases on the worker thread: the per-peer byte counts, then the data into a fresh buffer.
+// recvBytes: null, or a Float64Array of the bytes every rank sends here (known to the caller).
+std::shared_ptr<std::vector<int64_t>> known_counts(Napi::Env env, Napi::Value v, int n, const char* what) {
+  if (v.IsUndefined() || v.IsNull()) return nullptr;
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": recvCounts must be a Float64Array of bytes per rank");
+  auto a = v.As<Napi::Float64Array>();
+  int64_t total = 0;
+  for (size_t i = 0; i < a.ElementLength(); ++i) total += static_cast<int64_t>(a[i]);
+  return std::make_shared<std::vector<int64_t>>(byte_counts(env, v, n, total, what));
+}
+
+// allToAllV(send: TypedArray, sendBytes: Float64Array, timeoutMs, recvBytes?: Float64Array)
+//   -> { data: ArrayBuffer, counts: Float64Array }
+// Two phases on the worker thread: the per-peer byte counts (skipped when the caller knows them), then
+// the data into a fresh buffer.
 Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -257,14 +270,16 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
     Bytes send = typed_bytes(env, info[0], "allToAllV: send");
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
     double timeout = timeout_arg(env, info[2], "allToAllV");
+    auto known = known_counts(env, info[3], size_, "allToAllV");
     auto job = std::make_unique<GroupJob>();
     job->Keep(info[0]);
     auto recv = std::make_shared<Owned>();
-    auto recvBytes = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
     job->owned.push_back(recv);
-    job->run = [send, sendBytes, recv, recvBytes, timeout](comm::Group* g) {
+    const bool exchange = !known;
+    job->run = [send, sendBytes, recv, recvBytes, timeout, exchange](comm::Group* g) {
       auto d = comm::Deadline::after(timeout);
-      g->exchange_counts(sendBytes.data(), recvBytes->data(), d);
+      if (exchange) g->exchange_counts(sendBytes.data(), recvBytes->data(), d);
       int64_t total = 0;
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);
@@ -281,22 +296,26 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
   });
 }
 
-// allGather(send: TypedArray, timeoutMs) -> { data: ArrayBuffer, counts: Float64Array }: every rank's
-// contribution in rank order (sizes may differ: counts first, then data).
+// allGather(send: TypedArray, timeoutMs, recvBytes?: Float64Array) -> { data: ArrayBuffer, counts: Float64Array }:
+// every rank's contribution in rank order (sizes may differ: counts first unless known, then data).
 Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
     Bytes send = typed_bytes(env, info[0], "allGather: send");
     double timeout = timeout_arg(env, info[1], "allGather");
+    auto known = known_counts(env, info[2], size_, "allGather");
+    if (known && (*known)[static_cast<size_t>(rank_)] != send.size)
+      throw_error(env, "LENGTH_MISMATCH", "allGather: recvCounts[rank] differs from this rank's contribution");
     auto job = std::make_unique<GroupJob>();
     job->Keep(info[0]);
     auto recv = std::make_shared<Owned>();
-    auto recvBytes = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
     job->owned.push_back(recv);
-    job->run = [send, recv, recvBytes, timeout](comm::Group* g) {
+    const bool exchange = !known;
+    job->run = [send, recv, recvBytes, timeout, exchange](comm::Group* g) {
       auto d = comm::Deadline::after(timeout);
-      g->gather_counts(send.size, recvBytes->data(), d);
+      if (exchange) g->gather_counts(send.size, recvBytes->data(), d);
       int64_t total = 0;
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);

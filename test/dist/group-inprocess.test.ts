@@ -34,6 +34,26 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
     closeAll(gs);
   });
 
+  it('allToAllV and allGather with known receive counts (no count phase)', async () => {
+    const gs = createInProcessGroups(n);
+    const res = await Promise.all(
+      gs.map((g) => {
+        const counts = Array.from({ length: n }, (_, d) => g.rank + d + 1);
+        const vals: number[] = [];
+        for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]!; k++) vals.push(g.rank * 1000 + d * 10 + k);
+        return g.allToAllV(Int32Array.from(vals), counts, { recvCounts: Array.from({ length: n }, (_, s) => s + g.rank + 1) });
+      }),
+    );
+    for (let d = 0; d < n; d++) {
+      const expected: number[] = [];
+      for (let s = 0; s < n; s++) for (let k = 0; k < s + d + 1; k++) expected.push(s * 1000 + d * 10 + k);
+      expect(Array.from(res[d]!.data)).toEqual(expected);
+    }
+    const ag = await Promise.all(gs.map((g) => g.allGather(new Float32Array(g.rank + 1).fill(g.rank), { recvCounts: Array.from({ length: n }, (_, s) => s + 1) })));
+    for (const r of ag) expect(r.counts).toEqual(Array.from({ length: n }, (_, s) => s + 1));
+    closeAll(gs);
+  });
+
   it('allToAllV with empty messages and BigInt64 ids', async () => {
     const gs = createInProcessGroups(n);
     const res = await Promise.all(
@@ -163,6 +183,13 @@ describe('in-process group accounting and failures', () => {
     const rs3 = await Promise.allSettled([gs3[0]!.allReduce(new Float32Array(2)), gs3[1]!.allReduce(new Float32Array(3))]);
     for (const r of rs3) expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
     closeAll(gs3);
+  });
+
+  it('wrong known receive counts fail with COMM_FAILED on every rank', async () => {
+    const gs = createInProcessGroups(2);
+    const rs = await Promise.allSettled(gs.map((g) => g.allToAllV(new Int32Array(2), [1, 1], { recvCounts: [1, 2] })));
+    for (const r of rs) expect((r as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+    closeAll(gs);
   });
 
   it('rejects bad arguments with a code naming the field, before anything is sent', async () => {

@@ -18,6 +18,20 @@ const n = g.size, r = g.rank;
   assert.deepEqual(Array.from(res.data), exp);
   assert.deepEqual(res.counts, Array.from({ length: n }, (_, s) => s + r + 1));
 }
+// the same with known receive counts (no count phase), and an allGather likewise
+{
+  const counts = Array.from({ length: n }, (_, d) => r + d + 1);
+  const vals = [];
+  for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]; k++) vals.push(r * 1000 + d * 10 + k);
+  const res = await g.allToAllV(Int32Array.from(vals), counts, { recvCounts: Array.from({ length: n }, (_, s) => s + r + 1) });
+  const exp = [];
+  for (let s = 0; s < n; s++) for (let k = 0; k < s + r + 1; k++) exp.push(s * 1000 + r * 10 + k);
+  assert.deepEqual(Array.from(res.data), exp);
+  const ag = await g.allGather(new Float32Array(r + 1).fill(r), { recvCounts: Array.from({ length: n }, (_, s) => s + 1) });
+  const agExp = [];
+  for (let s = 0; s < n; s++) for (let k = 0; k <= s; k++) agExp.push(s);
+  assert.deepEqual(Array.from(ag.data), agExp);
+}
 // allToAllV with empty messages, BigInt64 payload
 {
   const counts = Array.from({ length: n }, (_, d) => (r % 2 === 0 && d % 2 === 1 ? 1 : 0));
