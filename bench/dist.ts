@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { JaggedBatch } from '../lib/batch.js';
 import { ShardPlan } from '../lib/plan/shard-plan.js';
 import type { TableSpec } from '../lib/plan/types.js';
-import { createMpiGroup, type CommArray, type ProcessGroup } from '../lib/dist/group.js';
+import { createMpiGroup, type CollectiveOptions, type CommArray, type ProcessGroup } from '../lib/dist/group.js';
 import { ShardedEmbeddingCollection } from '../lib/dist/sharded.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -70,7 +70,7 @@ async function worker(type: PlanType): Promise<void> {
   let a2aSec = 0, a2aBytes = 0;
   let record: Exchange[] | null = null;
   const inner = g.allToAllV.bind(g);
-  (g as { allToAllV: ProcessGroup['allToAllV'] }).allToAllV = async <T extends CommArray>(send: T, counts: ArrayLike<number>, opts?: { uncounted?: boolean; timeoutMs?: number }) => {
+  (g as { allToAllV: ProcessGroup['allToAllV'] }).allToAllV = async <T extends CommArray>(send: T, counts: ArrayLike<number>, opts?: CollectiveOptions) => {
     const t0 = process.hrtime.bigint();
     const r = await inner(send, counts, opts);
     const dt = Number(process.hrtime.bigint() - t0) / 1e9;
