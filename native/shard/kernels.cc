@@ -40,6 +40,10 @@ inline float get(const void* src, Wire w, int64_t k) {
 
 void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
              const double* bounds, int S, const char* what, Segmented& out) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; ++b) total += lengths[b];
+  if (total != n)
+    fail("LENGTH_MISMATCH", "%s: lengths add up to %lld but there are %lld ids", what, static_cast<long long>(total), static_cast<long long>(n));
   std::vector<int32_t> seg(static_cast<size_t>(n));
   out.lengths.assign(static_cast<size_t>(S) * static_cast<size_t>(B), 0);
   out.counts.assign(static_cast<size_t>(S), 0);
@@ -57,7 +61,6 @@ void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, 
       ++out.counts[static_cast<size_t>(s)];
     }
   }
-  if (i != n) fail("LENGTH_MISMATCH", "%s: lengths add up to %lld but there are %lld ids", what, static_cast<long long>(i), static_cast<long long>(n));
   std::vector<int64_t> at(static_cast<size_t>(S), 0);
   for (int s = 1; s < S; ++s) at[static_cast<size_t>(s)] = at[static_cast<size_t>(s - 1)] + out.counts[static_cast<size_t>(s - 1)];
   out.ids.resize(static_cast<size_t>(n));
