@@ -11,7 +11,7 @@
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { addonFor } from '../device.js';
-import { resolveConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
+import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
@@ -194,15 +194,12 @@ export class ShardedEmbeddingCollection {
     const K = kernels();
     const e = this.live();
     const chunk = 1 << 14;
+    // the whole collection's init parameters (defaults resolved against the whole table's rows)
+    const inits = toNativeConfig(this.config, true).tables.map((t) => t.init);
     this.layout.localTables.forEach((lt, i) => {
       if (lt.part === 'idle') return;
       const t = this.config.tables[lt.t]!;
-      const bound = 1 / Math.sqrt(t.rows);
-      const init = t.init;
-      const [kind, a, b] =
-        init.type === 'uniform' ? (['uniform', init.low ?? -bound, init.high ?? bound] as const)
-        : init.type === 'normal' ? (['normal', init.mean ?? 0, init.std ?? bound] as const)
-        : (['constant', init.value, 0] as const);
+      const { kind, a, b } = inits[lt.t]!;
       const cols = lt.c1 - lt.c0;
       if (lt.part === 'node') {
         // local row j holds tier row (rank mod rpn) + j·rpn
