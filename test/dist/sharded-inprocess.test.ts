@@ -24,6 +24,8 @@ interface RunOpts {
   weighted?: boolean;
   wire?: { forward: 'fp32' | 'fp16' | 'bf16'; backward: 'fp32' | 'fp16' | 'bf16' };
   variant?: string;
+  /** rank r's local batch size is 3 + 2r instead of 6 */
+  varyB?: boolean;
 }
 
 async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; stateErr: number; trafficOk: boolean }> {
@@ -35,12 +37,11 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
   let outErr = 0, tableErr = 0, stateErr = 0, trafficOk = true, inter = 0;
   try {
     for (let step = 0; step < o.steps; step++) {
-      const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted }));
+      const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted, ...(o.varyB ? { B: 3 + 2 * r } : {}) }));
       const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
       const gout = await oracle.forward(S.globalBatch(lib, batches));
-      const B = batches[0]!.batchSize;
-      for (let r = 0; r < o.W; r++) {
-        outErr = Math.max(outErr, S.relErr(outs[r]!.pooled, S.sliceRows(gout.pooled, oracle.pooledDim, r * B, B)));
+      for (let r = 0, row = 0; r < o.W; row += batches[r]!.batchSize, r++) {
+        outErr = Math.max(outErr, S.relErr(outs[r]!.pooled, S.sliceRows(gout.pooled, oracle.pooledDim, row, batches[r]!.batchSize)));
         for (const f of oracle.sequenceFeatures) {
           const dim = oracle.featureInfo.find((x) => x.name === f)!.dim;
           let before = 0;
@@ -119,6 +120,14 @@ describe('ShardedEmbeddingCollection (in-process ranks) equals one collection ov
     const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adam', lr: 0.01 }, variant: 'G' });
     expect(r.outErr).toBeLessThanOrEqual(1e-5);
     expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+    expect(r.trafficOk).toBe(true);
+  });
+
+  it('ranks with different local batch sizes (3, 5, 7, 9 bags; W=4, two nodes, adam)', async () => {
+    const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adam', lr: 0.01 }, varyB: true });
+    expect(r.outErr).toBeLessThanOrEqual(1e-5);
+    expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+    expect(r.stateErr).toBeLessThanOrEqual(1e-5);
     expect(r.trafficOk).toBe(true);
   });
 
