@@ -98,7 +98,8 @@ export interface GatherProbeResult {
 
 export interface Addon {
   readonly variant: 'cpu' | 'cuda';
-  setErrorClass(ctor: new (code: string, message: string) => Error): void;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  setErrorClass(ctor: new (code: any, message: string) => Error): void;
   Engine: new (config: NativeCollectionConfig, device: string) => NativeEngine;
   /** Random row-gather and sequential-read bandwidth probe over a buffer of `bufferBytes`. */
   probeMemory(bufferBytes: number, rowBytes: number, gathers: number, seed: number): Promise<GatherProbeResult>;

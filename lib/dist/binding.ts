@@ -39,6 +39,8 @@ export interface NativeGroup {
 }
 
 export interface GroupAddon extends Addon {
+  /** Gives received buffers back for reuse (detaching them); others are ignored. */
+  releaseBuffers(...buffers: (ArrayBuffer | CommArray)[]): void;
   createInProcessGroups(size: number, ranksPerNode: number): NativeGroup[];
   readonly mpiAvailable: boolean;
   createMpiGroup(timeoutMs: number): NativeGroup;

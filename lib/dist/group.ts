@@ -203,6 +203,15 @@ export class ProcessGroup {
     await this.live().barrier(this.timeout(opts));
   }
 
+  /**
+   * Hands the buffers of received results (allToAllV / allGather `data`) back for reuse by later
+   * collectives, sparing fresh allocations and their page faults. Each buffer is detached: every view of
+   * it reads as empty afterwards. Arrays that did not come from a collective are left alone.
+   */
+  release(...arrays: CommArray[]): void {
+    (loadAddon() as GroupAddon).releaseBuffers(...arrays);
+  }
+
   /** MPI only: a plain MPI_Alltoallv of the same layout, for benchmarks; resolves to its seconds. */
   rawAllToAllV(send: CommArray, sendBytes: Float64Array, recv: CommArray, recvBytes: Float64Array): Promise<number> {
     return this.live().rawAllToAllV(send, sendBytes, recv, recvBytes);

@@ -24,7 +24,10 @@ class PromiseWorker : public Napi::AsyncWorker {
   }
 
   // Holds a reference to a JS value (typed arrays read or written by Run) until the call settles.
-  void Keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v)); }
+  // (Only objects can be referenced; primitives such as null need no keeping.)
+  void Keep(Napi::Value v) {
+    if (v.IsObject()) keep_.push_back(Napi::Persistent(v));
+  }
 
  protected:
   virtual void Run() = 0;

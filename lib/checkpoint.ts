@@ -1,0 +1,101 @@
+// checkpoint.ts — the checkpoint directory format and its atomic write / verified read.
+//   <dir>/manifest.json  { format: 'embshard.checkpoint', version: 1, config, step, payload: { file, bytes, crc32c } }
+//   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
+// A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with renames,
+// so a crash leaves either the old checkpoint or the new one, never a torn one.
+import { randomBytes } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { EmbshardError } from './errors.js';
+import type { ResolvedConfig } from './config.js';
+
+export const PAYLOAD_FILE = 'tables.bin';
+export const MANIFEST_FILE = 'manifest.json';
+
+export interface Manifest {
+  format: 'embshard.checkpoint';
+  version: 1;
+  config: ResolvedConfig;
+  step: number;
+  payload: { file: string; bytes: number; crc32c: number };
+  /** extra state written by higher layers (trainer, sharded runtime) */
+  extra?: Record<string, unknown>;
+}
+
+async function fsyncPath(path: string, dir = false): Promise<void> {
+  const h = await fs.open(path, dir ? 'r' : 'r+');
+  try {
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+}
+
+export async function writeFileDurable(path: string, data: string | Uint8Array): Promise<void> {
+  const h = await fs.open(path, 'w');
+  try {
+    await h.writeFile(data);
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+}
+
+/**
+ * Writes a checkpoint atomically: `fill(tmpDir)` writes the payload files into a fresh temporary
+ * folder and returns the manifest; then the folder replaces `dir`.
+ */
+export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>): Promise<void> {
+  const target = resolve(dir);
+  const parent = dirname(target);
+  await fs.mkdir(parent, { recursive: true });
+  const tag = `${process.pid}-${randomBytes(4).toString('hex')}`;
+  const tmp = join(parent, `.${basename(target)}.tmp-${tag}`);
+  await fs.mkdir(tmp);
+  try {
+    const manifest = await fill(tmp);
+    await writeFileDurable(join(tmp, MANIFEST_FILE), JSON.stringify(manifest, null, 2));
+    await fsyncPath(tmp, true);
+    let old: string | undefined;
+    try {
+      await fs.access(target);
+      old = join(parent, `.${basename(target)}.old-${tag}`);
+      await fs.rename(target, old);
+    } catch {
+      old = undefined;
+    }
+    await fs.rename(tmp, target);
+    await fsyncPath(parent, true);
+    if (old) await fs.rm(old, { recursive: true, force: true });
+  } catch (e) {
+    await fs.rm(tmp, { recursive: true, force: true });
+    if (e instanceof EmbshardError) throw e;
+    throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
+  }
+}
+
+/** Reads and validates a manifest; CHECKPOINT_MISSING / CHECKPOINT_CORRUPT. */
+export async function readManifest(dir: string): Promise<Manifest> {
+  let text: string;
+  try {
+    text = await fs.readFile(join(dir, MANIFEST_FILE), 'utf8');
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    throw new EmbshardError(
+      err.code === 'ENOENT' ? 'CHECKPOINT_MISSING' : 'IO_ERROR',
+      `no checkpoint at '${dir}': ${MANIFEST_FILE} cannot be read (${err.code ?? err.message})`,
+    );
+  }
+  let m: Manifest;
+  try {
+    m = JSON.parse(text) as Manifest;
+  } catch {
+    throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not valid JSON (truncated or altered)`);
+  }
+  const ok =
+    m && m.format === 'embshard.checkpoint' && m.version === 1 && typeof m.config === 'object' && Number.isSafeInteger(m.step) &&
+    m.payload && typeof m.payload.file === 'string' && !m.payload.file.includes('/') &&
+    Number.isSafeInteger(m.payload.bytes) && Number.isInteger(m.payload.crc32c);
+  if (!ok) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not an embshard v1 manifest`);
+  return m;
+}

@@ -1,0 +1,168 @@
+// config.ts — the user-facing collection config, its defaults, and its translation into the native
+// config. Validation here gives EmbshardError codes naming the bad field before any memory is allocated.
+import { EmbshardError } from './errors.js';
+import type { DType, NativeCollectionConfig, NativeInit, OptimizerType, Pooling } from './binding.js';
+
+export type InitConfig =
+  | { type: 'uniform'; low?: number; high?: number }
+  | { type: 'normal'; mean?: number; std?: number }
+  | { type: 'constant'; value: number };
+
+export interface TableConfig {
+  name: string;
+  rows: number;
+  dim: number;
+  /** default 'sum' */
+  pooling?: Pooling;
+  /** features that look up this table (a shared table has several); default [name] */
+  features?: string[];
+  /** storage dtype; math is fp32. default 'fp32' */
+  dtype?: DType;
+  /** out-of-range ids: 'error' (default) or 'modulo' */
+  idPolicy?: 'error' | 'modulo';
+  /** default uniform ±1/√rows */
+  init?: InitConfig;
+}
+
+export interface OptimizerConfig {
+  type: OptimizerType;
+  lr: number;
+  /** default 1e-8 */
+  eps?: number;
+  /** adam, default 0.9 */
+  beta1?: number;
+  /** adam, default 0.999 */
+  beta2?: number;
+  /** adds wd·w to the gradient of rows in the batch; default 0 */
+  weightDecay?: number;
+  /** stochastic rounding of fp16/bf16 updates; default false */
+  stochasticRounding?: boolean;
+  /** NaN/Inf in gradients: 'error' (default, nothing changes) or 'skip' (the step is skipped) */
+  nonFinite?: 'error' | 'skip';
+}
+
+export interface CollectionConfig {
+  tables: TableConfig[];
+  /** default { type: 'sgd', lr: 0.01 } */
+  optimizer?: OptimizerConfig;
+  /** 'cpu' (default) or 'cuda:N' */
+  device?: string;
+  /** seed of the deterministic initialisation; default 0 */
+  seed?: number;
+}
+
+/** A table config with every default filled in. */
+export type ResolvedTable = Required<Omit<TableConfig, 'init'>> & { init: InitConfig };
+export type ResolvedOptimizer = Required<OptimizerConfig>;
+
+export interface ResolvedConfig {
+  tables: ResolvedTable[];
+  optimizer: ResolvedOptimizer;
+  device: string;
+  seed: number;
+}
+
+const DTYPES = ['fp32', 'fp16', 'bf16'];
+const POOLINGS = ['sum', 'mean', 'none'];
+const OPTIMIZERS = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
+
+function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string): never {
+  throw new EmbshardError(code, msg);
+}
+
+function finite(v: unknown, where: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v)) bad('INVALID_CONFIG', `${where} must be a finite number`);
+  return v;
+}
+
+export function resolveConfig(config: CollectionConfig): ResolvedConfig {
+  if (typeof config !== 'object' || config === null) bad('INVALID_CONFIG', 'the collection config must be an object');
+  if (!Array.isArray(config.tables) || config.tables.length === 0) bad('INVALID_CONFIG', 'tables must be a non-empty array');
+  const names = new Set<string>();
+  const featureOwner = new Map<string, string>();
+  const tables = config.tables.map((t, i): ResolvedTable => {
+    const where = `tables[${i}]`;
+    if (typeof t !== 'object' || t === null) bad('INVALID_CONFIG', `${where} must be an object`);
+    if (typeof t.name !== 'string' || t.name.length === 0) bad('INVALID_CONFIG', `${where}.name must be a non-empty string`);
+    if (names.has(t.name)) bad('INVALID_CONFIG', `two tables are named '${t.name}'`);
+    names.add(t.name);
+    if (!Number.isSafeInteger(t.rows) || t.rows < 1 || t.rows > 2 ** 40)
+      bad('INVALID_SIZE', `table '${t.name}': rows must be an integer in [1, 2^40] (got ${t.rows})`);
+    if (!Number.isSafeInteger(t.dim) || t.dim < 1 || t.dim > 65536)
+      bad('INVALID_SIZE', `table '${t.name}': dim must be an integer in [1, 65536] (got ${t.dim})`);
+    const dtype = t.dtype ?? 'fp32';
+    if (!DTYPES.includes(dtype))
+      throw new EmbshardError('UNSUPPORTED_DTYPE', `table '${t.name}': dtype '${String(dtype)}' is not fp32 | fp16 | bf16`);
+    const pooling = t.pooling ?? 'sum';
+    if (!POOLINGS.includes(pooling)) bad('INVALID_CONFIG', `table '${t.name}': pooling must be sum | mean | none`);
+    const idPolicy = t.idPolicy ?? 'error';
+    if (idPolicy !== 'error' && idPolicy !== 'modulo') bad('INVALID_CONFIG', `table '${t.name}': idPolicy must be 'error' or 'modulo'`);
+    const features = t.features ?? [t.name];
+    if (!Array.isArray(features) || features.length === 0 || features.some((f) => typeof f !== 'string' || f.length === 0))
+      bad('INVALID_CONFIG', `table '${t.name}': features must be a non-empty array of names`);
+    for (const f of features) {
+      const prev = featureOwner.get(f);
+      if (prev !== undefined)
+        throw new EmbshardError(
+          'DUPLICATE_FEATURE',
+          prev === t.name ? `feature '${f}' is listed twice for table '${t.name}'` : `feature '${f}' is mapped to two tables: '${prev}' and '${t.name}'`,
+        );
+      featureOwner.set(f, t.name);
+    }
+    const bound = 1 / Math.sqrt(t.rows);
+    const init: InitConfig = t.init ?? { type: 'uniform', low: -bound, high: bound };
+    if (!['uniform', 'normal', 'constant'].includes(init.type)) bad('INVALID_CONFIG', `table '${t.name}': init.type must be uniform | normal | constant`);
+    return { name: t.name, rows: t.rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init };
+  });
+  const o = config.optimizer ?? { type: 'sgd', lr: 0.01 };
+  if (typeof o !== 'object' || o === null) bad('INVALID_CONFIG', 'optimizer must be an object');
+  if (!OPTIMIZERS.includes(o.type))
+    throw new EmbshardError('UNSUPPORTED_OPTIMIZER', `optimizer '${String(o.type)}' is not sgd | adagrad | rowwise_adagrad | adam`);
+  const optimizer: ResolvedOptimizer = {
+    type: o.type,
+    lr: finite(o.lr, 'optimizer.lr'),
+    eps: finite(o.eps ?? 1e-8, 'optimizer.eps'),
+    beta1: finite(o.beta1 ?? 0.9, 'optimizer.beta1'),
+    beta2: finite(o.beta2 ?? 0.999, 'optimizer.beta2'),
+    weightDecay: finite(o.weightDecay ?? 0, 'optimizer.weightDecay'),
+    stochasticRounding: o.stochasticRounding ?? false,
+    nonFinite: o.nonFinite ?? 'error',
+  };
+  if (optimizer.lr < 0 || optimizer.eps < 0) bad('INVALID_CONFIG', 'optimizer lr and eps must be >= 0');
+  if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1))
+    bad('INVALID_CONFIG', 'optimizer beta1 and beta2 must be in [0, 1)');
+  if (optimizer.nonFinite !== 'error' && optimizer.nonFinite !== 'skip') bad('INVALID_CONFIG', "optimizer.nonFinite must be 'error' or 'skip'");
+  const device = config.device ?? 'cpu';
+  if (typeof device !== 'string') bad('INVALID_CONFIG', 'device must be a string');
+  const seed = config.seed ?? 0;
+  if (!Number.isSafeInteger(seed) || seed < 0) bad('INVALID_CONFIG', 'seed must be a non-negative integer');
+  return { tables, optimizer, device, seed };
+}
+
+function nativeInit(init: InitConfig, rows: number): NativeInit {
+  const bound = 1 / Math.sqrt(rows);
+  switch (init.type) {
+    case 'uniform':
+      return { kind: 'uniform', a: init.low ?? -bound, b: init.high ?? bound };
+    case 'normal':
+      return { kind: 'normal', a: init.mean ?? 0, b: init.std ?? bound };
+    case 'constant':
+      return { kind: 'constant', a: init.value, b: 0 };
+  }
+}
+
+export function toNativeConfig(c: ResolvedConfig, initialize: boolean): NativeCollectionConfig {
+  const features = c.tables.flatMap((t, i) => t.features.map((name) => ({ name, table: i, pooling: t.pooling })));
+  return {
+    tables: c.tables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: t.dtype, idPolicy: t.idPolicy, init: nativeInit(t.init, t.rows) })),
+    features,
+    optimizer: { ...c.optimizer },
+    seed: c.seed,
+    initialize,
+  };
+}
+
+/** Optimizer-state floats per row (0 sgd, dim adagrad, 1 rowwise_adagrad, 2·dim adam). */
+export function stateWidth(opt: OptimizerType, dim: number): number {
+  return opt === 'sgd' ? 0 : opt === 'adagrad' ? dim : opt === 'rowwise_adagrad' ? 1 : 2 * dim;
+}

@@ -1,0 +1,10 @@
+// index.ts — the public API of embshard.
+export { EmbeddingCollection } from './collection.js';
+export type { ForwardOutput, Gradients, BackwardResult, SequenceOutput, FeatureInfo } from './collection.js';
+export type { CollectionConfig, TableConfig, OptimizerConfig, InitConfig } from './config.js';
+export { JaggedBatch } from './batch.js';
+export type { JaggedBatchInit } from './batch.js';
+export { EmbshardError, ErrorCodes, isEmbshardError } from './errors.js';
+export type { ErrorCode } from './errors.js';
+export { backends } from './backends.js';
+export type { DType, Pooling, OptimizerType, IdArray } from './binding.js';

@@ -1,0 +1,117 @@
+// checkpoint.test.ts — save/load round trips (tables, optimizer state, step: training continues
+// identically), atomic replacement, and missing / truncated / corrupt checkpoints.
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { EmbeddingCollection, EmbshardError } from '../../lib/index.js';
+import type { CollectionConfig } from '../../lib/index.js';
+import { rng } from './oracle.js';
+import { randomBatch, randomGrads, snapshot } from './helpers.js';
+
+const root = mkdtempSync(join(tmpdir(), 'embshard-ckpt-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const config: CollectionConfig = {
+  tables: [
+    { name: 'a', rows: 50, dim: 8, pooling: 'sum' },
+    { name: 'b', rows: 20, dim: 5, pooling: 'mean', dtype: 'bf16', features: ['b1', 'b2'] },
+    { name: 'c', rows: 9, dim: 3, pooling: 'none', dtype: 'fp16' },
+  ],
+  optimizer: { type: 'adam', lr: 0.01 },
+  seed: 11,
+};
+
+async function train(ec: EmbeddingCollection, steps: number, seed: number): Promise<Float32Array[]> {
+  const r = rng(seed);
+  const outs: Float32Array[] = [];
+  for (let s = 0; s < steps; s++) {
+    const { batch, ob } = randomBatch(ec, r, { B: 5, maxLen: 4 });
+    const out = await ec.forward(batch);
+    outs.push(out.pooled);
+    const g = randomGrads(ec, ob, r);
+    await ec.backward(out, { pooled: g.pooled, sequences: g.sequences });
+  }
+  return outs;
+}
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+    return 'no error';
+  } catch (e) {
+    expect(e).toBeInstanceOf(EmbshardError);
+    return (e as EmbshardError).code;
+  }
+}
+
+describe('checkpoints', () => {
+  it('round trip: tables, optimizer state and step; training continues exactly as without the save', async () => {
+    const a = new EmbeddingCollection(config);
+    await train(a, 3, 1);
+    const dir = join(root, 'ck1');
+    await a.save(dir);
+    const b = await EmbeddingCollection.load(dir);
+    expect(b.step).toBe(3);
+    expect(b.config).toEqual(a.config);
+    const sa = snapshot(a), sb = snapshot(b);
+    sa.forEach((x, k) => expect(Array.from(sb[k]!)).toEqual(Array.from(x)));
+    const oa = await train(a, 2, 2);
+    const ob = await train(b, 2, 2);
+    oa.forEach((x, k) => expect(Array.from(ob[k]!)).toEqual(Array.from(x)));
+    snapshot(a).forEach((x, k) => expect(Array.from(snapshot(b)[k]!)).toEqual(Array.from(x)));
+    a.dispose();
+    b.dispose();
+  });
+
+  it('save replaces an existing checkpoint atomically and leaves no temporary folders', async () => {
+    const a = new EmbeddingCollection(config);
+    const dir = join(root, 'ck2');
+    await a.save(dir);
+    await train(a, 1, 3);
+    await a.save(dir);
+    const b = await EmbeddingCollection.load(dir);
+    expect(b.step).toBe(1);
+    expect(readdirSync(root).filter((n) => n.includes('.tmp-') || n.includes('.old-'))).toEqual([]);
+    a.dispose();
+    b.dispose();
+  });
+
+  it('missing, truncated and corrupt checkpoints are rejected', async () => {
+    const a = new EmbeddingCollection(config);
+    await train(a, 1, 4);
+    expect(await codeOf(EmbeddingCollection.load(join(root, 'nope')))).toBe('CHECKPOINT_MISSING');
+
+    const t = join(root, 'trunc');
+    await a.save(t);
+    const payload = join(t, 'tables.bin');
+    truncateSync(payload, 100);
+    expect(await codeOf(EmbeddingCollection.load(t))).toBe('CHECKPOINT_CORRUPT');
+
+    const c = join(root, 'flip');
+    await a.save(c);
+    const bytes = readFileSync(join(c, 'tables.bin'));
+    bytes[bytes.length - 7] ^= 0x10;
+    writeFileSync(join(c, 'tables.bin'), bytes);
+    expect(await codeOf(EmbeddingCollection.load(c))).toBe('CHECKPOINT_CORRUPT');
+
+    const m = join(root, 'manifest');
+    await a.save(m);
+    const text = readFileSync(join(m, 'manifest.json'), 'utf8');
+    writeFileSync(join(m, 'manifest.json'), text.slice(0, text.length / 2));
+    expect(await codeOf(EmbeddingCollection.load(m))).toBe('CHECKPOINT_CORRUPT');
+
+    const p = join(root, 'nopayload');
+    await a.save(p);
+    rmSync(join(p, 'tables.bin'));
+    expect(await codeOf(EmbeddingCollection.load(p))).toBe('CHECKPOINT_MISSING');
+
+    const h = join(root, 'header');
+    await a.save(h);
+    const hb = readFileSync(join(h, 'tables.bin'));
+    hb[0] = 0;
+    writeFileSync(join(h, 'tables.bin'), hb);
+    expect(await codeOf(EmbeddingCollection.load(h))).toBe('CHECKPOINT_CORRUPT');
+    a.dispose();
+  });
+});

@@ -1,0 +1,78 @@
+// helpers.ts — builds a native EmbeddingCollection and the naive Oracle over the same initial tables,
+// and random jagged batches (empty bags, duplicate ids within and across bags, optional weights).
+import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
+import type { CollectionConfig, TableConfig, OptimizerConfig } from '../../lib/index.js';
+import { Oracle, type OBatch, type OFeature, type OTable } from './oracle.js';
+
+export function pair(tables: TableConfig[], optimizer: OptimizerConfig, seed = 7, device = 'cpu'): { ec: EmbeddingCollection; oracle: Oracle } {
+  const config: CollectionConfig = { tables, optimizer, seed, device };
+  const ec = new EmbeddingCollection(config);
+  const otables: OTable[] = tables.map((t) => {
+    const all = BigInt64Array.from({ length: t.rows }, (_, i) => BigInt(i));
+    const w = Float64Array.from(ec.readRows(t.name, all));
+    const nState = optimizer.type === 'adam' ? 2 : optimizer.type === 'sgd' ? 0 : 1;
+    const per = optimizer.type === 'rowwise_adagrad' ? t.rows : t.rows * t.dim;
+    return { rows: t.rows, dim: t.dim, dtype: t.dtype ?? 'fp32', w, state: Array.from({ length: nState }, () => new Float64Array(per)) };
+  });
+  const features: OFeature[] = [];
+  tables.forEach((t, i) => (t.features ?? [t.name]).forEach((name) => features.push({ name, table: i, pooling: t.pooling ?? 'sum' })));
+  const o = ec.config.optimizer;
+  return { ec, oracle: new Oracle(otables, features, { type: o.type, lr: Math.fround(o.lr), eps: Math.fround(o.eps), beta1: Math.fround(o.beta1), beta2: Math.fround(o.beta2), weightDecay: Math.fround(o.weightDecay) }) };
+}
+
+export interface RandomBatchOptions {
+  B: number;
+  maxLen: number;
+  weights?: boolean;
+  idType?: 'i64' | 'i32' | 'u32';
+  /** shuffle the feature order of the batch */
+  shuffle?: boolean;
+}
+
+/** A random batch over all features of the collection; ids drawn from a small range so duplicates occur. */
+export function randomBatch(ec: EmbeddingCollection, r: () => number, opt: RandomBatchOptions): { batch: JaggedBatch; ob: OBatch } {
+  const feats = ec.featureInfo.map((f) => f.name);
+  if (opt.shuffle) feats.sort(() => r() - 0.5);
+  const B = opt.B;
+  const lengths = new Int32Array(feats.length * B);
+  const ids: number[] = [];
+  for (let s = 0; s < feats.length; s++) {
+    const table = ec.tables.find((t) => t.name === ec.featureInfo.find((f) => f.name === feats[s])!.table)!;
+    const hot = Math.max(1, Math.min(table.rows, 5));
+    for (let b = 0; b < B; b++) {
+      const len = Math.floor(r() * (opt.maxLen + 1)); // 0 .. maxLen: empty bags occur
+      lengths[s * B + b] = len;
+      for (let k = 0; k < len; k++) ids.push(r() < 0.5 ? Math.floor(r() * hot) : Math.floor(r() * table.rows));
+    }
+  }
+  const weights = opt.weights ? Float32Array.from(ids, () => Math.fround(r() * 2 - 0.5)) : undefined;
+  const idArr =
+    opt.idType === 'i32' ? Int32Array.from(ids) : opt.idType === 'u32' ? Uint32Array.from(ids) : BigInt64Array.from(ids, (x) => BigInt(x));
+  const batch = JaggedBatch.fromLengths({ features: feats, batchSize: B, lengths, ids: idArr, weights });
+  return { batch, ob: { B, features: feats, lengths, ids, weights } };
+}
+
+export function randomGrads(ec: EmbeddingCollection, ob: OBatch, r: () => number): { pooled: Float32Array; sequences: Record<string, Float32Array>; seqMap: Map<string, Float32Array> } {
+  const pooled = Float32Array.from({ length: ob.B * ec.pooledDim }, () => r() * 2 - 1);
+  const sequences: Record<string, Float32Array> = {};
+  for (const f of ec.featureInfo) {
+    if (f.pooling !== 'none') continue;
+    const slot = ob.features.indexOf(f.name);
+    let n = 0;
+    for (let b = 0; b < ob.B; b++) n += ob.lengths[slot * ob.B + b]!;
+    sequences[f.name] = Float32Array.from({ length: n * f.dim }, () => r() * 2 - 1);
+  }
+  return { pooled, sequences, seqMap: new Map(Object.entries(sequences)) };
+}
+
+export function allRows(ec: EmbeddingCollection, table: string): Float32Array {
+  const t = ec.tables.find((x) => x.name === table)!;
+  return ec.readRows(table, BigInt64Array.from({ length: t.rows }, (_, i) => BigInt(i)));
+}
+
+export function snapshot(ec: EmbeddingCollection): Float32Array[] {
+  return ec.tables.flatMap((t) => {
+    const ids = BigInt64Array.from({ length: t.rows }, (_, i) => BigInt(i));
+    return [ec.readRows(t.name, ids), ec.readState(t.name, ids)];
+  });
+}
