@@ -109,7 +109,8 @@ async function worker(type: PlanType): Promise<void> {
       const recv = new Uint8Array(ex.recv.reduce((a, b) => a + b, 0));
       await g.barrier();
       const t1 = process.hrtime.bigint();
-      await inner(send, Array.from(ex.send), ex.known ? { recvCounts: Array.from(ex.recv) } : undefined);
+      const res = await inner(send, Array.from(ex.send), ex.known ? { recvCounts: Array.from(ex.recv) } : undefined);
+      g.release(res.data);
       repSec += Number(process.hrtime.bigint() - t1) / 1e9;
       await g.barrier();
       rawSec += await g.rawAllToAllV(send, ex.send, recv, ex.recv);

@@ -100,6 +100,8 @@ interface StepCtx {
   outCounts: number[];
   /** wire elements of each destination's forward output (= the gradients this rank sends it) */
   expOut: number[];
+  /** the received ids (the recv entries view them), given back to the group after backward */
+  idsIn: BigInt64Array;
   used: boolean;
 }
 
@@ -402,6 +404,8 @@ export class ShardedEmbeddingCollection {
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
     // 4. the owner batch: every local feature, Btot bags
     const owner = this.ownerBatch(recv, Btot);
+    // the owner batch holds copies: the metadata, lengths and weights buffers can be reused now
+    g.release(metaIn.data, lenIn.data, wIn.data);
     const e = this.live();
     const ownerOut = L.localFeatures.some((f) => f.kind === 'rb' || f.kind === 'ub' || f.kind === 'node') ? await e.forward(owner.batch) : null;
     const local = this.localBatch(segs, B, weighted);
@@ -527,11 +531,12 @@ export class ShardedEmbeddingCollection {
     }
     for (const rt of L.tables)
       if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
+    g.release(back.data);
     this.traffic.forward = delta(g.traffic, before);
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, idsIn: idsIn.data, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -849,6 +854,7 @@ export class ShardedEmbeddingCollection {
         }
         nodeUpd.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
       }
+      if (nodes > 1) g.release(mIn.data, iIn.data, gIn.data);
     }
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
     const updIds = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
@@ -895,6 +901,8 @@ export class ShardedEmbeddingCollection {
     const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
+    // everything received this step has been copied out: give the buffers back for the next step
+    g.release(ctx.idsIn, gin.data, ...(gathered ? [gathered.counts, gathered.ids, gathered.grads] : []));
     this.traffic.backward = delta(g.traffic, before);
     return res;
   }

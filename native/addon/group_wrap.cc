@@ -37,24 +37,132 @@ void CallJs(Napi::Env env, Napi::Function, std::nullptr_t*, GroupJob* job) {
 std::mutex g_ctor_mu;
 std::map<napi_env, Napi::FunctionReference*> g_ctors;
 
-// A malloc'ed receive buffer handed to JS as an external ArrayBuffer once the call succeeded.
+// Receive buffers are recycled: a fresh multi-megabyte malloc is a fresh mmap, and first-touch page
+// faults cost more than the copy itself. A buffer handed to JS comes back when its owner releases it
+// (releaseBuffers: the ArrayBuffer is detached first, so JS can no longer reach the memory) or when
+// the ArrayBuffer is collected; up to kRetain bytes are kept, best fit within 2x of the request.
+struct Handed {
+  int64_t cap;
+  bool released = false;
+};
+
+class RecvPool {
+ public:
+  uint8_t* take(int64_t bytes, int64_t& cap) {
+    const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 1);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = free_.lower_bound(want);
+      if (it != free_.end() && it->first <= 2 * want) {
+        cap = static_cast<int64_t>(it->first);
+        uint8_t* p = it->second;
+        retained_ -= it->first;
+        free_.erase(it);
+        return p;
+      }
+    }
+    cap = static_cast<int64_t>(want);
+    auto* p = static_cast<uint8_t*>(std::malloc(want));
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void give(uint8_t* p, int64_t cap) {
+    std::lock_guard<std::mutex> lk(mu_);
+    give_locked(p, cap);
+  }
+  Handed* handed(uint8_t* p, int64_t cap) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto* h = new Handed{cap};
+    live_[p] = h;
+    return h;
+  }
+  // The ArrayBuffer was collected.
+  void finalized(uint8_t* p, Handed* h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!h->released) {
+      live_.erase(p);
+      give_locked(p, h->cap);
+    }
+    delete h;
+  }
+  bool owns(uint8_t* p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return live_.count(p) > 0;
+  }
+  // Returns the capacity when p is a live handed buffer (now released), 0 otherwise.
+  int64_t release(uint8_t* p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return 0;
+    it->second->released = true;
+    int64_t cap = it->second->cap;
+    live_.erase(it);
+    give_locked(p, cap);
+    return cap;
+  }
+
+ private:
+  void give_locked(uint8_t* p, int64_t cap) {
+    if (retained_ + static_cast<size_t>(cap) > kRetain) {
+      std::free(p);
+      return;
+    }
+    free_.emplace(static_cast<size_t>(cap), p);
+    retained_ += static_cast<size_t>(cap);
+  }
+  static constexpr size_t kRetain = size_t(256) << 20;
+  std::mutex mu_;
+  std::multimap<size_t, uint8_t*> free_;
+  std::map<uint8_t*, Handed*> live_;
+  size_t retained_ = 0;
+};
+
+RecvPool& recv_pool() {
+  static RecvPool* pool = new RecvPool();  // never destroyed: finalizers may run during teardown
+  return *pool;
+}
+
+// A pooled receive buffer handed to JS as an external ArrayBuffer once the call succeeded.
 struct Owned {
   uint8_t* p = nullptr;
   int64_t n = 0;
+  int64_t cap = 0;
   bool handed = false;
   ~Owned() {
-    if (!handed) std::free(p);
+    if (p && !handed) recv_pool().give(p, cap);
   }
   void alloc(int64_t bytes) {
     n = bytes;
-    p = static_cast<uint8_t*>(std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)));
-    if (!p) throw std::bad_alloc();
+    p = recv_pool().take(bytes, cap);
   }
   Napi::ArrayBuffer hand(Napi::Env env) {
     handed = true;
-    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d) { std::free(d); });
+    Handed* h = recv_pool().handed(p, cap);
+    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d, Handed* hh) {
+      recv_pool().finalized(static_cast<uint8_t*>(d), hh);
+    }, h);
   }
 };
+
+// releaseBuffers(...buffers: ArrayBuffer | TypedArray): gives receive buffers back for reuse now. Each
+// is detached (its views read as empty from then on); buffers that did not come from a collective are
+// left alone.
+Napi::Value ReleaseBuffers(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  for (size_t i = 0; i < info.Length(); ++i) {
+    Napi::Value v = info[i];
+    Napi::ArrayBuffer ab;
+    if (v.IsArrayBuffer()) ab = v.As<Napi::ArrayBuffer>();
+    else if (v.IsTypedArray()) ab = v.As<Napi::TypedArray>().ArrayBuffer();
+    else continue;
+    if (ab.IsDetached() || ab.ByteLength() == 0) continue;
+    auto* p = static_cast<uint8_t*>(ab.Data());
+    if (!recv_pool().owns(p)) continue;
+    ab.Detach();  // first: JS can no longer reach the memory
+    recv_pool().release(p);
+  }
+  return env.Undefined();
+}
 
 Napi::Float64Array to_f64(Napi::Env env, const std::vector<int64_t>& v) {
   auto a = Napi::Float64Array::New(env, v.size());
@@ -90,6 +198,13 @@ std::vector<int64_t> prefix(const std::vector<int64_t>& c) {
   return o;
 }
 
+}  // namespace
+
+namespace {
+void InitBuffers(Napi::Env env, Napi::Object exports) {
+  exports.Set("releaseBuffers", Napi::Function::New(env, ReleaseBuffers, "releaseBuffers"));
+}
+Part buffersPart("group_buffers", &InitBuffers);
 }  // namespace
 
 Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what) {

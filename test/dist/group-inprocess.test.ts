@@ -185,6 +185,19 @@ describe('in-process group accounting and failures', () => {
     closeAll(gs3);
   });
 
+  it('released results are detached and their memory is reused correctly; other arrays are left alone', async () => {
+    const gs = createInProcessGroups(2);
+    const mine = new Float32Array(4).fill(3);
+    for (let round = 0; round < 5; round++) {
+      const res = await Promise.all(gs.map((g) => g.allToAllV(Float32Array.from([g.rank + round, g.rank + round + 0.5]), [1, 1])));
+      for (let d = 0; d < 2; d++) expect(Array.from(res[d]!.data)).toEqual([round + d * 0.5, 1 + round + d * 0.5]);
+      gs.forEach((g, r) => g.release(res[r]!.data, mine));
+      for (const r of res) expect(r.data.length).toBe(0);
+    }
+    expect(Array.from(mine)).toEqual([3, 3, 3, 3]);
+    closeAll(gs);
+  });
+
   it('wrong known receive counts fail with COMM_FAILED on every rank', async () => {
     const gs = createInProcessGroups(2);
     const rs = await Promise.allSettled(gs.map((g) => g.allToAllV(new Int32Array(2), [1, 1], { recvCounts: [1, 2] })));
