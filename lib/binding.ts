@@ -85,6 +85,8 @@ export interface NativeEngine {
   writeState(table: number, ids: BigInt64Array, values: Float32Array): void;
   savePayload(path: string): Promise<{ bytes: number; crc32c: number }>;
   loadPayload(path: string, bytes: number, crc32c: number): Promise<void>;
+  /** CUDA engines: device time of the last forward / backward kernels (staging excluded); null on CPU. */
+  kernelTimes(): { forwardMs: number; backwardMs: number } | null;
   dispose(): void;
 }
 

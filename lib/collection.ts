@@ -189,6 +189,11 @@ export class EmbeddingCollection {
     this.live().writeState(this.table(table), toBigIds(ids), values);
   }
 
+  /** CUDA: device time of the last forward / backward kernels, staging excluded (null on the CPU). */
+  kernelTimes(): { forwardMs: number; backwardMs: number } | null {
+    return this.live().kernelTimes();
+  }
+
   /** Writes a checkpoint (tables, optimizer state, step) atomically to `dir`. */
   save(dir: string, extra?: Record<string, unknown>): Promise<void> {
     return this.enqueue(() =>

@@ -9,6 +9,7 @@
 
 #include "addon/errors.h"
 #include "addon/js_args.h"
+#include "addon/output_pool.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
 #include "core/checkpoint.h"
@@ -33,8 +34,10 @@ std::unique_ptr<Engine> create_engine(Napi::Env env, const std::string& device, 
   if (device == "cpu") return make_cpu_engine(spec, layout, initialize);
   if (device.rfind("cuda:", 0) == 0) {
 #if defined(EMBSHARD_WITH_CUDA)
-    int index = std::stoi(device.substr(5));
-    return make_cuda_engine(spec, layout, index, initialize);
+    const std::string num = device.substr(5);
+    if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos)
+      throw embshard::Error("BACKEND_UNAVAILABLE", "unknown device '" + device + "' (expected 'cpu' or 'cuda:N')");
+    return make_cuda_engine(spec, layout, std::stoi(num), initialize);
 #else
     throw embshard::Error("BACKEND_UNAVAILABLE", "device '" + device + "' needs the CUDA addon; this is the CPU addon");
 #endif
@@ -42,44 +45,37 @@ std::unique_ptr<Engine> create_engine(Napi::Env env, const std::string& device, 
   throw embshard::Error("BACKEND_UNAVAILABLE", "unknown device '" + device + "' (expected 'cpu' or 'cuda:N')");
 }
 
-// Output buffers allocated off the JS thread and handed to JS without a copy.
-Napi::Float32Array adopt(Napi::Env env, std::vector<float>* v) {
-  size_t n = v->size();
-  if (n == 0) {
-    delete v;
-    return Napi::Float32Array::New(env, 0);
-  }
-  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, v->data(), n * 4, [](Napi::Env, void*, std::vector<float>* p) { delete p; }, v);
-  return Napi::Float32Array::New(env, n, ab, 0);
-}
-
 struct ForwardOut {
-  std::unique_ptr<std::vector<float>> pooled;
-  std::vector<std::unique_ptr<std::vector<float>>> seq;
+  OutBuf pooled;
+  std::vector<OutBuf> seq;  // per feature; empty for pooled features
+  std::vector<bool> isSeq;
 };
 
 void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
   std::lock_guard<std::mutex> lk(g.mu);
   Engine& e = *g.engine;
   PreparedBatch b;
-  prepare_batch(e.spec(), view, b);
-  out.pooled = std::make_unique<std::vector<float>>(static_cast<size_t>(b.B * e.layout().pooledDim));
-  std::vector<float*> seqPtr(e.spec().features.size(), nullptr);
-  out.seq.resize(e.spec().features.size());
-  for (uint32_t f = 0; f < e.spec().features.size(); ++f) {
+  // the CPU kernel resolves and checks ids as it reads them (one pass); other backends get them resolved
+  prepare_batch(e.spec(), view, b, /*resolveIds=*/e.device() != "cpu");
+  out.pooled = OutBuf(static_cast<size_t>(b.B * e.layout().pooledDim));
+  const size_t nf = e.spec().features.size();
+  std::vector<float*> seqPtr(nf, nullptr);
+  out.seq.resize(nf);
+  out.isSeq.assign(nf, false);
+  for (uint32_t f = 0; f < nf; ++f) {
     if (e.spec().features[f].pooling != Pooling::None) continue;
-    out.seq[f] = std::make_unique<std::vector<float>>(static_cast<size_t>(sequence_values(e.spec(), b, f)));
-    seqPtr[f] = out.seq[f]->data();
+    out.seq[f] = OutBuf(static_cast<size_t>(sequence_values(e.spec(), b, f)));
+    out.isSeq[f] = true;
+    seqPtr[f] = out.seq[f].data();
   }
-  e.forward(b, out.pooled->data(), seqPtr.data());
+  e.forward(b, out.pooled.data(), seqPtr.data());
 }
 
 Napi::Object forward_result(Napi::Env env, ForwardOut& out) {
   Napi::Object r = Napi::Object::New(env);
-  r.Set("pooled", adopt(env, out.pooled.release()));
+  r.Set("pooled", out.pooled.adopt(env));
   Napi::Array seq = Napi::Array::New(env, out.seq.size());
-  for (uint32_t f = 0; f < out.seq.size(); ++f)
-    seq.Set(f, out.seq[f] ? Napi::Value(adopt(env, out.seq[f].release())) : env.Null());
+  for (uint32_t f = 0; f < out.seq.size(); ++f) seq.Set(f, out.isSeq[f] ? Napi::Value(out.seq[f].adopt(env)) : env.Null());
   r.Set("sequences", seq);
   return r;
 }
@@ -216,7 +212,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
          InstanceMethod<&EngineWrap::ReadRows>("readRows"), InstanceMethod<&EngineWrap::WriteRows>("writeRows"),
          InstanceMethod<&EngineWrap::ReadState>("readState"), InstanceMethod<&EngineWrap::WriteState>("writeState"),
          InstanceMethod<&EngineWrap::SavePayload>("savePayload"), InstanceMethod<&EngineWrap::LoadPayload>("loadPayload"),
-         InstanceMethod<&EngineWrap::Dispose>("dispose")});
+         InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::Dispose>("dispose")});
     exports.Set("Engine", ctor);
   }
 
@@ -362,6 +358,25 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       return (new LoadWorker(env, live_ptr(env), info[0].As<Napi::String>().Utf8Value(), expect))->Start();
     });
   }
+  // Device time of the last forward / backward kernels (CUDA engines; null elsewhere), for benchmarks.
+  Napi::Value KernelTimes(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Guarded& g = live(env);
+#if defined(EMBSHARD_WITH_CUDA)
+    std::lock_guard<std::mutex> lk(g.mu);
+    CudaKernelTimes t;
+    if (cuda_kernel_times(*g.engine, &t)) {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("forwardMs", t.forwardMs);
+      o.Set("backwardMs", t.backwardMs);
+      return o;
+    }
+#else
+    (void)g;
+#endif
+    return env.Null();
+  }
+
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     engine_.reset();  // in-flight workers hold their own reference; memory goes when they finish
     return info.Env().Undefined();

@@ -26,33 +26,28 @@ void resolve_ids(const CollectionSpec& spec, const Id* ids, PreparedBatch& out) 
     int64_t begin = out.offsets[static_cast<size_t>(s) * B], end = out.offsets[static_cast<size_t>(s + 1) * B];
     parallel_for(end - begin, 1 << 16, [&](int64_t lo, int64_t hi) {
       int64_t firstBad = -1;
-      for (int64_t i = begin + lo; i < begin + hi; ++i) {
-        int64_t id = static_cast<int64_t>(ids[i]);
-        if (id >= 0 && static_cast<uint64_t>(id) < rows) {
-          out.rows[i] = static_cast<uint64_t>(id);
-        } else if (modulo) {
-          int64_t r = id % static_cast<int64_t>(rows);
-          out.rows[i] = static_cast<uint64_t>(r < 0 ? r + static_cast<int64_t>(rows) : r);
-        } else if (firstBad < 0) {
-          firstBad = i;
-        }
-      }
+      for (int64_t i = begin + lo; i < begin + hi; ++i)
+        if (!resolve_id(static_cast<int64_t>(ids[i]), rows, modulo, &out.rows[i]) && firstBad < 0) firstBad = i;
       if (firstBad >= 0) {
         std::lock_guard<std::mutex> lk(mu);
         badPos = std::min(badPos, firstBad);
       }
     });
-    if (badPos != std::numeric_limits<int64_t>::max()) {
-      fail("ID_OUT_OF_RANGE", "id %lld at position %lld of feature '%s' is out of range for table '%s' (rows %llu)",
-           static_cast<long long>(ids[badPos]), static_cast<long long>(badPos), f.name.c_str(), t.name.c_str(),
-           static_cast<unsigned long long>(rows));
-    }
+    if (badPos != std::numeric_limits<int64_t>::max()) fail_id_out_of_range(spec, out, s, badPos);
   }
 }
 
 }  // namespace
 
-void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch& out) {
+void fail_id_out_of_range(const CollectionSpec& spec, const PreparedBatch& b, int32_t slot, int64_t pos) {
+  const FeatureSpec& f = spec.features[b.feature[slot]];
+  const TableSpec& t = spec.tables[f.table];
+  fail("ID_OUT_OF_RANGE", "id %lld at position %lld of feature '%s' is out of range for table '%s' (rows %llu)",
+       static_cast<long long>(raw_id(b, pos)), static_cast<long long>(pos), f.name.c_str(), t.name.c_str(),
+       static_cast<unsigned long long>(t.rows));
+}
+
+void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch& out, bool resolveIds) {
   const int64_t B = v.batchSize;
   const int32_t F = static_cast<int32_t>(v.features.size());
   if (B <= 0) fail("INVALID_ARGUMENT", "batchSize must be a positive integer (got %lld)", static_cast<long long>(B));
@@ -92,6 +87,12 @@ void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch
     fail("LENGTH_MISMATCH", "weights has %lld entries but the batch has %lld ids", static_cast<long long>(v.numWeights),
          static_cast<long long>(v.numIds));
   out.weights = v.weights;
+  out.rawIds = v.ids;
+  out.idType = v.idType;
+  if (!resolveIds) {
+    out.rows.clear();
+    return;
+  }
   out.rows.resize(static_cast<size_t>(v.numIds));
   switch (v.idType) {
     case IdType::I64: resolve_ids(spec, static_cast<const int64_t*>(v.ids), out); break;

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "core/init.h"
-#include "core/optim.h"
 #include "core/parallel.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/radix_sort.h"
+#include "cpu/update_row.h"
 
 namespace embshard {
 
@@ -29,6 +28,9 @@ bool all_finite(const float* p, int64_t n) {
   });
   return ok.load();
 }
+
+constexpr int64_t kRowAhead = 6;    // unique rows ahead for weight/state prefetch
+constexpr int64_t kGradAhead = 16;  // contributions ahead for gradient-row prefetch
 
 int bits_for(uint64_t n) {
   int b = 0;
@@ -59,21 +61,38 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   }
   if (N > int64_t(0xffffffff)) fail("INVALID_SIZE", "a batch may hold at most 2^32 - 1 ids");
 
-  // 2. keys + stable sort
+  // 2. keys + stable sort. Every id also records where its gradient row is and its scale, so the
+  //    update pass below streams through sorted arrays instead of chasing bag indices.
   keys_.resize(N);
   vals_.resize(N);
   tmpKeys_.resize(N);
   tmpVals_.resize(N);
-  bagOf_.resize(N);
+  gptr_.resize(N);
+  gscale_.resize(N);
+  sptr_.resize(N);
+  sscale_.resize(N);
   const uint64_t* rows = b.rows.data();
   const int64_t* off = b.offsets.data();
+  const int64_t pooledDim = layout_.pooledDim;
   parallel_for(static_cast<int64_t>(F) * B, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t bag = lo; bag < hi; ++bag) {
-      const uint64_t base = layout_.tables[spec_.features[b.feature[bag / B]].table].rowBase;
+      const int32_t slot = static_cast<int32_t>(bag / B);
+      const uint32_t f = b.feature[slot];
+      const FeatureSpec& fs = spec_.features[f];
+      const TableSpec& ts = spec_.tables[fs.table];
+      const uint64_t base = layout_.tables[fs.table].rowBase;
+      const int64_t len = off[bag + 1] - off[bag];
+      const int64_t slotBegin = b.slotBegin(slot);
       for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
         keys_[i] = base + rows[i];
         vals_[i] = static_cast<uint32_t>(i);
-        bagOf_[i] = static_cast<int32_t>(bag);
+        if (fs.pooling == Pooling::None) {
+          gptr_[i] = seqGrad[f] + (i - slotBegin) * ts.dim;
+          gscale_[i] = 1.0f;
+        } else {
+          gptr_[i] = pooledGrad + (bag % B) * pooledDim + layout_.pooledCol[f];
+          gscale_[i] = grad_scale(fs.pooling, b.weights, i, len);
+        }
       }
     }
   });
@@ -81,6 +100,13 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
                                       bits_for(layout_.totalRows));
   const uint64_t* skeys = inTmp ? tmpKeys_.data() : keys_.data();
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
+  // contributions in sorted order (independent random reads: the memory system overlaps them)
+  parallel_for(N, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      sptr_[j] = gptr_[svals[j]];
+      sscale_[j] = gscale_[svals[j]];
+    }
+  });
 
   // run starts (unique rows), in order
   runStart_.clear();
@@ -97,7 +123,10 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   const int64_t t1 = step_ + 1;  // the step being applied (1-based)
   const float bc1 = 1.0f - std::pow(opt.beta1, static_cast<float>(t1));
   const float bc2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t1));
-  const int64_t pooledDim = layout_.pooledDim;
+  const cpu::UpdateContext uctx{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2};
+  std::vector<cpu::UpdateFn> update(spec_.tables.size());
+  for (size_t t = 0; t < spec_.tables.size(); ++t)
+    update[t] = cpu::pick_update(spec_.tables[t].dtype, opt.stochasticRounding);
 
   // 3. one exact update per unique row
   parallel_for(U, 64, [&](int64_t lo, int64_t hi) {
@@ -110,61 +139,30 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       const TableLayout& tl = layout_.tables[tbl];
       const uint32_t dim = ts.dim;
       acc.assign(dim, 0.0f);
+      // prefetch the weights and state of a row a few unique rows ahead
+      if (u + kRowAhead < U) {
+        const uint64_t k2 = skeys[runStart_[u + kRowAhead]];
+        size_t t2 = tbl;
+        while (k2 >= tableEnd[t2]) ++t2;
+        const TableLayout& l2 = layout_.tables[t2];
+        const uint8_t* w2 = weights_.data() + l2.weightOffset + (k2 - l2.rowBase) * l2.rowBytes;
+        for (uint64_t o = 0; o < l2.rowBytes; o += 64) __builtin_prefetch(w2 + o, 1, 0);
+        const float* s2 = reinterpret_cast<const float*>(state_.data()) + l2.stateOffset + (k2 - l2.rowBase) * l2.statePerRow;
+        for (uint64_t o = 0; o < l2.statePerRow * 4; o += 64) __builtin_prefetch(reinterpret_cast<const uint8_t*>(s2) + o, 1, 0);
+      }
       for (int64_t j = runStart_[u]; j < runStart_[u + 1]; ++j) {
-        const uint32_t i = svals[j];
-        const int32_t bag = bagOf_[i];
-        const uint32_t f = b.feature[bag / B];
-        const FeatureSpec& fs = spec_.features[f];
-        if (fs.pooling == Pooling::None) {
-          const float* g = seqGrad[f] + (static_cast<int64_t>(i) - b.slotBegin(bag / B)) * dim;
-          for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c];
-        } else {
-          const float scale = grad_scale(fs.pooling, b.weights, i, off[bag + 1] - off[bag]);
-          const float* g = pooledGrad + (bag % B) * pooledDim + layout_.pooledCol[f];
-          for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
+        if (j + kGradAhead < N) {
+          const float* p = sptr_[j + kGradAhead];
+          for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
         }
+        const float* g = sptr_[j];
+        const float scale = sscale_[j];
+        for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
       }
       const uint64_t row = key - tl.rowBase;
       uint8_t* w = weights_.data() + tl.weightOffset + row * tl.rowBytes;
       float* st = reinterpret_cast<float*>(state_.data()) + tl.stateOffset + row * tl.statePerRow;
-      const bool sr = opt.stochasticRounding && ts.dtype != DType::F32;
-      auto store = [&](uint32_t c, float v) {
-        if (sr) store_value_sr(ts.dtype, w, c, v, rounding_bits(spec_.seed, static_cast<uint64_t>(t1), key, c));
-        else store_value(ts.dtype, w, c, v);
-      };
-      switch (opt.type) {
-        case OptType::SGD:
-          for (uint32_t c = 0; c < dim; ++c) {
-            float wc = load_value(ts.dtype, w, c);
-            store(c, sgd_step(wc, apply_weight_decay(acc[c], wc, opt.weightDecay), opt.lr));
-          }
-          break;
-        case OptType::Adagrad:
-          for (uint32_t c = 0; c < dim; ++c) {
-            float wc = load_value(ts.dtype, w, c);
-            store(c, adagrad_step(wc, apply_weight_decay(acc[c], wc, opt.weightDecay), st[c], opt.lr, opt.eps));
-          }
-          break;
-        case OptType::RowwiseAdagrad: {
-          float sq = 0.0f;
-          for (uint32_t c = 0; c < dim; ++c) {
-            float g = apply_weight_decay(acc[c], load_value(ts.dtype, w, c), opt.weightDecay);
-            acc[c] = g;
-            sq += g * g;
-          }
-          st[0] += sq / static_cast<float>(dim);
-          for (uint32_t c = 0; c < dim; ++c)
-            store(c, rowwise_adagrad_step(load_value(ts.dtype, w, c), acc[c], st[0], opt.lr, opt.eps));
-          break;
-        }
-        case OptType::Adam:
-          for (uint32_t c = 0; c < dim; ++c) {
-            float wc = load_value(ts.dtype, w, c);
-            store(c, adam_step(wc, apply_weight_decay(acc[c], wc, opt.weightDecay), st[c], st[dim + c], opt.lr, opt.beta1,
-                               opt.beta2, opt.eps, bc1, bc2));
-          }
-          break;
-      }
+      update[tbl](uctx, w, st, acc.data(), dim, key);
     }
   });
   ++step_;

@@ -32,7 +32,18 @@ CpuEngine::CpuEngine(const CollectionSpec& spec, const Layout& layout, bool init
     : Engine(spec, layout),
       weights_(layout.weightBytes, arena_name(spec, layout, false)),
       state_(layout.stateFloats * 4, arena_name(spec, layout, true)) {
+  // Commit every page now (zero state, and zero weights when a checkpoint will fill them), so the first
+  // training steps do not pay page faults and an over-committed machine fails here, not mid-step.
+  parallel_for(static_cast<int64_t>(state_.size() >> 16) + 1, 16, [&](int64_t lo, int64_t hi) {
+    uint64_t b = static_cast<uint64_t>(lo) << 16, e = std::min<uint64_t>(static_cast<uint64_t>(hi) << 16, state_.size());
+    if (b < e) std::memset(state_.data() + b, 0, e - b);
+  });
   if (initialize) initialize_tables();
+  else
+    parallel_for(static_cast<int64_t>(weights_.size() >> 16) + 1, 16, [&](int64_t lo, int64_t hi) {
+      uint64_t b = static_cast<uint64_t>(lo) << 16, e = std::min<uint64_t>(static_cast<uint64_t>(hi) << 16, weights_.size());
+      if (b < e) std::memset(weights_.data() + b, 0, e - b);
+    });
 }
 
 void CpuEngine::initialize_tables() {

@@ -38,7 +38,8 @@ class CpuEngine : public Engine {
   // backward scratch, reused between calls
   std::vector<uint64_t> keys_, tmpKeys_;
   std::vector<uint32_t> vals_, tmpVals_;
-  std::vector<int32_t> bagOf_;
+  std::vector<const float*> gptr_, sptr_;  // gradient row of each id, in id order / sorted order
+  std::vector<float> gscale_, sscale_;     // its scale (weight, 1/len for mean)
   std::vector<int64_t> runStart_;
 };
 

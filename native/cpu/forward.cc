@@ -2,10 +2,15 @@
 // fused), software-prefetching the rows a fixed distance ahead in id order.
 //   pooled[b, col_f : col_f + dim] = (Σ_{i in bag} w_i · row_i) / (mean ? len : 1),  zeros for empty bags
 //   seq_f[i - begin_f] = row_i (fp32)
+// When the batch arrives unresolved (PreparedBatch::rows empty), ids are resolved and range-checked
+// here while they are read — one pass over the ids instead of two; forward changes no state, so a bad
+// id is reported after the pass exactly as prepare_batch would have reported it.
 #include <algorithm>
-#include <cstring>
+#include <limits>
+#include <mutex>
 #include <vector>
 
+#include "core/errors.h"
 #include "core/parallel.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/row_ops.h"
@@ -19,33 +24,61 @@ constexpr int64_t kPrefetch = 12;  // ids ahead
 struct Slot {
   const uint8_t* base;
   uint64_t rowBytes;
+  uint64_t tableRows;
+  bool modulo;
   uint32_t dim;
   DType dtype;
   Pooling pooling;
-  int64_t col;   // pooled column offset
-  float* seq;    // sequence output (pooling none)
-  int64_t begin; // first id of the slot
+  int64_t col;    // pooled column offset
+  float* seq;     // sequence output (pooling none)
+  int64_t begin;  // first id of the slot
   int64_t end;
 };
 
+// Row of id i, or false for an id out of range (its contribution is skipped; the call then fails).
+struct RowOf {
+  const PreparedBatch& b;
+  bool operator()(const Slot& s, int64_t i, uint64_t* row) const {
+    if (!b.rows.empty()) {
+      *row = b.rows[i];
+      return true;
+    }
+    return resolve_id(raw_id(b, i), s.tableRows, s.modulo, row);
+  }
+};
+
 template <DType DT>
-void pool_bag(const Slot& s, const uint64_t* rows, const float* weights, int64_t begin, int64_t end, float* out) {
+bool pool_bag(const Slot& s, const RowOf& rowOf, const float* weights, int64_t begin, int64_t end, float* out) {
+  bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
-  if (weights) {
-    for (int64_t i = begin; i < end; ++i) cpu::acc_row_w<DT>(out, s.base + rows[i] * s.rowBytes, s.dim, weights[i]);
-  } else {
-    for (int64_t i = begin; i < end; ++i) cpu::acc_row<DT>(out, s.base + rows[i] * s.rowBytes, s.dim);
+  uint64_t r;
+  for (int64_t i = begin; i < end; ++i) {
+    if (!rowOf(s, i, &r)) {
+      ok = false;
+      continue;
+    }
+    if (weights) cpu::acc_row_w<DT>(out, s.base + r * s.rowBytes, s.dim, weights[i]);
+    else cpu::acc_row<DT>(out, s.base + r * s.rowBytes, s.dim);
   }
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
     for (uint32_t c = 0; c < s.dim; ++c) out[c] /= len;
   }
+  return ok;
 }
 
 template <DType DT>
-void seq_bag(const Slot& s, const uint64_t* rows, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i)
-    cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, s.base + rows[i] * s.rowBytes, s.dim);
+bool seq_bag(const Slot& s, const RowOf& rowOf, int64_t begin, int64_t end) {
+  bool ok = true;
+  uint64_t r;
+  for (int64_t i = begin; i < end; ++i) {
+    if (!rowOf(s, i, &r)) {
+      ok = false;
+      continue;
+    }
+    cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, s.base + r * s.rowBytes, s.dim);
+  }
+  return ok;
 }
 
 }  // namespace
@@ -58,16 +91,20 @@ void CpuEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq
     uint32_t f = b.feature[s];
     const FeatureSpec& fs = spec_.features[f];
     const TableSpec& ts = spec_.tables[fs.table];
-    slots[s] = Slot{table_weights(fs.table), layout_.tables[fs.table].rowBytes, ts.dim, ts.dtype, fs.pooling,
-                    layout_.pooledCol[f], fs.pooling == Pooling::None ? seq[f] : nullptr, b.slotBegin(s), b.slotEnd(s)};
+    slots[s] = Slot{table_weights(fs.table), layout_.tables[fs.table].rowBytes, ts.rows, ts.idPolicy == IdPolicy::Modulo,
+                    ts.dim, ts.dtype, fs.pooling, layout_.pooledCol[f],
+                    fs.pooling == Pooling::None ? seq[f] : nullptr, b.slotBegin(s), b.slotEnd(s)};
   }
   const int64_t pooledDim = layout_.pooledDim;
-  const uint64_t* rows = b.rows.data();
   const int64_t* off = b.offsets.data();
   const int64_t N = b.numIds();
+  const RowOf rowOf{b};
+  std::mutex badMu;
+  int64_t badBag = std::numeric_limits<int64_t>::max();
 
   parallel_for(static_cast<int64_t>(F) * B, 32, [&](int64_t lo, int64_t hi) {
     int32_t pfSlot = static_cast<int32_t>(lo / B);
+    int64_t firstBad = -1;
     for (int64_t bag = lo; bag < hi; ++bag) {
       const int32_t si = static_cast<int32_t>(bag / B);
       const Slot& s = slots[si];
@@ -75,24 +112,38 @@ void CpuEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq
       // prefetch the rows kPrefetch ids ahead of this bag's end (they belong to the next bags)
       for (int64_t j = std::max(begin, off[lo]) + kPrefetch; j < std::min(end + kPrefetch, N); ++j) {
         while (j >= slots[pfSlot].end) ++pfSlot;
-        cpu::prefetch_row(slots[pfSlot].base + rows[j] * slots[pfSlot].rowBytes, slots[pfSlot].rowBytes);
+        uint64_t r;
+        if (rowOf(slots[pfSlot], j, &r)) cpu::prefetch_row(slots[pfSlot].base + r * slots[pfSlot].rowBytes, slots[pfSlot].rowBytes);
       }
+      bool ok = true;
       if (s.pooling == Pooling::None) {
         switch (s.dtype) {
-          case DType::F32: seq_bag<DType::F32>(s, rows, begin, end); break;
-          case DType::F16: seq_bag<DType::F16>(s, rows, begin, end); break;
-          case DType::BF16: seq_bag<DType::BF16>(s, rows, begin, end); break;
+          case DType::F32: ok = seq_bag<DType::F32>(s, rowOf, begin, end); break;
+          case DType::F16: ok = seq_bag<DType::F16>(s, rowOf, begin, end); break;
+          case DType::BF16: ok = seq_bag<DType::BF16>(s, rowOf, begin, end); break;
         }
       } else {
         float* out = pooled + (bag % B) * pooledDim + s.col;
         switch (s.dtype) {
-          case DType::F32: pool_bag<DType::F32>(s, rows, b.weights, begin, end, out); break;
-          case DType::F16: pool_bag<DType::F16>(s, rows, b.weights, begin, end, out); break;
-          case DType::BF16: pool_bag<DType::BF16>(s, rows, b.weights, begin, end, out); break;
+          case DType::F32: ok = pool_bag<DType::F32>(s, rowOf, b.weights, begin, end, out); break;
+          case DType::F16: ok = pool_bag<DType::F16>(s, rowOf, b.weights, begin, end, out); break;
+          case DType::BF16: ok = pool_bag<DType::BF16>(s, rowOf, b.weights, begin, end, out); break;
         }
       }
+      if (!ok && firstBad < 0) firstBad = bag;
+    }
+    if (firstBad >= 0) {
+      std::lock_guard<std::mutex> lk(badMu);
+      badBag = std::min(badBag, firstBad);
     }
   });
+  if (badBag != std::numeric_limits<int64_t>::max()) {
+    // the first bad id overall lies in the first bad bag (bags are in id order)
+    const int32_t s = static_cast<int32_t>(badBag / B);
+    uint64_t r;
+    for (int64_t i = off[badBag]; i < off[badBag + 1]; ++i)
+      if (!rowOf(slots[s], i, &r)) fail_id_out_of_range(spec_, b, s, i);
+  }
 }
 
 }  // namespace embshard

@@ -1,0 +1,162 @@
+// embedding.ts — `npm run bench [-- --device cuda:0] [--quick]`: the embedding engine's speed.
+// Config (issue #2): 8 tables × 1,000,000 rows, dim 64 fp32, batch 8192, 20 ids per bag, sum pooling;
+// ids uniform and Zipf α = 1.05 / 1.2. Reports forward and forward+backward+update per optimizer (rows/s,
+// effective GB/s = row bytes gathered / time), and, in the same run, a probe of this machine's random
+// 256-byte row-gather and sequential-read bandwidth; ratios are the targets' form (no absolute claims).
+import { EmbeddingCollection, JaggedBatch, backends } from '../lib/index.js';
+import type { OptimizerConfig } from '../lib/index.js';
+import { loadAddon } from '../lib/native.js';
+import { makeScatter, scatter, zipfParams, zipfRank } from '../lib/data/zipf.js';
+import { machine, table, writeResults } from './report.js';
+
+const args = process.argv.slice(2);
+const device = args.includes('--device') ? args[args.indexOf('--device') + 1]! : 'cpu';
+const quick = args.includes('--quick');
+const T = 8, ROWS = quick ? 200_000 : 1_000_000, DIM = 64, B = 8192, L = 20;
+const ITERS = quick ? 3 : 8;
+const ROW_BYTES = DIM * 4;
+
+function batches(dist: 'uniform' | number, count: number, seed: number): JaggedBatch[] {
+  const out: JaggedBatch[] = [];
+  let s = seed >>> 0;
+  const rnd = () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296;
+  };
+  const zp = typeof dist === 'number' ? zipfParams(ROWS, dist) : undefined;
+  for (let k = 0; k < count; k++) {
+    const ids = new Int32Array(T * B * L);
+    for (let t = 0; t < T; t++) {
+      const sc = makeScatter(ROWS, seed, t);
+      for (let i = t * B * L; i < (t + 1) * B * L; i++) ids[i] = zp ? scatter(sc, zipfRank(zp, rnd())) : Math.floor(rnd() * ROWS);
+    }
+    out.push(JaggedBatch.fromLengths({ features: Array.from({ length: T }, (_, t) => `f${t}`), batchSize: B, lengths: new Int32Array(T * B).fill(L), ids }));
+  }
+  return out;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+async function timeIt(n: number, fn: (i: number) => Promise<void>): Promise<number> {
+  await fn(0);
+  await fn(1);
+  const ts: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await fn(i);
+    ts.push(performance.now() - t0);
+  }
+  return median(ts);
+}
+
+const cuda = device.startsWith('cuda');
+const info = backends().find((b) => b.name === (cuda ? 'cuda' : 'cpu'));
+if (!info?.available) {
+  console.error(`device ${device} is unavailable: ${info?.reason ?? 'unknown'}`);
+  process.exit(2);
+}
+const addon = loadAddon();
+const ids = T * B * L;
+const gathered = ids * ROW_BYTES;
+
+// 1. the machine's limits
+let probe: { gatherGBps: number; seqGBps: number; threads: number } | undefined;
+let peakGBps: number | undefined;
+if (!cuda) {
+  const p = await addon.probeMemory(T * ROWS * ROW_BYTES, ROW_BYTES, ids, 7);
+  probe = { gatherGBps: p.gatherBytesPerSec / 1e9, seqGBps: p.seqBytesPerSec / 1e9, threads: p.threads };
+} else {
+  const idx = Number(device.split(':')[1] ?? 0);
+  peakGBps = (info as { devices?: { hbmPeakGBps: number }[] }).devices?.[idx]?.hbmPeakGBps;
+}
+
+const optimizers: OptimizerConfig[] = [
+  { type: 'sgd', lr: 0.01 },
+  { type: 'adagrad', lr: 0.01 },
+  { type: 'rowwise_adagrad', lr: 0.01 },
+  { type: 'adam', lr: 0.001 },
+];
+const dists: ('uniform' | number)[] = ['uniform', 1.05, 1.2];
+const results: Record<string, unknown>[] = [];
+
+for (const dist of dists) {
+  const bs = batches(dist, 3, dist === 'uniform' ? 1 : Math.round(Number(dist) * 100));
+  let fwdMs = 0;
+  for (const opt of optimizers) {
+    const ec = new EmbeddingCollection({
+      tables: Array.from({ length: T }, (_, t) => ({ name: `t${t}`, rows: ROWS, dim: DIM, features: [`f${t}`] })),
+      optimizer: opt,
+      device,
+      seed: 1,
+    });
+    const grad = new Float32Array(B * ec.pooledDim).fill(1e-3);
+    let kernelFwd: number[] = [], kernelStep: number[] = [];
+    if (opt.type === 'sgd') {
+      fwdMs = await timeIt(ITERS, async (i) => {
+        await ec.forward(bs[i % bs.length]!);
+        const k = ec.kernelTimes();
+        if (k) kernelFwd.push(k.forwardMs);
+      });
+    }
+    let unique = 0;
+    const stepMs = await timeIt(ITERS, async (i) => {
+      const out = await ec.forward(bs[i % bs.length]!);
+      const r = await ec.backward(out, { pooled: grad });
+      unique = r.uniqueRows;
+      const k = ec.kernelTimes();
+      if (k) kernelStep.push(k.forwardMs + k.backwardMs);
+    });
+    ec.dispose();
+    const row: Record<string, unknown> = {
+      ids: dist === 'uniform' ? 'uniform' : `zipf ${dist}`,
+      optimizer: opt.type,
+      forwardMs: fwdMs,
+      stepMs,
+      stepOverForward: stepMs / fwdMs,
+      forwardRowsPerSec: ids / (fwdMs / 1e3),
+      forwardGBps: gathered / (fwdMs / 1e3) / 1e9,
+      stepRowsPerSec: ids / (stepMs / 1e3),
+      uniqueRowsPerStep: unique,
+    };
+    if (probe) row.forwardOverProbe = (row.forwardGBps as number) / probe.gatherGBps;
+    if (kernelFwd.length) {
+      const kf = median(kernelFwd);
+      row.kernelForwardMs = kf;
+      row.kernelForwardGBps = gathered / (kf / 1e3) / 1e9;
+      if (peakGBps) row.kernelForwardOverPeak = (row.kernelForwardGBps as number) / peakGBps;
+    }
+    if (kernelStep.length) row.kernelStepMs = median(kernelStep);
+    results.push(row);
+    console.error(`${row.ids} ${opt.type}: forward ${fwdMs.toFixed(1)} ms, step ${stepMs.toFixed(1)} ms (${(stepMs / fwdMs).toFixed(2)}×)`);
+  }
+}
+
+const targets = { forwardOverProbeUniform: 0.9, sgd: 3, adagrad: 4, rowwise_adagrad: 4, adam: 5 };
+const md = [
+  `# Embedding engine bench (${device}${quick ? ', quick' : ''})`,
+  '',
+  `Config: ${T} tables × ${ROWS.toLocaleString()} rows, dim ${DIM} fp32, batch ${B}, ${L} ids per bag, sum pooling; median of ${ITERS} runs after 2 warm-ups.`,
+  probe ? `Probe (same run, ${probe.threads} threads): random ${ROW_BYTES}-byte row gather ${probe.gatherGBps.toFixed(2)} GB/s, sequential read ${probe.seqGBps.toFixed(2)} GB/s.` : `Device HBM peak: ${peakGBps ?? '?'} GB/s.`,
+  '',
+  table(
+    ['ids', 'optimizer', 'forward ms', 'fwd GB/s', probe ? 'fwd / probe' : 'kernel fwd / peak', 'fwd+bwd+update ms', 'step / forward', 'target', 'unique rows'],
+    results.map((r) => [
+      r.ids as string,
+      r.optimizer as string,
+      r.forwardMs as number,
+      r.forwardGBps as number,
+      (probe ? r.forwardOverProbe : r.kernelForwardOverPeak ?? '-') as number,
+      r.stepMs as number,
+      r.stepOverForward as number,
+      `≤ ${targets[r.optimizer as keyof typeof targets]}×`,
+      r.uniqueRowsPerStep as number,
+    ]),
+  ),
+].join('\n');
+writeResults(cuda ? 'embedding-cuda' : 'embedding', { machine: machine(), device, config: { T, ROWS, DIM, B, L, ITERS }, probe, peakGBps, targets, results }, md);

@@ -1,0 +1,79 @@
+// update_row.h — one exact optimizer update of one row (the row's summed gradient in `g`), specialised
+// per storage dtype and rounding mode so the column loops stay branch-free. The per-element rules are
+// core/optim.h's, shared with the CUDA kernels.
+#pragma once
+#include <cstdint>
+
+#include "core/init.h"
+#include "core/optim.h"
+#include "core/types.h"
+#include "cpu/row_ops.h"
+
+namespace embshard::cpu {
+
+struct UpdateContext {
+  const OptimizerConfig* opt;
+  uint64_t seed;
+  uint64_t step;  // 1-based step being applied
+  float bc1, bc2; // adam bias corrections
+};
+
+template <DType DT, bool SR>
+inline void st(uint8_t* w, uint32_t c, float v, const UpdateContext& u, uint64_t globalRow) {
+  if constexpr (DT == DType::F32) reinterpret_cast<float*>(w)[c] = v;
+  else if constexpr (SR) store_value_sr(DT, w, c, v, rounding_bits(u.seed, u.step, globalRow, c));
+  else store_value(DT, w, c, v);
+}
+
+// `g` is overwritten with the weight-decayed gradient.
+template <DType DT, bool SR>
+void update_row(const UpdateContext& u, uint8_t* w, float* state, float* g, uint32_t dim, uint64_t globalRow) {
+  const OptimizerConfig& o = *u.opt;
+  switch (o.type) {
+    case OptType::SGD:
+      for (uint32_t c = 0; c < dim; ++c) {
+        float wc = ld<DT>(w, c);
+        st<DT, SR>(w, c, sgd_step(wc, apply_weight_decay(g[c], wc, o.weightDecay), o.lr), u, globalRow);
+      }
+      break;
+    case OptType::Adagrad:
+      for (uint32_t c = 0; c < dim; ++c) {
+        float wc = ld<DT>(w, c);
+        st<DT, SR>(w, c, adagrad_step(wc, apply_weight_decay(g[c], wc, o.weightDecay), state[c], o.lr, o.eps), u, globalRow);
+      }
+      break;
+    case OptType::RowwiseAdagrad: {
+      float sq = 0.0f;
+      for (uint32_t c = 0; c < dim; ++c) {
+        g[c] = apply_weight_decay(g[c], ld<DT>(w, c), o.weightDecay);
+        sq += g[c] * g[c];
+      }
+      state[0] += sq / static_cast<float>(dim);
+      const float s = state[0];
+      for (uint32_t c = 0; c < dim; ++c) st<DT, SR>(w, c, rowwise_adagrad_step(ld<DT>(w, c), g[c], s, o.lr, o.eps), u, globalRow);
+      break;
+    }
+    case OptType::Adam:
+      for (uint32_t c = 0; c < dim; ++c) {
+        float wc = ld<DT>(w, c);
+        st<DT, SR>(w, c,
+                   adam_step(wc, apply_weight_decay(g[c], wc, o.weightDecay), state[c], state[dim + c], o.lr, o.beta1, o.beta2,
+                             o.eps, u.bc1, u.bc2),
+                   u, globalRow);
+      }
+      break;
+  }
+}
+
+using UpdateFn = void (*)(const UpdateContext&, uint8_t*, float*, float*, uint32_t, uint64_t);
+
+inline UpdateFn pick_update(DType dt, bool sr) {
+  switch (dt) {
+    case DType::F32: return &update_row<DType::F32, false>;
+    case DType::F16: return sr ? &update_row<DType::F16, true> : &update_row<DType::F16, false>;
+    case DType::BF16: return sr ? &update_row<DType::BF16, true> : &update_row<DType::BF16, false>;
+  }
+  return nullptr;
+}
+
+}  // namespace embshard::cpu
