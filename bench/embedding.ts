@@ -141,7 +141,7 @@ const targets = { forwardOverProbeUniform: 0.9, sgd: 3, adagrad: 4, rowwise_adag
 const md = [
   `# Embedding engine bench (${device}${quick ? ', quick' : ''})`,
   '',
-  `Config: ${T} tables × ${ROWS.toLocaleString()} rows, dim ${DIM} fp32, batch ${B}, ${L} ids per bag, sum pooling; median of ${ITERS} runs after 2 warm-ups.`,
+  `Config: ${T} tables × ${ROWS.toLocaleString()} rows, dim ${DIM} fp32, batch ${B}, ${L} ids per bag, sum pooling; median of ${ITERS} runs after 2 warm-ups (the probe: median of 5 passes).`,
   probe ? `Probe (same run, ${probe.threads} threads): random ${ROW_BYTES}-byte row gather ${probe.gatherGBps.toFixed(2)} GB/s, sequential read ${probe.seqGBps.toFixed(2)} GB/s.` : `Device HBM peak: ${peakGBps ?? '?'} GB/s.`,
   '',
   table(

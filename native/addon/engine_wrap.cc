@@ -14,6 +14,7 @@
 #include "addon/registry.h"
 #include "core/checkpoint.h"
 #include "core/engine.h"
+#include "core/profile.h"
 #include "cpu/cpu_engine.h"
 #if defined(EMBSHARD_WITH_CUDA)
 #include "cuda/cuda_engine.h"
@@ -53,10 +54,12 @@ struct ForwardOut {
 
 void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
   std::lock_guard<std::mutex> lk(g.mu);
+  PhaseTimer timer("forward");
   Engine& e = *g.engine;
   PreparedBatch b;
   // the CPU kernel resolves and checks ids as it reads them (one pass); other backends get them resolved
   prepare_batch(e.spec(), view, b, /*resolveIds=*/e.device() != "cpu");
+  timer.mark("prepare");
   out.pooled = OutBuf(static_cast<size_t>(b.B * e.layout().pooledDim));
   const size_t nf = e.spec().features.size();
   std::vector<float*> seqPtr(nf, nullptr);
@@ -68,7 +71,9 @@ void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
     out.isSeq[f] = true;
     seqPtr[f] = out.seq[f].data();
   }
+  timer.mark("alloc");
   e.forward(b, out.pooled.data(), seqPtr.data());
+  timer.mark("kernel");
 }
 
 Napi::Object forward_result(Napi::Env env, ForwardOut& out) {
@@ -102,9 +107,11 @@ Grads parse_grads(Napi::Env env, const Napi::Value& pooled, const Napi::Value& s
 
 BackwardResult run_backward(Guarded& g, const BatchView& view, const Grads& grads) {
   std::lock_guard<std::mutex> lk(g.mu);
+  PhaseTimer timer("backward");
   Engine& e = *g.engine;
   PreparedBatch b;
   prepare_batch(e.spec(), view, b);
+  timer.mark("prepare");
   const int64_t wantPooled = b.B * e.layout().pooledDim;
   if (wantPooled > 0 && (grads.pooled == nullptr || static_cast<int64_t>(grads.pooledSize) != wantPooled))
     fail("GRAD_SIZE_MISMATCH", "the pooled gradient has %lld values; expected batchSize × pooledDim = %lld × %lld = %lld",

@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/radix_sort.h"
 #include "cpu/update_row.h"
@@ -46,6 +47,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   const int64_t N = b.numIds();
   const OptimizerConfig& opt = spec_.optimizer;
 
+  PhaseTimer timer("cpu backward");
   // 1. finiteness
   bool finite = pooledGrad == nullptr || all_finite(pooledGrad, B * layout_.pooledDim);
   for (size_t f = 0; finite && f < spec_.features.size(); ++f)
@@ -96,10 +98,12 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       }
     }
   });
+  timer.mark("finite+keys");
   const bool inTmp = radix_sort_pairs(keys_.data(), vals_.data(), tmpKeys_.data(), tmpVals_.data(), N,
                                       bits_for(layout_.totalRows));
   const uint64_t* skeys = inTmp ? tmpKeys_.data() : keys_.data();
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
+  timer.mark("sort");
   // contributions in sorted order (independent random reads: the memory system overlaps them)
   parallel_for(N, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
@@ -108,6 +112,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     }
   });
 
+  timer.mark("gather");
   // run starts (unique rows), in order
   runStart_.clear();
   runStart_.push_back(0);
@@ -128,6 +133,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   for (size_t t = 0; t < spec_.tables.size(); ++t)
     update[t] = cpu::pick_update(spec_.tables[t].dtype, opt.stochasticRounding);
 
+  timer.mark("runs");
   // 3. one exact update per unique row
   parallel_for(U, 64, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> acc;
@@ -165,6 +171,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       update[tbl](uctx, w, st, acc.data(), dim, key);
     }
   });
+  timer.mark("update");
   ++step_;
   return BackwardResult{false, U};
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "core/errors.h"
@@ -36,19 +37,22 @@ struct Slot {
 };
 
 // Row of id i, or false for an id out of range (its contribution is skipped; the call then fails).
+// Id = void: ids already resolved in b.rows; otherwise the raw id array's element type.
+template <typename Id>
 struct RowOf {
   const PreparedBatch& b;
   bool operator()(const Slot& s, int64_t i, uint64_t* row) const {
-    if (!b.rows.empty()) {
+    if constexpr (std::is_void_v<Id>) {
       *row = b.rows[i];
       return true;
+    } else {
+      return resolve_id(static_cast<int64_t>(static_cast<const Id*>(b.rawIds)[i]), s.tableRows, s.modulo, row);
     }
-    return resolve_id(raw_id(b, i), s.tableRows, s.modulo, row);
   }
 };
 
-template <DType DT>
-bool pool_bag(const Slot& s, const RowOf& rowOf, const float* weights, int64_t begin, int64_t end, float* out) {
+template <DType DT, typename RowOfT>
+bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t begin, int64_t end, float* out) {
   bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
   uint64_t r;
@@ -67,8 +71,8 @@ bool pool_bag(const Slot& s, const RowOf& rowOf, const float* weights, int64_t b
   return ok;
 }
 
-template <DType DT>
-bool seq_bag(const Slot& s, const RowOf& rowOf, int64_t begin, int64_t end) {
+template <DType DT, typename RowOfT>
+bool seq_bag(const Slot& s, const RowOfT& rowOf, int64_t begin, int64_t end) {
   bool ok = true;
   uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
@@ -79,6 +83,53 @@ bool seq_bag(const Slot& s, const RowOf& rowOf, int64_t begin, int64_t end) {
     cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, s.base + r * s.rowBytes, s.dim);
   }
   return ok;
+}
+
+// The kernel over every bag; returns the first bag holding an out-of-range id (or max).
+template <typename R>
+int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim, float* pooled, const R& rowOf) {
+  const int64_t B = b.B;
+  const int32_t F = b.F;
+  const int64_t* off = b.offsets.data();
+  const int64_t N = b.numIds();
+  std::mutex badMu;
+  int64_t badBag = std::numeric_limits<int64_t>::max();
+  parallel_for(static_cast<int64_t>(F) * B, 32, [&](int64_t lo, int64_t hi) {
+    int32_t pfSlot = static_cast<int32_t>(lo / B);
+    int64_t firstBad = -1;
+    for (int64_t bag = lo; bag < hi; ++bag) {
+      const int32_t si = static_cast<int32_t>(bag / B);
+      const Slot& s = slots[si];
+      const int64_t begin = off[bag], end = off[bag + 1];
+      // prefetch the rows kPrefetch ids ahead of this bag's end (they belong to the next bags)
+      for (int64_t j = std::max(begin, off[lo]) + kPrefetch; j < std::min(end + kPrefetch, N); ++j) {
+        while (j >= slots[pfSlot].end) ++pfSlot;
+        uint64_t r;
+        if (rowOf(slots[pfSlot], j, &r)) cpu::prefetch_row(slots[pfSlot].base + r * slots[pfSlot].rowBytes, slots[pfSlot].rowBytes);
+      }
+      bool ok = true;
+      if (s.pooling == Pooling::None) {
+        switch (s.dtype) {
+          case DType::F32: ok = seq_bag<DType::F32, R>(s, rowOf, begin, end); break;
+          case DType::F16: ok = seq_bag<DType::F16, R>(s, rowOf, begin, end); break;
+          case DType::BF16: ok = seq_bag<DType::BF16, R>(s, rowOf, begin, end); break;
+        }
+      } else {
+        float* out = pooled + (bag % B) * pooledDim + s.col;
+        switch (s.dtype) {
+          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, b.weights, begin, end, out); break;
+          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, b.weights, begin, end, out); break;
+          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, b.weights, begin, end, out); break;
+        }
+      }
+      if (!ok && firstBad < 0) firstBad = bag;
+    }
+    if (firstBad >= 0) {
+      std::lock_guard<std::mutex> lk(badMu);
+      badBag = std::min(badBag, firstBad);
+    }
+  });
+  return badBag;
 }
 
 }  // namespace
@@ -97,52 +148,17 @@ void CpuEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq
   }
   const int64_t pooledDim = layout_.pooledDim;
   const int64_t* off = b.offsets.data();
-  const int64_t N = b.numIds();
-  const RowOf rowOf{b};
-  std::mutex badMu;
-  int64_t badBag = std::numeric_limits<int64_t>::max();
-
-  parallel_for(static_cast<int64_t>(F) * B, 32, [&](int64_t lo, int64_t hi) {
-    int32_t pfSlot = static_cast<int32_t>(lo / B);
-    int64_t firstBad = -1;
-    for (int64_t bag = lo; bag < hi; ++bag) {
-      const int32_t si = static_cast<int32_t>(bag / B);
-      const Slot& s = slots[si];
-      const int64_t begin = off[bag], end = off[bag + 1];
-      // prefetch the rows kPrefetch ids ahead of this bag's end (they belong to the next bags)
-      for (int64_t j = std::max(begin, off[lo]) + kPrefetch; j < std::min(end + kPrefetch, N); ++j) {
-        while (j >= slots[pfSlot].end) ++pfSlot;
-        uint64_t r;
-        if (rowOf(slots[pfSlot], j, &r)) cpu::prefetch_row(slots[pfSlot].base + r * slots[pfSlot].rowBytes, slots[pfSlot].rowBytes);
-      }
-      bool ok = true;
-      if (s.pooling == Pooling::None) {
-        switch (s.dtype) {
-          case DType::F32: ok = seq_bag<DType::F32>(s, rowOf, begin, end); break;
-          case DType::F16: ok = seq_bag<DType::F16>(s, rowOf, begin, end); break;
-          case DType::BF16: ok = seq_bag<DType::BF16>(s, rowOf, begin, end); break;
-        }
-      } else {
-        float* out = pooled + (bag % B) * pooledDim + s.col;
-        switch (s.dtype) {
-          case DType::F32: ok = pool_bag<DType::F32>(s, rowOf, b.weights, begin, end, out); break;
-          case DType::F16: ok = pool_bag<DType::F16>(s, rowOf, b.weights, begin, end, out); break;
-          case DType::BF16: ok = pool_bag<DType::BF16>(s, rowOf, b.weights, begin, end, out); break;
-        }
-      }
-      if (!ok && firstBad < 0) firstBad = bag;
-    }
-    if (firstBad >= 0) {
-      std::lock_guard<std::mutex> lk(badMu);
-      badBag = std::min(badBag, firstBad);
-    }
-  });
+  int64_t badBag;
+  if (!b.rows.empty()) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<void>{b});
+  else if (b.idType == IdType::I64) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int64_t>{b});
+  else if (b.idType == IdType::I32) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int32_t>{b});
+  else badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<uint32_t>{b});
   if (badBag != std::numeric_limits<int64_t>::max()) {
     // the first bad id overall lies in the first bad bag (bags are in id order)
     const int32_t s = static_cast<int32_t>(badBag / B);
     uint64_t r;
     for (int64_t i = off[badBag]; i < off[badBag + 1]; ++i)
-      if (!rowOf(slots[s], i, &r)) fail_id_out_of_range(spec_, b, s, i);
+      if (!resolve_id(raw_id(b, i), slots[s].tableRows, slots[s].modulo, &r)) fail_id_out_of_range(spec_, b, s, i);
   }
 }
 

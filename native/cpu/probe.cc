@@ -47,19 +47,25 @@ MemoryProbe probe_memory(uint64_t bufferBytes, uint32_t rowBytes, int64_t gather
   using clk = std::chrono::steady_clock;
   MemoryProbe out;
   out.threads = pool_threads();
+  // Median of kReps timed passes after a warm-up: the same statistic the benchmarks report for kernels.
+  constexpr int kReps = 5;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   gather_pass();  // warm-up
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
+  std::vector<double> times;
+  for (int rep = 0; rep < kReps; ++rep) {
     auto t0 = clk::now();
     gather_pass();
-    best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count());
+    times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
   }
-  out.gatherBytesPerSec = static_cast<double>(gathers) * rowBytes / best;
+  out.gatherBytesPerSec = static_cast<double>(gathers) * rowBytes / median(times);
 
   const int64_t nFloats = static_cast<int64_t>(nRows * rowBytes / 4);
   const float* fl = reinterpret_cast<const float*>(buf.data());
-  best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
+  times.clear();
+  for (int rep = 0; rep < kReps; ++rep) {
     auto t0 = clk::now();
     parallel_for(nFloats, 1 << 20, [&](int64_t lo, int64_t hi) {
       float s[16] = {0};
@@ -70,9 +76,9 @@ MemoryProbe probe_memory(uint64_t bufferBytes, uint32_t rowBytes, int64_t gather
       for (int k = 0; k < 16; ++k) t += s[k];
       sink.fetch_add(static_cast<uint64_t>(t));
     });
-    best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count());
+    times.push_back(std::chrono::duration<double>(clk::now() - t0).count());
   }
-  out.seqBytesPerSec = static_cast<double>(nRows) * rowBytes / best;
+  out.seqBytesPerSec = static_cast<double>(nRows) * rowBytes / median(times);
   return out;
 }
 
