@@ -134,9 +134,13 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     update[t] = cpu::pick_update(spec_.tables[t].dtype, opt.stochasticRounding);
 
   timer.mark("runs");
+  uint32_t maxDim = 0;
+  for (const TableSpec& t : spec_.tables) maxDim = std::max(maxDim, t.dim);
+
   // 3. one exact update per unique row
   parallel_for(U, 64, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> acc;
+    std::vector<float> accBuf(maxDim);  // per chunk (a thread_local would cost a TLS lookup per row in a .so)
+    float* __restrict acc = accBuf.data();
     size_t tbl = static_cast<size_t>(std::upper_bound(tableEnd.begin(), tableEnd.end(), skeys[runStart_[lo]]) - tableEnd.begin());
     for (int64_t u = lo; u < hi; ++u) {
       const uint64_t key = skeys[runStart_[u]];
@@ -144,7 +148,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       const TableSpec& ts = spec_.tables[tbl];
       const TableLayout& tl = layout_.tables[tbl];
       const uint32_t dim = ts.dim;
-      acc.assign(dim, 0.0f);
+      std::fill(acc, acc + dim, 0.0f);
       // prefetch the weights and state of a row a few unique rows ahead
       if (u + kRowAhead < U) {
         const uint64_t k2 = skeys[runStart_[u + kRowAhead]];
@@ -161,14 +165,14 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
           const float* p = sptr_[j + kGradAhead];
           for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
         }
-        const float* g = sptr_[j];
+        const float* __restrict g = sptr_[j];
         const float scale = sscale_[j];
         for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
       }
       const uint64_t row = key - tl.rowBase;
       uint8_t* w = weights_.data() + tl.weightOffset + row * tl.rowBytes;
       float* st = reinterpret_cast<float*>(state_.data()) + tl.stateOffset + row * tl.statePerRow;
-      update[tbl](uctx, w, st, acc.data(), dim, key);
+      update[tbl](uctx, w, st, acc, dim, key);
     }
   });
   timer.mark("update");
