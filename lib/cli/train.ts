@@ -11,6 +11,7 @@ import {
 } from '../data/index.js';
 import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
+import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
 import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../dist/group.js';
 import { ShardPlan } from '../plan/shard-plan.js';
@@ -22,7 +23,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
                       (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N] [--plan auto|<file>]
   several ranks:  mpirun -np 4 embshard train ... (tables sharded by the planner, or by --plan <file>;
-                  synthetic or binary data, split by rank; the dense model is data parallel)
+                  every data source split by rank; the dense model is data parallel)
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
@@ -194,14 +195,14 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
       tableRows: ev.tableRows, describe: `synthetic ${preset}${a.maxRows ? ` (tables capped at ${a.maxRows} rows)` : ''}`,
     };
   }
-  if (worldSize > 1 && kind !== 'binary')
-    throw new EmbshardError('INVALID_ARGUMENT', `--data ${kind}: several ranks need data split by rank (synthetic or binary)`);
+  const splitNote = worldSize > 1 ? ` (batch j to rank j mod ${worldSize})` : '';
   if (kind === 'criteo-tsv') {
     if (!arg) throw new EmbshardError('INVALID_ARGUMENT', '--data criteo-tsv:<file[,file…]> needs a path');
     const options = { path: arg.split(','), batchSize: B, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
-    const train = await workerSource({ kind: 'criteo-tsv', options }, { depth: a.prefetch });
+    // several ranks: batch j of the file goes to rank j mod world (lib/train/rank-split.ts)
+    const train = rankSplit(await workerSource({ kind: 'criteo-tsv', options }, { depth: a.prefetch }), rank, worldSize);
     const evalSrc = await workerSource({ kind: 'criteo-tsv', options }, { depth: 1 });
-    return { train, evalBatches: await take(evalSrc, a.evalBatches), heldOut: false, synthetic: false, tableRows: train.tableRows!, describe: `Criteo TSV ${arg}` };
+    return { train, evalBatches: await take(evalSrc, a.evalBatches), heldOut: false, synthetic: false, tableRows: train.tableRows!, describe: `Criteo TSV ${arg}${splitNote}` };
   }
   if (kind === 'binary') {
     if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `--data binary:<dir>: '${arg}' does not exist`);
@@ -220,8 +221,8 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
     if (!rows) throw new EmbshardError('INVALID_ARGUMENT', '--data arrow: needs --table-rows N (the Arrow file does not say how many rows each table has)');
     const table = tableFromIPC(readFileSync(arg));
     const src = arrowSource(table, { maxBatchSize: B });
-    const train = prefetch(src, { depth: a.prefetch });
-    return { train, evalBatches: await take(src, a.evalBatches), heldOut: false, synthetic: false, tableRows: src.features.map(() => rows), describe: `Arrow ${arg}` };
+    const train = prefetch(rankSplit(src, rank, worldSize), { depth: a.prefetch });
+    return { train, evalBatches: await take(src, a.evalBatches), heldOut: false, synthetic: false, tableRows: src.features.map(() => rows), describe: `Arrow ${arg}${splitNote}` };
   }
   throw new EmbshardError('INVALID_ARGUMENT', `--data '${spec}' is not synthetic[:preset], criteo-tsv:<path>, binary:<dir> or arrow:<file>`);
 }
