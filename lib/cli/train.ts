@@ -272,7 +272,7 @@ export async function runTrain(argv: string[]): Promise<number> {
       });
     } else {
       const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
-      trainer = new Trainer({ model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule });
+      trainer = new Trainer({ model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device });
     }
     const emb = trainer.embeddings;
     const best = data.synthetic && data.evalBatches.length ? plantedAUC(data.evalBatches).realized : undefined;

@@ -66,6 +66,31 @@ export interface NativeDenseModel {
   update(lr?: number): Promise<void>;
 }
 
+/** The whole dense model on one GPU (CUDA addon, native/addon/dense_cuda_model.cc): the same config,
+ * tensors and calls as NativeDenseModel, but params/grads/state live on the device and move only
+ * through read()/write() (synchronous whole-buffer copies). */
+export interface NativeCudaDenseModel {
+  readonly tensors: NativeTensorInfo[];
+  readonly sparseWidth: number;
+  readonly interactionWidth: number;
+  readonly paramCount: number;
+  readonly stateCount: number;
+  /** The CUDA device index. */
+  readonly device: number;
+  step: number;
+  read(which: 'params' | 'grads' | 'state', dst: Float32Array): void;
+  write(which: 'params' | 'grads' | 'state', src: Float32Array): void;
+  forward(dense: Float32Array, sparse: Float32Array | null, batchSize: number): Promise<Float32Array>;
+  forwardBackward(
+    dense: Float32Array,
+    sparse: Float32Array | null,
+    labels: Float32Array,
+    batchSize: number,
+    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number },
+  ): Promise<NativeForwardBackwardResult>;
+  update(lr?: number): Promise<void>;
+}
+
 export interface CrossLayerArrays {
   V: Float32Array;
   U: Float32Array;
@@ -92,6 +117,11 @@ export interface DenseOps {
 export interface DenseAddon extends Addon {
   DenseModel: new (config: NativeDenseConfig) => NativeDenseModel;
   denseOps: DenseOps;
+}
+
+export interface DenseCudaAddon extends Addon {
+  /** Present when the CUDA addon was built with cuBLAS (the GPU dense layers). */
+  CudaDenseModel?: new (config: NativeDenseConfig & { device: number }) => NativeCudaDenseModel;
 }
 
 /** The addon serving `device` ('cpu' or 'cuda:N'), typed with the dense parts. */

@@ -1,8 +1,10 @@
 // dense.ts — the dense half of a DLRM/DCNv2 model: presets, custom layer lists, and DenseModel, a thin
 // typed wrapper over the addon's DenseModel (bottom MLP → interaction → top MLP → logit, BCE loss, and a
-// dense optimizer), whose forward/backward/update run off the event loop.
+// dense optimizer), whose forward/backward/update run off the event loop — on the CPU addon, or with
+// device 'cuda:N' wholly on a GPU through the CUDA addon (native/dense/cuda/model_cuda.cu).
 import { EmbshardError } from '../errors.js';
-import { denseAddon, type DenseOptimizerType, type InteractionType, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
+import { resolveBackend } from '../backends.js';
+import { denseAddon, type DenseCudaAddon, type DenseOptimizerType, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -107,44 +109,84 @@ export interface DenseModelOptions {
   optimizer?: DenseOptimizerConfig;
   /** Seed of the deterministic initialisation. Default 0. */
   seed?: number;
-  /** Only 'cpu' runs the dense model today (see docs/training.md). Default 'cpu'. */
+  /**
+   * 'cpu' (default) or 'cuda:N': the whole dense model (forward, backward, optimizer) on GPU N through
+   * the CUDA addon, parameters kept on the device. BACKEND_UNAVAILABLE with the reason where there is none.
+   */
   device?: string;
   /** @internal false: zeroed parameters (a checkpoint fills them). */
   initialize?: boolean;
+}
+
+export type DenseBuffer = 'params' | 'grads' | 'state';
+
+/** The CUDA addon's GPU dense model class for 'cuda:N', or BACKEND_UNAVAILABLE saying why not. */
+function cudaDenseClass(device: string): NonNullable<DenseCudaAddon['CudaDenseModel']> {
+  const addon = resolveBackend(device) as DenseCudaAddon; // BACKEND_UNAVAILABLE with the probe's reason
+  if (typeof addon.CudaDenseModel !== 'function')
+    throw new EmbshardError('BACKEND_UNAVAILABLE', `device '${device}': the CUDA addon was built without cuBLAS, so it has no GPU dense model (set CUBLAS_ROOT and rebuild)`);
+  return addon.CudaDenseModel;
 }
 
 export class DenseModel {
   readonly spec: DenseModelSpec;
   readonly optimizer: Required<DenseOptimizerConfig>;
   readonly seed: number;
-  readonly native: NativeDenseModel;
+  /** 'cpu' or 'cuda:N'. */
+  readonly device: string;
+  /** The native model: the CPU one (JS-owned buffers) or the GPU one (device buffers). */
+  readonly native: NativeDenseModel | NativeCudaDenseModel;
+  private readonly gpu: NativeCudaDenseModel | undefined;
+  /** GPU only: host copies, refreshed by each read of params/grads/state. */
+  private readonly mirror: Partial<Record<DenseBuffer, Float32Array>> = {};
 
   constructor(model: PresetName | DenseModelSpec, options: DenseModelOptions = {}) {
     this.spec = resolveDenseSpec(model);
     const device = options.device ?? 'cpu';
-    if (device !== 'cpu')
-      throw new EmbshardError('BACKEND_UNAVAILABLE', `the dense model runs on 'cpu' only in this build (got device '${device}')`);
+    if (device !== 'cpu' && !/^cuda:\d+$/.test(device))
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `unknown device '${String(device)}' for the dense model (expected 'cpu' or 'cuda:N')`);
     const preset = typeof model === 'string' ? PRESETS[model] : undefined;
     const o = options.optimizer ?? preset?.optimizer ?? { type: 'adagrad', lr: 0.01 };
     this.optimizer = { type: o.type, lr: o.lr, eps: o.eps ?? 1e-8, beta1: o.beta1 ?? 0.9, beta2: o.beta2 ?? 0.999, weightDecay: o.weightDecay ?? 0 };
     this.seed = options.seed ?? 0;
-    const addon = denseAddon(device);
-    this.native = new addon.DenseModel({
-      ...this.spec,
-      seed: this.seed,
-      optimizer: this.optimizer,
-      initialize: options.initialize ?? true,
-    });
+    this.device = device;
+    const config = { ...this.spec, seed: this.seed, optimizer: this.optimizer, initialize: options.initialize ?? true };
+    if (device === 'cpu') {
+      this.native = new (denseAddon('cpu').DenseModel)(config);
+      this.gpu = undefined;
+    } else {
+      const Cls = cudaDenseClass(device);
+      this.gpu = new Cls({ ...config, device: Number(device.slice(5)) });
+      this.native = this.gpu;
+    }
   }
 
+  /**
+   * All parameters, flat, in `tensors` order. On the CPU the live buffer (written in place by update());
+   * on a GPU a host copy read from the device now — change the model with setParams().
+   */
   get params(): Float32Array {
-    return this.native.params;
+    return this.read('params');
   }
+  /** Gradients of the last forwardBackward (CPU: live; GPU: a copy read now). */
   get grads(): Float32Array {
-    return this.native.grads;
+    return this.read('grads');
   }
+  /** Optimizer state: adagrad [n], adam [n] m then [n] v, sgd [] (CPU: live; GPU: a copy read now). */
   get state(): Float32Array {
-    return this.native.state;
+    return this.read('state');
+  }
+  /** Overwrites all parameters (same length as params). */
+  setParams(src: Float32Array): void {
+    this.write('params', src);
+  }
+  /** Overwrites the gradients (e.g. after an all-reduce of a GPU model's grads copy). */
+  setGrads(src: Float32Array): void {
+    this.write('grads', src);
+  }
+  /** Overwrites the optimizer state. */
+  setState(src: Float32Array): void {
+    this.write('state', src);
   }
   get tensors(): readonly NativeTensorInfo[] {
     return this.native.tensors;
@@ -160,7 +202,7 @@ export class DenseModel {
     return this.native.sparseWidth;
   }
 
-  /** A view (no copy) of one parameter tensor, e.g. 'top.0.weight' ([out × in], row-major). */
+  /** A view (no copy) of one parameter tensor, e.g. 'top.0.weight' ([out × in], row-major); on a GPU, of a copy. */
   tensor(name: string, of: 'params' | 'grads' = 'params'): Float32Array {
     const t = this.native.tensors.find((x) => x.name === name);
     if (!t) throw new EmbshardError('INVALID_ARGUMENT', `the dense model has no tensor '${name}'`);
@@ -186,5 +228,25 @@ export class DenseModel {
   /** One optimizer update with the current gradients (lr defaults to the configured one). */
   update(lr?: number): Promise<void> {
     return this.native.update(lr);
+  }
+
+  private read(which: DenseBuffer): Float32Array {
+    if (!this.gpu) return (this.native as NativeDenseModel)[which];
+    const n = which === 'state' ? this.gpu.stateCount : this.gpu.paramCount;
+    const m = this.mirror[which] ?? (this.mirror[which] = new Float32Array(n));
+    this.gpu.read(which, m);
+    return m;
+  }
+
+  private write(which: DenseBuffer, src: Float32Array): void {
+    if (!(src instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', `${which} must be a Float32Array`);
+    if (this.gpu) {
+      this.gpu.write(which, src); // LENGTH_MISMATCH naming the buffer before any copy
+      return;
+    }
+    const live = (this.native as NativeDenseModel)[which];
+    if (src.length !== live.length)
+      throw new EmbshardError('LENGTH_MISMATCH', `${which} has ${src.length} elements; the model has ${live.length}`);
+    if (src !== live) live.set(src);
   }
 }

@@ -64,7 +64,10 @@ export interface TrainerOptions {
   embeddingOptimizer?: OptimizerConfig;
   /** Dense optimizer; default the preset's (custom specs: adagrad lr 0.01). */
   optimizer?: DenseOptimizerConfig;
-  /** Device of the tables built from `plan` (cpu | cuda:N); the dense model runs on the CPU. Default cpu. */
+  /**
+   * Device of the dense model ('cpu' | 'cuda:N': the whole dense model on that GPU, parameters kept on
+   * the device) and of the tables built from `plan`. Embeddings passed in keep their own device. Default cpu.
+   */
   device?: string;
   /** Seed of the dense initialisation. Default 0. */
   seed?: number;
@@ -113,7 +116,7 @@ export class Trainer {
       this.dense = new DenseModel(spec, {
         optimizer: o.optimizer ?? (isPresetName(o.model) ? PRESETS[o.model].optimizer : undefined),
         seed: o.seed ?? 0,
-        device: 'cpu',
+        device: o.device ?? 'cpu',
       });
     }
     const s = this.dense.spec;
@@ -205,15 +208,19 @@ export class Trainer {
       group?: GradientGroup;
       onMetrics?: (m: StepMetrics) => void;
       loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
+      /** Device of the restored dense model (a checkpoint loads on any device: 'cpu' | 'cuda:N'). Default cpu. */
+      device?: string;
     } = {},
   ): Promise<Trainer> {
     const ck = await readTrainerCheckpoint(dir);
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
-    const dense = new DenseModel(ck.manifest.model, { optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false });
+    const dense = new DenseModel(ck.manifest.model, {
+      optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false, device: options.device ?? 'cpu',
+    });
     if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);
-    dense.params.set(ck.params);
-    dense.state.set(ck.state);
+    dense.setParams(ck.params);
+    dense.setState(ck.state);
     dense.step = ck.manifest.denseStep;
     emb.setLearningRate(ck.manifest.embeddingBaseLr);
     const t = new Trainer({
@@ -261,7 +268,11 @@ export class Trainer {
     const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
-    if (this.group && world > 1) await this.group.allReduce(this.dense.grads, 'sum');
+    if (this.group && world > 1) {
+      const g = this.dense.grads; // CPU: the live buffer; GPU: a host copy, written back after the sum
+      await this.group.allReduce(g, 'sum');
+      this.dense.setGrads(g);
+    }
     const t3 = performance.now();
     await this.embeddings.backward(out, { pooled: this.sparseGrad });
     const t4 = performance.now();

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "addon/dense_args.h"
+#include "addon/dense_inputs.h"
 #include "addon/errors.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
@@ -19,36 +20,7 @@ namespace {
 using dense::DenseModel;
 using dense::DenseModelSpec;
 namespace da = dense_args;
-
-DenseModelSpec read_spec(Napi::Env env, Napi::Object c) {
-  DenseModelSpec s;
-  s.denseIn = da::integer(env, c.Get("denseIn"), "denseIn", 1, 1 << 20);
-  s.bottom = da::widths(env, c.Get("bottom"), "bottom");
-  s.top = da::widths(env, c.Get("top"), "top");
-  s.numSparse = da::integer(env, c.Get("numSparse"), "numSparse", 0, 4096);
-  s.embDim = c.Get("embDim").IsUndefined() ? 0 : da::integer(env, c.Get("embDim"), "embDim", 0, 65536);
-  std::string inter = c.Get("interaction").IsString() ? c.Get("interaction").As<Napi::String>().Utf8Value() : "";
-  if (inter == "dot") s.interaction = dense::Interaction::Dot;
-  else if (inter == "cross") s.interaction = dense::Interaction::Cross;
-  else if (inter == "concat") s.interaction = dense::Interaction::Concat;
-  else throw_error(env, "INVALID_CONFIG", "interaction must be 'dot' | 'cross' | 'concat' (got '" + inter + "')");
-  if (s.interaction == dense::Interaction::Cross) {
-    s.crossLayers = da::integer(env, c.Get("crossLayers"), "crossLayers", 1, 64);
-    s.crossRank = da::integer(env, c.Get("crossRank"), "crossRank", 1, 1 << 16);
-  }
-  s.seed = static_cast<uint64_t>(da::integer(env, c.Get("seed"), "seed", 0, (1ll << 53)));
-  Napi::Value ov = c.Get("optimizer");
-  if (!ov.IsObject()) throw_error(env, "INVALID_CONFIG", "optimizer must be an object { type, lr, ... }");
-  Napi::Object o = ov.As<Napi::Object>();
-  std::string type = o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
-  guard(env, [&] { s.optimizer.type = dense::parse_dense_opt(type); });
-  s.optimizer.lr = static_cast<float>(da::number(env, o.Get("lr"), "optimizer.lr"));
-  s.optimizer.eps = static_cast<float>(da::number_or(env, o, "eps", 1e-8, "optimizer.eps"));
-  s.optimizer.beta1 = static_cast<float>(da::number_or(env, o, "beta1", 0.9, "optimizer.beta1"));
-  s.optimizer.beta2 = static_cast<float>(da::number_or(env, o, "beta2", 0.999, "optimizer.beta2"));
-  s.optimizer.weightDecay = static_cast<float>(da::number_or(env, o, "weightDecay", 0.0, "optimizer.weightDecay"));
-  return s;
-}
+using namespace dense_inputs;
 
 class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
  public:
@@ -71,7 +43,7 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
     Napi::Env env = info.Env();
     if (!info[0].IsObject()) throw_error(env, "INVALID_CONFIG", "DenseModel expects a config object");
     Napi::Object c = info[0].As<Napi::Object>();
-    DenseModelSpec spec = read_spec(env, c);
+    DenseModelSpec spec = read_dense_spec(env, c);
     bool init = c.Get("initialize").IsUndefined() || c.Get("initialize").ToBoolean().Value();
     guard(env, [&] { model_ = std::make_unique<DenseModel>(std::move(spec)); });
     auto params = Napi::Float32Array::New(env, static_cast<size_t>(model_->param_count()));
@@ -200,21 +172,6 @@ class UpdateWorker : public ModelWorker {
   int64_t t_;
 };
 
-// Validated inputs of forward / forwardBackward.
-struct Inputs {
-  int64_t B = 0;
-  Napi::Float32Array dense, sparse;
-};
-
-Inputs read_inputs(Napi::Env env, DenseModel& m, Napi::Value denseV, Napi::Value sparseV, Napi::Value bV) {
-  Inputs in;
-  in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
-  in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
-  if (m.sparse_width() > 0) in.sparse = da::f32(env, sparseV, "sparse", in.B * m.sparse_width());
-  else if (!sparseV.IsNull() && !sparseV.IsUndefined()) in.sparse = da::f32(env, sparseV, "sparse", 0);
-  return in;
-}
-
 Napi::Value DenseModelWrap::Forward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Inputs in = read_inputs(env, *model_, info[0], info[1], info[2]);
@@ -228,22 +185,10 @@ Napi::Value DenseModelWrap::Forward(const Napi::CallbackInfo& info) {
 // forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale? })
 Napi::Value DenseModelWrap::ForwardBackward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Inputs in = read_inputs(env, *model_, info[0], info[1], info[3]);
-  Napi::Float32Array labels = da::f32(env, info[2], "labels", in.B);
-  for (int64_t b = 0; b < in.B; ++b) {
-    float y = labels.Data()[b];
-    if (!(y >= 0.0f && y <= 1.0f))
-      throw_error(env, "INVALID_ARGUMENT", "labels[" + std::to_string(b) + "] = " + std::to_string(y) + " is not in [0, 1]");
-  }
-  Napi::Float32Array sg, logits;
-  float scale = 1.0f;
-  if (info[4].IsObject()) {
-    Napi::Object o = info[4].As<Napi::Object>();
-    if (!o.Get("sparseGrad").IsUndefined() && !o.Get("sparseGrad").IsNull())
-      sg = da::f32(env, o.Get("sparseGrad"), "sparseGrad", in.B * model_->sparse_width());
-    if (!o.Get("logits").IsUndefined() && !o.Get("logits").IsNull()) logits = da::f32(env, o.Get("logits"), "logits", in.B);
-    scale = static_cast<float>(da::number_or(env, o, "gradScale", 1.0, "gradScale"));
-  }
+  FbArgs a = read_fb_args(env, *model_, info);
+  Inputs& in = a.in;
+  Napi::Float32Array labels = a.labels, sg = a.sparseGrad, logits = a.logits;
+  float scale = a.gradScale;
   claim(env);
   auto* w = new ForwardBackwardWorker(env, this, in.dense.Data(), in.sparse.IsEmpty() ? nullptr : in.sparse.Data(),
                                       labels.Data(), in.B, scale, sg.IsEmpty() ? nullptr : sg.Data(),
@@ -259,12 +204,7 @@ Napi::Value DenseModelWrap::ForwardBackward(const Napi::CallbackInfo& info) {
 // update(lr?) — applies the optimizer to the current gradients and advances `step`.
 Napi::Value DenseModelWrap::Update(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  float lr = model_->spec().optimizer.lr;
-  if (!info[0].IsUndefined()) {
-    double v = da::number(env, info[0], "lr");
-    if (v < 0) throw_error(env, "INVALID_ARGUMENT", "lr must be >= 0");
-    lr = static_cast<float>(v);
-  }
+  float lr = read_lr(env, *model_, info[0]);
   claim(env);
   step += 1;
   auto* w = new UpdateWorker(env, this, lr, step);

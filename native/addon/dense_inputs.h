@@ -1,0 +1,99 @@
+// dense_inputs.h — the validated arguments shared by the CPU and GPU dense-model bindings
+// (dense_model.cc, dense_cuda_model.cc): the model config, the batch inputs of forward/forwardBackward
+// and the update's learning rate. Each reader throws EmbshardError naming the field before any state
+// changes or any work is queued.
+#pragma once
+#include <napi.h>
+
+#include <string>
+
+#include "addon/dense_args.h"
+#include "addon/errors.h"
+#include "dense/model.h"
+
+namespace embshard::addon::dense_inputs {
+
+using dense::DenseModel;
+using dense::DenseModelSpec;
+namespace da = dense_args;
+
+inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
+  DenseModelSpec s;
+  s.denseIn = da::integer(env, c.Get("denseIn"), "denseIn", 1, 1 << 20);
+  s.bottom = da::widths(env, c.Get("bottom"), "bottom");
+  s.top = da::widths(env, c.Get("top"), "top");
+  s.numSparse = da::integer(env, c.Get("numSparse"), "numSparse", 0, 4096);
+  s.embDim = c.Get("embDim").IsUndefined() ? 0 : da::integer(env, c.Get("embDim"), "embDim", 0, 65536);
+  std::string inter = c.Get("interaction").IsString() ? c.Get("interaction").As<Napi::String>().Utf8Value() : "";
+  if (inter == "dot") s.interaction = dense::Interaction::Dot;
+  else if (inter == "cross") s.interaction = dense::Interaction::Cross;
+  else if (inter == "concat") s.interaction = dense::Interaction::Concat;
+  else throw_error(env, "INVALID_CONFIG", "interaction must be 'dot' | 'cross' | 'concat' (got '" + inter + "')");
+  if (s.interaction == dense::Interaction::Cross) {
+    s.crossLayers = da::integer(env, c.Get("crossLayers"), "crossLayers", 1, 64);
+    s.crossRank = da::integer(env, c.Get("crossRank"), "crossRank", 1, 1 << 16);
+  }
+  s.seed = static_cast<uint64_t>(da::integer(env, c.Get("seed"), "seed", 0, (1ll << 53)));
+  Napi::Value ov = c.Get("optimizer");
+  if (!ov.IsObject()) throw_error(env, "INVALID_CONFIG", "optimizer must be an object { type, lr, ... }");
+  Napi::Object o = ov.As<Napi::Object>();
+  std::string type = o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
+  guard(env, [&] { s.optimizer.type = dense::parse_dense_opt(type); });
+  s.optimizer.lr = static_cast<float>(da::number(env, o.Get("lr"), "optimizer.lr"));
+  s.optimizer.eps = static_cast<float>(da::number_or(env, o, "eps", 1e-8, "optimizer.eps"));
+  s.optimizer.beta1 = static_cast<float>(da::number_or(env, o, "beta1", 0.9, "optimizer.beta1"));
+  s.optimizer.beta2 = static_cast<float>(da::number_or(env, o, "beta2", 0.999, "optimizer.beta2"));
+  s.optimizer.weightDecay = static_cast<float>(da::number_or(env, o, "weightDecay", 0.0, "optimizer.weightDecay"));
+  return s;
+}
+
+// Validated inputs of forward / forwardBackward.
+struct Inputs {
+  int64_t B = 0;
+  Napi::Float32Array dense, sparse;
+};
+
+inline Inputs read_inputs(Napi::Env env, const DenseModel& m, Napi::Value denseV, Napi::Value sparseV, Napi::Value bV) {
+  Inputs in;
+  in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
+  in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
+  if (m.sparse_width() > 0) in.sparse = da::f32(env, sparseV, "sparse", in.B * m.sparse_width());
+  else if (!sparseV.IsNull() && !sparseV.IsUndefined()) in.sparse = da::f32(env, sparseV, "sparse", 0);
+  return in;
+}
+
+// forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale? })
+struct FbArgs {
+  Inputs in;
+  Napi::Float32Array labels, sparseGrad, logits;
+  float gradScale = 1.0f;
+};
+
+inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::CallbackInfo& info) {
+  FbArgs a;
+  a.in = read_inputs(env, m, info[0], info[1], info[3]);
+  a.labels = da::f32(env, info[2], "labels", a.in.B);
+  for (int64_t b = 0; b < a.in.B; ++b) {
+    float y = a.labels.Data()[b];
+    if (!(y >= 0.0f && y <= 1.0f))
+      throw_error(env, "INVALID_ARGUMENT", "labels[" + std::to_string(b) + "] = " + std::to_string(y) + " is not in [0, 1]");
+  }
+  if (info[4].IsObject()) {
+    Napi::Object o = info[4].As<Napi::Object>();
+    if (!o.Get("sparseGrad").IsUndefined() && !o.Get("sparseGrad").IsNull())
+      a.sparseGrad = da::f32(env, o.Get("sparseGrad"), "sparseGrad", a.in.B * m.sparse_width());
+    if (!o.Get("logits").IsUndefined() && !o.Get("logits").IsNull()) a.logits = da::f32(env, o.Get("logits"), "logits", a.in.B);
+    a.gradScale = static_cast<float>(da::number_or(env, o, "gradScale", 1.0, "gradScale"));
+  }
+  return a;
+}
+
+// update(lr?): the configured rate when lr is undefined.
+inline float read_lr(Napi::Env env, const DenseModel& m, Napi::Value v) {
+  if (v.IsUndefined()) return m.spec().optimizer.lr;
+  double lr = da::number(env, v, "lr");
+  if (lr < 0) throw_error(env, "INVALID_ARGUMENT", "lr must be >= 0");
+  return static_cast<float>(lr);
+}
+
+}  // namespace embshard::addon::dense_inputs

@@ -1,0 +1,50 @@
+// model_cuda.h — the whole dense model on one GPU: the same spec, tensor layout, initialisation and math
+// as dense::DenseModel (model.h), with parameters, gradients and optimizer state kept in device memory
+// between calls. Inputs (dense features, pooled embeddings, labels) come from host memory and the outputs
+// (loss, logits, pooled-embedding gradients) go back to it; the flat buffers move between host and
+// device only on read()/write() (checkpoints, the dense all-reduce). One call at a time per model (the
+// addon enforces it); every call first makes the model's device current, so any host thread may call.
+// Plain C++ header (no CUDA types): the addon's binding file includes it.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "dense/model.h"
+
+namespace embshard::dense::cuda {
+
+enum class Buffer { Params, Grads, State };
+
+class CudaDenseModel {
+ public:
+  // Validates the spec (as DenseModel), allocates on `device`, and uploads the deterministic
+  // initialisation of spec.seed (the CPU model's exact values) or zeros when !initialize.
+  CudaDenseModel(DenseModelSpec spec, int device, bool initialize);
+  ~CudaDenseModel();
+  CudaDenseModel(const CudaDenseModel&) = delete;
+  CudaDenseModel& operator=(const CudaDenseModel&) = delete;
+
+  // The layout (tensors, widths) shared with the CPU model; its buffers are not bound.
+  const DenseModel& layout() const { return layout_; }
+  int device() const { return device_; }
+  int64_t size(Buffer b) const;
+
+  // Synchronous copies of a whole flat buffer (size(b) floats) device → host and host → device.
+  void read(Buffer b, float* dst);
+  void write(Buffer b, const float* src);
+
+  // As DenseModel::forward / forward_backward / apply; every pointer is host memory.
+  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr);
+  double forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B, float gradScale,
+                          float* sparseGrad, float* logits, StepTimes* t = nullptr);
+  void apply(float lr, int64_t t);
+
+  struct Impl;  // device buffers, stream and cuBLAS handle (model_cuda.cu)
+
+ private:
+  DenseModel layout_;
+  int device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace embshard::dense::cuda
