@@ -1,7 +1,7 @@
-// buffers.h — owned device and pinned-host memory for the CUDA engine: a fixed device allocation
-// (the table arenas), grow-only device scratch reused across calls, and grow-only pinned staging
-// buffers through which every host↔device copy goes. Plain cudaMalloc / cudaMallocHost (never managed
-// memory); out-of-memory is ALLOC_FAILED naming what was being allocated and how many bytes.
+// buffers.h — owned device memory for the CUDA engine: a fixed device allocation (the table arenas)
+// and grow-only device scratch reused across calls (pinned host memory is the Stager's, staging.h).
+// Plain cudaMalloc (never managed memory); out-of-memory is ALLOC_FAILED naming what was being
+// allocated and how many bytes.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -67,42 +67,6 @@ class DeviceScratch {
  private:
   const char* what_;
   void* p_ = nullptr;
-  uint64_t cap_ = 0;
-};
-
-// Page-locked host memory that only grows (cudaMallocHost).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  uint8_t* ensure(uint64_t bytes) {
-    if (bytes <= cap_ && p_) return p_;
-    release();
-    uint64_t want = bytes + bytes / 4 + 256;
-    void* p = nullptr;
-    cudaError_t e = cudaMallocHost(&p, want);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      fail("ALLOC_FAILED", "cannot allocate %llu bytes of pinned host memory for staging",
-           static_cast<unsigned long long>(want));
-    }
-    check(e, "cudaMallocHost", __FILE__, __LINE__);
-    p_ = static_cast<uint8_t*>(p);
-    cap_ = want;
-    return p_;
-  }
-  uint8_t* data() const { return p_; }
-  void release() {
-    if (p_) (void)cudaFreeHost(p_);
-    p_ = nullptr;
-    cap_ = 0;
-  }
-
- private:
-  uint8_t* p_ = nullptr;
   uint64_t cap_ = 0;
 };
 

@@ -55,6 +55,15 @@ std::string arena_what(const CollectionSpec& spec, const Layout& L, bool state) 
                 spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
 }
 
+// The kernels read resolved rows (PreparedBatch::rows); the CPU engine alone accepts raw ids, so a
+// caller that prepared the batch for it must not reach this engine (the row copy would read past an
+// empty vector).
+void require_resolved(const PreparedBatch& b) {
+  if (static_cast<int64_t>(b.rows.size()) != b.numIds())
+    fail("INTERNAL", "the CUDA engine needs resolved ids (prepare_batch with resolveIds = true): %zu rows for %lld ids",
+         b.rows.size(), static_cast<long long>(b.numIds()));
+}
+
 // Carves consecutive 256-byte aligned pieces out of one device scratch allocation.
 class Carver {
  public:
@@ -230,6 +239,7 @@ void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
   const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
   const int64_t pooledFloats = b.B * layout_.pooledDim;
   if (pooledFloats > 0 && pooled == nullptr) fail("INVALID_ARGUMENT", "forward: no pooled output buffer");
+  require_resolved(b);
   int64_t seqTotal = 0;
   std::vector<SlotDesc> slots = slots_of(b, &seqTotal);
 
@@ -271,8 +281,18 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
   const int64_t pooledFloats = b.B * layout_.pooledDim;
   const OptimizerConfig& opt = spec_.optimizer;
-  if (N > int64_t(INT_MAX)) fail("INVALID_SIZE", "the CUDA backend takes at most 2^31 - 1 ids per batch (got %lld)", static_cast<long long>(N));
+  // CUB counts items in int and scans N + 1 run counts; bagOf holds bag indices as int32.
+  if (N >= int64_t(INT_MAX))
+    fail("INVALID_SIZE", "the CUDA backend takes at most 2^31 - 2 ids per batch (got %lld)", static_cast<long long>(N));
+  if (numBags > int64_t(INT_MAX))
+    fail("INVALID_SIZE", "the CUDA backend takes at most 2^31 - 1 bags (features × batchSize) per backward (got %lld)",
+         static_cast<long long>(numBags));
+  require_resolved(b);
   if (pooledFloats > 0 && pooledGrad == nullptr) fail("GRAD_SIZE_MISMATCH", "the pooled gradient is missing");
+  // every input is checked before the first copy is enqueued
+  for (size_t f = 0; f < spec_.features.size(); ++f)
+    if (spec_.features[f].pooling == Pooling::None && sequence_values(spec_, b, static_cast<uint32_t>(f)) > 0 && seqGrad[f] == nullptr)
+      fail("GRAD_SIZE_MISMATCH", "the gradient of feature '%s' is missing", spec_.features[f].name.c_str());
   int64_t seqTotal = 0;
   std::vector<SlotDesc> slots = slots_of(b, &seqTotal);
 
@@ -296,7 +316,6 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   for (size_t f = 0; f < spec_.features.size(); ++f) {
     if (spec_.features[f].pooling != Pooling::None) continue;
     const int64_t n = sequence_values(spec_, b, static_cast<uint32_t>(f));
-    if (n > 0 && seqGrad[f] == nullptr) fail("GRAD_SIZE_MISMATCH", "the gradient of feature '%s' is missing", spec_.features[f].name.c_str());
     stager_->h2d(dSeqGrad + slots[b.slotOf[f]].seqOffset, seqGrad[f], n * 4ull, stream_);
   }
 

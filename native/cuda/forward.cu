@@ -151,6 +151,7 @@ void launch(const ForwardArgs& a, cudaStream_t s) {
   constexpr int64_t perBlock = kBlock / G;
   const int64_t blocks = std::min<int64_t>((a.numBags + perBlock - 1) / perBlock, int64_t(1) << 20);
   forward_kernel<G><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(a);
+  EMB_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -176,7 +177,6 @@ void launch_forward(const ForwardArgs& a, int groupSize, cudaStream_t s) {
     case 16: launch<16>(a, s); break;
     default: launch<32>(a, s); break;
   }
-  EMB_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace embshard::cuda

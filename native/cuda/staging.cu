@@ -4,36 +4,44 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cuda/buffers.h"
 #include "cuda/cuda_check.h"
 
 namespace embshard::cuda {
 
 Stager::Stager() {
-  for (int h = 0; h < 2; ++h) {
-    void* p = nullptr;
-    cudaError_t e = cudaMallocHost(&p, kHalfBytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      if (h == 1) (void)cudaFreeHost(half_[0]);
-      fail("ALLOC_FAILED", "cannot allocate %llu bytes of pinned host memory for staging",
-           static_cast<unsigned long long>(kHalfBytes));
+  // A constructor that throws runs no destructor: free what was made before rethrowing.
+  try {
+    for (int h = 0; h < 2; ++h) {
+      void* p = nullptr;
+      cudaError_t e = cudaMallocHost(&p, kHalfBytes);
+      if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        fail("ALLOC_FAILED", "cannot allocate %llu bytes of pinned host memory for staging",
+             static_cast<unsigned long long>(kHalfBytes));
+      }
+      EMB_CUDA_CHECK(e);
+      half_[h] = static_cast<uint8_t*>(p);
+      EMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_[h], cudaEventDisableTiming));
     }
-    EMB_CUDA_CHECK(e);
-    half_[h] = static_cast<uint8_t*>(p);
-    EMB_CUDA_CHECK(cudaEventCreateWithFlags(&done_[h], cudaEventDisableTiming));
+  } catch (...) {
+    release();
+    throw;
   }
 }
 
-Stager::~Stager() {
+void Stager::release() {
   for (int h = 0; h < 2; ++h) {
     if (done_[h]) {
       (void)cudaEventSynchronize(done_[h]);
       (void)cudaEventDestroy(done_[h]);
     }
     if (half_[h]) (void)cudaFreeHost(half_[h]);
+    done_[h] = nullptr;
+    half_[h] = nullptr;
   }
 }
+
+Stager::~Stager() { release(); }
 
 // Moves to the other half, waiting until the copies that last used it have finished.
 void Stager::next_half() {

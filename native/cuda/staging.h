@@ -26,6 +26,7 @@ class Stager {
 
  private:
   void next_half();
+  void release();  // waits for the halves' copies, then frees them
   uint8_t* half_[2] = {nullptr, nullptr};
   cudaEvent_t done_[2] = {nullptr, nullptr};
   bool pending_[2] = {false, false};
