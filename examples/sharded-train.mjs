@@ -1,5 +1,5 @@
 // sharded-train.mjs — sharded embedding training across MPI ranks:
-//   npm run build && mpirun -np 4 node examples/sharded-train.mjs            (CPU ranks, MPI all-to-all)
+//   npm run compile && mpirun -np 4 node examples/sharded-train.mjs            (CPU ranks, MPI all-to-all)
 //   mpirun -np 4 node examples/sharded-train.mjs --nccl                       (one GPU per rank, NCCL)
 // Rank 0 plans the tables with embshard's planner for this topology and broadcasts the plan; every rank
 // then trains on its own local batches (a toy regression: push every pooled embedding towards a target)
