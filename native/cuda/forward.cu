@@ -73,7 +73,7 @@ __device__ void pool_bag(const ForwardArgs& a, const SlotDesc& sd, int64_t bag, 
   constexpr int V = Elem<DT>::V;
   const int64_t begin = a.offsets[bag], end = a.offsets[bag + 1];
   const uint8_t* base = a.arena + sd.weightOffset;
-  const bool aligned = sd.rowBytes % 16 == 0;
+  const bool aligned = sd.rowBytes % 16 == 0 && sd.weightOffset % 16 == 0;  // arena base: cudaMalloc, 256-aligned
   float* out = a.pooled + (bag % a.B) * a.pooledDim + sd.outCol;
   for (uint32_t c0 = static_cast<uint32_t>(lane) * V; c0 < sd.dim; c0 += static_cast<uint32_t>(G) * V) {
     float acc[V];
@@ -110,7 +110,7 @@ __device__ void copy_bag(const ForwardArgs& a, const SlotDesc& sd, int64_t bag, 
   constexpr int V = Elem<DT>::V;
   const int64_t begin = a.offsets[bag], end = a.offsets[bag + 1];
   const uint8_t* base = a.arena + sd.weightOffset;
-  const bool aligned = sd.rowBytes % 16 == 0;
+  const bool aligned = sd.rowBytes % 16 == 0 && sd.weightOffset % 16 == 0;  // arena base: cudaMalloc, 256-aligned
   for (int64_t i = begin; i < end; ++i) {
     const uint8_t* row = base + a.rows[i] * sd.rowBytes;
     float* out = a.seq + sd.seqOffset + (i - sd.begin) * static_cast<int64_t>(sd.dim);
