@@ -1,0 +1,84 @@
+// ptx-numerics.test.ts — the floating-point instructions the CUDA kernels compile to, checked where
+// nvcc exists (no GPU needed). Bitwise parity with the CPU backend (native/cuda/README.md) needs every
+// fp32 multiply and add of the kernels to round on its own, as x86-64 without FMA does: no fused
+// multiply-add (contracted by nvcc, or written as fmaf / __fmaf_rn), no approximate or flush-to-zero
+// instructions (__fdividef, __expf, -use_fast_math). With --fmad=false nvcc emits mul.rn / add.rn,
+// which the PTX ISA forbids ptxas to contract, so the PTX is the proof.
+// Normal initialisation (logf / cosf, whose CUDA implementations use fma) is computed on the host by
+// the CUDA engine, so init_kernel is the one kernel allowed fma; it must still hold no approximations.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { packageRoot } from '../../lib/native.js';
+
+const nvcc = spawnSync('nvcc', ['--version'], { encoding: 'utf8' });
+const hasNvcc = !nvcc.error && nvcc.status === 0;
+const out = mkdtempSync(join(tmpdir(), 'embshard-ptx-'));
+
+// The kernel flags of CMakeLists.txt that matter here (source-rules.test.ts checks the real build
+// line carries --fmad=false and no fast-math flag), for the PTX of compute_90.
+function ptx(source: string, fmad = false): string {
+  const file = join(out, source.replace(/[^A-Za-z0-9]/g, '_') + '.ptx');
+  const r = spawnSync(
+    'nvcc',
+    ['-O3', '-std=c++17', `--fmad=${fmad}`, '--expt-relaxed-constexpr', '-arch=compute_90', '-ptx', '-I', join(packageRoot, 'native'), source, '-o', file],
+    { encoding: 'utf8', timeout: 180_000 },
+  );
+  expect(r.status, r.stderr).toBe(0);
+  return readFileSync(file, 'utf8');
+}
+
+/** Kernel entry name (mangled) → its PTX body. */
+function entries(text: string): Map<string, string> {
+  const m = new Map<string, string>();
+  const parts = text.split(/\n\.(?:visible )?entry /);
+  for (const p of parts.slice(1)) m.set(p.slice(0, p.indexOf('(')), p);
+  return m;
+}
+
+const FUSED = /\b(fma|mad)(\.rn|\.rz|\.rm|\.rp)?(\.ftz)?(\.sat)?\.f32\b/g;
+const INEXACT = /\.approx\b|\.ftz\b/g;
+const count = (s: string, re: RegExp) => (s.match(re) ?? []).length;
+
+if (!hasNvcc) console.log('test/cuda/ptx-numerics: nvcc is not on PATH, nothing to compile');
+
+describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)', () => {
+  const slow = { timeout: 600_000 }; // nvcc on a shared, busy machine
+
+  it('the detector sees a contracted a·b + c (--fmad=true) and its absence (--fmad=false)', slow, () => {
+    const src = join(out, 'probe.cu');
+    writeFileSync(src, '__global__ void k(float* p) { p[threadIdx.x] = p[threadIdx.x] * p[1] + p[2]; }\n');
+    expect(count(ptx(src, true), FUSED)).toBeGreaterThan(0);
+    const strict = ptx(src, false);
+    expect(count(strict, FUSED)).toBe(0);
+    expect(count(strict, /mul\.rn\.f32/g)).toBe(1);
+  });
+
+  for (const f of ['forward.cu', 'backward.cu']) {
+    it(`${f}: every kernel rounds each multiply and add (no fma, no approximations, no ftz)`, slow, () => {
+      const text = ptx(join(packageRoot, 'native', 'cuda', f));
+      const ks = entries(text);
+      expect(ks.size).toBeGreaterThan(f === 'forward.cu' ? 5 : 6);
+      for (const [name, body] of ks) {
+        expect(count(body, FUSED), name).toBe(0);
+        expect(count(body, INEXACT), name).toBe(0);
+      }
+      // the math is there, as separately rounded instructions
+      expect(count(text, /mul\.rn\.f32/g)).toBeGreaterThan(0);
+      expect(count(text, /add\.rn\.f32/g)).toBeGreaterThan(0);
+      expect(count(text, /div\.rn\.f32/g)).toBeGreaterThan(0);
+      if (f === 'backward.cu') expect(count(text, /sqrt\.rn\.f32/g)).toBeGreaterThan(0);
+    });
+  }
+
+  it('rows.cu: only init_kernel (normal init, host-computed in practice) holds fma; none approximates', slow, () => {
+    const ks = entries(ptx(join(packageRoot, 'native', 'cuda', 'rows.cu')));
+    expect(ks.size).toBe(5);
+    for (const [name, body] of ks) {
+      expect(count(body, INEXACT), name).toBe(0);
+      if (!name.includes('init_kernel')) expect(count(body, FUSED), name).toBe(0);
+    }
+  });
+});
