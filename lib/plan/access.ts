@@ -69,6 +69,18 @@ export class AccessModel {
     return (this.tailMass * (this.pw(x + 1) - this.pw(x))) / this.tailDen;
   }
 
+  /** Σ_{i∈[a,b)} f(prob(i)) for tail rows (a ≥ head length), each pw(i) evaluated once (same values as prob). */
+  private sumRows(f: (p: number) => number, a: number, b: number): number {
+    let s = 0;
+    let lo = this.pw(a);
+    for (let i = a; i < b; i++) {
+      const hi = this.pw(i + 1);
+      s += f((this.tailMass * (hi - lo)) / this.tailDen);
+      lo = hi;
+    }
+    return s;
+  }
+
   /** E[number of distinct rows of [a, b) hit by n independent lookups] = Σ 1 − (1 − p_i)^n. */
   expectedDistinct(n: number, a: number, b: number): number {
     a = Math.max(0, a);
@@ -86,10 +98,12 @@ export class AccessModel {
       if (this.alpha === 0) {
         s += (b - i) * f(this.prob(i));
       } else if (b - i <= EXACT_ROWS) {
-        for (; i < b; i++) s += f(this.prob(i));
+        s += this.sumRows(f, i, b);
+        i = b;
       } else {
         const stop = i + EXACT_ROWS / 4;
-        for (; i < stop; i++) s += f(this.prob(i));
+        s += this.sumRows(f, i, stop);
+        i = stop;
         // midpoint rule: Σ_{i}^{b-1} f(i) ≈ ∫_{i-1/2}^{b-1/2} f(x) dx, on geometric segments, 8-point Gauss each
         let lo = i - 0.5;
         const end = b - 0.5;
