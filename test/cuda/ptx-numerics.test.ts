@@ -4,10 +4,12 @@
 // multiply-add (contracted by nvcc, or written as fmaf / __fmaf_rn), no approximate or flush-to-zero
 // instructions (__fdividef, __expf, -use_fast_math). With --fmad=false nvcc emits mul.rn / add.rn,
 // which the PTX ISA forbids ptxas to contract, so the PTX is the proof.
+// The other half of the precondition is the host: the CPU backend (and the host code of the CUDA
+// addon) must not contract either; on x86-64 that means no vfmadd… in the engines' object files.
 // Normal initialisation (logf / cosf, whose CUDA implementations use fma) is computed on the host by
 // the CUDA engine, so init_kernel is the one kernel allowed fma; it must still hold no approximations.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -82,3 +84,29 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     }
   });
 });
+
+const objdump = spawnSync('objdump', ['--version'], { encoding: 'utf8' });
+const objects = join(packageRoot, process.env.EMBSHARD_BUILD_DIR ?? 'build', 'CMakeFiles');
+// the CPU engine's kernels and initialisation, and the CUDA engine's host-side normal initialisation
+const hostObjects = [
+  'embshard_host.dir/native/cpu/forward.cc.o',
+  'embshard_host.dir/native/cpu/backward.cc.o',
+  'embshard_host.dir/native/cpu/cpu_engine.cc.o',
+  'embshard_cuda.dir/native/cuda/cuda_engine.cu.o',
+].filter((f) => existsSync(join(objects, f)));
+
+describe.runIf(process.arch === 'x64' && !objdump.error && objdump.status === 0 && hostObjects.length > 0)(
+  'host code of the embedding engines (x86-64 objects of the build)',
+  () => {
+    for (const f of hostObjects) {
+      it(`${f} holds no fused multiply-add instruction`, () => {
+        const r = spawnSync('objdump', ['-d', '--no-show-raw-insn', join(objects, f)], { encoding: 'utf8', maxBuffer: 1 << 30 });
+        expect(r.status, r.stderr).toBe(0);
+        expect(r.stdout).toMatch(/\b(v?mulss|v?mulps)\b/); // fp32 multiplies are there, as separate instructions
+        const fused = /\bv?fn?m(add|sub)\d{3}[sp][sd]\b/g;
+        expect('vfmadd231ss %xmm2,%xmm1,%xmm0 vfnmsub132ps'.match(fused)).toHaveLength(2); // the pattern sees them
+        expect(r.stdout.match(fused) ?? []).toEqual([]);
+      });
+    }
+  },
+);
