@@ -47,9 +47,15 @@ Layout make_layout(const CollectionSpec& spec) {
     tl.statePerRow = state_per_row(spec.optimizer.type, t.dim);
     tl.stateOffset = sOff;
     tl.rowBase = rowBase;
-    // Round every table to 64 bytes so rows of different tables never share a cache line.
-    wOff += (t.rows * tl.rowBytes + 63) & ~63ull;
-    sOff += (t.rows * tl.statePerRow + 15) & ~15ull;
+    // Round every table to 64 bytes so rows of different tables never share a cache line. Totals are
+    // capped at 2^62 bytes (far beyond any machine) so no sum can wrap.
+    constexpr uint64_t kMaxTotal = 1ull << 62;
+    const uint64_t wBytes = (t.rows * tl.rowBytes + 63) & ~63ull;  // rows <= 2^40, rowBytes <= 2^18
+    const uint64_t sFloats = (t.rows * tl.statePerRow + 15) & ~15ull;
+    if (wBytes > kMaxTotal - wOff || sFloats > (kMaxTotal / 4) - sOff)
+      fail("INVALID_SIZE", "the tables up to '%s' need more than 2^62 bytes of storage", t.name.c_str());
+    wOff += wBytes;
+    sOff += sFloats;
     rowBase += t.rows;
     L.tables.push_back(tl);
   }

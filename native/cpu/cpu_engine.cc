@@ -99,13 +99,13 @@ void CpuEngine::write_state(uint32_t table, const uint64_t* rows, int64_t n, con
 
 void CpuEngine::read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) {
   const HostArena& ar = a == Arena::Weights ? weights_ : state_;
-  if (offset + bytes > ar.size()) fail("INTERNAL", "raw read past the end of an arena");
+  if (offset > ar.size() || bytes > ar.size() - offset) fail("INTERNAL", "raw read past the end of an arena");
   std::memcpy(dst, ar.data() + offset, bytes);
 }
 
 void CpuEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) {
   HostArena& ar = a == Arena::Weights ? weights_ : state_;
-  if (offset + bytes > ar.size()) fail("INTERNAL", "raw write past the end of an arena");
+  if (offset > ar.size() || bytes > ar.size() - offset) fail("INTERNAL", "raw write past the end of an arena");
   std::memcpy(ar.data() + offset, src, bytes);
 }
 

@@ -110,6 +110,8 @@ describe('bad input is rejected before any state changes', () => {
       ['INVALID_SIZE', { tables: [{ name: 't', rows: 4, dim: 0 }] }],
       ['INVALID_SIZE', { tables: [{ name: 't', rows: 2 ** 41, dim: 2 }] }],
       ['INVALID_SIZE', { tables: [{ name: 't', rows: 4, dim: 1e6 }] }],
+      // 20 tables of 2^58 bytes: the total would wrap a 64-bit byte count
+      ['INVALID_SIZE', { tables: Array.from({ length: 20 }, (_, i) => ({ name: `t${i}`, rows: 2 ** 40, dim: 65536 })) }],
       ['INVALID_CONFIG', { tables: [] }],
       ['INVALID_CONFIG', { tables: [{ name: 't', rows: 4, dim: 2 }], optimizer: { type: 'sgd', lr: NaN } }],
       ['BACKEND_UNAVAILABLE', { tables: [{ name: 't', rows: 4, dim: 2 }], device: 'tpu:0' }],
