@@ -52,7 +52,9 @@ struct RowOf {
 };
 
 template <DType DT, typename RowOfT>
-bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t begin, int64_t end, float* out) {
+bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t begin, int64_t end, float* dst, float* out) {
+  // `out` is a cache-resident scratch row: accumulating straight into the (cold) output would stall on a
+  // read-for-ownership miss at the start of every bag; the finished row is copied out once.
   bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
   uint64_t r;
@@ -68,6 +70,7 @@ bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t 
     const float len = static_cast<float>(end - begin);
     for (uint32_t c = 0; c < s.dim; ++c) out[c] /= len;
   }
+  std::copy(out, out + s.dim, dst);
   return ok;
 }
 
@@ -88,6 +91,8 @@ bool seq_bag(const Slot& s, const RowOfT& rowOf, int64_t begin, int64_t end) {
 // The kernel over every bag; returns the first bag holding an out-of-range id (or max).
 template <typename R>
 int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim, float* pooled, const R& rowOf) {
+  uint32_t maxDim = 0;
+  for (const Slot& s : slots) maxDim = std::max(maxDim, s.dim);
   const int64_t B = b.B;
   const int32_t F = b.F;
   const int64_t* off = b.offsets.data();
@@ -96,6 +101,7 @@ int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int
   int64_t badBag = std::numeric_limits<int64_t>::max();
   parallel_for(static_cast<int64_t>(F) * B, 32, [&](int64_t lo, int64_t hi) {
     int32_t pfSlot = static_cast<int32_t>(lo / B);
+    std::vector<float> scratch(maxDim);
     int64_t firstBad = -1;
     for (int64_t bag = lo; bag < hi; ++bag) {
       const int32_t si = static_cast<int32_t>(bag / B);
@@ -117,9 +123,9 @@ int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int
       } else {
         float* out = pooled + (bag % B) * pooledDim + s.col;
         switch (s.dtype) {
-          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, b.weights, begin, end, out); break;
-          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, b.weights, begin, end, out); break;
-          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, b.weights, begin, end, out); break;
+          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
+          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
+          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
         }
       }
       if (!ok && firstBad < 0) firstBad = bag;
