@@ -2,7 +2,7 @@
 // with fused forward, backward + optimizer update, row access and checkpoints. Async calls run off the
 // event loop and are queued per collection (never interleaved); sync twins exist for pipelines.
 import { join } from 'node:path';
-import { addonFor } from './device.js';
+import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { JaggedBatch } from './batch.js';
 import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
@@ -82,7 +82,7 @@ export class EmbeddingCollection {
     this.config = resolveConfig(config);
     this.device = this.config.device;
     const native = toNativeConfig(this.config, internal?.initialize ?? true);
-    const addon = addonFor(this.device);
+    const addon = resolveBackend(this.device);
     this.engine = new addon.Engine(native, this.device);
     let offset = 0;
     this.featureInfo = native.features.map((f) => {

@@ -10,7 +10,7 @@
 // Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward).
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
-import { addonFor } from '../device.js';
+import { resolveBackend } from '../backends.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
@@ -177,7 +177,7 @@ export class ShardedEmbeddingCollection {
     this.pooledDim = L.pooledDim;
     this.pooledFeatures = infos.filter((f) => f.pooling !== 'none').map((f) => f.name);
     this.sequenceFeatures = infos.filter((f) => f.pooling === 'none').map((f) => f.name);
-    const addon = addonFor(this.config.device);
+    const addon = resolveBackend(this.config.device);
     this.engine = new addon.Engine(
       {
         tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: t.part === 'idle' ? 'fp32' : plan.tables[t.t]!.dtype, idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),

@@ -1,7 +1,7 @@
 // binding.ts — types of the dense half of the addon (native/addon/dense_model.cc, dense_ops.cc), and
 // the typed loader for it. lib/train code never touches the addon untyped.
 import type { Addon } from '../binding.js';
-import { addonFor } from '../device.js';
+import { resolveBackend } from '../backends.js';
 
 export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
 export type InteractionType = 'dot' | 'cross' | 'concat';
@@ -126,5 +126,5 @@ export interface DenseCudaAddon extends Addon {
 
 /** The addon serving `device` ('cpu' or 'cuda:N'), typed with the dense parts. */
 export function denseAddon(device = 'cpu'): DenseAddon {
-  return addonFor(device) as DenseAddon;
+  return resolveBackend(device) as DenseAddon;
 }
