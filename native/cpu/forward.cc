@@ -20,7 +20,7 @@ namespace embshard {
 
 namespace {
 
-constexpr int64_t kPrefetch = 12;  // ids ahead
+constexpr int64_t kPrefetch = 24;  // ids ahead
 
 struct Slot {
   const uint8_t* base;
