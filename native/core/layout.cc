@@ -26,6 +26,20 @@ const char* optimizer_name(OptType t) {
   return "?";
 }
 
+std::string arena_description(const CollectionSpec& spec, const Layout& L, bool state) {
+  size_t big = 0;
+  uint64_t bigBytes = 0;
+  for (size_t t = 0; t < spec.tables.size(); ++t) {
+    uint64_t b = state ? spec.tables[t].rows * L.tables[t].statePerRow * 4 : spec.tables[t].rows * L.tables[t].rowBytes;
+    if (b >= bigBytes) {
+      big = t;
+      bigBytes = b;
+    }
+  }
+  return format("the %s of %zu table(s) (largest: table '%s', %llu bytes)", state ? "optimizer state" : "weights",
+                spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
+}
+
 Layout make_layout(const CollectionSpec& spec) {
   constexpr uint64_t kMaxRows = 1ull << 40;
   constexpr uint32_t kMaxDim = 65536;

@@ -91,4 +91,14 @@ struct Layout {
 // Throws Error with codes INVALID_CONFIG / INVALID_SIZE / DUPLICATE_FEATURE / UNSUPPORTED_OPTIMIZER.
 Layout make_layout(const CollectionSpec& spec);
 
+// Names an arena for an allocation-failure message: what it holds and its largest table with its bytes.
+std::string arena_description(const CollectionSpec& spec, const Layout& layout, bool state);
+
+// Bits needed for a key in [0, n): the radix-sort width of linearised row keys on both backends.
+inline int key_bits(uint64_t n) {
+  int b = 0;
+  while (b < 64 && (uint64_t(1) << b) < n) ++b;
+  return b;
+}
+
 }  // namespace embshard

@@ -33,12 +33,6 @@ bool all_finite(const float* p, int64_t n) {
 constexpr int64_t kRowAhead = 6;    // unique rows ahead for weight/state prefetch
 constexpr int64_t kGradAhead = 16;  // contributions ahead for gradient-row prefetch
 
-int bits_for(uint64_t n) {
-  int b = 0;
-  while (b < 64 && (uint64_t(1) << b) < n) ++b;
-  return b;
-}
-
 }  // namespace
 
 BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
@@ -100,7 +94,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   });
   timer.mark("finite+keys");
   const bool inTmp = radix_sort_pairs(keys_.data(), vals_.data(), tmpKeys_.data(), tmpVals_.data(), N,
-                                      bits_for(layout_.totalRows));
+                                      key_bits(layout_.totalRows));
   const uint64_t* skeys = inTmp ? tmpKeys_.data() : keys_.data();
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
   timer.mark("sort");

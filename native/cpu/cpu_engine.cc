@@ -11,27 +11,11 @@
 
 namespace embshard {
 
-namespace {
-std::string arena_name(const CollectionSpec& spec, const Layout& L, bool state) {
-  // Name the largest table: the one an allocation failure is most likely about.
-  size_t big = 0;
-  uint64_t bigBytes = 0;
-  for (size_t t = 0; t < spec.tables.size(); ++t) {
-    uint64_t b = state ? spec.tables[t].rows * L.tables[t].statePerRow * 4 : spec.tables[t].rows * L.tables[t].rowBytes;
-    if (b >= bigBytes) {
-      big = t;
-      bigBytes = b;
-    }
-  }
-  return format("the %s of %zu table(s) (largest: table '%s', %llu bytes)", state ? "optimizer state" : "weights",
-                spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
-}
-}  // namespace
 
 CpuEngine::CpuEngine(const CollectionSpec& spec, const Layout& layout, bool initialize)
     : Engine(spec, layout),
-      weights_(layout.weightBytes, arena_name(spec, layout, false)),
-      state_(layout.stateFloats * 4, arena_name(spec, layout, true)) {
+      weights_(layout.weightBytes, arena_description(spec, layout, false)),
+      state_(layout.stateFloats * 4, arena_description(spec, layout, true)) {
   // Commit every page now (zero state, and zero weights when a checkpoint will fill them), so the first
   // training steps do not pay page faults and an over-committed machine fails here, not mid-step.
   parallel_for(static_cast<int64_t>(state_.size() >> 16) + 1, 16, [&](int64_t lo, int64_t hi) {

@@ -34,27 +34,6 @@ using cuda::TableDesc;
 
 uint64_t align256(uint64_t x) { return (x + 255) & ~255ull; }
 
-int bits_for(uint64_t n) {
-  int b = 0;
-  while (b < 64 && (uint64_t(1) << b) < n) ++b;
-  return b;
-}
-
-// Describes an arena for an allocation-failure message: its size and the largest table in it.
-std::string arena_what(const CollectionSpec& spec, const Layout& L, bool state) {
-  size_t big = 0;
-  uint64_t bigBytes = 0;
-  for (size_t t = 0; t < spec.tables.size(); ++t) {
-    uint64_t b = state ? spec.tables[t].rows * L.tables[t].statePerRow * 4 : spec.tables[t].rows * L.tables[t].rowBytes;
-    if (b >= bigBytes) {
-      big = t;
-      bigBytes = b;
-    }
-  }
-  return format("the %s of %zu table(s) (largest: table '%s', %llu bytes)", state ? "optimizer state" : "weights",
-                spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
-}
-
 // The kernels read resolved rows (PreparedBatch::rows); the CPU engine alone accepts raw ids, so a
 // caller that prepared the batch for it must not reach this engine (the row copy would read past an
 // empty vector).
@@ -143,15 +122,15 @@ CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int dev
   use_device();
   EMB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   try {
-    weights_.reset(cuda::device_alloc(layout_.weightBytes, arena_what(spec_, layout_, false), device_));
-    state_.reset(cuda::device_alloc(layout_.stateFloats * 4, arena_what(spec_, layout_, true), device_));
+    weights_.reset(cuda::device_alloc(layout_.weightBytes, arena_description(spec_, layout_, false), device_));
+    state_.reset(cuda::device_alloc(layout_.stateFloats * 4, arena_description(spec_, layout_, true), device_));
     for (size_t t = 0; t < spec_.tables.size(); ++t) {
       const TableLayout& tl = layout_.tables[t];
       const TableSpec& ts = spec_.tables[t];
       tables_.push_back(TableDesc{tl.weightOffset, tl.rowBytes, tl.stateOffset, tl.statePerRow, tl.rowBase, ts.rows, ts.dim, ts.dtype});
       maxDim_ = std::max(maxDim_, ts.dim);
     }
-    endBit_ = std::max(1, bits_for(layout_.totalRows));
+    endBit_ = std::max(1, key_bits(layout_.totalRows));
     stager_ = std::make_unique<cuda::Stager>();
     for (cudaEvent_t& e : ev_) EMB_CUDA_CHECK(cudaEventCreate(&e));
     tablesDev_.reset(cuda::device_alloc(tables_.size() * sizeof(TableDesc), "the table descriptors", device_));
