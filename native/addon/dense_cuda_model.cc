@@ -6,16 +6,14 @@
 #if defined(EMBSHARD_WITH_CUDA) && defined(EMBSHARD_WITH_CUBLAS)
 #include <napi.h>
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "addon/dense_args.h"
 #include "addon/dense_inputs.h"
+#include "addon/dense_workers.h"
 #include "addon/errors.h"
-#include "addon/promise_worker.h"
 #include "addon/registry.h"
 #include "dense/cuda/model_cuda.h"
 
@@ -27,6 +25,7 @@ using dense::cuda::Buffer;
 using dense::cuda::CudaDenseModel;
 namespace da = dense_args;
 using namespace dense_inputs;
+namespace dw = dense_workers;
 
 Buffer read_buffer(Napi::Env env, Napi::Value v) {
   std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
@@ -73,17 +72,13 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   }
 
   CudaDenseModel& model() { return *model_; }
+  const dense::DenseModel& layout() const { return model_->layout(); }
   int64_t step = 0;
   std::atomic<bool> busy{false};
 
-  void claim(Napi::Env env) {
-    bool expected = false;
-    if (!busy.compare_exchange_strong(expected, true))
-      throw_error(env, "INVALID_ARGUMENT", "CudaDenseModel: another forward/backward/update call is still in flight (await it first)");
-  }
+  void claim(Napi::Env env) { dw::claim_model(env, busy, "CudaDenseModel"); }
 
  private:
-  const dense::DenseModel& layout() const { return model_->layout(); }
   Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout().sparse_width())); }
   Napi::Value InteractionWidth(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), static_cast<double>(layout().interaction_width()));
@@ -93,22 +88,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model_->device()); }
   Napi::Value GetStep(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(step)); }
   void SetStep(const Napi::CallbackInfo& info, const Napi::Value& v) { step = da::integer(info.Env(), v, "step", 0, (1ll << 53)); }
-  Napi::Value Tensors(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    const auto& ts = layout().tensors();
-    Napi::Array a = Napi::Array::New(env, ts.size());
-    for (size_t i = 0; i < ts.size(); ++i) {
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("name", ts[i].name);
-      o.Set("offset", static_cast<double>(ts[i].offset));
-      o.Set("size", static_cast<double>(ts[i].size()));
-      Napi::Array shape = Napi::Array::New(env, ts[i].shape.size());
-      for (size_t k = 0; k < ts[i].shape.size(); ++k) shape.Set(static_cast<uint32_t>(k), static_cast<double>(ts[i].shape[k]));
-      o.Set("shape", shape);
-      a.Set(static_cast<uint32_t>(i), o);
-    }
-    return a;
-  }
+  Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), layout()); }
 
   // read(which, dst): device → dst (exactly the buffer's length); synchronous.
   Napi::Value Read(const Napi::CallbackInfo& info) {
@@ -132,115 +112,13 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
     return env.Undefined();
   }
 
-  Napi::Value Forward(const Napi::CallbackInfo& info);
-  Napi::Value ForwardBackward(const Napi::CallbackInfo& info);
-  Napi::Value Update(const Napi::CallbackInfo& info);
+  Napi::Value Forward(const Napi::CallbackInfo& info) { return dw::start_forward(this, info); }
+  Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
+  // update(lr?) — applies the optimizer to the gradients on the device and advances `step`.
+  Napi::Value Update(const Napi::CallbackInfo& info) { return dw::start_update(this, info); }
 
   std::unique_ptr<CudaDenseModel> model_;
 };
-
-// Base of the model's workers: releases the model when the call settles (either way).
-class ModelWorker : public PromiseWorker {
- public:
-  ModelWorker(Napi::Env env, CudaDenseModelWrap* w) : PromiseWorker(env), w_(w) { w->Ref(); }
-  ~ModelWorker() override {
-    w_->busy.store(false);
-    w_->Unref();
-  }
-
- protected:
-  CudaDenseModelWrap* w_;
-};
-
-class ForwardWorker : public ModelWorker {
- public:
-  ForwardWorker(Napi::Env env, CudaDenseModelWrap* w, const float* dense, const float* sparse, int64_t B)
-      : ModelWorker(env, w), dense_(dense), sparse_(sparse), B_(B), logits_(static_cast<size_t>(B)) {}
-  void Run() override { w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_); }
-  Napi::Value Result(Napi::Env env) override {
-    auto out = Napi::Float32Array::New(env, logits_.size());
-    std::copy(logits_.begin(), logits_.end(), out.Data());
-    return out;
-  }
-
- private:
-  const float* dense_;
-  const float* sparse_;
-  int64_t B_;
-  std::vector<float> logits_;
-  dense::StepTimes times_;
-};
-
-class ForwardBackwardWorker : public ModelWorker {
- public:
-  ForwardBackwardWorker(Napi::Env env, CudaDenseModelWrap* w, const float* dense, const float* sparse, const float* labels,
-                        int64_t B, float scale, float* sparseGrad, float* logits)
-      : ModelWorker(env, w), dense_(dense), sparse_(sparse), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad), logits_(logits) {}
-  void Run() override { loss_ = w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_); }
-  Napi::Value Result(Napi::Env env) override {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("loss", loss_);
-    o.Set("forwardMs", times_.forwardMs);
-    o.Set("backwardMs", times_.backwardMs);
-    return o;
-  }
-
- private:
-  const float* dense_;
-  const float* sparse_;
-  const float* labels_;
-  int64_t B_;
-  float scale_;
-  float* sg_;
-  float* logits_;
-  double loss_ = 0;
-  dense::StepTimes times_;
-};
-
-class UpdateWorker : public ModelWorker {
- public:
-  UpdateWorker(Napi::Env env, CudaDenseModelWrap* w, float lr, int64_t t) : ModelWorker(env, w), lr_(lr), t_(t) {}
-  void Run() override { w_->model().apply(lr_, t_); }
-
- private:
-  float lr_;
-  int64_t t_;
-};
-
-Napi::Value CudaDenseModelWrap::Forward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Inputs in = read_inputs(env, layout(), info[0], info[1], info[2]);
-  claim(env);
-  auto* w = new ForwardWorker(env, this, in.dense.Data(), in.sparse.IsEmpty() ? nullptr : in.sparse.Data(), in.B);
-  w->Keep(in.dense);
-  if (!in.sparse.IsEmpty()) w->Keep(in.sparse);
-  return w->Start();
-}
-
-Napi::Value CudaDenseModelWrap::ForwardBackward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  FbArgs a = read_fb_args(env, layout(), info);
-  claim(env);
-  auto* w = new ForwardBackwardWorker(env, this, a.in.dense.Data(), a.in.sparse.IsEmpty() ? nullptr : a.in.sparse.Data(),
-                                      a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad.IsEmpty() ? nullptr : a.sparseGrad.Data(),
-                                      a.logits.IsEmpty() ? nullptr : a.logits.Data());
-  w->Keep(a.in.dense);
-  w->Keep(a.labels);
-  if (!a.in.sparse.IsEmpty()) w->Keep(a.in.sparse);
-  if (!a.sparseGrad.IsEmpty()) w->Keep(a.sparseGrad);
-  if (!a.logits.IsEmpty()) w->Keep(a.logits);
-  return w->Start();
-}
-
-// update(lr?) — applies the optimizer to the gradients on the device and advances `step`.
-Napi::Value CudaDenseModelWrap::Update(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  float lr = read_lr(env, layout(), info[0]);
-  claim(env);
-  step += 1;
-  auto* w = new UpdateWorker(env, this, lr, step);
-  return w->Start();
-}
 
 void Init(Napi::Env env, Napi::Object exports) { CudaDenseModelWrap::Init(env, exports); }
 Part part("dense_cuda_model", &Init);

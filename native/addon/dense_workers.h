@@ -1,0 +1,160 @@
+// dense_workers.h — the calls shared by the CPU and GPU dense-model bindings (dense_model.cc,
+// dense_cuda_model.cc): the promise workers of forward / forwardBackward / update, templated on the wrap
+// class, the functions that validate a call, claim the model and start its worker, the one-call-at-a-time
+// claim and the `tensors` accessor. A Wrap exposes model() (forward / forward_backward / apply on host
+// pointers), layout() (the dense::DenseModel the inputs are checked against), claim(env), `busy`, `step`
+// and Ref/Unref (Napi::ObjectWrap).
+#pragma once
+#include <napi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "addon/dense_inputs.h"
+#include "addon/errors.h"
+#include "addon/promise_worker.h"
+#include "dense/model.h"
+
+namespace embshard::addon::dense_workers {
+
+// Claims a model for one call; INVALID_ARGUMENT naming the class while another is in flight.
+inline void claim_model(Napi::Env env, std::atomic<bool>& busy, const std::string& cls) {
+  bool expected = false;
+  if (!busy.compare_exchange_strong(expected, true))
+    throw_error(env, "INVALID_ARGUMENT", cls + ": another forward/backward/update call is still in flight (await it first)");
+}
+
+// The `tensors` accessor: [{ name, offset, size, shape }] of the model's flat parameter layout.
+inline Napi::Value tensors_value(Napi::Env env, const dense::DenseModel& m) {
+  const auto& ts = m.tensors();
+  Napi::Array a = Napi::Array::New(env, ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", ts[i].name);
+    o.Set("offset", static_cast<double>(ts[i].offset));
+    o.Set("size", static_cast<double>(ts[i].size()));
+    Napi::Array shape = Napi::Array::New(env, ts[i].shape.size());
+    for (size_t k = 0; k < ts[i].shape.size(); ++k) shape.Set(static_cast<uint32_t>(k), static_cast<double>(ts[i].shape[k]));
+    o.Set("shape", shape);
+    a.Set(static_cast<uint32_t>(i), o);
+  }
+  return a;
+}
+
+// Base of the model's workers: releases the model when the call settles (either way).
+template <class Wrap>
+class ModelWorker : public PromiseWorker {
+ public:
+  ModelWorker(Napi::Env env, Wrap* w) : PromiseWorker(env), w_(w) { w->Ref(); }
+  ~ModelWorker() override {
+    w_->busy.store(false);
+    w_->Unref();
+  }
+
+ protected:
+  Wrap* w_;
+};
+
+template <class Wrap>
+class ForwardWorker : public ModelWorker<Wrap> {
+ public:
+  ForwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, int64_t B)
+      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), B_(B), logits_(static_cast<size_t>(B)) {}
+  void Run() override { this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_); }
+  Napi::Value Result(Napi::Env env) override {
+    auto out = Napi::Float32Array::New(env, logits_.size());
+    std::copy(logits_.begin(), logits_.end(), out.Data());
+    return out;
+  }
+
+ private:
+  const float* dense_;
+  const float* sparse_;
+  int64_t B_;
+  std::vector<float> logits_;
+  dense::StepTimes times_;
+};
+
+template <class Wrap>
+class ForwardBackwardWorker : public ModelWorker<Wrap> {
+ public:
+  ForwardBackwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, const float* labels, int64_t B,
+                        float scale, float* sparseGrad, float* logits)
+      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad), logits_(logits) {}
+  void Run() override { loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("loss", loss_);
+    o.Set("forwardMs", times_.forwardMs);
+    o.Set("backwardMs", times_.backwardMs);
+    return o;
+  }
+
+ private:
+  const float* dense_;
+  const float* sparse_;
+  const float* labels_;
+  int64_t B_;
+  float scale_;
+  float* sg_;
+  float* logits_;
+  double loss_ = 0;
+  dense::StepTimes times_;
+};
+
+template <class Wrap>
+class UpdateWorker : public ModelWorker<Wrap> {
+ public:
+  UpdateWorker(Napi::Env env, Wrap* w, float lr, int64_t t) : ModelWorker<Wrap>(env, w), lr_(lr), t_(t) {}
+  void Run() override { this->w_->model().apply(lr_, t_); }
+
+ private:
+  float lr_;
+  int64_t t_;
+};
+
+// forward(dense, sparse, batchSize) -> Promise<Float32Array logits>
+template <class Wrap>
+Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  dense_inputs::Inputs in = dense_inputs::read_inputs(env, self->layout(), info[0], info[1], info[2]);
+  self->claim(env);
+  auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse.IsEmpty() ? nullptr : in.sparse.Data(), in.B);
+  w->Keep(in.dense);
+  if (!in.sparse.IsEmpty()) w->Keep(in.sparse);
+  return w->Start();
+}
+
+// forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale? })
+//   -> Promise<{ loss, forwardMs, backwardMs }>
+template <class Wrap>
+Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  dense_inputs::FbArgs a = dense_inputs::read_fb_args(env, self->layout(), info);
+  self->claim(env);
+  auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse.IsEmpty() ? nullptr : a.in.sparse.Data(),
+                                            a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad.IsEmpty() ? nullptr : a.sparseGrad.Data(),
+                                            a.logits.IsEmpty() ? nullptr : a.logits.Data());
+  w->Keep(a.in.dense);
+  w->Keep(a.labels);
+  if (!a.in.sparse.IsEmpty()) w->Keep(a.in.sparse);
+  if (!a.sparseGrad.IsEmpty()) w->Keep(a.sparseGrad);
+  if (!a.logits.IsEmpty()) w->Keep(a.logits);
+  return w->Start();
+}
+
+// update(lr?) — applies the optimizer to the current gradients and advances `step`.
+template <class Wrap>
+Napi::Value start_update(Wrap* self, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  float lr = dense_inputs::read_lr(env, self->layout(), info[0]);
+  self->claim(env);
+  self->step += 1;
+  auto* w = new UpdateWorker<Wrap>(env, self, lr, self->step);
+  return w->Start();
+}
+
+}  // namespace embshard::addon::dense_workers
