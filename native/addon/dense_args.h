@@ -1,4 +1,4 @@
-// dense_args.h — argument readers shared by the dense bindings (dense_model.cc, dense_ops.cc): each
+// dense_args.h — argument readers shared by the dense bindings (dense_*model.cc, dense_*ops.cc): each
 // one checks the JS value and throws EmbshardError naming the field before anything is touched.
 #pragma once
 #include <napi.h>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "addon/errors.h"
+#include "dense/optimizer.h"
 
 namespace embshard::addon::dense_args {
 
@@ -48,6 +49,20 @@ inline Napi::Float32Array f32(Napi::Env env, Napi::Value v, const std::string& f
   if (n >= 0 && static_cast<int64_t>(a.ElementLength()) != n)
     throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.ElementLength()) + " elements; expected " + std::to_string(n));
   return a;
+}
+
+// The optimizer fields { type, lr, eps?, beta1?, beta2?, weightDecay? } of `o` (defaults 1e-8, 0.9, 0.999,
+// 0); errors name the field as prefix + key.
+inline dense::DenseOptConfig opt_config(Napi::Env env, Napi::Object o, const std::string& prefix) {
+  dense::DenseOptConfig c;
+  std::string type = o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
+  guard(env, [&] { c.type = dense::parse_dense_opt(type); });
+  c.lr = static_cast<float>(number(env, o.Get("lr"), prefix + "lr"));
+  c.eps = static_cast<float>(number_or(env, o, "eps", 1e-8, prefix + "eps"));
+  c.beta1 = static_cast<float>(number_or(env, o, "beta1", 0.9, prefix + "beta1"));
+  c.beta2 = static_cast<float>(number_or(env, o, "beta2", 0.999, prefix + "beta2"));
+  c.weightDecay = static_cast<float>(number_or(env, o, "weightDecay", 0.0, prefix + "weightDecay"));
+  return c;
 }
 
 }  // namespace embshard::addon::dense_args

@@ -36,14 +36,7 @@ inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
   s.seed = static_cast<uint64_t>(da::integer(env, c.Get("seed"), "seed", 0, (1ll << 53)));
   Napi::Value ov = c.Get("optimizer");
   if (!ov.IsObject()) throw_error(env, "INVALID_CONFIG", "optimizer must be an object { type, lr, ... }");
-  Napi::Object o = ov.As<Napi::Object>();
-  std::string type = o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
-  guard(env, [&] { s.optimizer.type = dense::parse_dense_opt(type); });
-  s.optimizer.lr = static_cast<float>(da::number(env, o.Get("lr"), "optimizer.lr"));
-  s.optimizer.eps = static_cast<float>(da::number_or(env, o, "eps", 1e-8, "optimizer.eps"));
-  s.optimizer.beta1 = static_cast<float>(da::number_or(env, o, "beta1", 0.9, "optimizer.beta1"));
-  s.optimizer.beta2 = static_cast<float>(da::number_or(env, o, "beta2", 0.999, "optimizer.beta2"));
-  s.optimizer.weightDecay = static_cast<float>(da::number_or(env, o, "weightDecay", 0.0, "optimizer.weightDecay"));
+  s.optimizer = da::opt_config(env, ov.As<Napi::Object>(), "optimizer.");
   return s;
 }
 

@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include "addon/dense_args.h"
+#include "addon/dense_op_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/activation.h"
@@ -19,25 +20,17 @@ namespace embshard::addon {
 namespace {
 
 namespace da = dense_args;
-using Napi::Float32Array;
-
-Float32Array make(Napi::Env env, int64_t n) { return Float32Array::New(env, static_cast<size_t>(n)); }
+namespace oa = dense_op_args;
+using oa::make;
 
 // gemm(transA, transB, M, N, K, alpha, A, B, beta, C, fallback?) — C updated in place.
 Napi::Value Gemm(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  bool ta = info[0].ToBoolean(), tb = info[1].ToBoolean();
-  int64_t M = da::integer(env, info[2], "M", 0, 1 << 20), N = da::integer(env, info[3], "N", 0, 1 << 20),
-          K = da::integer(env, info[4], "K", 0, 1 << 20);
-  float alpha = static_cast<float>(da::number(env, info[5], "alpha"));
-  auto A = da::f32(env, info[6], "A", M * K), B = da::f32(env, info[7], "B", K * N);
-  float beta = static_cast<float>(da::number(env, info[8], "beta"));
-  auto C = da::f32(env, info[9], "C", M * N);
+  oa::GemmArgs a = oa::read_gemm(info, 0);
   bool fallback = info[10].ToBoolean();
-  int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  if (fallback) dense::sgemm_blocked(ta, tb, M, N, K, alpha, A.Data(), lda, B.Data(), ldb, beta, C.Data(), N);
-  else dense::sgemm(ta, tb, M, N, K, alpha, A.Data(), lda, B.Data(), ldb, beta, C.Data(), N);
-  return env.Undefined();
+  int64_t lda = a.ta ? a.M : a.K, ldb = a.tb ? a.K : a.N;
+  if (fallback) dense::sgemm_blocked(a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A.Data(), lda, a.B.Data(), ldb, a.beta, a.C.Data(), a.N);
+  else dense::sgemm(a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A.Data(), lda, a.B.Data(), ldb, a.beta, a.C.Data(), a.N);
+  return info.Env().Undefined();
 }
 
 Napi::Value GemmInfo(const Napi::CallbackInfo& info) {
@@ -54,29 +47,16 @@ Napi::Value ForceGemmFallback(const Napi::CallbackInfo& info) {
 
 // linearForward(x, B, in, out, W, b | null) -> y
 Napi::Value LinearForward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int64_t B = da::integer(env, info[1], "B", 1, 1 << 20), in = da::integer(env, info[2], "in", 1, 1 << 20),
-          out = da::integer(env, info[3], "out", 1, 1 << 20);
-  auto x = da::f32(env, info[0], "x", B * in), W = da::f32(env, info[4], "W", out * in);
-  const float* b = info[5].IsNull() || info[5].IsUndefined() ? nullptr : da::f32(env, info[5], "b", out).Data();
-  auto y = make(env, B * out);
-  dense::linear_forward(x.Data(), B, in, out, W.Data(), b, y.Data());
-  return y;
+  oa::LinearForwardArgs a = oa::read_linear_forward(info);
+  dense::linear_forward(a.x.Data(), a.B, a.in, a.out, a.W.Data(), a.b, a.y.Data());
+  return a.y;
 }
 
 // linearBackward(x, dy, B, in, out, W) -> { dW, db, dx }
 Napi::Value LinearBackward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int64_t B = da::integer(env, info[2], "B", 1, 1 << 20), in = da::integer(env, info[3], "in", 1, 1 << 20),
-          out = da::integer(env, info[4], "out", 1, 1 << 20);
-  auto x = da::f32(env, info[0], "x", B * in), dy = da::f32(env, info[1], "dy", B * out), W = da::f32(env, info[5], "W", out * in);
-  auto dW = make(env, out * in), db = make(env, out), dx = make(env, B * in);
-  dense::linear_backward(x.Data(), dy.Data(), B, in, out, W.Data(), dW.Data(), db.Data(), dx.Data());
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("dW", dW);
-  o.Set("db", db);
-  o.Set("dx", dx);
-  return o;
+  oa::LinearBackwardArgs a = oa::read_linear_backward(info);
+  dense::linear_backward(a.x.Data(), a.dy.Data(), a.B, a.in, a.out, a.W.Data(), a.dW.Data(), a.db.Data(), a.dx.Data());
+  return a.result(info.Env());
 }
 
 // reluForward(x) -> y ; reluBackward(y, dy) -> dx
@@ -88,36 +68,21 @@ Napi::Value ReluForward(const Napi::CallbackInfo& info) {
   return y;
 }
 Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  auto y = da::f32(env, info[0], "y", -1);
-  auto dy = da::f32(env, info[1], "dy", static_cast<int64_t>(y.ElementLength()));
-  auto dx = make(env, static_cast<int64_t>(y.ElementLength()));
-  dense::relu_backward(y.Data(), dy.Data(), dx.Data(), static_cast<int64_t>(y.ElementLength()));
-  return dx;
+  oa::ReluBackwardArgs a = oa::read_relu_backward(info);
+  dense::relu_backward(a.y.Data(), a.dy.Data(), a.dx.Data(), a.n);
+  return a.dx;
 }
 
 // dotInteractionForward(x, e, B, d, F) -> out ; dotInteractionBackward(x, e, dout, B, d, F) -> { dx, de }
 Napi::Value DotForward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int64_t B = da::integer(env, info[2], "B", 1, 1 << 20), d = da::integer(env, info[3], "d", 1, 1 << 16),
-          F = da::integer(env, info[4], "F", 0, 4096);
-  auto x = da::f32(env, info[0], "x", B * d), e = da::f32(env, info[1], "e", B * F * d);
-  auto out = make(env, B * dense::dot_interaction_width(d, F));
-  dense::dot_interaction_forward(x.Data(), e.Data(), B, d, F, out.Data());
-  return out;
+  oa::DotForwardArgs a = oa::read_dot_forward(info);
+  dense::dot_interaction_forward(a.x.Data(), a.e.Data(), a.B, a.d, a.F, a.out.Data());
+  return a.out;
 }
 Napi::Value DotBackward(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  int64_t B = da::integer(env, info[3], "B", 1, 1 << 20), d = da::integer(env, info[4], "d", 1, 1 << 16),
-          F = da::integer(env, info[5], "F", 0, 4096);
-  auto x = da::f32(env, info[0], "x", B * d), e = da::f32(env, info[1], "e", B * F * d),
-       dout = da::f32(env, info[2], "dout", B * dense::dot_interaction_width(d, F));
-  auto dx = make(env, B * d), de = make(env, B * F * d);
-  dense::dot_interaction_backward(x.Data(), e.Data(), dout.Data(), B, d, F, dx.Data(), de.Data());
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("dx", dx);
-  o.Set("de", de);
-  return o;
+  oa::DotBackwardArgs a = oa::read_dot_backward(info);
+  dense::dot_interaction_backward(a.x.Data(), a.e.Data(), a.dout.Data(), a.B, a.d, a.F, a.dx.Data(), a.de.Data());
+  return a.result(info.Env());
 }
 
 // Cross layers: layers = [{ V [r×D], U [D×r], b [D] }, ...]
@@ -178,37 +143,16 @@ Napi::Value CrossBackward(const Napi::CallbackInfo& info) {
 
 // bce(z, y) -> { loss, dz }
 Napi::Value Bce(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  auto z = da::f32(env, info[0], "z", -1);
-  auto y = da::f32(env, info[1], "y", static_cast<int64_t>(z.ElementLength()));
-  auto dz = make(env, static_cast<int64_t>(z.ElementLength()));
-  double loss = dense::bce_with_logits(z.Data(), y.Data(), static_cast<int64_t>(z.ElementLength()), dz.Data());
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("loss", loss);
-  o.Set("dz", dz);
-  return o;
+  oa::BceArgs a = oa::read_bce(info);
+  double loss = dense::bce_with_logits(a.z.Data(), a.y.Data(), a.n, a.dz.Data());
+  return a.result(info.Env(), loss);
 }
 
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.
 Napi::Value OptimizerStep(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "config must be an object");
-  Napi::Object o = info[0].As<Napi::Object>();
-  dense::DenseOptConfig c;
-  std::string type = o.Get("type").IsString() ? o.Get("type").As<Napi::String>().Utf8Value() : "";
-  guard(env, [&] { c.type = dense::parse_dense_opt(type); });
-  c.lr = static_cast<float>(da::number(env, o.Get("lr"), "lr"));
-  c.eps = static_cast<float>(da::number_or(env, o, "eps", 1e-8, "eps"));
-  c.beta1 = static_cast<float>(da::number_or(env, o, "beta1", 0.9, "beta1"));
-  c.beta2 = static_cast<float>(da::number_or(env, o, "beta2", 0.999, "beta2"));
-  c.weightDecay = static_cast<float>(da::number_or(env, o, "weightDecay", 0.0, "weightDecay"));
-  int64_t t = da::integer(env, info[1], "t", 1, 1ll << 53);
-  auto p = da::f32(env, info[2], "params", -1);
-  int64_t n = static_cast<int64_t>(p.ElementLength());
-  auto g = da::f32(env, info[3], "grads", n);
-  auto s = da::f32(env, info[4], "state", dense::dense_state_floats(c.type, n));
-  dense::dense_optimizer_step(c, c.lr, t, p.Data(), g.Data(), s.Data(), n);
-  return env.Undefined();
+  oa::OptimizerStepArgs a = oa::read_optimizer_step(info);
+  dense::dense_optimizer_step(a.c, a.c.lr, a.t, a.p.Data(), a.g.Data(), a.s.Data(), a.n);
+  return info.Env().Undefined();
 }
 
 void Init(Napi::Env env, Napi::Object exports) {
