@@ -91,10 +91,14 @@ export interface NativeEngine {
 }
 
 export interface GatherProbeResult {
-  /** bytes of rows gathered per second (random rows, summed into an accumulator) */
+  /** bytes of rows gathered per second (random rows summed in bags, every byte used; best loop variant) */
   gatherBytesPerSec: number;
   /** sequential read bandwidth of the same buffer */
   seqBytesPerSec: number;
+  /** read + write bytes per second updating the distinct gathered rows in ascending order (best variant) */
+  updateBytesPerSec: number;
+  /** how many distinct rows that update pass touched */
+  updateRows: number;
   threads: number;
 }
 

@@ -19,6 +19,8 @@ class ProbeWorker : public PromiseWorker {
     Napi::Object o = Napi::Object::New(env);
     o.Set("gatherBytesPerSec", r_.gatherBytesPerSec);
     o.Set("seqBytesPerSec", r_.seqBytesPerSec);
+    o.Set("updateBytesPerSec", r_.updateBytesPerSec);
+    o.Set("updateRows", static_cast<double>(r_.updateRows));
     o.Set("threads", r_.threads);
     return o;
   }

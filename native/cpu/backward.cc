@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "core/profile.h"
 #include "cpu/cpu_engine.h"
+#include "cpu/isa.h"
 #include "cpu/radix_sort.h"
 #include "cpu/update_row.h"
 
@@ -30,8 +31,93 @@ bool all_finite(const float* p, int64_t n) {
   return ok.load();
 }
 
-constexpr int64_t kRowAhead = 6;    // unique rows ahead for weight/state prefetch
+constexpr int64_t kRowAhead = 8;   // unique rows ahead for weight/state prefetch
 constexpr int64_t kGradAhead = 16;  // contributions ahead for gradient-row prefetch
+
+// Prefetch for writing (the non-temporal hint measured best for the update's read-modify-write).
+inline void prefetch_bytes(const void* p, uint64_t bytes) {
+  const uint8_t* c = static_cast<const uint8_t*>(p);
+  for (uint64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 0);
+}
+
+// Where one table's rows and state live.
+struct RowTarget {
+  uint8_t* weights;
+  float* state;
+  uint64_t rowBase, rowBytes, statePerRow;
+  uint32_t dim;
+  DType dtype;
+};
+
+template <typename Key>
+struct UpdateArgs {
+  const Key* skeys;           // sorted keys
+  const int64_t* runStart;    // [U + 1] first sorted position of each unique row
+  const float* const* sptr;   // gradient row of each sorted position
+  const float* sscale;        // and its scale
+  int64_t N;
+  const uint64_t* tableEnd;   // per table: its first key past the end
+  const RowTarget* target;    // per table
+  cpu::UpdateContext uctx;
+  bool sr;                    // stochastic rounding
+};
+
+inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t, uint64_t row, float* acc, uint64_t key) {
+  uint8_t* w = t.weights + row * t.rowBytes;
+  float* st = t.state + row * t.statePerRow;
+  switch (t.dtype) {
+    case DType::F32: cpu::update_row<DType::F32, false>(u, w, st, acc, t.dim, key); break;
+    case DType::F16:
+      if (sr) cpu::update_row<DType::F16, true>(u, w, st, acc, t.dim, key);
+      else cpu::update_row<DType::F16, false>(u, w, st, acc, t.dim, key);
+      break;
+    case DType::BF16:
+      if (sr) cpu::update_row<DType::BF16, true>(u, w, st, acc, t.dim, key);
+      else cpu::update_row<DType::BF16, false>(u, w, st, acc, t.dim, key);
+      break;
+  }
+}
+
+// Unique rows [lo, hi): sum each row's contributions in sorted (= id) order, then update it once.
+template <typename Key>
+inline void update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc, int64_t lo, int64_t hi) {
+  size_t tbl = 0;
+  while (uint64_t(a.skeys[a.runStart[lo]]) >= a.tableEnd[tbl]) ++tbl;
+  for (int64_t u = lo; u < hi; ++u) {
+    const uint64_t key = a.skeys[a.runStart[u]];
+    while (key >= a.tableEnd[tbl]) ++tbl;
+    const RowTarget& t = a.target[tbl];
+    const uint32_t dim = t.dim;
+    // prefetch the weights and state of a row a few unique rows ahead
+    if (u + kRowAhead < hi) {
+      const uint64_t k2 = a.skeys[a.runStart[u + kRowAhead]];
+      size_t t2 = tbl;
+      while (k2 >= a.tableEnd[t2]) ++t2;
+      const RowTarget& n = a.target[t2];
+      prefetch_bytes(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
+      if (n.statePerRow) prefetch_bytes(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
+    }
+    std::fill(acc, acc + dim, 0.0f);
+    for (int64_t j = a.runStart[u]; j < a.runStart[u + 1]; ++j) {
+      if (j + kGradAhead < a.N) {
+        const float* p = a.sptr[j + kGradAhead];
+        for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
+      }
+      const float* __restrict g = a.sptr[j];
+      const float scale = a.sscale[j];
+      for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
+    }
+    update_one(a.uctx, a.sr, t, key - t.rowBase, acc, key);
+  }
+}
+
+// The compiled kernels (see cpu/isa.h).
+EMBSHARD_CPU_KERNEL void update_runs(const UpdateArgs<uint32_t>& a, float* acc, int64_t lo, int64_t hi) {
+  update_runs_impl(a, acc, lo, hi);
+}
+EMBSHARD_CPU_KERNEL void update_runs(const UpdateArgs<uint64_t>& a, float* acc, int64_t lo, int64_t hi) {
+  update_runs_impl(a, acc, lo, hi);
+}
 
 }  // namespace
 
@@ -58,15 +144,21 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   if (N > int64_t(0xffffffff)) fail("INVALID_SIZE", "a batch may hold at most 2^32 - 1 ids");
 
   // 2. keys + stable sort. Every id also records where its gradient row is and its scale, so the
-  //    update pass below streams through sorted arrays instead of chasing bag indices.
-  keys_.resize(N);
+  //    update pass below reads them by sorted position instead of chasing bag indices. Keys are 32-bit
+  //    whenever the collection has at most 2^32 rows (half the bytes per sort pass).
+  const int bits = key_bits(layout_.totalRows);
+  const bool narrow = bits <= 32;
+  if (narrow) {
+    keys32_.resize(N);
+    tmpKeys32_.resize(N);
+  } else {
+    keys_.resize(N);
+    tmpKeys_.resize(N);
+  }
   vals_.resize(N);
-  tmpKeys_.resize(N);
   tmpVals_.resize(N);
   gptr_.resize(N);
   gscale_.resize(N);
-  sptr_.resize(N);
-  sscale_.resize(N);
   const uint64_t* rows = b.rows.data();
   const int64_t* off = b.offsets.data();
   const int64_t pooledDim = layout_.pooledDim;
@@ -80,7 +172,8 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       const int64_t len = off[bag + 1] - off[bag];
       const int64_t slotBegin = b.slotBegin(slot);
       for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
-        keys_[i] = base + rows[i];
+        if (narrow) keys32_[i] = static_cast<uint32_t>(base + rows[i]);
+        else keys_[i] = base + rows[i];
         vals_[i] = static_cast<uint32_t>(i);
         if (fs.pooling == Pooling::None) {
           gptr_[i] = seqGrad[f] + (i - slotBegin) * ts.dim;
@@ -93,19 +186,31 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     }
   });
   timer.mark("finite+keys");
-  const bool inTmp = radix_sort_pairs(keys_.data(), vals_.data(), tmpKeys_.data(), tmpVals_.data(), N,
-                                      key_bits(layout_.totalRows));
-  const uint64_t* skeys = inTmp ? tmpKeys_.data() : keys_.data();
+  const int64_t U = narrow ? sorted_update(keys32_.data(), tmpKeys32_.data(), N, bits, timer)
+                           : sorted_update(keys_.data(), tmpKeys_.data(), N, bits, timer);
+  ++step_;
+  return BackwardResult{false, U};
+}
+
+// Sorts the (key, position) pairs, finds the runs of equal keys and applies one exact update per run;
+// returns the number of runs (unique rows).
+template <typename Key>
+int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer) {
+  const OptimizerConfig& opt = spec_.optimizer;
+  const bool inTmp = radix_sort_pairs(keys, vals_.data(), tmpKeys, tmpVals_.data(), N, bits);
+  const Key* skeys = inTmp ? tmpKeys : keys;
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
   timer.mark("sort");
+
   // contributions in sorted order (independent random reads: the memory system overlaps them)
+  sptr_.resize(N);
+  sscale_.resize(N);
   parallel_for(N, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       sptr_[j] = gptr_[svals[j]];
       sscale_[j] = gscale_[svals[j]];
     }
   });
-
   timer.mark("gather");
   // run starts (unique rows), in order
   runStart_.clear();
@@ -117,61 +222,32 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
 
   // global row -> table: tables are contiguous in the key space
   std::vector<uint64_t> tableEnd(spec_.tables.size());
-  for (size_t t = 0; t < spec_.tables.size(); ++t) tableEnd[t] = layout_.tables[t].rowBase + spec_.tables[t].rows;
-
+  std::vector<RowTarget> target(spec_.tables.size());
+  for (size_t t = 0; t < spec_.tables.size(); ++t) {
+    const TableLayout& tl = layout_.tables[t];
+    tableEnd[t] = tl.rowBase + spec_.tables[t].rows;
+    target[t] = RowTarget{weights_.data() + tl.weightOffset, table_state(static_cast<uint32_t>(t)), tl.rowBase, tl.rowBytes,
+                          tl.statePerRow, spec_.tables[t].dim, spec_.tables[t].dtype};
+  }
   const int64_t t1 = step_ + 1;  // the step being applied (1-based)
   const float bc1 = 1.0f - std::pow(opt.beta1, static_cast<float>(t1));
   const float bc2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t1));
-  const cpu::UpdateContext uctx{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2};
-  std::vector<cpu::UpdateFn> update(spec_.tables.size());
-  for (size_t t = 0; t < spec_.tables.size(); ++t)
-    update[t] = cpu::pick_update(spec_.tables[t].dtype, opt.stochasticRounding);
-
-  timer.mark("runs");
   uint32_t maxDim = 0;
   for (const TableSpec& t : spec_.tables) maxDim = std::max(maxDim, t.dim);
+  UpdateArgs<Key> args{skeys, runStart_.data(), sptr_.data(), sscale_.data(), N, tableEnd.data(), target.data(),
+                       cpu::UpdateContext{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2}, opt.stochasticRounding};
+  timer.mark("runs");
 
   // 3. one exact update per unique row
   parallel_for(U, 64, [&](int64_t lo, int64_t hi) {
-    std::vector<float> accBuf(maxDim);  // per chunk (a thread_local would cost a TLS lookup per row in a .so)
-    float* __restrict acc = accBuf.data();
-    size_t tbl = static_cast<size_t>(std::upper_bound(tableEnd.begin(), tableEnd.end(), skeys[runStart_[lo]]) - tableEnd.begin());
-    for (int64_t u = lo; u < hi; ++u) {
-      const uint64_t key = skeys[runStart_[u]];
-      while (key >= tableEnd[tbl]) ++tbl;
-      const TableSpec& ts = spec_.tables[tbl];
-      const TableLayout& tl = layout_.tables[tbl];
-      const uint32_t dim = ts.dim;
-      std::fill(acc, acc + dim, 0.0f);
-      // prefetch the weights and state of a row a few unique rows ahead
-      if (u + kRowAhead < U) {
-        const uint64_t k2 = skeys[runStart_[u + kRowAhead]];
-        size_t t2 = tbl;
-        while (k2 >= tableEnd[t2]) ++t2;
-        const TableLayout& l2 = layout_.tables[t2];
-        const uint8_t* w2 = weights_.data() + l2.weightOffset + (k2 - l2.rowBase) * l2.rowBytes;
-        for (uint64_t o = 0; o < l2.rowBytes; o += 64) __builtin_prefetch(w2 + o, 1, 0);
-        const float* s2 = reinterpret_cast<const float*>(state_.data()) + l2.stateOffset + (k2 - l2.rowBase) * l2.statePerRow;
-        for (uint64_t o = 0; o < l2.statePerRow * 4; o += 64) __builtin_prefetch(reinterpret_cast<const uint8_t*>(s2) + o, 1, 0);
-      }
-      for (int64_t j = runStart_[u]; j < runStart_[u + 1]; ++j) {
-        if (j + kGradAhead < N) {
-          const float* p = sptr_[j + kGradAhead];
-          for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
-        }
-        const float* __restrict g = sptr_[j];
-        const float scale = sscale_[j];
-        for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
-      }
-      const uint64_t row = key - tl.rowBase;
-      uint8_t* w = weights_.data() + tl.weightOffset + row * tl.rowBytes;
-      float* st = reinterpret_cast<float*>(state_.data()) + tl.stateOffset + row * tl.statePerRow;
-      update[tbl](uctx, w, st, acc, dim, key);
-    }
+    std::vector<float> acc(maxDim);  // per chunk (a thread_local would cost a TLS lookup per row in a .so)
+    update_runs(args, acc.data(), lo, hi);
   });
   timer.mark("update");
-  ++step_;
-  return BackwardResult{false, U};
+  return U;
 }
+
+template int64_t CpuEngine::sorted_update<uint32_t>(uint32_t*, uint32_t*, int64_t, int, PhaseTimer&);
+template int64_t CpuEngine::sorted_update<uint64_t>(uint64_t*, uint64_t*, int64_t, int, PhaseTimer&);
 
 }  // namespace embshard

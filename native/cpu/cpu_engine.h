@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/profile.h"
 #include "cpu/arena.h"
 
 namespace embshard {
@@ -32,14 +33,17 @@ class CpuEngine : public Engine {
 
  private:
   void initialize_tables();
+  template <typename Key>
+  int64_t sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer);
 
   HostArena weights_;
   HostArena state_;
   // backward scratch, reused between calls
-  std::vector<uint64_t> keys_, tmpKeys_;
-  std::vector<uint32_t> vals_, tmpVals_;
-  std::vector<const float*> gptr_, sptr_;  // gradient row of each id, in id order / sorted order
-  std::vector<float> gscale_, sscale_;     // its scale (weight, 1/len for mean)
+  std::vector<uint64_t> keys_, tmpKeys_;     // global row keys (collections over 2^32 rows)
+  std::vector<uint32_t> keys32_, tmpKeys32_; // the same, 32-bit
+  std::vector<uint32_t> vals_, tmpVals_;     // id positions
+  std::vector<const float*> gptr_, sptr_;    // gradient row of each id, in id order / sorted order
+  std::vector<float> gscale_, sscale_;       // its scale (weight, 1/len for mean)
   std::vector<int64_t> runStart_;
 };
 

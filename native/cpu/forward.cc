@@ -1,5 +1,6 @@
 // forward.cc — the CPU forward kernel: one parallel pass over every bag of every feature (all tables
-// fused), software-prefetching the rows a fixed distance ahead in id order.
+// fused), software-prefetching the row kPrefetch ids ahead of each id it reads (across bag and table
+// boundaries; each task starts with a burst for its first ids).
 //   pooled[b, col_f : col_f + dim] = (Σ_{i in bag} w_i · row_i) / (mean ? len : 1),  zeros for empty bags
 //   seq_f[i - begin_f] = row_i (fp32)
 // When the batch arrives unresolved (PreparedBatch::rows empty), ids are resolved and range-checked
@@ -10,17 +11,21 @@
 #include <mutex>
 #include <type_traits>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "core/errors.h"
 #include "core/parallel.h"
 #include "cpu/cpu_engine.h"
+#include "cpu/isa.h"
 #include "cpu/row_ops.h"
 
 namespace embshard {
 
 namespace {
 
-constexpr int64_t kPrefetch = 24;  // ids ahead
+constexpr int64_t kPrefetch = 32;  // ids ahead
 
 struct Slot {
   const uint8_t* base;
@@ -51,14 +56,33 @@ struct RowOf {
   }
 };
 
+// Prefetches the row of the id kPrefetch positions ahead of the one being read, up to the task's end.
+template <typename RowOfT>
+struct Ahead {
+  const std::vector<Slot>& slots;
+  const RowOfT& rowOf;
+  int64_t end;    // the task's last id + 1
+  int32_t slot;   // slot of the id last prefetched
+  void operator()(int64_t i) {
+    const int64_t j = i + kPrefetch;
+    if (j >= end) return;
+    while (j >= slots[slot].end) ++slot;
+    const Slot& s = slots[slot];
+    uint64_t r;
+    if (rowOf(s, j, &r)) cpu::prefetch_row(s.base + r * s.rowBytes, s.rowBytes);
+  }
+};
+
 template <DType DT, typename RowOfT>
-bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t begin, int64_t end, float* dst, float* out) {
+bool pool_bag(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, const float* weights, int64_t begin, int64_t end, float* dst,
+              float* out) {
   // `out` is a cache-resident scratch row: accumulating straight into the (cold) output would stall on a
   // read-for-ownership miss at the start of every bag; the finished row is copied out once.
   bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
   uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
+    ahead(i);
     if (!rowOf(s, i, &r)) {
       ok = false;
       continue;
@@ -74,11 +98,42 @@ bool pool_bag(const Slot& s, const RowOfT& rowOf, const float* weights, int64_t 
   return ok;
 }
 
-template <DType DT, typename RowOfT>
-bool seq_bag(const Slot& s, const RowOfT& rowOf, int64_t begin, int64_t end) {
+// The common case on its own: fp32 rows of width D, no weights.
+template <uint32_t D, typename RowOfT>
+bool pool_bag_f32(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, int64_t begin, int64_t end, float* dst) {
+  alignas(64) float acc[D] = {};
   bool ok = true;
   uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
+    ahead(i);
+    if (!rowOf(s, i, &r)) {
+      ok = false;
+      continue;
+    }
+    cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(s.base + r * s.rowBytes));
+  }
+  if (s.pooling == Pooling::Mean && end > begin) {
+    const float len = static_cast<float>(end - begin);
+    for (uint32_t c = 0; c < D; ++c) acc[c] /= len;
+  }
+#if defined(__SSE2__)
+  // Streaming stores: the pooled row is written once and read later by another layer, so filling the
+  // cache line first (a read for ownership per line) would only cost bandwidth.
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    for (uint32_t c = 0; c < D; c += 4) _mm_stream_ps(dst + c, _mm_load_ps(acc + c));
+    return ok;
+  }
+#endif
+  std::copy(acc, acc + D, dst);
+  return ok;
+}
+
+template <DType DT, typename RowOfT>
+bool seq_bag(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, int64_t begin, int64_t end) {
+  bool ok = true;
+  uint64_t r;
+  for (int64_t i = begin; i < end; ++i) {
+    ahead(i);
     if (!rowOf(s, i, &r)) {
       ok = false;
       continue;
@@ -88,48 +143,79 @@ bool seq_bag(const Slot& s, const RowOfT& rowOf, int64_t begin, int64_t end) {
   return ok;
 }
 
-// The kernel over every bag; returns the first bag holding an out-of-range id (or max).
+// Bags [lo, hi); returns the first bag holding an out-of-range id, or -1.
 template <typename R>
-int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim, float* pooled, const R& rowOf) {
-  uint32_t maxDim = 0;
-  for (const Slot& s : slots) maxDim = std::max(maxDim, s.dim);
+inline int64_t forward_range(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim, float* pooled,
+                             const R& rowOf, float* scratch, int64_t lo, int64_t hi) {
   const int64_t B = b.B;
-  const int32_t F = b.F;
   const int64_t* off = b.offsets.data();
-  const int64_t N = b.numIds();
-  std::mutex badMu;
-  int64_t badBag = std::numeric_limits<int64_t>::max();
-  parallel_for(static_cast<int64_t>(F) * B, 32, [&](int64_t lo, int64_t hi) {
-    int32_t pfSlot = static_cast<int32_t>(lo / B);
-    std::vector<float> scratch(maxDim);
-    int64_t firstBad = -1;
-    for (int64_t bag = lo; bag < hi; ++bag) {
-      const int32_t si = static_cast<int32_t>(bag / B);
-      const Slot& s = slots[si];
-      const int64_t begin = off[bag], end = off[bag + 1];
-      // prefetch the rows kPrefetch ids ahead of this bag's end (they belong to the next bags)
-      for (int64_t j = std::max(begin, off[lo]) + kPrefetch; j < std::min(end + kPrefetch, N); ++j) {
-        while (j >= slots[pfSlot].end) ++pfSlot;
-        uint64_t r;
-        if (rowOf(slots[pfSlot], j, &r)) cpu::prefetch_row(slots[pfSlot].base + r * slots[pfSlot].rowBytes, slots[pfSlot].rowBytes);
+  int64_t firstBad = -1;
+  const int64_t idLo = off[lo], idHi = off[hi];
+  Ahead<R> ahead{slots, rowOf, idHi, static_cast<int32_t>(lo / B)};
+  // the burst that starts the pipeline: rows of the task's first ids
+  for (int64_t j = idLo - kPrefetch; j < std::min(idLo, idHi - kPrefetch); ++j) ahead(j);
+  for (int64_t bag = lo; bag < hi; ++bag) {
+    const int32_t si = static_cast<int32_t>(bag / B);
+    const Slot& s = slots[si];
+    const int64_t begin = off[bag], end = off[bag + 1];
+    bool ok = true;
+    if (s.pooling == Pooling::None) {
+      switch (s.dtype) {
+        case DType::F32: ok = seq_bag<DType::F32, R>(s, rowOf, ahead, begin, end); break;
+        case DType::F16: ok = seq_bag<DType::F16, R>(s, rowOf, ahead, begin, end); break;
+        case DType::BF16: ok = seq_bag<DType::BF16, R>(s, rowOf, ahead, begin, end); break;
       }
-      bool ok = true;
-      if (s.pooling == Pooling::None) {
-        switch (s.dtype) {
-          case DType::F32: ok = seq_bag<DType::F32, R>(s, rowOf, begin, end); break;
-          case DType::F16: ok = seq_bag<DType::F16, R>(s, rowOf, begin, end); break;
-          case DType::BF16: ok = seq_bag<DType::BF16, R>(s, rowOf, begin, end); break;
+    } else {
+      float* out = pooled + (bag % B) * pooledDim + s.col;
+      if (s.dtype == DType::F32 && !b.weights && (s.dim == 16 || s.dim == 32 || s.dim == 64 || s.dim == 128)) {
+        switch (s.dim) {
+          case 16: ok = pool_bag_f32<16, R>(s, rowOf, ahead, begin, end, out); break;
+          case 32: ok = pool_bag_f32<32, R>(s, rowOf, ahead, begin, end, out); break;
+          case 64: ok = pool_bag_f32<64, R>(s, rowOf, ahead, begin, end, out); break;
+          default: ok = pool_bag_f32<128, R>(s, rowOf, ahead, begin, end, out); break;
         }
       } else {
-        float* out = pooled + (bag % B) * pooledDim + s.col;
         switch (s.dtype) {
-          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
-          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
-          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, b.weights, begin, end, out, scratch.data()); break;
+          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
+          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
+          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
         }
       }
-      if (!ok && firstBad < 0) firstBad = bag;
     }
+    if (!ok && firstBad < 0) firstBad = bag;
+  }
+#if defined(__SSE2__)
+  _mm_sfence();  // order the streaming stores before the task reports done
+#endif
+  return firstBad;
+}
+
+// One compiled kernel per id source (see cpu/isa.h).
+#define EMBSHARD_FORWARD_RANGE(NAME, R)                                                                          \
+  EMBSHARD_CPU_KERNEL int64_t NAME(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim,    \
+                                   float* pooled, const R& rowOf, float* scratch, int64_t lo, int64_t hi) {      \
+    return forward_range<R>(b, slots, pooledDim, pooled, rowOf, scratch, lo, hi);                                 \
+  }
+EMBSHARD_FORWARD_RANGE(forward_range_rows, RowOf<void>)
+EMBSHARD_FORWARD_RANGE(forward_range_i64, RowOf<int64_t>)
+EMBSHARD_FORWARD_RANGE(forward_range_i32, RowOf<int32_t>)
+EMBSHARD_FORWARD_RANGE(forward_range_u32, RowOf<uint32_t>)
+#undef EMBSHARD_FORWARD_RANGE
+
+template <typename R>
+using RangeFn = int64_t (*)(const PreparedBatch&, const std::vector<Slot>&, int64_t, float*, const R&, float*, int64_t, int64_t);
+
+// The kernel over every bag; returns the first bag holding an out-of-range id (or max).
+template <typename R>
+int64_t forward_bags(const PreparedBatch& b, const std::vector<Slot>& slots, int64_t pooledDim, float* pooled, const R& rowOf,
+                     RangeFn<R> range) {
+  uint32_t maxDim = 0;
+  for (const Slot& s : slots) maxDim = std::max(maxDim, s.dim);
+  std::mutex badMu;
+  int64_t badBag = std::numeric_limits<int64_t>::max();
+  parallel_for(static_cast<int64_t>(b.F) * b.B, 32, [&](int64_t lo, int64_t hi) {
+    std::vector<float> scratch(maxDim);
+    const int64_t firstBad = range(b, slots, pooledDim, pooled, rowOf, scratch.data(), lo, hi);
     if (firstBad >= 0) {
       std::lock_guard<std::mutex> lk(badMu);
       badBag = std::min(badBag, firstBad);
@@ -155,10 +241,10 @@ void CpuEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq
   const int64_t pooledDim = layout_.pooledDim;
   const int64_t* off = b.offsets.data();
   int64_t badBag;
-  if (!b.rows.empty()) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<void>{b});
-  else if (b.idType == IdType::I64) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int64_t>{b});
-  else if (b.idType == IdType::I32) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int32_t>{b});
-  else badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<uint32_t>{b});
+  if (!b.rows.empty()) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<void>{b}, &forward_range_rows);
+  else if (b.idType == IdType::I64) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int64_t>{b}, &forward_range_i64);
+  else if (b.idType == IdType::I32) badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<int32_t>{b}, &forward_range_i32);
+  else badBag = forward_bags(b, slots, pooledDim, pooled, RowOf<uint32_t>{b}, &forward_range_u32);
   if (badBag != std::numeric_limits<int64_t>::max()) {
     // the first bad id overall lies in the first bad bag (bags are in id order)
     const int32_t s = static_cast<int32_t>(badBag / B);

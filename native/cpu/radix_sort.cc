@@ -10,14 +10,15 @@
 
 namespace embshard {
 
-bool radix_sort_pairs(uint64_t* keys, uint32_t* vals, uint64_t* tmpKeys, uint32_t* tmpVals, int64_t n, int bits) {
+template <typename Key>
+bool radix_sort_pairs(Key* keys, uint32_t* vals, Key* tmpKeys, uint32_t* tmpVals, int64_t n, int bits) {
   if (n <= 1 || bits <= 0) return false;
   const int passes = (bits + 10) / 11;
   const int digit = (bits + passes - 1) / passes;
   const int64_t buckets = int64_t(1) << digit;
   const int T = n < (1 << 15) ? 1 : pool_threads();
   std::vector<int64_t> hist(static_cast<size_t>(T * buckets));
-  uint64_t *srcK = keys, *dstK = tmpKeys;
+  Key *srcK = keys, *dstK = tmpKeys;
   uint32_t *srcV = vals, *dstV = tmpVals;
   auto range = [&](int t) { return std::make_pair(n * t / T, n * (t + 1) / T); };
   auto each_thread = [&](const std::function<void(int)>& fn) {
@@ -56,5 +57,8 @@ bool radix_sort_pairs(uint64_t* keys, uint32_t* vals, uint64_t* tmpKeys, uint32_
   }
   return srcK == tmpKeys;
 }
+
+template bool radix_sort_pairs<uint32_t>(uint32_t*, uint32_t*, uint32_t*, uint32_t*, int64_t, int);
+template bool radix_sort_pairs<uint64_t>(uint64_t*, uint32_t*, uint64_t*, uint32_t*, int64_t, int);
 
 }  // namespace embshard

@@ -6,8 +6,11 @@
 
 namespace embshard {
 
-// Sorts the first n pairs by the low `bits` bits of the keys. Uses tmpKeys/tmpVals (n entries each) as
-// ping-pong buffers; returns true when the sorted result ended in the tmp buffers.
-bool radix_sort_pairs(uint64_t* keys, uint32_t* vals, uint64_t* tmpKeys, uint32_t* tmpVals, int64_t n, int bits);
+// Sorts the first n pairs by the low `bits` bits of the keys (Key = uint32_t or uint64_t; 32-bit keys
+// halve the bytes each pass moves). Digits of up to 11 bits. Uses
+// tmpKeys/tmpVals (n entries each) as ping-pong buffers; returns true when the sorted result ended in
+// the tmp buffers.
+template <typename Key>
+bool radix_sort_pairs(Key* keys, uint32_t* vals, Key* tmpKeys, uint32_t* tmpVals, int64_t n, int bits);
 
 }  // namespace embshard
