@@ -1,9 +1,12 @@
 // backward.cc — the CPU backward pass with the fused optimizer, FBGEMM-style:
 //   1. reject non-finite gradients (or skip the step) before anything changes;
-//   2. linearise every id to a global row key (table rowBase + row) and sort (key, position) pairs
-//      with a stable radix sort, so each row's contributions stay in id order;
-//   3. per unique row (in parallel): sum its contributions in that fixed order in fp32, then apply ONE
-//      optimizer update per element with the shared host-device rules of core/optim.h.
+//   2. linearise every id to a global row key (table rowBase + row; 32-bit when the collection has at
+//      most 2^32 rows) and sort (key, position) pairs with a stable radix sort, so each row's
+//      contributions stay in id order;
+//   3. gather each sorted pair's gradient row pointer and scale (recorded per id in step 2);
+//   4. one parallel pass over the sorted pairs: each task takes the runs of equal keys that start in
+//      its range, sums each run's gradient rows in that fixed order in fp32, then applies ONE optimizer
+//      update per element with the shared host-device rules of core/optim.h.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -31,8 +34,8 @@ bool all_finite(const float* p, int64_t n) {
   return ok.load();
 }
 
-constexpr int64_t kRowAhead = 8;   // unique rows ahead for weight/state prefetch
-constexpr int64_t kGradAhead = 16;  // contributions ahead for gradient-row prefetch
+constexpr int64_t kRowAhead = 12;   // sorted positions ahead for weight/state prefetch
+constexpr int64_t kGradAhead = 16;  // sorted positions ahead for gradient-row prefetch
 
 // Prefetch for writing (the non-temporal hint measured best for the update's read-modify-write).
 inline void prefetch_bytes(const void* p, uint64_t bytes) {
@@ -49,17 +52,24 @@ struct RowTarget {
   DType dtype;
 };
 
+// Where the gradient rows of one batch slot (feature) are.
+struct GradSource {
+  const float* base;  // pooled: pooledGrad + the feature's column; sequence: the feature's gradient
+  int64_t stride;     // pooled: pooledDim per sample; sequence: dim per id
+  int64_t begin;      // the slot's first id
+  Pooling pooling;
+};
+
 template <typename Key>
 struct UpdateArgs {
-  const Key* skeys;           // sorted keys
-  const int64_t* runStart;    // [U + 1] first sorted position of each unique row
-  const float* const* sptr;   // gradient row of each sorted position
-  const float* sscale;        // and its scale
+  const Key* skeys;          // sorted keys
+  const float* const* sptr;  // gradient row of each sorted position
+  const float* sscale;       // and its pooling scale
   int64_t N;
-  const uint64_t* tableEnd;   // per table: its first key past the end
-  const RowTarget* target;    // per table
+  const uint64_t* tableEnd;  // per table: its first key past the end
+  const RowTarget* target;   // per table
   cpu::UpdateContext uctx;
-  bool sr;                    // stochastic rounding
+  bool sr;                   // stochastic rounding
 };
 
 inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t, uint64_t row, float* acc, uint64_t key) {
@@ -78,19 +88,24 @@ inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t,
   }
 }
 
-// Unique rows [lo, hi): sum each row's contributions in sorted (= id) order, then update it once.
+// The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
+// run's contributions in sorted (= id) order, then update its row once. Returns the number of runs.
 template <typename Key>
-inline void update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc, int64_t lo, int64_t hi) {
+inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc, int64_t lo, int64_t hi) {
+  while (lo < hi && lo > 0 && a.skeys[lo] == a.skeys[lo - 1]) ++lo;  // that run belongs to the task before
+  if (lo >= hi) return 0;
   size_t tbl = 0;
-  while (uint64_t(a.skeys[a.runStart[lo]]) >= a.tableEnd[tbl]) ++tbl;
-  for (int64_t u = lo; u < hi; ++u) {
-    const uint64_t key = a.skeys[a.runStart[u]];
-    while (key >= a.tableEnd[tbl]) ++tbl;
+  while (uint64_t(a.skeys[lo]) >= a.tableEnd[tbl]) ++tbl;
+  int64_t runs = 0;
+  int64_t j = lo;
+  while (j < hi) {
+    const Key key = a.skeys[j];
+    while (uint64_t(key) >= a.tableEnd[tbl]) ++tbl;
     const RowTarget& t = a.target[tbl];
     const uint32_t dim = t.dim;
-    // prefetch the weights and state of a row a few unique rows ahead
-    if (u + kRowAhead < hi) {
-      const uint64_t k2 = a.skeys[a.runStart[u + kRowAhead]];
+    // prefetch the weights and state of the row kRowAhead positions ahead
+    if (j + kRowAhead < a.N) {
+      const uint64_t k2 = a.skeys[j + kRowAhead];
       size_t t2 = tbl;
       while (k2 >= a.tableEnd[t2]) ++t2;
       const RowTarget& n = a.target[t2];
@@ -98,25 +113,28 @@ inline void update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc, in
       if (n.statePerRow) prefetch_bytes(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
     }
     std::fill(acc, acc + dim, 0.0f);
-    for (int64_t j = a.runStart[u]; j < a.runStart[u + 1]; ++j) {
+    do {
       if (j + kGradAhead < a.N) {
         const float* p = a.sptr[j + kGradAhead];
         for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
       }
-      const float* __restrict g = a.sptr[j];
       const float scale = a.sscale[j];
+      const float* __restrict g = a.sptr[j];
       for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
-    }
-    update_one(a.uctx, a.sr, t, key - t.rowBase, acc, key);
+      ++j;
+    } while (j < a.N && a.skeys[j] == key);
+    update_one(a.uctx, a.sr, t, uint64_t(key) - t.rowBase, acc, uint64_t(key));
+    ++runs;
   }
+  return runs;
 }
 
 // The compiled kernels (see cpu/isa.h).
-EMBSHARD_CPU_KERNEL void update_runs(const UpdateArgs<uint32_t>& a, float* acc, int64_t lo, int64_t hi) {
-  update_runs_impl(a, acc, lo, hi);
+EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<uint32_t>& a, float* acc, int64_t lo, int64_t hi) {
+  return update_runs_impl(a, acc, lo, hi);
 }
-EMBSHARD_CPU_KERNEL void update_runs(const UpdateArgs<uint64_t>& a, float* acc, int64_t lo, int64_t hi) {
-  update_runs_impl(a, acc, lo, hi);
+EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<uint64_t>& a, float* acc, int64_t lo, int64_t hi) {
+  return update_runs_impl(a, acc, lo, hi);
 }
 
 }  // namespace
@@ -141,11 +159,10 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     ++step_;
     return BackwardResult{false, 0};
   }
-  if (N > int64_t(0xffffffff)) fail("INVALID_SIZE", "a batch may hold at most 2^32 - 1 ids");
+  if (N > int64_t(0xffffffff) || static_cast<int64_t>(F) * B > int64_t(0xffffffff))
+    fail("INVALID_SIZE", "a batch may hold at most 2^32 - 1 ids and 2^32 - 1 bags");
 
-  // 2. keys + stable sort. Every id also records where its gradient row is and its scale, so the
-  //    update pass below reads them by sorted position instead of chasing bag indices. Keys are 32-bit
-  //    whenever the collection has at most 2^32 rows (half the bytes per sort pass).
+  // 2. keys + stable sort (every allocation happens here, before any row changes)
   const int bits = key_bits(layout_.totalRows);
   const bool narrow = bits <= 32;
   if (narrow) {
@@ -159,28 +176,34 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   tmpVals_.resize(N);
   gptr_.resize(N);
   gscale_.resize(N);
+  sptr_.resize(N);
+  sscale_.resize(N);
   const uint64_t* rows = b.rows.data();
   const int64_t* off = b.offsets.data();
-  const int64_t pooledDim = layout_.pooledDim;
+  std::vector<uint64_t> slotBase(F);
+  std::vector<GradSource> grad(F);
+  for (int32_t s = 0; s < F; ++s) {
+    const uint32_t f = b.feature[s];
+    const FeatureSpec& fs = spec_.features[f];
+    slotBase[s] = layout_.tables[fs.table].rowBase;
+    if (fs.pooling == Pooling::None) grad[s] = GradSource{seqGrad[f], spec_.tables[fs.table].dim, b.slotBegin(s), fs.pooling};
+    else grad[s] = GradSource{pooledGrad + layout_.pooledCol[f], layout_.pooledDim, b.slotBegin(s), fs.pooling};
+  }
   parallel_for(static_cast<int64_t>(F) * B, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t bag = lo; bag < hi; ++bag) {
-      const int32_t slot = static_cast<int32_t>(bag / B);
-      const uint32_t f = b.feature[slot];
-      const FeatureSpec& fs = spec_.features[f];
-      const TableSpec& ts = spec_.tables[fs.table];
-      const uint64_t base = layout_.tables[fs.table].rowBase;
+      const uint64_t base = slotBase[bag / B];
+      const GradSource& g = grad[bag / B];
       const int64_t len = off[bag + 1] - off[bag];
-      const int64_t slotBegin = b.slotBegin(slot);
       for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
         if (narrow) keys32_[i] = static_cast<uint32_t>(base + rows[i]);
         else keys_[i] = base + rows[i];
         vals_[i] = static_cast<uint32_t>(i);
-        if (fs.pooling == Pooling::None) {
-          gptr_[i] = seqGrad[f] + (i - slotBegin) * ts.dim;
+        if (g.pooling == Pooling::None) {
+          gptr_[i] = g.base + (i - g.begin) * g.stride;
           gscale_[i] = 1.0f;
         } else {
-          gptr_[i] = pooledGrad + (bag % B) * pooledDim + layout_.pooledCol[f];
-          gscale_[i] = grad_scale(fs.pooling, b.weights, i, len);
+          gptr_[i] = g.base + (bag % B) * g.stride;
+          gscale_[i] = grad_scale(g.pooling, b.weights, i, len);
         }
       }
     }
@@ -192,8 +215,8 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   return BackwardResult{false, U};
 }
 
-// Sorts the (key, position) pairs, finds the runs of equal keys and applies one exact update per run;
-// returns the number of runs (unique rows).
+// Sorts the (key, position) pairs, then applies one exact update per run of equal keys; returns the
+// number of runs (unique rows).
 template <typename Key>
 int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer) {
   const OptimizerConfig& opt = spec_.optimizer;
@@ -201,10 +224,7 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   const Key* skeys = inTmp ? tmpKeys : keys;
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
   timer.mark("sort");
-
   // contributions in sorted order (independent random reads: the memory system overlaps them)
-  sptr_.resize(N);
-  sscale_.resize(N);
   parallel_for(N, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       sptr_[j] = gptr_[svals[j]];
@@ -212,13 +232,6 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
     }
   });
   timer.mark("gather");
-  // run starts (unique rows), in order
-  runStart_.clear();
-  runStart_.push_back(0);
-  for (int64_t j = 1; j < N; ++j)
-    if (skeys[j] != skeys[j - 1]) runStart_.push_back(j);
-  const int64_t U = static_cast<int64_t>(runStart_.size());
-  runStart_.push_back(N);
 
   // global row -> table: tables are contiguous in the key space
   std::vector<uint64_t> tableEnd(spec_.tables.size());
@@ -234,17 +247,18 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   const float bc2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t1));
   uint32_t maxDim = 0;
   for (const TableSpec& t : spec_.tables) maxDim = std::max(maxDim, t.dim);
-  UpdateArgs<Key> args{skeys, runStart_.data(), sptr_.data(), sscale_.data(), N, tableEnd.data(), target.data(),
-                       cpu::UpdateContext{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2}, opt.stochasticRounding};
-  timer.mark("runs");
+  const UpdateArgs<Key> args{skeys, sptr_.data(), sscale_.data(), N, tableEnd.data(), target.data(),
+                             cpu::UpdateContext{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2},
+                             opt.stochasticRounding};
 
   // 3. one exact update per unique row
-  parallel_for(U, 64, [&](int64_t lo, int64_t hi) {
+  std::atomic<int64_t> runs{0};
+  parallel_for(N, 1 << 12, [&](int64_t lo, int64_t hi) {
     std::vector<float> acc(maxDim);  // per chunk (a thread_local would cost a TLS lookup per row in a .so)
-    update_runs(args, acc.data(), lo, hi);
+    runs.fetch_add(update_runs(args, acc.data(), lo, hi), std::memory_order_relaxed);
   });
   timer.mark("update");
-  return U;
+  return runs.load();
 }
 
 template int64_t CpuEngine::sorted_update<uint32_t>(uint32_t*, uint32_t*, int64_t, int, PhaseTimer&);

@@ -33,6 +33,7 @@ class CpuEngine : public Engine {
 
  private:
   void initialize_tables();
+  // backward.cc: sort, then one update per unique row
   template <typename Key>
   int64_t sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer);
 
@@ -44,7 +45,6 @@ class CpuEngine : public Engine {
   std::vector<uint32_t> vals_, tmpVals_;     // id positions
   std::vector<const float*> gptr_, sptr_;    // gradient row of each id, in id order / sorted order
   std::vector<float> gscale_, sscale_;       // its scale (weight, 1/len for mean)
-  std::vector<int64_t> runStart_;
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize);

@@ -75,15 +75,4 @@ void update_row(const UpdateContext& u, uint8_t* w, float* state, float* g, uint
   else update_row_impl<DT, SR, false>(u, w, state, g, dim, globalRow);
 }
 
-using UpdateFn = void (*)(const UpdateContext&, uint8_t*, float*, float*, uint32_t, uint64_t);
-
-inline UpdateFn pick_update(DType dt, bool sr) {
-  switch (dt) {
-    case DType::F32: return &update_row<DType::F32, false>;
-    case DType::F16: return sr ? &update_row<DType::F16, true> : &update_row<DType::F16, false>;
-    case DType::BF16: return sr ? &update_row<DType::BF16, true> : &update_row<DType::BF16, false>;
-  }
-  return nullptr;
-}
-
 }  // namespace embshard::cpu
