@@ -66,18 +66,22 @@ class OutBuf {
   size_t size() const { return n_; }
   explicit operator bool() const { return p_ != nullptr || n_ == 0; }
 
-  // Hands the memory to a JS Float32Array; it returns to the pool when collected.
+  // Hands the memory to a JS Float32Array; it returns to the pool when collected. V8 is told about the
+  // bytes, so a loop that drops its outputs gets them collected (and recycled) promptly instead of
+  // allocating fresh, page-faulting buffers while the garbage piles up.
   Napi::Float32Array adopt(Napi::Env env) {
     size_t n = n_;
     if (n == 0) return Napi::Float32Array::New(env, 0);
     float* p = std::exchange(p_, nullptr);
     n_ = 0;
     Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
-        env, p, n * 4, [](Napi::Env, void* data, size_t* hint) {
+        env, p, n * 4, [](Napi::Env e, void* data, size_t* hint) {
+          Napi::MemoryManagement::AdjustExternalMemory(e, -static_cast<int64_t>(*hint * 4));
           OutputPool::get().give(static_cast<float*>(data), *hint);
           delete hint;
         },
         new size_t(n));
+    Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(n * 4));
     return Napi::Float32Array::New(env, n, ab, 0);
   }
 
