@@ -5,7 +5,8 @@
 // instructions (__fdividef, __expf, -use_fast_math). With --fmad=false nvcc emits mul.rn / add.rn,
 // which the PTX ISA forbids ptxas to contract, so the PTX is the proof.
 // The other half of the precondition is the host: the CPU backend (and the host code of the CUDA
-// addon) must not contract either; on x86-64 that means no vfmadd… in the engines' object files.
+// addon) must not contract either; on x86-64 that means no vfmadd… (and no approximate reciprocal) in
+// the engines' object files, in every ISA copy of their kernels (cpu/isa.h).
 // Normal initialisation (logf / cosf, whose CUDA implementations use fma) is computed on the host by
 // the CUDA engine, so init_kernel is the one kernel allowed fma; it must still hold no approximations.
 import { spawnSync } from 'node:child_process';
@@ -106,6 +107,20 @@ describe.runIf(process.arch === 'x64' && !objdump.error && objdump.status === 0 
         const fused = /\bv?fn?m(add|sub)\d{3}[sp][sd]\b/g;
         expect('vfmadd231ss %xmm2,%xmm1,%xmm0 vfnmsub132ps'.match(fused)).toHaveLength(2); // the pattern sees them
         expect(r.stdout.match(fused) ?? []).toEqual([]);
+        // nor approximate reciprocals, which vectorised divisions and square roots could turn into
+        const approx = /\bv?(rcp|rsqrt)(14|28)?[sp]s\b/g;
+        expect('vrcp14ps rsqrtss'.match(approx)).toHaveLength(2);
+        expect(r.stdout.match(approx) ?? []).toEqual([]);
+      });
+    }
+    // cpu/isa.h: the hot loops are compiled for AVX-512, AVX2 and the baseline (GCC target_clones); every
+    // copy is covered by the checks above, which read the whole object file
+    for (const f of hostObjects.filter((o) => /cpu\/(forward|backward)\.cc\.o$/.test(o))) {
+      it(`${f} holds AVX-512, AVX2 and baseline copies of its kernels`, () => {
+        const r = spawnSync('objdump', ['-d', '--no-show-raw-insn', join(objects, f)], { encoding: 'utf8', maxBuffer: 1 << 30 });
+        expect(r.status, r.stderr).toBe(0);
+        for (const suffix of ['arch_x86_64_v4', 'arch_x86_64_v3', 'default']) expect(r.stdout).toContain(`.${suffix}>:`);
+        expect(r.stdout).toMatch(/\bvaddps\s[^\n]*%zmm/); // the v4 copy really uses 512-bit vectors
       });
     }
   },
