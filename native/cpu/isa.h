@@ -6,8 +6,9 @@
 // copy: each is element-wise IEEE arithmetic in the same order, with no contraction into FMA
 // (-ffp-contract=off) and no reassociation.
 #pragma once
+#include <cstddef>  // defines __GLIBC__ on glibc: the clones are chosen through an IFUNC resolver
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EMBSHARD_NO_ISA_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && !defined(EMBSHARD_NO_ISA_CLONES)
 #define EMBSHARD_CPU_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
 #else
 #define EMBSHARD_CPU_KERNEL __attribute__((flatten))
