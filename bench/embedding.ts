@@ -3,7 +3,8 @@
 // ids uniform and Zipf α = 1.05 / 1.2. Reports forward and forward+backward+update per optimizer (rows/s,
 // effective GB/s = row bytes gathered / time), and, in the same run, probes of this machine's random
 // 256-byte row-gather, sequential-read and sorted row read-modify-write bandwidth, from which it derives
-// each case's byte floor; ratios are the targets' form (no absolute claims).
+// each case's byte floor; ratios are the targets' form (no absolute claims). Outputs are released after
+// use (EmbeddingCollection.release), as a training loop does, so the timings hold no page faults.
 import { EmbeddingCollection, JaggedBatch, backends } from '../lib/index.js';
 import type { OptimizerConfig } from '../lib/index.js';
 import { loadAddon } from '../lib/native.js';
@@ -113,7 +114,7 @@ for (const dist of dists) {
     let kernelFwd: number[] = [], kernelStep: number[] = [];
     if (opt.type === 'sgd') {
       fwdMs = await timeIt(ITERS, async (i) => {
-        await ec.forward(bs[i % bs.length]!);
+        await ec.release(await ec.forward(bs[i % bs.length]!));
         const k = ec.kernelTimes();
         if (k) kernelFwd.push(k.forwardMs);
       });
@@ -122,6 +123,7 @@ for (const dist of dists) {
     const stepMs = await timeIt(ITERS, async (i) => {
       const out = await ec.forward(bs[i % bs.length]!);
       const r = await ec.backward(out, { pooled: grad });
+      await ec.release(out);
       unique = r.uniqueRows;
       const k = ec.kernelTimes();
       if (k) kernelStep.push(k.forwardMs + k.backwardMs);

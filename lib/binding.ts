@@ -87,6 +87,8 @@ export interface NativeEngine {
   loadPayload(path: string, bytes: number, crc32c: number): Promise<void>;
   /** CUDA engines: device time of the last forward / backward kernels (staging excluded); null on CPU. */
   kernelTimes(): { forwardMs: number; backwardMs: number } | null;
+  /** detaches each output array this engine's addon made and recycles its memory; returns how many */
+  releaseOutputs(arrays: Float32Array[]): number;
   dispose(): void;
 }
 

@@ -141,6 +141,22 @@ export class EmbeddingCollection {
   }
 
   /**
+   * Hands a forward output's arrays back for reuse once no call still needs them (it waits for the calls
+   * queued before it). The arrays are detached: afterwards they have length 0 and the output must not
+   * be used again. Optional — unreleased outputs are recycled when garbage-collected — but a loop that
+   * releases its outputs reuses the same few buffers instead of faulting in fresh memory every step.
+   * Resolves to the number of arrays released.
+   */
+  release(out: ForwardOutput): Promise<number> {
+    return this.rejecting(() => {
+      if (!out || !(out.pooled instanceof Float32Array))
+        throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
+      const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((s) => s.values)];
+      return this.enqueue(async () => this.live().releaseOutputs(arrays));
+    });
+  }
+
+  /**
    * Applies the gradients of a forward output: sums every contribution per row (fixed order), then one
    * optimizer update per row. On any error nothing changes.
    */

@@ -275,6 +275,7 @@ export class Trainer {
     }
     const t3 = performance.now();
     await this.embeddings.backward(out, { pooled: this.sparseGrad });
+    if (this.embeddings.release) await this.embeddings.release(out);
     const t4 = performance.now();
     await this.dense.update(denseLr);
     const t5 = performance.now();

@@ -219,7 +219,8 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
          InstanceMethod<&EngineWrap::ReadRows>("readRows"), InstanceMethod<&EngineWrap::WriteRows>("writeRows"),
          InstanceMethod<&EngineWrap::ReadState>("readState"), InstanceMethod<&EngineWrap::WriteState>("writeState"),
          InstanceMethod<&EngineWrap::SavePayload>("savePayload"), InstanceMethod<&EngineWrap::LoadPayload>("loadPayload"),
-         InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::Dispose>("dispose")});
+         InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::ReleaseOutputs>("releaseOutputs"),
+         InstanceMethod<&EngineWrap::Dispose>("dispose")});
     exports.Set("Engine", ctor);
   }
 
@@ -382,6 +383,15 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     (void)g;
 #endif
     return env.Null();
+  }
+
+  // Gives forward outputs back to this addon's output pool now (their ArrayBuffers are detached).
+  Napi::Value ReleaseOutputs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!info[0].IsArray()) throw_error(env, "INVALID_ARGUMENT", "releaseOutputs(arrays) expects an array of typed arrays");
+      return Napi::Number::New(env, release_outputs(env, info[0].As<Napi::Array>()));
+    });
   }
 
   Napi::Value Dispose(const Napi::CallbackInfo& info) {

@@ -1,6 +1,8 @@
 // output_pool.h — output buffers handed to JS without a copy. They are left uninitialised (kernels write
-// every element) and recycled when JS drops them, so a training loop does not pay page faults on a fresh
-// allocation every step; a fresh large buffer is mapped with huge pages, so the misses cost little too.
+// every element) and come back to the pool either when JS releases them explicitly (release(): the
+// ArrayBuffer is detached, so JS can no longer reach the memory) or when they are garbage-collected.
+// A loop that releases its outputs reuses the same few buffers and never pays page faults; a fresh
+// large buffer is mapped with huge pages, so a miss costs a few faults rather than thousands.
 #pragma once
 #include <napi.h>
 
@@ -8,8 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <mutex>
+#include <new>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -17,6 +20,13 @@ namespace embshard::addon {
 
 class OutputPool {
  public:
+  // One per buffer adopted by JS; `released` is set when it came back through release(), so the
+  // finalizer that runs later (at garbage collection) knows the memory is no longer its to return.
+  struct Adopted {
+    size_t n;
+    bool released = false;
+  };
+
   static OutputPool& get() {
     static OutputPool* p = new OutputPool();  // never destroyed: finalizers may run at teardown
     return *p;
@@ -36,15 +46,48 @@ class OutputPool {
   }
   void give(float* p, size_t n) {
     std::lock_guard<std::mutex> lk(mu_);
+    give_locked(p, n);
+  }
+
+  Adopted* adopted(float* p, size_t n) {
+    auto* a = new Adopted{n};
+    std::lock_guard<std::mutex> lk(mu_);
+    live_[p] = a;
+    return a;
+  }
+  // The garbage collector dropped the buffer's ArrayBuffer.
+  void finalize(float* p, Adopted* a) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!a->released) {
+        auto it = live_.find(p);
+        if (it != live_.end() && it->second == a) live_.erase(it);
+        give_locked(p, a->n);
+      }
+    }
+    delete a;
+  }
+  // JS handed the buffer back; false when `p` is not a live buffer of this pool.
+  bool release(float* p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return false;
+    it->second->released = true;
+    give_locked(p, it->second->n);
+    live_.erase(it);
+    return true;
+  }
+
+ private:
+  void give_locked(float* p, size_t n) {
     if (free_.size() < kMaxBuffers && cached_ + n * 4 <= kMaxBytes) {
       free_.emplace_back(p, n);
       cached_ += n * 4;
       return;
     }
-    release(p, n);
+    release_memory(p, n);
   }
 
- private:
   // Large outputs get their own 2 MiB-aligned mapping with transparent huge pages: a fresh buffer then
   // faults in a few huge pages instead of thousands of small ones.
   static constexpr size_t kHuge = size_t(2) << 20;
@@ -65,7 +108,7 @@ class OutputPool {
 #endif
     return reinterpret_cast<float*>(aligned);
   }
-  static void release(float* p, size_t n) {
+  static void release_memory(float* p, size_t n) {
     if (n * 4 < kHuge) ::operator delete(p);
     else ::munmap(p, mapped_bytes(n));
   }
@@ -74,6 +117,7 @@ class OutputPool {
   static constexpr size_t kMaxBytes = size_t(512) << 20;
   std::mutex mu_;
   std::vector<std::pair<float*, size_t>> free_;
+  std::unordered_map<float*, Adopted*> live_;  // buffers JS holds now
   size_t cached_ = 0;
 };
 
@@ -95,18 +139,16 @@ class OutBuf {
   size_t size() const { return n_; }
   explicit operator bool() const { return p_ != nullptr || n_ == 0; }
 
-  // Hands the memory to a JS Float32Array; it returns to the pool when collected.
+  // Hands the memory to a JS Float32Array; it returns to the pool on release() or when collected.
   Napi::Float32Array adopt(Napi::Env env) {
     size_t n = n_;
     if (n == 0) return Napi::Float32Array::New(env, 0);
     float* p = std::exchange(p_, nullptr);
     n_ = 0;
+    OutputPool::Adopted* a = OutputPool::get().adopted(p, n);
     Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(
-        env, p, n * 4, [](Napi::Env, void* data, size_t* hint) {
-          OutputPool::get().give(static_cast<float*>(data), *hint);
-          delete hint;
-        },
-        new size_t(n));
+        env, p, n * 4,
+        [](Napi::Env, void* data, OutputPool::Adopted* hint) { OutputPool::get().finalize(static_cast<float*>(data), hint); }, a);
     return Napi::Float32Array::New(env, n, ab, 0);
   }
 
@@ -114,5 +156,24 @@ class OutBuf {
   float* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// Detaches the ArrayBuffer of each array that holds a live pool buffer and returns the memory to the
+// pool; returns how many were released (arrays embshard did not make are left alone).
+inline uint32_t release_outputs(Napi::Env env, const Napi::Array& arrays) {
+  uint32_t released = 0;
+  for (uint32_t i = 0; i < arrays.Length(); ++i) {
+    Napi::Value v = arrays.Get(i);
+    if (!v.IsTypedArray()) continue;
+    Napi::TypedArray ta = v.As<Napi::TypedArray>();
+    Napi::ArrayBuffer ab = ta.ArrayBuffer();
+    if (ab.IsDetached() || ab.ByteLength() == 0) continue;
+    // Only buffers this pool handed out. Marking one released and detaching its ArrayBuffer happen
+    // together on this (the JS) thread, so no JS code can reach the memory once the pool reuses it.
+    if (!OutputPool::get().release(static_cast<float*>(ab.Data()))) continue;
+    ab.Detach();
+    ++released;
+  }
+  return released;
+}
 
 }  // namespace embshard::addon
