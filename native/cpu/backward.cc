@@ -88,6 +88,25 @@ inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t,
   }
 }
 
+// acc = Σ contributions of the run starting at sorted position j (key `key`), in order, for a width D
+// known at compile time (the sum lives in registers); returns the position after the run.
+template <uint32_t D, typename Key>
+inline int64_t accumulate_run(const UpdateArgs<Key>& a, float* __restrict acc, int64_t j, Key key) {
+  float sum[D] = {};
+  do {
+    if (j + kGradAhead < a.N) {
+      const float* p = a.sptr[j + kGradAhead];
+      for (uint32_t o = 0; o < D; o += 16) __builtin_prefetch(p + o, 0, 0);
+    }
+    const float scale = a.sscale[j];
+    const float* __restrict g = a.sptr[j];
+    for (uint32_t c = 0; c < D; ++c) sum[c] += g[c] * scale;
+    ++j;
+  } while (j < a.N && a.skeys[j] == key);
+  std::copy(sum, sum + D, acc);
+  return j;
+}
+
 // The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
 // run's contributions in sorted (= id) order, then update its row once. Returns the number of runs.
 template <typename Key>
@@ -112,17 +131,23 @@ inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc,
       prefetch_bytes(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
       if (n.statePerRow) prefetch_bytes(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
     }
-    std::fill(acc, acc + dim, 0.0f);
-    do {
-      if (j + kGradAhead < a.N) {
-        const float* p = a.sptr[j + kGradAhead];
-        for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
-      }
-      const float scale = a.sscale[j];
-      const float* __restrict g = a.sptr[j];
-      for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
-      ++j;
-    } while (j < a.N && a.skeys[j] == key);
+    if (dim == 16) j = accumulate_run<16>(a, acc, j, key);
+    else if (dim == 32) j = accumulate_run<32>(a, acc, j, key);
+    else if (dim == 64) j = accumulate_run<64>(a, acc, j, key);
+    else if (dim == 128) j = accumulate_run<128>(a, acc, j, key);
+    else {
+      std::fill(acc, acc + dim, 0.0f);
+      do {
+        if (j + kGradAhead < a.N) {
+          const float* p = a.sptr[j + kGradAhead];
+          for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
+        }
+        const float scale = a.sscale[j];
+        const float* __restrict g = a.sptr[j];
+        for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
+        ++j;
+      } while (j < a.N && a.skeys[j] == key);
+    }
     update_one(a.uctx, a.sr, t, uint64_t(key) - t.rowBase, acc, uint64_t(key));
     ++runs;
   }
