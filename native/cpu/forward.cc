@@ -56,39 +56,51 @@ struct RowOf {
   }
 };
 
-// Prefetches the row of the id kPrefetch positions ahead of the one being read, up to the task's end.
+// Resolves each id once, kPrefetch positions before it is read: range-checks it, prefetches its row and
+// keeps the row's address in a small ring, where the pooling loop picks it up (null: out of range).
 template <typename RowOfT>
 struct Ahead {
+  static constexpr int64_t kRing = 64;  // > kPrefetch
+  static_assert(kPrefetch < kRing, "the ring must hold every id between resolution and use");
   const std::vector<Slot>& slots;
   const RowOfT& rowOf;
   int64_t end;    // the task's last id + 1
-  int32_t slot;   // slot of the id last prefetched
+  int32_t slot;   // slot of the id last resolved
+  const uint8_t* ring[kRing] = {};
+  // Resolves id i + kPrefetch (if it belongs to the task).
   void operator()(int64_t i) {
     const int64_t j = i + kPrefetch;
     if (j >= end) return;
     while (j >= slots[slot].end) ++slot;
     const Slot& s = slots[slot];
     uint64_t r;
-    if (rowOf(s, j, &r)) cpu::prefetch_row(s.base + r * s.rowBytes, s.rowBytes);
+    const uint8_t* p = nullptr;
+    if (rowOf(s, j, &r)) {
+      p = s.base + r * s.rowBytes;
+      cpu::prefetch_row(p, s.rowBytes);
+    }
+    ring[j & (kRing - 1)] = p;
   }
+  // The row of id i (resolved earlier), or null when the id is out of range.
+  const uint8_t* row(int64_t i) const { return ring[i & (kRing - 1)]; }
 };
 
 template <DType DT, typename RowOfT>
-bool pool_bag(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, const float* weights, int64_t begin, int64_t end, float* dst,
+bool pool_bag(const Slot& s, Ahead<RowOfT>& ahead, const float* weights, int64_t begin, int64_t end, float* dst,
               float* out) {
   // `out` is a cache-resident scratch row: accumulating straight into the (cold) output would stall on a
   // read-for-ownership miss at the start of every bag; the finished row is copied out once.
   bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
-  uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
     ahead(i);
-    if (!rowOf(s, i, &r)) {
+    const uint8_t* row = ahead.row(i);
+    if (!row) {
       ok = false;
       continue;
     }
-    if (weights) cpu::acc_row_w<DT>(out, s.base + r * s.rowBytes, s.dim, weights[i]);
-    else cpu::acc_row<DT>(out, s.base + r * s.rowBytes, s.dim);
+    if (weights) cpu::acc_row_w<DT>(out, row, s.dim, weights[i]);
+    else cpu::acc_row<DT>(out, row, s.dim);
   }
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
@@ -100,17 +112,17 @@ bool pool_bag(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, const fl
 
 // The common case on its own: fp32 rows of width D, no weights.
 template <uint32_t D, typename RowOfT>
-bool pool_bag_f32(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, int64_t begin, int64_t end, float* dst) {
+bool pool_bag_f32(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t end, float* dst) {
   alignas(64) float acc[D] = {};
   bool ok = true;
-  uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
     ahead(i);
-    if (!rowOf(s, i, &r)) {
+    const uint8_t* row = ahead.row(i);
+    if (!row) {
       ok = false;
       continue;
     }
-    cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(s.base + r * s.rowBytes));
+    cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(row));
   }
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
@@ -129,16 +141,16 @@ bool pool_bag_f32(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, int6
 }
 
 template <DType DT, typename RowOfT>
-bool seq_bag(const Slot& s, const RowOfT& rowOf, Ahead<RowOfT>& ahead, int64_t begin, int64_t end) {
+bool seq_bag(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t end) {
   bool ok = true;
-  uint64_t r;
   for (int64_t i = begin; i < end; ++i) {
     ahead(i);
-    if (!rowOf(s, i, &r)) {
+    const uint8_t* row = ahead.row(i);
+    if (!row) {
       ok = false;
       continue;
     }
-    cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, s.base + r * s.rowBytes, s.dim);
+    cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, row, s.dim);
   }
   return ok;
 }
@@ -161,24 +173,24 @@ inline int64_t forward_range(const PreparedBatch& b, const std::vector<Slot>& sl
     bool ok = true;
     if (s.pooling == Pooling::None) {
       switch (s.dtype) {
-        case DType::F32: ok = seq_bag<DType::F32, R>(s, rowOf, ahead, begin, end); break;
-        case DType::F16: ok = seq_bag<DType::F16, R>(s, rowOf, ahead, begin, end); break;
-        case DType::BF16: ok = seq_bag<DType::BF16, R>(s, rowOf, ahead, begin, end); break;
+        case DType::F32: ok = seq_bag<DType::F32, R>(s, ahead, begin, end); break;
+        case DType::F16: ok = seq_bag<DType::F16, R>(s, ahead, begin, end); break;
+        case DType::BF16: ok = seq_bag<DType::BF16, R>(s, ahead, begin, end); break;
       }
     } else {
       float* out = pooled + (bag % B) * pooledDim + s.col;
       if (s.dtype == DType::F32 && !b.weights && (s.dim == 16 || s.dim == 32 || s.dim == 64 || s.dim == 128)) {
         switch (s.dim) {
-          case 16: ok = pool_bag_f32<16, R>(s, rowOf, ahead, begin, end, out); break;
-          case 32: ok = pool_bag_f32<32, R>(s, rowOf, ahead, begin, end, out); break;
-          case 64: ok = pool_bag_f32<64, R>(s, rowOf, ahead, begin, end, out); break;
-          default: ok = pool_bag_f32<128, R>(s, rowOf, ahead, begin, end, out); break;
+          case 16: ok = pool_bag_f32<16, R>(s, ahead, begin, end, out); break;
+          case 32: ok = pool_bag_f32<32, R>(s, ahead, begin, end, out); break;
+          case 64: ok = pool_bag_f32<64, R>(s, ahead, begin, end, out); break;
+          default: ok = pool_bag_f32<128, R>(s, ahead, begin, end, out); break;
         }
       } else {
         switch (s.dtype) {
-          case DType::F32: ok = pool_bag<DType::F32, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
-          case DType::F16: ok = pool_bag<DType::F16, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
-          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, rowOf, ahead, b.weights, begin, end, out, scratch); break;
+          case DType::F32: ok = pool_bag<DType::F32, R>(s, ahead, b.weights, begin, end, out, scratch); break;
+          case DType::F16: ok = pool_bag<DType::F16, R>(s, ahead, b.weights, begin, end, out, scratch); break;
+          case DType::BF16: ok = pool_bag<DType::BF16, R>(s, ahead, b.weights, begin, end, out, scratch); break;
         }
       }
     }
