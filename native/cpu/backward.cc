@@ -88,22 +88,27 @@ inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t,
   }
 }
 
-// acc = Σ contributions of the run starting at sorted position j (key `key`), in order, for a width D
-// known at compile time (the sum lives in registers); returns the position after the run.
+// acc = Σ contributions of the run starting at sorted position j (key `key`), in order; returns the
+// position after the run. For a width D known at compile time the sum lives in registers; D = 0 takes the
+// width from `dim` and sums in `acc`.
 template <uint32_t D, typename Key>
-inline int64_t accumulate_run(const UpdateArgs<Key>& a, float* __restrict acc, int64_t j, Key key) {
-  float sum[D] = {};
+inline int64_t accumulate_run(const UpdateArgs<Key>& a, float* __restrict acc, int64_t j, Key key, uint32_t dim) {
+  constexpr bool kFixed = D != 0;
+  const uint32_t width = kFixed ? D : dim;
+  float regs[kFixed ? D : 1] = {};
+  float* __restrict sum = kFixed ? regs : acc;
+  if (!kFixed) std::fill(acc, acc + width, 0.0f);
   do {
     if (j + kGradAhead < a.N) {
       const float* p = a.sptr[j + kGradAhead];
-      for (uint32_t o = 0; o < D; o += 16) __builtin_prefetch(p + o, 0, 0);
+      for (uint32_t o = 0; o < width; o += 16) __builtin_prefetch(p + o, 0, 0);
     }
     const float scale = a.sscale[j];
     const float* __restrict g = a.sptr[j];
-    for (uint32_t c = 0; c < D; ++c) sum[c] += g[c] * scale;
+    for (uint32_t c = 0; c < width; ++c) sum[c] += g[c] * scale;
     ++j;
   } while (j < a.N && a.skeys[j] == key);
-  std::copy(sum, sum + D, acc);
+  if (kFixed) std::copy(regs, regs + width, acc);
   return j;
 }
 
@@ -131,22 +136,12 @@ inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc,
       prefetch_bytes(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
       if (n.statePerRow) prefetch_bytes(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
     }
-    if (dim == 16) j = accumulate_run<16>(a, acc, j, key);
-    else if (dim == 32) j = accumulate_run<32>(a, acc, j, key);
-    else if (dim == 64) j = accumulate_run<64>(a, acc, j, key);
-    else if (dim == 128) j = accumulate_run<128>(a, acc, j, key);
-    else {
-      std::fill(acc, acc + dim, 0.0f);
-      do {
-        if (j + kGradAhead < a.N) {
-          const float* p = a.sptr[j + kGradAhead];
-          for (uint32_t o = 0; o < dim; o += 16) __builtin_prefetch(p + o, 0, 0);
-        }
-        const float scale = a.sscale[j];
-        const float* __restrict g = a.sptr[j];
-        for (uint32_t c = 0; c < dim; ++c) acc[c] += g[c] * scale;
-        ++j;
-      } while (j < a.N && a.skeys[j] == key);
+    switch (dim) {
+      case 16: j = accumulate_run<16>(a, acc, j, key, dim); break;
+      case 32: j = accumulate_run<32>(a, acc, j, key, dim); break;
+      case 64: j = accumulate_run<64>(a, acc, j, key, dim); break;
+      case 128: j = accumulate_run<128>(a, acc, j, key, dim); break;
+      default: j = accumulate_run<0>(a, acc, j, key, dim); break;
     }
     update_one(a.uctx, a.sr, t, uint64_t(key) - t.rowBase, acc, uint64_t(key));
     ++runs;

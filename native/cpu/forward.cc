@@ -85,23 +85,29 @@ struct Ahead {
   const uint8_t* row(int64_t i) const { return ring[i & (kRing - 1)]; }
 };
 
+// fn(i, row) for every id i of [begin, end) in order (rows resolved ahead); false when one was out of range.
+template <typename RowOfT, typename F>
+inline bool for_each_row(Ahead<RowOfT>& ahead, int64_t begin, int64_t end, F&& fn) {
+  bool ok = true;
+  for (int64_t i = begin; i < end; ++i) {
+    ahead(i);
+    const uint8_t* row = ahead.row(i);
+    if (row) fn(i, row);
+    else ok = false;
+  }
+  return ok;
+}
+
 template <DType DT, typename RowOfT>
 bool pool_bag(const Slot& s, Ahead<RowOfT>& ahead, const float* weights, int64_t begin, int64_t end, float* dst,
               float* out) {
   // `out` is a cache-resident scratch row: accumulating straight into the (cold) output would stall on a
   // read-for-ownership miss at the start of every bag; the finished row is copied out once.
-  bool ok = true;
   std::fill(out, out + s.dim, 0.0f);
-  for (int64_t i = begin; i < end; ++i) {
-    ahead(i);
-    const uint8_t* row = ahead.row(i);
-    if (!row) {
-      ok = false;
-      continue;
-    }
+  const bool ok = for_each_row(ahead, begin, end, [&](int64_t i, const uint8_t* row) {
     if (weights) cpu::acc_row_w<DT>(out, row, s.dim, weights[i]);
     else cpu::acc_row<DT>(out, row, s.dim);
-  }
+  });
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
     for (uint32_t c = 0; c < s.dim; ++c) out[c] /= len;
@@ -114,16 +120,8 @@ bool pool_bag(const Slot& s, Ahead<RowOfT>& ahead, const float* weights, int64_t
 template <uint32_t D, typename RowOfT>
 bool pool_bag_f32(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t end, float* dst) {
   alignas(64) float acc[D] = {};
-  bool ok = true;
-  for (int64_t i = begin; i < end; ++i) {
-    ahead(i);
-    const uint8_t* row = ahead.row(i);
-    if (!row) {
-      ok = false;
-      continue;
-    }
-    cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(row));
-  }
+  const bool ok = for_each_row(ahead, begin, end,
+                               [&](int64_t, const uint8_t* row) { cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(row)); });
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
     for (uint32_t c = 0; c < D; ++c) acc[c] /= len;
@@ -142,17 +140,8 @@ bool pool_bag_f32(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t en
 
 template <DType DT, typename RowOfT>
 bool seq_bag(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t end) {
-  bool ok = true;
-  for (int64_t i = begin; i < end; ++i) {
-    ahead(i);
-    const uint8_t* row = ahead.row(i);
-    if (!row) {
-      ok = false;
-      continue;
-    }
-    cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, row, s.dim);
-  }
-  return ok;
+  return for_each_row(ahead, begin, end,
+                      [&](int64_t i, const uint8_t* row) { cpu::copy_row<DT>(s.seq + (i - s.begin) * s.dim, row, s.dim); });
 }
 
 // Bags [lo, hi); returns the first bag holding an out-of-range id, or -1.
