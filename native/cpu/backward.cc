@@ -3,10 +3,10 @@
 //   2. linearise every id to a global row key (table rowBase + row; 32-bit when the collection has at
 //      most 2^32 rows) and sort (key, position) pairs with a stable radix sort, so each row's
 //      contributions stay in id order;
-//   3. gather each sorted pair's gradient row pointer and scale (recorded per id in step 2);
-//   4. one parallel pass over the sorted pairs: each task takes the runs of equal keys that start in
-//      its range, sums each run's gradient rows in that fixed order in fp32, then applies ONE optimizer
-//      update per element with the shared host-device rules of core/optim.h.
+//   3. one parallel pass over the sorted pairs: each task takes the runs of equal keys that start in
+//      its range, sums each run's gradient rows (found through the per-id pointer and scale recorded in
+//      step 2, prefetched ahead) in that fixed order in fp32, then applies ONE optimizer update per
+//      element with the shared host-device rules of core/optim.h.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -63,8 +63,9 @@ struct GradSource {
 template <typename Key>
 struct UpdateArgs {
   const Key* skeys;          // sorted keys
-  const float* const* sptr;  // gradient row of each sorted position
-  const float* sscale;       // and its pooling scale
+  const uint32_t* svals;     // id position of each sorted position
+  const float* const* gptr;  // gradient row of each id position
+  const float* gscale;       // and its pooling scale
   int64_t N;
   const uint64_t* tableEnd;  // per table: its first key past the end
   const RowTarget* target;   // per table
@@ -99,12 +100,18 @@ inline int64_t accumulate_run(const UpdateArgs<Key>& a, float* __restrict acc, i
   float* __restrict sum = kFixed ? regs : acc;
   if (!kFixed) std::fill(acc, acc + width, 0.0f);
   do {
+    if (j + 2 * kGradAhead < a.N) {
+      const uint32_t i2 = a.svals[j + 2 * kGradAhead];
+      __builtin_prefetch(&a.gptr[i2], 0, 3);
+      __builtin_prefetch(&a.gscale[i2], 0, 3);
+    }
     if (j + kGradAhead < a.N) {
-      const float* p = a.sptr[j + kGradAhead];
+      const float* p = a.gptr[a.svals[j + kGradAhead]];
       for (uint32_t o = 0; o < width; o += 16) __builtin_prefetch(p + o, 0, 0);
     }
-    const float scale = a.sscale[j];
-    const float* __restrict g = a.sptr[j];
+    const uint32_t i = a.svals[j];
+    const float scale = a.gscale[i];
+    const float* __restrict g = a.gptr[i];
     for (uint32_t c = 0; c < width; ++c) sum[c] += g[c] * scale;
     ++j;
   } while (j < a.N && a.skeys[j] == key);
@@ -196,8 +203,6 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   tmpVals_.resize(N);
   gptr_.resize(N);
   gscale_.resize(N);
-  sptr_.resize(N);
-  sscale_.resize(N);
   const uint64_t* rows = b.rows.data();
   const int64_t* off = b.offsets.data();
   std::vector<uint64_t> slotBase(F);
@@ -244,14 +249,6 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   const Key* skeys = inTmp ? tmpKeys : keys;
   const uint32_t* svals = inTmp ? tmpVals_.data() : vals_.data();
   timer.mark("sort");
-  // contributions in sorted order (independent random reads: the memory system overlaps them)
-  parallel_for(N, 1 << 14, [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j) {
-      sptr_[j] = gptr_[svals[j]];
-      sscale_[j] = gscale_[svals[j]];
-    }
-  });
-  timer.mark("gather");
 
   // global row -> table: tables are contiguous in the key space
   std::vector<uint64_t> tableEnd(spec_.tables.size());
@@ -267,7 +264,7 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   const float bc2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t1));
   uint32_t maxDim = 0;
   for (const TableSpec& t : spec_.tables) maxDim = std::max(maxDim, t.dim);
-  const UpdateArgs<Key> args{skeys, sptr_.data(), sscale_.data(), N, tableEnd.data(), target.data(),
+  const UpdateArgs<Key> args{skeys, svals, gptr_.data(), gscale_.data(), N, tableEnd.data(), target.data(),
                              cpu::UpdateContext{&opt, spec_.seed, static_cast<uint64_t>(t1), bc1, bc2},
                              opt.stochasticRounding};
 

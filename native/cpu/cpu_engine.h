@@ -43,8 +43,8 @@ class CpuEngine : public Engine {
   std::vector<uint64_t> keys_, tmpKeys_;     // global row keys (collections over 2^32 rows)
   std::vector<uint32_t> keys32_, tmpKeys32_; // the same, 32-bit
   std::vector<uint32_t> vals_, tmpVals_;     // id positions
-  std::vector<const float*> gptr_, sptr_;    // gradient row of each id, in id order / sorted order
-  std::vector<float> gscale_, sscale_;       // its scale (weight, 1/len for mean)
+  std::vector<const float*> gptr_;           // gradient row of each id
+  std::vector<float> gscale_;                // its scale (weight, 1/len for mean)
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize);
