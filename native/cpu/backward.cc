@@ -18,6 +18,7 @@
 #include "cpu/cpu_engine.h"
 #include "cpu/isa.h"
 #include "cpu/radix_sort.h"
+#include "cpu/row_ops.h"
 #include "cpu/update_row.h"
 
 namespace embshard {
@@ -37,11 +38,6 @@ bool all_finite(const float* p, int64_t n) {
 constexpr int64_t kRowAhead = 12;   // sorted positions ahead for weight/state prefetch
 constexpr int64_t kGradAhead = 16;  // sorted positions ahead for gradient-row prefetch
 
-// Prefetch for writing (the non-temporal hint measured best for the update's read-modify-write).
-inline void prefetch_bytes(const void* p, uint64_t bytes) {
-  const uint8_t* c = static_cast<const uint8_t*>(p);
-  for (uint64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 0);
-}
 
 // Where one table's rows and state live.
 struct RowTarget {
@@ -134,14 +130,15 @@ inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc,
     while (uint64_t(key) >= a.tableEnd[tbl]) ++tbl;
     const RowTarget& t = a.target[tbl];
     const uint32_t dim = t.dim;
-    // prefetch the weights and state of the row kRowAhead positions ahead
+    // prefetch the weights and state of the row kRowAhead positions ahead, for writing, non-temporal
+    // hint (measured best for the update's read-modify-write)
     if (j + kRowAhead < a.N) {
       const uint64_t k2 = a.skeys[j + kRowAhead];
       size_t t2 = tbl;
       while (k2 >= a.tableEnd[t2]) ++t2;
       const RowTarget& n = a.target[t2];
-      prefetch_bytes(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
-      if (n.statePerRow) prefetch_bytes(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
+      cpu::prefetch_lines<1, 0>(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
+      if (n.statePerRow) cpu::prefetch_lines<1, 0>(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
     }
     switch (dim) {
       case 16: j = accumulate_run<16>(a, acc, j, key, dim); break;

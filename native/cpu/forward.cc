@@ -121,7 +121,7 @@ template <uint32_t D, typename RowOfT>
 bool pool_bag_f32(const Slot& s, Ahead<RowOfT>& ahead, int64_t begin, int64_t end, float* dst) {
   alignas(64) float acc[D] = {};
   const bool ok = for_each_row(ahead, begin, end,
-                               [&](int64_t, const uint8_t* row) { cpu::acc_row_fixed<D>(acc, reinterpret_cast<const float*>(row)); });
+                               [&](int64_t, const uint8_t* row) { cpu::acc_row<DType::F32>(acc, row, D); });
   if (s.pooling == Pooling::Mean && end > begin) {
     const float len = static_cast<float>(end - begin);
     for (uint32_t c = 0; c < D; ++c) acc[c] /= len;

@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "cpu/arena.h"
 #include "cpu/isa.h"
+#include "cpu/row_ops.h"
 
 namespace embshard {
 
@@ -22,11 +23,6 @@ namespace {
 
 constexpr int64_t kBag = 20;  // rows summed per output, as in the benchmark's bags
 constexpr int kReps = 5;
-
-template <int Hint>
-inline void prefetch_lines(const uint8_t* p, uint32_t bytes) {
-  for (uint32_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, Hint);
-}
 
 // Sums rows idx[lo..hi) in bags of kBag; every loaded float is consumed (folded into the returned
 // checksum), so no load can be optimised away.
@@ -36,11 +32,11 @@ inline float gather_sum(const uint8_t* buf, const uint64_t* idx, uint32_t rowByt
   float acc[FixedDim ? FixedDim : 1024];
   float sink[FixedDim ? FixedDim : 1024];
   std::fill(sink, sink + dim, 0.0f);
-  for (int64_t j = lo; j < std::min(lo + Ahead, hi); ++j) prefetch_lines<Hint>(buf + idx[j] * rowBytes, rowBytes);
+  for (int64_t j = lo; j < std::min(lo + Ahead, hi); ++j) cpu::prefetch_lines<0, Hint>(buf + idx[j] * rowBytes, rowBytes);
   for (int64_t b = lo; b < hi; b += kBag) {
     std::fill(acc, acc + dim, 0.0f);
     for (int64_t i = b; i < std::min(b + kBag, hi); ++i) {
-      if (i + Ahead < hi) prefetch_lines<Hint>(buf + idx[i + Ahead] * rowBytes, rowBytes);
+      if (i + Ahead < hi) cpu::prefetch_lines<0, Hint>(buf + idx[i + Ahead] * rowBytes, rowBytes);
       const float* r = reinterpret_cast<const float*>(buf + idx[i] * rowBytes);
       for (uint32_t c = 0; c < dim; ++c) acc[c] += r[c];
     }
@@ -55,9 +51,9 @@ inline float gather_sum(const uint8_t* buf, const uint64_t* idx, uint32_t rowByt
 template <int Hint, int64_t Ahead>
 inline void update_rows(uint8_t* buf, const uint64_t* idx, uint32_t rowBytes, int64_t lo, int64_t hi) {
   const uint32_t dim = rowBytes / 4;
-  for (int64_t j = lo; j < std::min(lo + Ahead, hi); ++j) prefetch_lines<Hint>(buf + idx[j] * rowBytes, rowBytes);
+  for (int64_t j = lo; j < std::min(lo + Ahead, hi); ++j) cpu::prefetch_lines<0, Hint>(buf + idx[j] * rowBytes, rowBytes);
   for (int64_t i = lo; i < hi; ++i) {
-    if (i + Ahead < hi) prefetch_lines<Hint>(buf + idx[i + Ahead] * rowBytes, rowBytes);
+    if (i + Ahead < hi) cpu::prefetch_lines<0, Hint>(buf + idx[i + Ahead] * rowBytes, rowBytes);
     float* r = reinterpret_cast<float*>(buf + idx[i] * rowBytes);
     for (uint32_t c = 0; c < dim; ++c) r[c] -= 0.001f * static_cast<float>(c & 7);
   }

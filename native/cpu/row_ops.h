@@ -26,12 +26,6 @@ inline void acc_row(float* __restrict acc, const uint8_t* __restrict row, uint32
   }
 }
 
-// acc[c] += row[c] over a compile-time width (fp32 rows): fully unrolled, vectorised
-template <uint32_t D>
-inline void acc_row_fixed(float* __restrict acc, const float* __restrict r) {
-  for (uint32_t c = 0; c < D; ++c) acc[c] += r[c];
-}
-
 // acc[c] += w * row[c]
 template <DType DT>
 inline void acc_row_w(float* __restrict acc, const uint8_t* __restrict row, uint32_t dim, float w) {
@@ -43,17 +37,19 @@ inline void copy_row(float* __restrict out, const uint8_t* __restrict row, uint3
   for (uint32_t c = 0; c < dim; ++c) out[c] = ld<DT>(row, c);
 }
 
-// Prefetch the first 512 bytes of a row for reading (non-temporal hint: the row is read once).
+// Prefetches every cache line of [p, p + bytes): RW 0 = for reading, 1 = for writing; Hint is the
+// locality hint of __builtin_prefetch (0 = non-temporal).
+template <int RW, int Hint>
+inline void prefetch_lines(const void* p, uint64_t bytes) {
+  const uint8_t* c = static_cast<const uint8_t*>(p);
+  for (uint64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, RW, Hint);
+}
+
+// Prefetch the first 512 bytes of a row for reading (non-temporal hint: the row is read once). The
+// common 256-byte row is a constant length, so the loop unrolls.
 inline void prefetch_row(const uint8_t* row, uint64_t bytes) {
-  if (bytes == 256) {
-    __builtin_prefetch(row, 0, 0);
-    __builtin_prefetch(row + 64, 0, 0);
-    __builtin_prefetch(row + 128, 0, 0);
-    __builtin_prefetch(row + 192, 0, 0);
-    return;
-  }
-  uint64_t n = bytes < 512 ? bytes : 512;
-  for (uint64_t o = 0; o < n; o += 64) __builtin_prefetch(row + o, 0, 0);
+  if (bytes == 256) prefetch_lines<0, 0>(row, 256);
+  else prefetch_lines<0, 0>(row, bytes < 512 ? bytes : 512);
 }
 
 }  // namespace embshard::cpu
