@@ -7,6 +7,7 @@
 // use (EmbeddingCollection.release), as a training loop does, so the timings hold no page faults.
 import { EmbeddingCollection, JaggedBatch, backends } from '../lib/index.js';
 import type { OptimizerConfig } from '../lib/index.js';
+import { stateWidth } from '../lib/config.js';
 import { loadAddon } from '../lib/native.js';
 import { makeScatter, scatter, zipfParams, zipfRank } from '../lib/data/zipf.js';
 import { machine, table, writeResults } from './report.js';
@@ -158,11 +159,10 @@ if (!cuda) await runProbe();
 // probe's rate, and an exact update no faster than reading and writing every distinct row (and its
 // optimizer state) at the update probe's rate. Their ratio is the least step / forward this machine
 // allows before any sort, gradient read or bookkeeping.
-const statePerRowBytes: Record<string, number> = { sgd: 0, adagrad: DIM * 4, rowwise_adagrad: 4, adam: 2 * DIM * 4 };
 for (const r of results) {
   if (!probe) break;
   const fwdFloorMs = gathered / (probe.gatherGBps * 1e9) * 1e3;
-  const rmwBytes = (r.uniqueRowsPerStep as number) * 2 * (ROW_BYTES + statePerRowBytes[r.optimizer as string]!);
+  const rmwBytes = (r.uniqueRowsPerStep as number) * 2 * (ROW_BYTES + 4 * stateWidth(r.optimizer as OptimizerConfig['type'], DIM));
   const updateFloorMs = rmwBytes / (probe.updateGBps * 1e9) * 1e3;
   r.forwardOverProbe = fwdFloorMs / (r.forwardMs as number);
   r.stepFloorOverForwardFloor = (fwdFloorMs + updateFloorMs) / fwdFloorMs;
