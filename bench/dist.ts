@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { JaggedBatch } from '../lib/batch.js';
 import { ShardPlan } from '../lib/plan/shard-plan.js';
 import type { TableSpec } from '../lib/plan/types.js';
-import { createMpiGroup, type CollectiveOptions, type CommArray, type ProcessGroup } from '../lib/dist/group.js';
-import { ShardedEmbeddingCollection } from '../lib/dist/sharded.js';
+import { createMpiGroup, type CollectiveOptions, type CommArray, type ProcessGroup } from '../lib/sharded/group.js';
+import { ShardedEmbeddingCollection } from '../lib/sharded/sharded.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');

@@ -7,7 +7,7 @@
 // (or a single EmbeddingCollection) can load.
 import { JaggedBatch } from 'embshard';
 import { ShardPlan, planShards, topologyPreset } from 'embshard/plan';
-import { ShardedEmbeddingCollection, createMpiGroup, createNcclGroup, saveSharded } from 'embshard/dist';
+import { ShardedEmbeddingCollection, createMpiGroup, createNcclGroup, saveSharded } from 'embshard/sharded';
 
 const args = process.argv.slice(2);
 const useNccl = args.includes('--nccl');

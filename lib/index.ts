@@ -8,7 +8,7 @@ export { EmbshardError, ErrorCodes, isEmbshardError } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export { backends } from './backends.js';
 export type { DType, Pooling, OptimizerType, IdArray } from './binding.js';
-// the other layers, also reachable as embshard/plan, embshard/dist, embshard/train, embshard/data
+// the other layers, also reachable as embshard/plan, embshard/sharded, embshard/train, embshard/data
 export { Trainer } from './train/index.js';
 export { ShardPlan, planShards } from './plan/index.js';
-export { ShardedEmbeddingCollection, createInProcessGroups, createMpiGroup } from './dist/index.js';
+export { ShardedEmbeddingCollection, createInProcessGroups, createMpiGroup } from './sharded/index.js';

@@ -13,7 +13,7 @@ import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetNam
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
-import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../dist/group.js';
+import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../sharded/group.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';

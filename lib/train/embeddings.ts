@@ -12,7 +12,7 @@ export interface EmbeddingOutput {
   pooled: Float32Array;
 }
 
-/** The forward/backward surface shared by EmbeddingCollection and lib/dist's sharded collection. */
+/** The forward/backward surface shared by EmbeddingCollection and lib/sharded's sharded collection. */
 export interface EmbeddingModule {
   /** Width of `pooled` per sample (Σ dims of the pooled features). */
   readonly pooledDim: number;

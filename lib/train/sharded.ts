@@ -1,10 +1,10 @@
-// sharded.ts — lib/dist's ShardedEmbeddingCollection (EMBark 3D-sharded tables across the ranks of a
+// sharded.ts — lib/sharded's ShardedEmbeddingCollection (EMBark 3D-sharded tables across the ranks of a
 // process group) behind the Trainer's EmbeddingModule surface: learning-rate changes for the schedule,
 // and checkpoints through saveSharded / loadSharded (which any world size can read back).
 import type { JaggedBatch } from '../batch.js';
-import type { ProcessGroup } from '../dist/group.js';
-import { loadSharded, saveSharded } from '../dist/reshard.js';
-import { ShardedEmbeddingCollection, type ShardedConfig, type ShardedForwardOutput } from '../dist/sharded.js';
+import type { ProcessGroup } from '../sharded/group.js';
+import { loadSharded, saveSharded } from '../sharded/reshard.js';
+import { ShardedEmbeddingCollection, type ShardedConfig, type ShardedForwardOutput } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { EmbeddingModule } from './embeddings.js';
 

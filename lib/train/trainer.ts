@@ -10,7 +10,7 @@ import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpe
 import type { EmbeddingModule } from './embeddings.js';
 import { ShardedEmbeddings } from './sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
-import type { ProcessGroup } from '../dist/group.js';
+import type { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
@@ -58,7 +58,7 @@ export interface TrainerOptions {
   model: PresetName | DenseModelSpec | DenseModel;
   /** The embedding tables: an EmbeddingCollection, or a sharded collection with the same surface. */
   embeddings?: EmbeddingModule;
-  /** A sharding plan instead of `embeddings`: the tables are built as lib/dist's sharded collection over `group`. */
+  /** A sharding plan instead of `embeddings`: the tables are built as lib/sharded's sharded collection over `group`. */
   plan?: ShardPlan;
   /** With `plan`: the embedding optimizer (default: the dense optimizer's type at the preset's embedding rate). */
   embeddingOptimizer?: OptimizerConfig;

@@ -1,4 +1,4 @@
-// Run under mpirun (test/dist/sharded-mpi.test.ts): a multi-step sharded training run on the MPI group,
+// Run under mpirun (test/sharded/sharded-mpi.test.ts): a multi-step sharded training run on the MPI group,
 // every rank comparing its outputs, the gathered final tables and optimizer state with a single
 // EmbeddingCollection over the global batch it builds itself (the scenario is deterministic), and its
 // per-step byte counters with measureTraffic. Args: optimizer wire steps [weighted]. One JSON line per rank.
@@ -6,9 +6,9 @@ import { JaggedBatch } from '../../../dist/lib/batch.js';
 import { EmbeddingCollection } from '../../../dist/lib/collection.js';
 import { ShardPlan } from '../../../dist/lib/plan/shard-plan.js';
 import { measureTraffic } from '../../../dist/lib/plan/traffic.js';
-import { createMpiGroup } from '../../../dist/lib/dist/group.js';
-import { ShardedEmbeddingCollection, collectionConfigOf } from '../../../dist/lib/dist/sharded.js';
-import { gatherTable } from '../../../dist/lib/dist/reshard.js';
+import { createMpiGroup } from '../../../dist/lib/sharded/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf } from '../../../dist/lib/sharded/sharded.js';
+import { gatherTable } from '../../../dist/lib/sharded/reshard.js';
 import * as S from '../scenario.mjs';
 
 const [optName = 'adagrad', wireName = 'fp32', stepsArg = '3', weightedArg = ''] = process.argv.slice(2);

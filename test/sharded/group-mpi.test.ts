@@ -10,7 +10,7 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
 
   for (const np of [2, 4]) {
     it(`every collective is exact on ${np} ranks`, async () => {
-      const r = await mpirun(np, 'test/dist/mpi/collectives.mjs');
+      const r = await mpirun(np, 'test/sharded/mpi/collectives.mjs');
       expect(r.code, r.stderr + r.stdout).toBe(0);
       expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: np }, (_, i) => i));
       for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np, ranksPerNode: np, mismatch: 'COMM_FAILED' });
@@ -18,7 +18,7 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
   }
 
   it('counts intra- and inter-node bytes with two modelled nodes (EMBSHARD_RANKS_PER_NODE=2, 4 ranks)', async () => {
-    const r = await mpirun(4, 'test/dist/mpi/collectives.mjs', [], { env: { EMBSHARD_RANKS_PER_NODE: '2' } });
+    const r = await mpirun(4, 'test/sharded/mpi/collectives.mjs', [], { env: { EMBSHARD_RANKS_PER_NODE: '2' } });
     expect(r.code, r.stderr + r.stdout).toBe(0);
     expect(r.lines).toHaveLength(4);
     for (const l of r.lines) expect(l).toMatchObject({ ok: true, ranksPerNode: 2 });
@@ -28,7 +28,7 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
     it(`a rank killed mid-run makes the ${np - 1} survivor(s) fail within the timeout (${np} ranks)`, async () => {
       const timeoutMs = 3000;
       const t0 = Date.now();
-      const r = await mpirun(np, 'test/dist/mpi/kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
+      const r = await mpirun(np, 'test/sharded/mpi/kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
       expect(Date.now() - t0).toBeLessThan(30_000);
       const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
       expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual(Array.from({ length: np - 1 }, (_, i) => i));

@@ -18,7 +18,7 @@ describe.runIf(run)('ShardedEmbeddingCollection over MPI (mpirun)', () => {
   ];
   for (const c of cases) {
     it(`-np ${c.np}${c.rpn ? ` (two nodes)` : ''}, ${c.opt}, ${c.wire} wire${c.weighted ? ', weighted' : ''}: equal to one collection within ${c.bound}; bytes = measureTraffic`, async () => {
-      const r = await mpirun(c.np, 'test/dist/mpi/sharded.mjs', [c.opt, c.wire, '3', c.weighted ? 'weighted' : ''], c.rpn ? { env: { EMBSHARD_RANKS_PER_NODE: c.rpn } } : {});
+      const r = await mpirun(c.np, 'test/sharded/mpi/sharded.mjs', [c.opt, c.wire, '3', c.weighted ? 'weighted' : ''], c.rpn ? { env: { EMBSHARD_RANKS_PER_NODE: c.rpn } } : {});
       expect(r.code, r.stderr + r.stdout).toBe(0);
       expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: c.np }, (_, i) => i));
       for (const l of r.lines) {
@@ -34,7 +34,7 @@ describe.runIf(run)('ShardedEmbeddingCollection over MPI (mpirun)', () => {
 
   it('a rank killed mid-run makes the 3 survivors fail with a clear error within the timeout', async () => {
     const timeoutMs = 3000;
-    const r = await mpirun(4, 'test/dist/mpi/sharded-kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
+    const r = await mpirun(4, 'test/sharded/mpi/sharded-kill.mjs', [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
     const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
     expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual([0, 1, 2]);
     for (const l of survivors) {

@@ -8,9 +8,9 @@ import { join } from 'node:path';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
-import { createInProcessGroups } from '../../lib/dist/group.js';
-import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/dist/sharded.js';
-import { gatherTable, loadSharded, saveSharded } from '../../lib/dist/reshard.js';
+import { createInProcessGroups } from '../../lib/sharded/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/sharded/sharded.js';
+import { gatherTable, loadSharded, saveSharded } from '../../lib/sharded/reshard.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';
 

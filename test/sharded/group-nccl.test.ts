@@ -3,7 +3,7 @@
 // BACKEND_UNAVAILABLE (never a crash or a hang) and the bootstrap group stays usable.
 import { describe, it, expect } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { createInProcessGroups, createNcclGroup } from '../../lib/dist/group.js';
+import { createInProcessGroups, createNcclGroup } from '../../lib/sharded/group.js';
 
 const gpu = spawnSync('nvidia-smi', ['-L'], { stdio: 'ignore' }).status === 0;
 

@@ -1,10 +1,10 @@
-// Run under mpirun --enable-recovery (test/dist/sharded-mpi.test.ts): sharded training where the last rank
+// Run under mpirun --enable-recovery (test/sharded/sharded-mpi.test.ts): sharded training where the last rank
 // dies at the start of step 2; every survivor must fail with COMM_TIMEOUT / COMM_FAILED within its
 // timeout. Prints one JSON line per survivor.
 import { JaggedBatch } from '../../../dist/lib/batch.js';
 import { ShardPlan } from '../../../dist/lib/plan/shard-plan.js';
-import { createMpiGroup } from '../../../dist/lib/dist/group.js';
-import { ShardedEmbeddingCollection } from '../../../dist/lib/dist/sharded.js';
+import { createMpiGroup } from '../../../dist/lib/sharded/group.js';
+import { ShardedEmbeddingCollection } from '../../../dist/lib/sharded/sharded.js';
 import * as S from '../scenario.mjs';
 
 const timeoutMs = Number(process.argv[2] ?? 2000);

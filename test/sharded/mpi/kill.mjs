@@ -1,7 +1,7 @@
-// Run under mpirun --enable-recovery (test/dist/group-mpi.test.ts): the last rank kills itself in the
+// Run under mpirun --enable-recovery (test/sharded/group-mpi.test.ts): the last rank kills itself in the
 // middle of a training-like loop; every surviving rank must fail with COMM_TIMEOUT / COMM_FAILED within
 // its timeout instead of hanging. Prints one JSON line per survivor.
-import { createMpiGroup } from '../../../dist/lib/dist/group.js';
+import { createMpiGroup } from '../../../dist/lib/sharded/group.js';
 
 const timeoutMs = Number(process.argv[2] ?? 2000);
 const g = await createMpiGroup({ timeoutMs });

@@ -1,8 +1,8 @@
 // The sharded runtime's native per-id kernels against naive TypeScript references written from their
-// definitions (lib/dist/kernels.ts): range segmentation, dedup, wire packing (fp16 / bf16 rounding on
+// definitions (lib/sharded/kernels.ts): range segmentation, dedup, wire packing (fp16 / bf16 rounding on
 // closed-form cases), pooling and gradient reduction over unique rows, and their argument checks.
 import { describe, it, expect } from 'vitest';
-import { kernels } from '../../lib/dist/kernels.js';
+import { kernels } from '../../lib/sharded/kernels.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import { rng } from './scenario.mjs';
 

@@ -1,7 +1,7 @@
 // Process groups over in-process threads: every collective against closed-form results for 1–4 ranks,
 // the byte counters, argument checks, and failures (missing rank, mismatched call, a rank that left).
 import { describe, it, expect } from 'vitest';
-import { createInProcessGroups, type ProcessGroup } from '../../lib/dist/group.js';
+import { createInProcessGroups, type ProcessGroup } from '../../lib/sharded/group.js';
 import { EmbshardError } from '../../lib/errors.js';
 
 function closeAll(gs: ProcessGroup[]): void {

@@ -1,5 +1,5 @@
 // binding.ts — hand-written types of what the process-group and shard-helper parts of the addon export
-// (native/addon/group_*.cc, native/addon/shard_*.cc). lib/dist code casts loadAddon() to these.
+// (native/addon/group_*.cc, native/addon/shard_*.cc). lib/sharded code casts loadAddon() to these.
 import type { Addon } from '../binding.js';
 
 /** Any typed array a collective moves byte for byte. */

@@ -1,4 +1,4 @@
-// index.ts — the public API of sharded training across ranks (`embshard/dist`): process groups, the
+// index.ts — the public API of sharded training across ranks (`embshard/sharded`): process groups, the
 // sharded collection, table gathers and resharding checkpoints.
 export { ProcessGroup, createInProcessGroups, createMpiGroup, createNcclGroup, mpiAvailable, zeroTraffic } from './group.js';
 export type { CollectiveOptions, GroupOptions, InProcessOptions, NcclOptions, ReduceOp, TrafficCounters, CommArray } from './group.js';

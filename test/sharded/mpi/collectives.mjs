@@ -1,8 +1,8 @@
-// Run under mpirun (test/dist/group-mpi.test.ts): every collective of the MPI group against closed-form
+// Run under mpirun (test/sharded/group-mpi.test.ts): every collective of the MPI group against closed-form
 // results, a mismatched call, and the byte counters. Prints one JSON line per rank; exits non-zero on a
 // wrong result.
 import assert from 'node:assert/strict';
-import { createMpiGroup } from '../../../dist/lib/dist/group.js';
+import { createMpiGroup } from '../../../dist/lib/sharded/group.js';
 
 const g = await createMpiGroup({ timeoutMs: 30_000 });
 const n = g.size, r = g.rank;

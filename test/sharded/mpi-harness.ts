@@ -46,7 +46,7 @@ export function compileTs(): void {
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }
-  if (!existsSync(join(root, 'dist', 'lib', 'dist', 'group.js'))) throw new Error('tsc did not produce dist/lib/dist/group.js');
+  if (!existsSync(join(root, 'dist', 'lib', 'sharded', 'group.js'))) throw new Error('tsc did not produce dist/lib/sharded/group.js');
   compiled = true;
 }
 
