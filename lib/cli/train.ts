@@ -1,14 +1,13 @@
 // train.ts — `embshard train`: trains a preset or custom DLRM/DCNv2 on synthetic data, Criteo TSV,
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
 // held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { tableFromIPC } from 'apache-arrow';
+import { existsSync, readFileSync } from 'node:fs';
 import { EmbshardError, isEmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
-import {
-  arrowSource, plantedAUC, prefetch, workerSource,
-  type Batch, type BatchSource, type SourceSpec, type SyntheticPreset,
-} from '../data/index.js';
+import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
+import { heldOutSplit } from '../data/sample-range.js';
+import { openDataSpec } from './sources.js';
+import { fmtRate } from './progress.js';
 import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
@@ -29,11 +28,16 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
                   [--warmup N] [--decay-start N --decay-steps N]
   data:           [--max-rows N] (cap every table)  [--table-rows N] (arrow: rows per table)
-                  [--eval-batches 4] [--eval-every N] [--seed 0] [--prefetch 4]
+                  [--seed 0] [--prefetch 4]
+  evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
+                  [--eval-split F] (the last fraction F of --data held out, never trained on)
+                  [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
   run:            [--threads N] [--save <dir>] [--quiet]
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
-AUC is measured on held-out samples for synthetic data, on the first --eval-batches batches otherwise.`;
+AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
+--eval-data or --eval-split (without either, a file run reports no AUC). Evaluation runs every
+--eval-every steps and at the end; the summary names the samples evaluated.`;
 
 interface Args {
   model?: string;
@@ -58,6 +62,8 @@ interface Args {
   tableRows?: number;
   evalBatches: number;
   evalEvery?: number;
+  evalData?: string;
+  evalSplit?: number;
   seed: number;
   prefetch: number;
   threads?: number;
@@ -114,7 +120,12 @@ function parse(argv: string[]): Args | string {
         case '--decay-steps': a.decaySteps = int(0); break;
         case '--max-rows': a.maxRows = int(); break;
         case '--table-rows': a.tableRows = int(); break;
-        case '--eval-batches': a.evalBatches = int(0); break;
+        case '--eval-batches': a.evalBatches = v === 'all' ? Infinity : int(0); break;
+        case '--eval-data': a.evalData = v; break;
+        case '--eval-split':
+          a.evalSplit = num();
+          if (!(a.evalSplit > 0 && a.evalSplit < 1)) return `--eval-split must be a fraction in (0, 1) (got '${v}')`;
+          break;
         case '--eval-every': a.evalEvery = int(); break;
         case '--seed': a.seed = int(0); break;
         case '--prefetch': a.prefetch = int(); break;
@@ -129,6 +140,7 @@ function parse(argv: string[]): Args | string {
   if (!a.model) return '--model is required';
   if (!a.data) return '--data is required';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
+  if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   return a;
 }
 
@@ -151,84 +163,57 @@ function modelSpec(a: Args, numSparse: number): DenseModelSpec {
   return spec;
 }
 
-function syntheticPresetFor(model: string | undefined): SyntheticPreset {
-  if (model === 'dlrm-dcnv2') return 'mlperf-dcnv2';
-  if (model === 'dlrm-benchmark') return 'dlrm-benchmark';
-  return 'criteo-kaggle';
-}
-
 interface Data {
   train: BatchSource;
-  /** Evaluation batches, and whether they are held out. */
-  evalBatches: Batch[];
-  heldOut: boolean;
+  /** Held-out evaluation batches (a re-readable source, or synthetic batches kept in memory). */
+  eval: BatchSource | Batch[] | undefined;
+  /** Where the held-out samples come from: a source and the index of its first held-out sample. */
+  evalFrom: { describe: string; start: number } | undefined;
   synthetic: boolean;
   tableRows: readonly number[];
   describe: string;
+  close(): Promise<void>;
 }
 
+/** The training data of --data and its held-out evaluation data (--eval-data, --eval-split or synthetic's own). */
 async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
-  const spec = a.data!;
-  const colon = spec.indexOf(':');
-  const kind = colon < 0 ? spec : spec.slice(0, colon);
-  const arg = colon < 0 ? '' : spec.slice(colon + 1);
-  const B = a.batch;
-  const take = async (src: BatchSource, n: number): Promise<Batch[]> => {
-    const out: Batch[] = [];
-    if (n === 0) return out;
-    for await (const b of src) {
-      out.push(b);
-      if (out.length >= n) break;
-    }
-    return out;
+  const base = { batch: a.batch, maxRows: a.maxRows, tableRows: a.tableRows, model: a.model, seed: a.seed, prefetch: a.prefetch };
+  const closers: BatchSource[] = [];
+  const close = async () => {
+    for (const s of closers) await s.close?.();
   };
-  if (kind === 'synthetic') {
-    const preset = (arg || syntheticPresetFor(a.model)) as SyntheticPreset;
-    const options = { batchSize: B, preset, seed: a.seed, rank, worldSize, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
-    const trainSpec: SourceSpec = { kind: 'synthetic', options };
-    const train = await workerSource(trainSpec, { depth: a.prefetch });
-    // held out: samples far beyond anything a run trains on
-    const { SyntheticSource } = await import('../data/synthetic.js');
-    const ev = new SyntheticSource({ ...options, sampleOffset: 1e12, numBatches: Math.max(1, a.evalBatches) });
+  if (a.evalSplit !== undefined) {
+    // the last fraction of the whole input is held out before it is dealt to ranks
+    const whole = await openDataSpec(a.data!, { ...base, rank: 0, world: 1 });
+    if (whole.synthetic) throw new EmbshardError('INVALID_ARGUMENT', '--eval-split needs a finite source; synthetic data is held out by itself');
+    closers.push(whole.source);
+    const split = await heldOutSplit(whole.source, a.evalSplit);
     return {
-      train, evalBatches: a.evalBatches ? await take(ev, a.evalBatches) : [], heldOut: true, synthetic: true,
-      tableRows: ev.tableRows, describe: `synthetic ${preset}${a.maxRows ? ` (tables capped at ${a.maxRows} rows)` : ''}`,
+      train: rankSplit(split.train, rank, worldSize), eval: split.eval, evalFrom: { describe: whole.describe, start: split.evalStart },
+      synthetic: false, tableRows: whole.tableRows,
+      describe: `${whole.describe}, samples [0, ${split.evalStart}) of ${split.total}${worldSize > 1 ? ` (batch j to rank j mod ${worldSize})` : ''}`, close,
     };
   }
-  const splitNote = worldSize > 1 ? ` (batch j to rank j mod ${worldSize})` : '';
-  if (kind === 'criteo-tsv') {
-    if (!arg) throw new EmbshardError('INVALID_ARGUMENT', '--data criteo-tsv:<file[,file…]> needs a path');
-    const options = { path: arg.split(','), batchSize: B, ...(a.maxRows ? { maxRows: a.maxRows } : {}) };
-    // several ranks: batch j of the file goes to rank j mod world (lib/train/rank-split.ts)
-    const train = rankSplit(await workerSource({ kind: 'criteo-tsv', options }, { depth: a.prefetch }), rank, worldSize);
-    const evalSrc = await workerSource({ kind: 'criteo-tsv', options }, { depth: 1 });
-    return { train, evalBatches: await take(evalSrc, a.evalBatches), heldOut: false, synthetic: false, tableRows: train.tableRows!, describe: `Criteo TSV ${arg}${splitNote}` };
+  const d = await openDataSpec(a.data!, { ...base, rank, world: worldSize });
+  closers.push(d.source);
+  let ev: Data['eval'], evalFrom: Data['evalFrom'];
+  if (a.evalData !== undefined) {
+    const e = await openDataSpec(a.evalData, { ...base, tableRows: d.tableRows, prefetch: 1 });
+    closers.push(e.source);
+    if (e.source.features.join() !== d.source.features.join())
+      throw new EmbshardError('UNKNOWN_FEATURE', `--eval-data has features [${e.source.features.join(', ')}]; --data has [${d.source.features.join(', ')}]`);
+    ev = e.source;
+    evalFrom = { describe: e.describe, start: 0 };
+  } else if (d.synthetic && a.evalBatches) {
+    // held out: samples far beyond anything a run trains on
+    const { SyntheticSource } = await import('../data/synthetic.js');
+    const sampleOffset = 1e12;
+    const src = new SyntheticSource({ ...d.synthetic, rank: 0, worldSize: 1, sampleOffset, numBatches: a.evalBatches });
+    ev = [];
+    for await (const b of src) ev.push(b);
+    evalFrom = { describe: d.describe, start: sampleOffset };
   }
-  if (kind === 'binary') {
-    if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `--data binary:<dir>: '${arg}' does not exist`);
-    const days = readdirSync(arg).map((f) => /^day_(\d+)_dense\.npy$/.exec(f)?.[1]).filter((d): d is string => d !== undefined).map(Number).sort((x, y) => x - y);
-    if (days.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `--data binary:${arg}: no day_<d>_dense.npy files (torchrec's npy layout)`);
-    const rows = a.maxRows ?? a.tableRows;
-    if (!rows) throw new EmbshardError('INVALID_ARGUMENT', '--data binary: needs --max-rows (ids are hashed into tables of that many rows)');
-    const options = { dir: arg, days, batchSize: B, hashes: Array.from({ length: 26 }, () => rows), rank, worldSize };
-    const train = await workerSource({ kind: 'criteo-npy', options }, { depth: a.prefetch });
-    const evalSrc = await workerSource({ kind: 'criteo-npy', options }, { depth: 1 });
-    return { train, evalBatches: await take(evalSrc, a.evalBatches), heldOut: false, synthetic: false, tableRows: options.hashes, describe: `torchrec binary days ${days.join(',')} in ${arg}` };
-  }
-  if (kind === 'arrow') {
-    if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `--data arrow:<file>: '${arg}' does not exist`);
-    const rows = a.tableRows ?? a.maxRows;
-    if (!rows) throw new EmbshardError('INVALID_ARGUMENT', '--data arrow: needs --table-rows N (the Arrow file does not say how many rows each table has)');
-    const table = tableFromIPC(readFileSync(arg));
-    const src = arrowSource(table, { maxBatchSize: B });
-    const train = prefetch(rankSplit(src, rank, worldSize), { depth: a.prefetch });
-    return { train, evalBatches: await take(src, a.evalBatches), heldOut: false, synthetic: false, tableRows: src.features.map(() => rows), describe: `Arrow ${arg}${splitNote}` };
-  }
-  throw new EmbshardError('INVALID_ARGUMENT', `--data '${spec}' is not synthetic[:preset], criteo-tsv:<path>, binary:<dir> or arrow:<file>`);
-}
-
-function fmtRate(x: number): string {
-  return x >= 1e6 ? `${(x / 1e6).toFixed(2)}M` : x >= 1e3 ? `${(x / 1e3).toFixed(1)}k` : x.toFixed(0);
+  return { train: d.source, eval: ev, evalFrom, synthetic: d.synthetic !== undefined, tableRows: d.tableRows, describe: d.describe, close };
 }
 
 /** Runs `embshard train`; resolves to the process exit code. */
@@ -275,7 +260,9 @@ export async function runTrain(argv: string[]): Promise<number> {
       trainer = new Trainer({ model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device });
     }
     const emb = trainer.embeddings;
-    const best = data.synthetic && data.evalBatches.length ? plantedAUC(data.evalBatches).realized : undefined;
+    const evalSet = a.evalBatches > 0 ? data.eval : undefined;
+    const best = Array.isArray(evalSet) && evalSet.length ? plantedAUC(evalSet).realized : undefined;
+    const evaluate = () => trainer.evaluate(evalSet!, { maxBatches: a.evalBatches });
     const totalSteps = a.steps;
     const evalEvery = a.evalEvery ?? Math.max(1, Math.floor((totalSteps ?? 1000) / 10));
     const out = process.stderr;
@@ -319,14 +306,14 @@ export async function runTrain(argv: string[]): Promise<number> {
         steps++;
         recent.push(loss);
         if (recent.length > 50) recent.shift();
-        if (data.evalBatches.length && steps % evalEvery === 0) lastEval = await trainer.evaluate(data.evalBatches);
+        if (evalSet && steps % evalEvery === 0) lastEval = await evaluate();
         progress();
         if (totalSteps !== undefined && steps >= totalSteps) break outer;
         td = performance.now();
       }
       if (!any) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches`);
     }
-    if (data.evalBatches.length) lastEval = await trainer.evaluate(data.evalBatches);
+    if (evalSet) lastEval = await evaluate();
     progress(true);
     const wall = (performance.now() - t0) / 1000;
     if (a.save) await trainer.save(a.save);
@@ -341,10 +328,11 @@ export async function runTrain(argv: string[]): Promise<number> {
       [
         `trained ${steps} steps, ${samples.toLocaleString()} samples${group && group.size > 1 ? ' on rank 0' : ''} in ${wall.toFixed(1)} s: ${fmtRate(samples / wall)} samples/s${group && group.size > 1 ? ` per rank (${group.size} ranks)` : ''}`,
         `final loss (mean of the last ${recent.length} steps): ${(recent.reduce((s, x) => s + x, 0) / Math.max(recent.length, 1)).toFixed(4)}`,
-        lastEval
-          ? `${data.heldOut ? 'held-out' : `first ${data.evalBatches.length} batches`}: AUC ${lastEval.auc.toFixed(4)}, logloss ${lastEval.logloss.toFixed(4)} over ${lastEval.samples.toLocaleString()} samples` +
+        lastEval && data.evalFrom
+          ? `held-out: AUC ${lastEval.auc.toFixed(4)}, logloss ${lastEval.logloss.toFixed(4)} over ${lastEval.samples.toLocaleString()} samples ` +
+            `[${data.evalFrom.start}, ${data.evalFrom.start + lastEval.samples}) of ${data.evalFrom.describe}` +
             (best !== undefined ? ` (planted model's AUC ${best.toFixed(4)}, gap ${(best - lastEval.auc).toFixed(4)})` : '')
-          : 'no evaluation (--eval-batches 0)',
+          : a.evalBatches === 0 ? 'no evaluation (--eval-batches 0)' : 'no held-out evaluation (give --eval-data or --eval-split)',
         `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
           `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)}`,
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
@@ -360,7 +348,7 @@ export async function runTrain(argv: string[]): Promise<number> {
     }
     throw e;
   } finally {
-    await data?.train.close?.();
+    await data?.close();
     group?.close();
   }
 }

@@ -1,0 +1,95 @@
+// sources.ts — the `--data` / `--eval-data` source specs of the CLI (synthetic[:preset], criteo-tsv:<files>,
+// binary:<dir>, arrow:<file>) opened as BatchSources, shared by `embshard train` and `embshard predict`.
+// File sources are read by a worker thread (or prefetched) and split between ranks as lib/train/rank-split.ts
+// describes; torchrec binary days split by row range themselves.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { tableFromIPC } from 'apache-arrow';
+import { EmbshardError } from '../errors.js';
+import { arrowSource, prefetch, workerSource, type BatchSource, type SourceSpec, type SyntheticPreset } from '../data/index.js';
+import type { SyntheticOptions } from '../data/synthetic.js';
+import { rankSplit } from '../train/rank-split.js';
+
+export const DATA_SPEC_FORMS = 'synthetic[:preset], criteo-tsv:<file[,file…]>, binary:<dir> or arrow:<file>';
+
+export interface OpenSpecOptions {
+  batch: number;
+  /** Caps every table (TSV, synthetic); rows of every table (binary, Arrow) when tableRows is not given. */
+  maxRows?: number | undefined;
+  /** Rows of every table (one number) or of each (a list, e.g. a checkpoint's tables). */
+  tableRows?: number | readonly number[] | undefined;
+  /** The model preset, picking the synthetic preset. */
+  model?: string | undefined;
+  seed: number;
+  /** Batches read ahead. */
+  prefetch: number;
+  rank?: number | undefined;
+  world?: number | undefined;
+}
+
+export interface OpenedSource {
+  source: BatchSource;
+  tableRows: readonly number[];
+  /** What the source is, for people. */
+  describe: string;
+  /** Set for synthetic data: the options it was opened with (a held-out set uses them at another offset). */
+  synthetic?: SyntheticOptions | undefined;
+}
+
+function syntheticPresetFor(model: string | undefined): SyntheticPreset {
+  if (model === 'dlrm-dcnv2') return 'mlperf-dcnv2';
+  if (model === 'dlrm-benchmark') return 'dlrm-benchmark';
+  return 'criteo-kaggle';
+}
+
+function rowsList(o: OpenSpecOptions, n: number, what: string): number[] {
+  const r = o.tableRows ?? o.maxRows;
+  if (r === undefined) throw new EmbshardError('INVALID_ARGUMENT', `${what} needs --max-rows N (ids are hashed into tables of that many rows)`);
+  if (typeof r === 'number') return Array.from({ length: n }, () => r);
+  if (r.length !== n) throw new EmbshardError('LENGTH_MISMATCH', `${what}: ${n} features but ${r.length} table sizes`);
+  return [...r];
+}
+
+/** Opens one data spec (see DATA_SPEC_FORMS) as this rank's share of it. */
+export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<OpenedSource> {
+  const colon = spec.indexOf(':');
+  const kind = colon < 0 ? spec : spec.slice(0, colon);
+  const arg = colon < 0 ? '' : spec.slice(colon + 1);
+  const B = o.batch, rank = o.rank ?? 0, world = o.world ?? 1;
+  const splitNote = world > 1 ? ` (batch j to rank j mod ${world})` : '';
+  if (kind === 'synthetic') {
+    const preset = (arg || syntheticPresetFor(o.model)) as SyntheticPreset;
+    const options: SyntheticOptions = { batchSize: B, preset, seed: o.seed, rank, worldSize: world, ...(o.maxRows ? { maxRows: o.maxRows } : {}) };
+    const source = await workerSource({ kind: 'synthetic', options }, { depth: o.prefetch });
+    return { source, tableRows: source.tableRows!, describe: `synthetic ${preset}${o.maxRows ? ` (tables capped at ${o.maxRows} rows)` : ''}`, synthetic: options };
+  }
+  if (kind === 'criteo-tsv') {
+    if (!arg) throw new EmbshardError('INVALID_ARGUMENT', 'criteo-tsv:<file[,file…]> needs a path');
+    const options = {
+      path: arg.split(','), batchSize: B,
+      ...(Array.isArray(o.tableRows) ? { tableRows: o.tableRows } : {}),
+      ...(o.maxRows ? { maxRows: o.maxRows } : {}),
+    };
+    const spec: SourceSpec = { kind: 'criteo-tsv', options };
+    const source = rankSplit(await workerSource(spec, { depth: o.prefetch }), rank, world);
+    return { source, tableRows: source.tableRows!, describe: `Criteo TSV ${arg}${splitNote}` };
+  }
+  if (kind === 'binary') {
+    if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `binary:<dir>: '${arg}' does not exist`);
+    const days = readdirSync(arg).map((f) => /^day_(\d+)_dense\.npy$/.exec(f)?.[1]).filter((d): d is string => d !== undefined).map(Number).sort((x, y) => x - y);
+    if (days.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `binary:${arg}: no day_<d>_dense.npy files (torchrec's npy layout)`);
+    const hashes = rowsList(o, 26, 'binary:<dir>');
+    const options = { dir: arg, days, batchSize: B, hashes, rank, worldSize: world };
+    const source = await workerSource({ kind: 'criteo-npy', options }, { depth: o.prefetch });
+    return { source, tableRows: hashes, describe: `torchrec binary days ${days.join(',')} in ${arg}` };
+  }
+  if (kind === 'arrow') {
+    if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `arrow:<file>: '${arg}' does not exist`);
+    const table = tableFromIPC(readFileSync(arg));
+    const src = arrowSource(table, { maxBatchSize: B });
+    const source = Object.assign(prefetch(rankSplit(src, rank, world), { depth: o.prefetch }), world === 1 ? { numSamples: table.numRows } : {});
+    const rows = o.tableRows ?? o.maxRows;
+    if (rows === undefined) throw new EmbshardError('INVALID_ARGUMENT', 'arrow: needs --table-rows N (the Arrow file does not say how many rows each table has)');
+    return { source, tableRows: rowsList({ ...o, tableRows: rows }, src.features.length, 'arrow:<file>'), describe: `Arrow ${arg}${splitNote}` };
+  }
+  throw new EmbshardError('INVALID_ARGUMENT', `'${spec}' is not ${DATA_SPEC_FORMS}`);
+}

@@ -1,0 +1,115 @@
+// sample-range.ts — samples [start, end) of a source's stream, by sample index (the position of a sample
+// in the order the source yields it, malformed input already skipped), and the held-out split built on it:
+// the last fraction of a finite source is kept for evaluation and never trained on. Batches inside the
+// range pass through untouched; only the (at most two) batches cut by a boundary are sliced (one copy of
+// their dense values, labels, lengths and ids).
+import { EmbshardError } from '../errors.js';
+import { JaggedBatch } from '../batch.js';
+import type { IdArray } from '../binding.js';
+import type { Batch, BatchSource, DataReport } from './types.js';
+
+/** Samples [a, e) of a batch as a new batch (copies; weights and planted scores carried along). */
+export function sliceBatch(b: Batch, a: number, e: number): Batch {
+  const B = b.size, n = e - a;
+  if (!Number.isSafeInteger(a) || !Number.isSafeInteger(e) || a < 0 || e > B || n <= 0)
+    throw new EmbshardError('INVALID_ARGUMENT', `sliceBatch: [${a}, ${e}) is not a non-empty range of a batch of ${B}`);
+  if (a === 0 && e === B) return b;
+  const s = b.sparse, F = s.features.length, D = b.dense.length / B;
+  const off = s.offsets;
+  const lengths = new Int32Array(F * n);
+  let total = 0;
+  for (let f = 0; f < F; f++) {
+    lengths.set(s.lengths.subarray(f * B + a, f * B + e), f * n);
+    total += off[f * B + e]! - off[f * B + a]!;
+  }
+  const Ctor = s.ids.constructor as new (n: number) => IdArray;
+  const ids = new Ctor(total);
+  const weights = s.weights ? new Float32Array(total) : undefined;
+  let o = 0;
+  for (let f = 0; f < F; f++) {
+    const lo = off[f * B + a]!, hi = off[f * B + e]!;
+    (ids as Int32Array).set(s.ids.subarray(lo, hi) as Int32Array, o);
+    weights?.set(s.weights!.subarray(lo, hi), o);
+    o += hi - lo;
+  }
+  const sparse = JaggedBatch.fromLengths({ features: s.features, batchSize: n, lengths, ids, weights });
+  const out: Batch = { dense: b.dense.slice(a * D, e * D), sparse, labels: b.labels.slice(a, e), size: n };
+  if (b.planted) out.planted = b.planted.slice(a, e);
+  return out;
+}
+
+/** The samples [start, end) of `inner`, as a BatchSource (each pass reads `inner` from its start). */
+export class SampleRangeSource implements BatchSource {
+  constructor(
+    readonly inner: BatchSource,
+    readonly start: number,
+    readonly end: number,
+  ) {
+    if (!Number.isSafeInteger(start) || start < 0) throw new EmbshardError('INVALID_ARGUMENT', `start must be a non-negative integer (got ${String(start)})`);
+    if (!(end === Infinity || Number.isSafeInteger(end)) || end <= start)
+      throw new EmbshardError('INVALID_ARGUMENT', `end must be an integer > start (${start}) or Infinity (got ${String(end)})`);
+  }
+
+  get features(): readonly string[] {
+    return this.inner.features;
+  }
+  get numDense(): number {
+    return this.inner.numDense;
+  }
+  get batchSize(): number {
+    return this.inner.batchSize;
+  }
+  get tableRows(): readonly number[] | undefined {
+    return this.inner.tableRows;
+  }
+  report(): DataReport | undefined {
+    return this.inner.report?.();
+  }
+  close(): Promise<void> {
+    return this.inner.close?.() ?? Promise.resolve();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
+    let pos = 0;
+    for await (const b of this.inner) {
+      const lo = pos, hi = pos + b.size;
+      pos = hi;
+      if (hi <= this.start) continue;
+      if (lo >= this.end) break;
+      yield sliceBatch(b, Math.max(this.start, lo) - lo, Math.min(this.end, hi) - lo);
+      if (hi >= this.end) break;
+    }
+  }
+}
+
+/** Samples one pass of `source` yields (reads it once when it cannot say). */
+export async function countSamples(source: BatchSource & { numSamples?: number }): Promise<number> {
+  if (typeof source.numSamples === 'number') return source.numSamples;
+  let n = 0;
+  for await (const b of source) n += b.size;
+  return n;
+}
+
+export interface HeldOutSplit {
+  /** Samples [0, evalStart): the training share. */
+  train: SampleRangeSource;
+  /** Samples [evalStart, total): held out. */
+  eval: SampleRangeSource;
+  total: number;
+  evalStart: number;
+}
+
+/**
+ * Splits a finite source: the last ⌈fraction × N⌉ samples are held out for evaluation, the rest are the
+ * training share. N is counted with one pass when the source does not know it.
+ */
+export async function heldOutSplit(source: BatchSource & { numSamples?: number }, fraction: number): Promise<HeldOutSplit> {
+  if (typeof fraction !== 'number' || !(fraction > 0 && fraction < 1))
+    throw new EmbshardError('INVALID_ARGUMENT', `the held-out fraction must be in (0, 1) (got ${String(fraction)})`);
+  const total = await countSamples(source);
+  const held = Math.ceil(fraction * total);
+  if (held >= total || total < 2)
+    throw new EmbshardError('INVALID_SIZE', `a held-out fraction of ${fraction} of ${total} samples leaves nothing to train on`);
+  const evalStart = total - held;
+  return { train: new SampleRangeSource(source, 0, evalStart), eval: new SampleRangeSource(source, evalStart, total), total, evalStart };
+}
