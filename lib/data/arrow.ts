@@ -22,8 +22,8 @@ import { positiveInt, type Batch, type BatchSource } from './types.js';
 export interface ArrowSourceOptions {
   /** Sparse feature columns, in batch order. Default: every column but the label, dense and planted ones. */
   features?: readonly string[] | undefined;
-  /** Label column. Default 'label'. */
-  label?: string | undefined;
+  /** Label column. Default 'label'; null: the batches carry no label column (labels 0, for scoring). */
+  label?: string | null | undefined;
   /** A FixedSizeList<Float32> column name, or a list of Float32 column names. Default 'dense'. */
   dense?: string | readonly string[] | undefined;
   /** Split larger RecordBatches into zero-copy slices of at most this many rows. */
@@ -80,15 +80,15 @@ function idView(d: Data, name: string): IdView {
 export function recordBatchToBatch(rb: RecordBatch, o: ArrowSourceOptions = {}): Batch {
   const B = rb.numRows;
   if (B === 0) throw new EmbshardError('INVALID_SIZE', 'an empty RecordBatch cannot be a batch');
-  const labelName = o.label ?? 'label';
+  const labelName = o.label === null ? undefined : (o.label ?? 'label');
   const denseSpec = o.dense ?? 'dense';
   const denseNames = typeof denseSpec === 'string' ? [denseSpec] : [...denseSpec];
   const plantedIdx = rb.schema.fields.findIndex((f) => f.name === 'planted');
-  const taken = new Set([labelName, ...denseNames, 'planted']);
+  const taken = new Set([labelName ?? 'label', ...denseNames, 'planted']);
   const features = o.features ? [...o.features] : rb.schema.fields.map((f) => f.name).filter((n) => !taken.has(n));
   if (features.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'the RecordBatch has no sparse feature columns');
 
-  const labels = toFloat32(col(rb, labelName), labelName);
+  const labels = labelName === undefined ? new Float32Array(B) : toFloat32(col(rb, labelName), labelName);
   let dense: Float32Array;
   if (typeof denseSpec === 'string') {
     const d = col(rb, denseSpec);

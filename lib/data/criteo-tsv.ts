@@ -5,16 +5,14 @@
 //
 // As DLRM does (dlrm_data_pytorch / torchrec tsv_to_npys): a missing integer is 0, a missing categorical
 // is the value 0 (or an empty bag with missingCategorical 'empty'); dense = ln(1 + max(x, 0)).
-// Categorical ids: the hex string is read as an unsigned 32-bit value v (Criteo's values are 8 hex digits,
-// already hashed by Criteo), then id = v mod rows_f ('modulo', DLRM's --max-ind-range and torchrec's
-// `hashes`), or id = fmix32(v xor salt_f) mod rows_f ('murmur': spreads values whose low bits are
-// correlated; salt_f = hash2(0xc817e0, f)).
+// Categorical ids: the hex value (Criteo's values are 8 hex digits, already hashed by Criteo) becomes a
+// row by lib/data/criteo-hash.ts ('modulo' or 'murmur'), the rule the inference server applies too.
 import { createReadStream, existsSync, statSync } from 'node:fs';
 import { createGunzip } from 'node:zlib';
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE } from './criteo.js';
-import { fmix32, hash2 } from './rng.js';
+import { categoricalSalt, hashCategorical, parseHex, type CategoricalHash } from './criteo-hash.js';
 import { emptyReport, positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
 
 export interface CriteoTsvOptions {
@@ -26,7 +24,7 @@ export interface CriteoTsvOptions {
   /** Caps every table at this many rows (applied after tableRows). */
   maxRows?: number | undefined;
   /** How a categorical value becomes a row. Default 'modulo'. */
-  hash?: 'modulo' | 'murmur' | undefined;
+  hash?: CategoricalHash | undefined;
   /** False for files without the label column (Kaggle's test.txt); labels are then 0. Default true. */
   hasLabel?: boolean | undefined;
   /** 'zero': a missing categorical is the value 0 (DLRM); 'empty': an empty bag. Default 'zero'. */
@@ -43,7 +41,7 @@ export interface CriteoTsvConfig {
   paths: string[];
   batchSize: number;
   tableRows: number[];
-  hash: 'modulo' | 'murmur';
+  hash: CategoricalHash;
   hasLabel: boolean;
   missingCategorical: 'zero' | 'empty';
   dropLast: boolean;
@@ -82,22 +80,6 @@ export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
 }
 
 const TAB = 9, LF = 10, CR = 13, MINUS = 45;
-
-/** Parses a 1 … 8 digit hex field; −1 when not hex or too long. */
-function parseHex(buf: Uint8Array, s: number, e: number): number {
-  if (e - s > 8) return -1;
-  let v = 0;
-  for (let i = s; i < e; i++) {
-    const c = buf[i]!;
-    let d: number;
-    if (c >= 48 && c <= 57) d = c - 48;
-    else if (c >= 97 && c <= 102) d = c - 87;
-    else if (c >= 65 && c <= 70) d = c - 55;
-    else return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
 
 /** Parses an optionally negative decimal integer of at most 15 digits; NaN when malformed. */
 function parseInt10(buf: Uint8Array, s: number, e: number): number {
@@ -144,7 +126,7 @@ export class CriteoTsvParser {
   constructor(readonly cfg: CriteoTsvConfig) {
     this.B = cfg.batchSize;
     this.cols = (cfg.hasLabel ? 1 : 0) + NUM_DENSE + NUM_SPARSE;
-    this.salts = Int32Array.from({ length: NUM_SPARSE }, (_, f) => hash2(0xc817e0, f));
+    this.salts = Int32Array.from({ length: NUM_SPARSE }, (_, f) => categoricalSalt(f));
     this.fresh();
   }
 
@@ -228,7 +210,7 @@ export class CriteoTsvParser {
       const x = this.tDense[j]!;
       this.dense[r * NUM_DENSE + j] = Math.log1p(x > 0 ? x : 0);
     }
-    const empty = cfg.missingCategorical === 'empty', murmur = cfg.hash === 'murmur';
+    const empty = cfg.missingCategorical === 'empty', hash = cfg.hash;
     for (let f = 0; f < NUM_SPARSE; f++) {
       let v = this.tCat[f]!;
       if (v < 0) {
@@ -239,8 +221,7 @@ export class CriteoTsvParser {
         }
         v = 0;
       }
-      const rows = cfg.tableRows[f]!;
-      this.ids[f * B + r] = murmur ? fmix32(v ^ this.salts[f]!) % rows : v % rows;
+      this.ids[f * B + r] = hashCategorical(v, this.salts[f]!, cfg.tableRows[f]!, hash);
     }
     this.report.samples++;
     this.n++;

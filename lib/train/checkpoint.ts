@@ -1,5 +1,5 @@
 // checkpoint.ts — the trainer's checkpoint folder: trainer.json (model spec, optimizer, schedule, step
-// counts, base learning rates, the dense file's size and SHA-256), dense.bin (dense parameters then
+// counts, base learning rates, the dense file's size and SHA-256, the model's inputs), dense.bin (dense parameters then
 // dense optimizer state, float32 little-endian) and embeddings/ (the embedding module's own checkpoint).
 // Written to a temporary sibling folder, fsynced, then swapped in by rename, so a crash never leaves a
 // half-written checkpoint under `dir`.
@@ -11,6 +11,7 @@ import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
 import type { ResolvedSchedule } from './schedule.js';
+import type { ModelInputs } from './inputs.js';
 
 export const TRAINER_MANIFEST = 'trainer.json';
 export const DENSE_FILE = 'dense.bin';
@@ -30,6 +31,8 @@ export interface TrainerManifest {
   denseBaseLr: number;
   embeddingBaseLr: number;
   dense: { file: string; params: number; state: number; sha256: string };
+  /** What the model takes as input (feature names, dense width, table rows, hashing), for predict and serve. */
+  inputs?: ModelInputs;
 }
 
 export interface TrainerState {
@@ -39,6 +42,7 @@ export interface TrainerState {
   schedule: ResolvedSchedule;
   denseBaseLr: number;
   embeddingBaseLr: number;
+  inputs?: ModelInputs | undefined;
   /**
    * false on ranks other than 0 of a sharded run: they take part in the embeddings' collective save
    * (which rank 0 writes) and write nothing themselves — dense weights are identical on every rank.
@@ -90,6 +94,7 @@ export async function writeTrainerCheckpoint(dir: string, s: TrainerState): Prom
       denseBaseLr: s.denseBaseLr,
       embeddingBaseLr: s.embeddingBaseLr,
       dense: { file: DENSE_FILE, params: s.dense.params.length, state: s.dense.state.length, sha256: sha },
+      ...(s.inputs ? { inputs: s.inputs } : {}),
     };
     await writeDurable(join(tmp, TRAINER_MANIFEST), [new TextEncoder().encode(JSON.stringify(manifest, null, 2))]);
     const old = existsSync(dir) ? `${tmp}.old` : undefined;

@@ -1,7 +1,8 @@
 // trainer.ts — Trainer: one training step of a DLRM/DCNv2 model = embedding forward → dense forward +
 // backward (BCE loss) → dense-gradient all-reduce across ranks (when sharded) → embedding backward with
 // its fused optimizer → dense optimizer update; evaluation (logloss, AUC); an LR schedule applied to both
-// optimizers; save/load of everything so a resumed run continues bit-identically; a metrics callback.
+// optimizers; save/load of everything so a resumed run continues bit-identically; a metrics callback;
+// predict (click probabilities, no update) for scoring and serving.
 import { EmbeddingCollection } from '../collection.js';
 import { EmbshardError } from '../errors.js';
 import { auc, loglossFromLogits } from '../data/metrics.js';
@@ -14,6 +15,17 @@ import type { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
+import { resolveInputs, type ModelInputs } from './inputs.js';
+import { sigmoid } from '../data/planted.js';
+import type { JaggedBatch } from '../batch.js';
+
+/** What predict needs of a batch: its features (labels are not needed). */
+export interface PredictBatch {
+  /** Float32Array [size × numDense]. */
+  dense: Float32Array;
+  sparse: JaggedBatch;
+  size: number;
+}
 
 /** What the trainer needs of a process group: its size and an in-place sum all-reduce. */
 export interface GradientGroup {
@@ -51,6 +63,8 @@ export interface EvalResult {
   samples: number;
   /** Fraction of positive labels. */
   ctr: number;
+  /** With `{ predictions: true }`: the click probability of every evaluated sample, in order. */
+  predictions?: Float32Array;
 }
 
 export interface TrainerOptions {
@@ -76,6 +90,8 @@ export interface TrainerOptions {
   group?: GradientGroup | ProcessGroup;
   /** Called after every step (services: push to a metrics system; keep it cheap). */
   onMetrics?: (m: StepMetrics) => void;
+  /** What the model takes as input, saved with checkpoints (default: derived from the tables, modulo hashing). */
+  inputs?: ModelInputs;
 }
 
 export class Trainer {
@@ -89,6 +105,8 @@ export class Trainer {
   onMetrics: ((m: StepMetrics) => void) | undefined;
   /** Times of the last step. */
   lastTimes: StepTimes | undefined;
+  /** The model's inputs (feature names, dense width, table rows, hashing); undefined for sharded tables unless given. */
+  readonly inputs: ModelInputs | undefined;
 
   private steps = 0;
   private queue: Promise<unknown> = Promise.resolve();
@@ -127,6 +145,7 @@ export class Trainer {
           'every pooled feature must have the model\'s embedding dim',
       );
     this.embeddings = emb;
+    this.inputs = resolveInputs(o.inputs, emb, s);
     this.schedule = resolveSchedule(o.schedule);
     this.denseBaseLr = this.dense.optimizer.lr;
     this.embeddingBaseLr = emb.learningRate;
@@ -148,8 +167,28 @@ export class Trainer {
     return this.enqueue(() => this.runStep(batch));
   }
 
+  /**
+   * Click probabilities of a batch's samples (forward passes only, no update; off the event loop).
+   * Labels, when present, are ignored. Bad input rejects (LENGTH_MISMATCH, INVALID_SIZE, …) before any work.
+   */
+  predict(batch: PredictBatch): Promise<Float32Array> {
+    try {
+      this.checkBatch(batch, false);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.enqueue(async () => {
+      const out = await this.embeddings.forward(batch.sparse);
+      const z = await this.dense.forward(batch.dense, out.pooled, batch.size);
+      if (this.embeddings.release) await this.embeddings.release(out);
+      const p = new Float32Array(z.length);
+      for (let i = 0; i < z.length; i++) p[i] = sigmoid(z[i]!);
+      return p;
+    });
+  }
+
   /** Forward passes over `batches` (no update): logloss and AUC of the model's predictions. */
-  evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: { maxBatches?: number } = {}): Promise<EvalResult> {
+  evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: { maxBatches?: number; predictions?: boolean } = {}): Promise<EvalResult> {
     return this.enqueue(async () => {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
       let n = 0, k = 0, pos = 0;
@@ -174,7 +213,9 @@ export class Trainer {
       }
       if (n === 0) throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: no batches');
       const zl = logits.subarray(0, n), yl = labels.subarray(0, n);
-      return { logloss: loglossFromLogits(zl, yl), auc: auc(zl, yl), samples: n, ctr: pos / n };
+      const r: EvalResult = { logloss: loglossFromLogits(zl, yl), auc: auc(zl, yl), samples: n, ctr: pos / n };
+      if (options.predictions) r.predictions = Float32Array.from(zl, sigmoid);
+      return r;
     });
   }
 
@@ -193,6 +234,7 @@ export class Trainer {
         schedule: this.schedule,
         denseBaseLr: this.denseBaseLr,
         embeddingBaseLr: this.embeddingBaseLr,
+        inputs: this.inputs,
         writer: ((this.group as { rank?: number } | undefined)?.rank ?? 0) === 0,
       }),
     );
@@ -223,10 +265,12 @@ export class Trainer {
     dense.setState(ck.state);
     dense.step = ck.manifest.denseStep;
     emb.setLearningRate(ck.manifest.embeddingBaseLr);
+    resolveInputs(ck.manifest.inputs, emb, dense.spec, 'CHECKPOINT_CORRUPT'); // checked against the tables it came with
     const t = new Trainer({
       model: dense,
       embeddings: emb,
       schedule: ck.manifest.schedule,
+      ...(ck.manifest.inputs ? { inputs: ck.manifest.inputs } : {}),
       ...(options.group ? { group: options.group } : {}),
       ...(options.onMetrics ? { onMetrics: options.onMetrics } : {}),
     });
@@ -242,13 +286,13 @@ export class Trainer {
     return run;
   }
 
-  private checkBatch(b: Batch): void {
+  private checkBatch(b: Batch | PredictBatch, labelled = true): void {
     if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
     const B = b.size, s = this.dense.spec;
     if (!Number.isSafeInteger(B) || B <= 0) throw new EmbshardError('INVALID_SIZE', `batch.size must be a positive integer (got ${String(B)})`);
     if (!(b.dense instanceof Float32Array) || b.dense.length !== B * s.denseIn)
       throw new EmbshardError('LENGTH_MISMATCH', `batch.dense must be a Float32Array of size × ${s.denseIn} = ${B * s.denseIn} values`);
-    if (!(b.labels instanceof Float32Array) || b.labels.length !== B)
+    if (labelled && (!((b as Batch).labels instanceof Float32Array) || (b as Batch).labels.length !== B))
       throw new EmbshardError('LENGTH_MISMATCH', `batch.labels must be a Float32Array of ${B} values`);
     if (!b.sparse || b.sparse.batchSize !== B)
       throw new EmbshardError('LENGTH_MISMATCH', `batch.sparse.batchSize (${b.sparse?.batchSize}) must equal batch.size (${B})`);

@@ -1,0 +1,182 @@
+// predict.ts — `embshard predict --checkpoint <dir> --data <source> --out <file>`: scores every sample of
+// a source with a saved model and streams one click probability per sample, in source order, to a CSV
+// file (header `probability`) or, when the file ends in .arrow, an Arrow IPC file (one Float32 column
+// `probability`, one RecordBatch per batch). A progress bar goes to stderr when it is a terminal.
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { once } from 'node:events';
+import { Field, Float32, RecordBatch, RecordBatchFileWriter, Schema, Struct, makeData } from 'apache-arrow';
+import { EmbshardError, isEmbshardError } from '../errors.js';
+import { loadAddon } from '../native.js';
+import { Trainer } from '../train/trainer.js';
+import type { ModelInputs } from '../train/inputs.js';
+import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
+import { progressLine } from './progress.js';
+
+export const PREDICT_USAGE = `usage: embshard predict --checkpoint <dir> --data <source> --out <file.csv|file.arrow>
+                        [--batch 4096] [--max-rows N] [--threads N] [--quiet]
+  --data: ${DATA_SPEC_FORMS}
+Writes one click probability per sample of --data, in order: CSV (header 'probability') or, for a name
+ending in .arrow, an Arrow IPC file with one Float32 column 'probability'. Raw categorical values are
+hashed into the checkpoint's tables as it was trained; the data's features must be the model's.`;
+
+interface Args {
+  checkpoint?: string;
+  data?: string;
+  out?: string;
+  batch: number;
+  maxRows?: number;
+  threads?: number;
+  quiet: boolean;
+}
+
+function parse(argv: string[]): Args | string {
+  const a: Args = { batch: 4096, quiet: false };
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i]!;
+    if (k === '--help' || k === '-h') return 'help';
+    if (k === '--quiet') {
+      a.quiet = true;
+      continue;
+    }
+    const v = argv[++i];
+    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
+    const int = (): number => {
+      if (!/^[0-9]+$/.test(v) || Number(v) < 1 || !Number.isSafeInteger(Number(v))) throw new Error(`${k} must be an integer >= 1 (got '${v}')`);
+      return Number(v);
+    };
+    try {
+      switch (k) {
+        case '--checkpoint': a.checkpoint = v; break;
+        case '--data': a.data = v; break;
+        case '--out': a.out = v; break;
+        case '--batch': a.batch = int(); break;
+        case '--max-rows': a.maxRows = int(); break;
+        case '--threads': a.threads = int(); break;
+        default: return `unknown option '${k}'`;
+      }
+    } catch (e) {
+      return (e as Error).message;
+    }
+  }
+  if (!a.checkpoint) return '--checkpoint is required';
+  if (!a.data) return '--data is required';
+  if (!a.out) return '--out is required';
+  return a;
+}
+
+/** A sink for probabilities: CSV lines or Arrow record batches, with backpressure. */
+interface Sink {
+  write(p: Float32Array): Promise<void>;
+  close(): Promise<void>;
+}
+
+async function writeChunk(file: WriteStream, chunk: string | Uint8Array): Promise<void> {
+  if (!file.write(chunk)) await once(file, 'drain');
+}
+
+function csvSink(file: WriteStream): Sink {
+  let first = true;
+  return {
+    async write(p) {
+      const head = first ? 'probability\n' : '';
+      first = false;
+      await writeChunk(file, head + Array.from(p, String).join('\n') + '\n');
+    },
+    async close() {
+      if (first) await writeChunk(file, 'probability\n');
+      file.end();
+      await once(file, 'finish');
+    },
+  };
+}
+
+function arrowSink(file: WriteStream): Sink {
+  const field = new Field('probability', new Float32(), false);
+  const schema = new Schema([field]);
+  const writer = new RecordBatchFileWriter();
+  const done = new Promise<void>((resolve, reject) => {
+    file.on('finish', resolve);
+    file.on('error', reject);
+  });
+  writer.toNodeStream().pipe(file);
+  let wrote = false;
+  return {
+    async write(p) {
+      const col = makeData({ type: new Float32(), length: p.length, data: p });
+      writer.write(new RecordBatch(schema, makeData({ type: new Struct([field]), length: p.length, children: [col], nullCount: 0 })));
+      wrote = true;
+      if (file.writableNeedDrain) await once(file, 'drain');
+    },
+    async close() {
+      if (!wrote) writer.reset(undefined, schema);
+      writer.finish();
+      await done;
+    },
+  };
+}
+
+/** Checks that a source's features and tables are the model's. */
+function checkData(inputs: ModelInputs, features: readonly string[], rows: readonly number[]): void {
+  if (features.join('\u0000') !== inputs.sparse.join('\u0000'))
+    throw new EmbshardError('UNKNOWN_FEATURE', `--data has features [${features.join(', ')}]; the model takes [${inputs.sparse.join(', ')}]`);
+  const f = rows.findIndex((r, i) => r !== inputs.tableRows[i]);
+  if (f >= 0)
+    throw new EmbshardError('INVALID_ARGUMENT', `--data: feature '${features[f]}' has ${rows[f]} table rows; the model's table has ${inputs.tableRows[f]}`);
+}
+
+/** Runs `embshard predict`; resolves to the process exit code. */
+export async function runPredict(argv: string[]): Promise<number> {
+  const a = parse(argv);
+  if (a === 'help') {
+    console.log(PREDICT_USAGE);
+    return 0;
+  }
+  if (typeof a === 'string') {
+    console.error(`embshard predict: ${a}\n${PREDICT_USAGE}`);
+    return 2;
+  }
+  let close: (() => Promise<void>) | undefined;
+  try {
+    if (a.threads) loadAddon().setThreads(a.threads);
+    const trainer = await Trainer.load(a.checkpoint!);
+    const inputs = trainer.inputs;
+    if (!inputs) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${a.checkpoint}' does not say what its model takes as input`);
+    const d = await openDataSpec(a.data!, { batch: a.batch, maxRows: a.maxRows, tableRows: inputs.tableRows, seed: 0, prefetch: 4 });
+    close = () => d.source.close?.() ?? Promise.resolve();
+    checkData(inputs, d.source.features, d.tableRows);
+    const file = createWriteStream(a.out!);
+    const sink = a.out!.endsWith('.arrow') ? arrowSink(file) : csvSink(file);
+    const total = (d.source as { numSamples?: number }).numSamples;
+    const tty = process.stderr.isTTY === true && !a.quiet;
+    const t0 = performance.now();
+    let n = 0, lastDraw = 0;
+    // the next batch's forward runs while this one is written
+    let pending: Promise<Float32Array> | undefined;
+    for await (const b of d.source) {
+      const next = trainer.predict(b);
+      if (pending) await sink.write(await pending);
+      pending = next;
+      n += b.size;
+      const now = performance.now();
+      if (tty && now - lastDraw > 100) {
+        process.stderr.write(`\r${progressLine(n, total, (now - t0) / 1000, 'samples')}`);
+        lastDraw = now;
+      }
+    }
+    if (pending) await sink.write(await pending);
+    await sink.close();
+    const el = (performance.now() - t0) / 1000;
+    if (tty) process.stderr.write(`\r${progressLine(n, total ?? n, el, 'samples')}\n`);
+    if (!a.quiet) console.log(`predicted ${n.toLocaleString()} samples of ${d.describe} in ${el.toFixed(1)} s → ${a.out}`);
+    trainer.embeddings.dispose?.();
+    return 0;
+  } catch (e) {
+    if (isEmbshardError(e)) {
+      console.error(`embshard predict: ${e.code}: ${e.message}`);
+      return 1;
+    }
+    throw e;
+  } finally {
+    await close?.();
+  }
+}

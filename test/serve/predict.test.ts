@@ -1,0 +1,114 @@
+// predict.test.ts — Trainer.predict: the probabilities evaluate() scores (and the logloss a naive formula
+// gives from them), no update, labels not needed; checkpoints carry the model's inputs and are verified
+// on load; `embshard predict` writes CSV and Arrow files equal to Trainer.predict on the same samples.
+import { describe, it, expect, vi, afterEach, beforeAll, afterAll } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { tableFromIPC } from 'apache-arrow';
+import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
+import { embeddingsFor } from '../../lib/train/embeddings.js';
+import { Trainer } from '../../lib/train/trainer.js';
+import { runPredict } from '../../lib/cli/predict.js';
+import type { Batch } from '../../lib/data/types.js';
+import type { EmbeddingCollection } from '../../lib/collection.js';
+import { writeCriteoTsv } from './fixture.js';
+
+let dir: string, file: string;
+const ROWS = 64;
+
+async function batchesOf(path: string, B: number): Promise<Batch[]> {
+  const out: Batch[] = [];
+  for await (const b of new CriteoTsvSource({ path, batchSize: B, maxRows: ROWS })) out.push(b);
+  return out;
+}
+
+async function trained(): Promise<Trainer> {
+  const src = new CriteoTsvSource({ path: file, batchSize: 32, maxRows: ROWS });
+  const emb = embeddingsFor(src.features, src.tableRows, { dim: 4, optimizer: { type: 'adagrad', lr: 0.1 }, seed: 3 });
+  const t = new Trainer({ model: { denseIn: 13, bottom: [8, 4], top: [8, 1], numSparse: 26, embDim: 4, interaction: 'dot' }, embeddings: emb, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 3 });
+  for await (const b of src) await t.step(b);
+  return t;
+}
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'embshard-predict-'));
+  file = join(dir, 'd.txt');
+  writeCriteoTsv(file, 150);
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+afterEach(() => vi.restoreAllMocks());
+
+describe('Trainer.predict', () => {
+  it('equals evaluate()’s predictions, whose naive logloss is evaluate()’s logloss; nothing is updated', async () => {
+    const t = await trained();
+    const batches = await batchesOf(file, 40);
+    const ev = await t.evaluate(batches, { predictions: true });
+    const before = t.dense.params.slice();
+    const emb = t.embeddings as EmbeddingCollection;
+    const allRows = Int32Array.from({ length: ROWS }, (_, i) => i);
+    const rows0 = emb.readRows('cat_0', allRows);
+    const got: number[] = [];
+    for (const b of batches) got.push(...(await t.predict({ dense: b.dense, sparse: b.sparse, size: b.size })));
+    expect(got.length).toBe(150);
+    expect(Float32Array.from(got)).toEqual(ev.predictions);
+    // logloss from the probabilities, written from the definition
+    let ll = 0, k = 0;
+    for (const b of batches) for (let i = 0; i < b.size; i++, k++) {
+      const p = got[k]!, y = b.labels[i]!;
+      ll -= y * Math.log(p) + (1 - y) * Math.log(1 - p);
+    }
+    expect(ll / 150).toBeCloseTo(ev.logloss, 5);
+    expect(t.dense.params).toEqual(before);
+    expect(emb.readRows('cat_0', allRows)).toEqual(rows0);
+    expect(got.every((p) => p > 0 && p < 1)).toBe(true);
+    await expect(t.predict({ dense: new Float32Array(12), sparse: batches[0]!.sparse, size: 1 })).rejects.toThrow(/batch.sparse.batchSize|dense/);
+    t.embeddings.dispose?.();
+  }, 60_000);
+
+  it('a checkpoint carries the model inputs, verified on load; the loaded model predicts the same', async () => {
+    const t = await trained();
+    const ck = join(dir, 'ck-a');
+    await t.save(ck);
+    const m = JSON.parse(readFileSync(join(ck, 'trainer.json'), 'utf8'));
+    expect(m.inputs).toEqual({ sparse: Array.from({ length: 26 }, (_, i) => `cat_${i}`), numDense: 13, tableRows: [...new CriteoTsvSource({ path: file, batchSize: 1, maxRows: ROWS }).tableRows], hash: 'modulo' });
+    const [b] = await batchesOf(file, 50);
+    const t2 = await Trainer.load(ck);
+    expect(await t2.predict(b!)).toEqual(await t.predict(b!));
+    for (const edit of [
+      (x: typeof m) => (x.inputs.tableRows[3] = 65),
+      (x: typeof m) => (x.inputs.sparse[0] = 'other'),
+      (x: typeof m) => (x.inputs.numDense = 12),
+      (x: typeof m) => (x.inputs.extra = 1),
+    ]) {
+      const bad = structuredClone(m);
+      edit(bad);
+      writeFileSync(join(ck, 'trainer.json'), JSON.stringify(bad));
+      await expect(Trainer.load(ck)).rejects.toMatchObject({ code: 'CHECKPOINT_CORRUPT' });
+    }
+    t.embeddings.dispose?.();
+    t2.embeddings.dispose?.();
+  }, 60_000);
+
+  it('embshard predict writes CSV and Arrow files equal to Trainer.predict', async () => {
+    const t = await trained();
+    const ck = join(dir, 'ck-b');
+    await t.save(ck);
+    const want: number[] = [];
+    for (const b of await batchesOf(file, 64)) want.push(...(await t.predict(b)));
+    vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    const csv = join(dir, 'p.csv'), arrow = join(dir, 'p.arrow');
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--batch', '64'])).toBe(0);
+    const lines = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(lines[0]).toBe('probability');
+    expect(Float32Array.from(lines.slice(1).map(Number))).toEqual(Float32Array.from(want));
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', arrow, '--batch', '64'])).toBe(0);
+    const table = tableFromIPC(readFileSync(arrow));
+    expect(table.numRows).toBe(150);
+    expect(Float32Array.from(table.getChild('probability')!.toArray() as Float32Array)).toEqual(Float32Array.from(want));
+    vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    expect(await runPredict(['--checkpoint', join(dir, 'nope'), '--data', `criteo-tsv:${file}`, '--out', csv])).toBe(1);
+    expect(await runPredict(['--checkpoint', ck, '--out', csv])).toBe(2);
+    t.embeddings.dispose?.();
+  }, 60_000);
+});
