@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// main.ts — the `embshard` binary: `train`, `plan`, `bench` and `backends` under one command.
+// main.ts — the `embshard` binary: `train`, `predict`, `serve`, `plan`, `bench` and `backends` under one command.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -8,6 +8,8 @@ import { isEmbshardError } from '../errors.js';
 
 const USAGE = `usage: embshard <command> [options]
   train      train a DLRM / DCNv2 on synthetic, Criteo TSV, binary or Arrow data   (embshard train --help)
+  predict    score a data source with a saved model into CSV or Arrow             (embshard predict --help)
+  serve      serve a saved model over HTTP (POST /v1/predict)                      (embshard serve --help)
   plan       plan the sharding of a model over a cluster and explain it            (embshard plan --help)
   bench      run a benchmark: embedding (default) | plan | dist | train | data      (embshard bench embedding --device cpu)
   backends   list the compute backends of this machine and why one is unavailable`;
@@ -19,6 +21,10 @@ async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case 'train':
       return (await import('./train.js')).runTrain(rest);
+    case 'predict':
+      return (await import('./predict.js')).runPredict(rest);
+    case 'serve':
+      return (await import('./serve.js')).runServe(rest);
     case 'plan':
       return (await import('./plan.js')).runPlan(rest);
     case 'bench': {

@@ -1,0 +1,200 @@
+// server.ts — the inference server (fastify): POST /v1/predict (JSON or Arrow IPC body → click
+// probabilities), GET /healthz, GET /metrics (Prometheus text), POST /admin/reload (swap in a checkpoint
+// atomically). Every refused request gets a 4xx and `{ "error": { "code", "message" } }` with the
+// EmbshardError code; nothing a client sends can stop the server. createServer() is what
+// `embshard serve` runs and what embedders call.
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import { EmbshardError, type ErrorCode } from '../errors.js';
+import { MicroBatcher } from './batcher.js';
+import { ServerMetrics } from './metrics.js';
+import { ModelSlot, type LoadedModel } from './model-slot.js';
+import { parseArrowRequest, parseJsonRequest } from './request.js';
+
+export interface ServerOptions {
+  /** A checkpoint folder written by Trainer.save / `embshard train --save`. */
+  checkpoint: string;
+  /** Samples per forward pass. Default 1024. */
+  maxBatch?: number;
+  /** Longest a request waits for others to share its forward, in ms. Default 1. */
+  maxWaitMs?: number;
+  /** Samples one request may carry. Default 4096. */
+  maxRequestSamples?: number;
+  /** Largest request body in bytes. Default 8 MiB. */
+  bodyLimit?: number;
+  /** Device of the dense model ('cpu' | 'cuda:N'). Default cpu. */
+  device?: string;
+  /** fastify's request log (pino) on stdout. Default false. */
+  logger?: boolean;
+}
+
+const OPTION_KEYS = new Set(['checkpoint', 'maxBatch', 'maxWaitMs', 'maxRequestSamples', 'bodyLimit', 'device', 'logger']);
+export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
+
+interface ResolvedOptions {
+  checkpoint: string;
+  maxBatch: number;
+  maxWaitMs: number;
+  maxRequestSamples: number;
+  bodyLimit: number;
+  device: string;
+  logger: boolean;
+}
+
+function resolveOptions(o: ServerOptions): ResolvedOptions {
+  if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'server options must be an object');
+  for (const k of Object.keys(o)) if (!OPTION_KEYS.has(k)) throw new EmbshardError('INVALID_CONFIG', `${k}: unknown server option (known: ${[...OPTION_KEYS].join(', ')})`);
+  if (typeof o.checkpoint !== 'string' || o.checkpoint.length === 0) throw new EmbshardError('INVALID_CONFIG', 'checkpoint must be a checkpoint folder');
+  const int = (name: string, v: number | undefined, def: number, min: number): number => {
+    const x = v ?? def;
+    if (!Number.isSafeInteger(x) || x < min) throw new EmbshardError('INVALID_CONFIG', `${name} must be an integer >= ${min} (got ${String(v)})`);
+    return x;
+  };
+  const maxWaitMs = o.maxWaitMs ?? 1;
+  if (typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0 && maxWaitMs <= 10_000)) throw new EmbshardError('INVALID_CONFIG', `maxWaitMs must be a number in [0, 10000] (got ${String(o.maxWaitMs)})`);
+  return {
+    checkpoint: o.checkpoint,
+    maxBatch: int('maxBatch', o.maxBatch, 1024, 1),
+    maxWaitMs,
+    maxRequestSamples: int('maxRequestSamples', o.maxRequestSamples, 4096, 1),
+    bodyLimit: int('bodyLimit', o.bodyLimit, 8 << 20, 1024),
+    device: o.device ?? 'cpu',
+    logger: o.logger ?? false,
+  };
+}
+
+/** HTTP status of a refused or failed request by its code. */
+function statusOf(code: ErrorCode): number {
+  switch (code) {
+    case 'INTERNAL':
+    case 'IO_ERROR':
+    case 'ALLOC_FAILED':
+    case 'CUDA_ERROR':
+    case 'BACKEND_UNAVAILABLE':
+    case 'DISPOSED':
+      return 500;
+    case 'CHECKPOINT_MISSING':
+    case 'CHECKPOINT_CORRUPT':
+      return 422;
+    default:
+      return 400;
+  }
+}
+
+/** A fastify error (body parsing, size limits, content types) as an EmbshardError with its status. */
+function fromFastify(e: FastifyError): { status: number; error: EmbshardError } {
+  const s = e.statusCode ?? 500;
+  if (s === 413) return { status: 413, error: new EmbshardError('INVALID_SIZE', `the body is larger than the server's limit: ${e.message}`) };
+  if (s === 415) return { status: 415, error: new EmbshardError('INVALID_ARGUMENT', `unsupported content type (send application/json or ${ARROW_TYPES.join(' / ')}): ${e.message}`) };
+  if (s >= 400 && s < 500) return { status: s, error: new EmbshardError('INVALID_ARGUMENT', `malformed request: ${e.message}`) };
+  return { status: 500, error: new EmbshardError('INTERNAL', e.message) };
+}
+
+export interface EmbshardServer {
+  readonly app: FastifyInstance;
+  readonly metrics: ServerMetrics;
+  /** The model being served now. */
+  readonly model: LoadedModel;
+  /** Starts listening (default 127.0.0.1:8080); resolves to the base URL. */
+  listen(o?: { port?: number; host?: string }): Promise<string>;
+  /** Swaps in `checkpoint` (default: the current folder again) once it is completely loaded. */
+  reload(checkpoint?: string): Promise<LoadedModel>;
+  /** Stops accepting, lets in-flight requests finish, disposes the model. */
+  close(): Promise<void>;
+}
+
+/** Loads the checkpoint and builds the server (not yet listening). */
+export async function createServer(options: ServerOptions): Promise<EmbshardServer> {
+  const o = resolveOptions(options);
+  const slot = await ModelSlot.open(o.checkpoint, o.device);
+  const metrics = new ServerMetrics();
+  metrics.modelVersion.set(1);
+  const batcher = new MicroBatcher({
+    maxBatch: o.maxBatch,
+    maxWaitMs: o.maxWaitMs,
+    onBatch: (samples, requests) => {
+      metrics.batchSamples.observe(samples);
+      metrics.batchRequests.observe(requests);
+    },
+  });
+  const app = Fastify({ logger: o.logger, bodyLimit: o.bodyLimit, forceCloseConnections: true });
+  app.removeContentTypeParser('text/plain'); // JSON or Arrow only: anything else is a 415
+  app.addContentTypeParser(ARROW_TYPES, { parseAs: 'buffer', bodyLimit: o.bodyLimit }, (_req, body, done) => done(null, body));
+
+  const send = (reply: FastifyReply, status: number, e: EmbshardError) => {
+    metrics.errors.inc({ code: e.code });
+    return reply.code(status).send({ error: { code: e.code, message: e.message } });
+  };
+  app.setErrorHandler((err, _req, reply) => {
+    if (err instanceof EmbshardError) return send(reply, statusOf(err.code), err);
+    const f = fromFastify(err as FastifyError);
+    return send(reply, f.status, f.error);
+  });
+  app.setNotFoundHandler((req, reply) =>
+    send(reply, 404, new EmbshardError('INVALID_ARGUMENT', `no route ${req.method} ${req.url} (POST /v1/predict, GET /healthz, GET /metrics, POST /admin/reload)`)),
+  );
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url ?? 'unmatched';
+    metrics.requests.inc({ route, status: String(reply.statusCode) });
+    metrics.latency.observe({ route }, reply.elapsedTime / 1000);
+  });
+
+  app.post('/v1/predict', async (req) => {
+    const lease = slot.acquire();
+    let batch;
+    try {
+      const { inputs } = lease.model;
+      batch = Buffer.isBuffer(req.body)
+        ? parseArrowRequest(req.body, inputs, o.maxRequestSamples)
+        : parseJsonRequest(req.body, inputs, o.maxRequestSamples);
+    } catch (e) {
+      lease.release();
+      throw e;
+    }
+    const p = await batcher.submit(batch, lease);
+    return { probabilities: Array.from(p), model: lease.model.version };
+  });
+  app.get('/healthz', async () => {
+    const m = slot.current;
+    return { status: 'ok', model: { checkpoint: m.checkpoint, version: m.version, steps: m.steps }, waiting: batcher.waiting };
+  });
+  app.get('/metrics', async (_req, reply) => {
+    reply.header('content-type', metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+  app.post('/admin/reload', async (req) => {
+    const body = req.body as { checkpoint?: unknown } | undefined | null;
+    if (body !== undefined && body !== null && (typeof body !== 'object' || Object.keys(body).some((k) => k !== 'checkpoint')))
+      throw new EmbshardError('INVALID_ARGUMENT', 'the reload body is empty or { "checkpoint": "<folder>" }');
+    const dir = body?.checkpoint;
+    if (dir !== undefined && (typeof dir !== 'string' || dir.length === 0)) throw new EmbshardError('INVALID_ARGUMENT', 'checkpoint must be a folder path');
+    try {
+      const m = await slot.reload(dir);
+      metrics.reloads.inc({ result: 'ok' });
+      metrics.modelVersion.set(m.version);
+      return { checkpoint: m.checkpoint, version: m.version, steps: m.steps };
+    } catch (e) {
+      metrics.reloads.inc({ result: 'failed' });
+      throw e;
+    }
+  });
+
+  return {
+    app,
+    metrics,
+    get model() {
+      return slot.current;
+    },
+    async listen(l = {}) {
+      return app.listen({ port: l.port ?? 8080, host: l.host ?? '127.0.0.1' });
+    },
+    async reload(checkpoint?: string) {
+      const m = await slot.reload(checkpoint);
+      metrics.modelVersion.set(m.version);
+      return m;
+    },
+    async close() {
+      await app.close();
+      slot.close();
+    },
+  };
+}
