@@ -1,16 +1,18 @@
-// plan.ts — `embshard plan`: plans a workload preset on a topology preset, prints the planner statistics
-// and writes the plan JSON. Wired into the `embshard` binary by lib/cli/main.ts.
+// plan.ts — `embshard plan`: plans a workload preset on a topology preset, prints the planner statistics,
+// writes the plan JSON and its picture (SVG). Wired into the `embshard` binary by lib/cli/main.ts.
 import { writeFileSync } from 'node:fs';
 import { isEmbshardError } from '../errors.js';
 import { planShardsReport } from '../plan/planner.js';
+import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
 import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
 
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
-                     [--out plan.json] [--time-budget-ms <ms>]
+                     [--out plan.json] [--svg plan.svg] [--time-budget-ms <ms>]
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
-and per-table statistics and the baselines, and writes the plan (format embshard.plan v1) to --out.`;
+and per-table statistics and the baselines, writes the plan (format embshard.plan v1) to --out and draws
+it (memory and bytes per rank, tables by cluster) to --svg.`;
 
 interface Args {
   model?: string;
@@ -19,6 +21,7 @@ interface Args {
   ranksPerNode?: number;
   batch: number;
   out?: string;
+  svg?: string;
   timeBudgetMs?: number;
 }
 
@@ -40,6 +43,9 @@ function parse(argv: string[]): Args | string {
         break;
       case '--out':
         a.out = v;
+        break;
+      case '--svg':
+        a.svg = v;
         break;
       case '--gpus':
       case '--ranks-per-node':
@@ -85,6 +91,10 @@ export async function runPlan(argv: string[]): Promise<number> {
     if (a.out) {
       writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
       console.log(`wrote ${a.out}`);
+    }
+    if (a.svg) {
+      writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
+      console.log(`wrote ${a.svg}`);
     }
     return 0;
   } catch (e) {

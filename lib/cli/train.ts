@@ -1,13 +1,15 @@
 // train.ts — `embshard train`: trains a preset or custom DLRM/DCNv2 on synthetic data, Criteo TSV,
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
 // held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { EmbshardError, isEmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
 import { openDataSpec } from './sources.js';
 import { fmtRate } from './progress.js';
+import { RunRecorder } from '../report/run-log.js';
+import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
@@ -32,7 +34,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
-  run:            [--threads N] [--save <dir>] [--quiet]
+  run:            [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
@@ -68,6 +70,7 @@ interface Args {
   prefetch: number;
   threads?: number;
   save?: string;
+  report?: string;
   quiet: boolean;
 }
 
@@ -131,6 +134,7 @@ function parse(argv: string[]): Args | string {
         case '--prefetch': a.prefetch = int(); break;
         case '--threads': a.threads = int(); break;
         case '--save': a.save = v; break;
+        case '--report': a.report = v; break;
         default: return `unknown option '${k}'`;
       }
     } catch (e) {
@@ -262,17 +266,25 @@ export async function runTrain(argv: string[]): Promise<number> {
     const emb = trainer.embeddings;
     const evalSet = a.evalBatches > 0 ? data.eval : undefined;
     const best = Array.isArray(evalSet) && evalSet.length ? plantedAUC(evalSet).realized : undefined;
-    const evaluate = () => trainer.evaluate(evalSet!, { maxBatches: a.evalBatches });
+    const recorder = a.report && (group?.rank ?? 0) === 0 ? new RunRecorder(`embshard train: ${a.model}`) : undefined;
+    let stepWait = 0;
+    if (recorder) trainer.onMetrics = (m) => recorder.step(m, (performance.now() - t0) / 1000, stepWait);
+    let evaluatedAt = -1;
+    const evaluate = async () => {
+      const r = await trainer.evaluate(evalSet!, { maxBatches: a.evalBatches });
+      evaluatedAt = trainer.stepCount;
+      recorder?.evaluation(trainer.stepCount, r);
+      return r;
+    };
     const totalSteps = a.steps;
     const evalEvery = a.evalEvery ?? Math.max(1, Math.floor((totalSteps ?? 1000) / 10));
     const out = process.stderr;
     const tty = out.isTTY === true;
-    if (!a.quiet)
-      console.error(
-        `embshard train: ${a.model} (bottom ${spec.denseIn}-${spec.bottom.join('-')}, ${spec.interaction}, top ${spec.top.join('-')}), ` +
-          `${F} tables of dim ${spec.embDim} (${data.tableRows.reduce((s, r) => s + r, 0).toLocaleString()} rows), ` +
-          `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${data.describe}${planNote}, ${loadAddon().threads()} threads`,
-      );
+    const header =
+      `${a.model} (bottom ${spec.denseIn}-${spec.bottom.join('-')}, ${spec.interaction}, top ${spec.top.join('-')}), ` +
+      `${F} tables of dim ${spec.embDim} (${data.tableRows.reduce((s, r) => s + r, 0).toLocaleString()} rows), ` +
+      `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${data.describe}${planNote}, ${loadAddon().threads()} threads`;
+    if (!a.quiet) console.error(`embshard train: ${header}`);
 
     const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
     let dataMs = 0, samples = 0, steps = 0, lastEval: EvalResult | undefined;
@@ -298,7 +310,8 @@ export async function runTrain(argv: string[]): Promise<number> {
       let any = false;
       for await (const b of data.train) {
         any = true;
-        dataMs += performance.now() - td;
+        stepWait = performance.now() - td;
+        dataMs += stepWait;
         const loss = await trainer.step(b);
         const tt = trainer.lastTimes!;
         for (const k of Object.keys(sum) as (keyof StepTimes)[]) sum[k] += tt[k];
@@ -313,7 +326,7 @@ export async function runTrain(argv: string[]): Promise<number> {
       }
       if (!any) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches`);
     }
-    if (evalSet) lastEval = await evaluate();
+    if (evalSet && evaluatedAt !== trainer.stepCount) lastEval = await evaluate();
     progress(true);
     const wall = (performance.now() - t0) / 1000;
     if (a.save) await trainer.save(a.save);
@@ -324,8 +337,7 @@ export async function runTrain(argv: string[]): Promise<number> {
       emb.dispose?.();
       return 0;
     }
-    console.log(
-      [
+    const summary = [
         `trained ${steps} steps, ${samples.toLocaleString()} samples${group && group.size > 1 ? ' on rank 0' : ''} in ${wall.toFixed(1)} s: ${fmtRate(samples / wall)} samples/s${group && group.size > 1 ? ` per rank (${group.size} ranks)` : ''}`,
         `final loss (mean of the last ${recent.length} steps): ${(recent.reduce((s, x) => s + x, 0) / Math.max(recent.length, 1)).toFixed(4)}`,
         lastEval && data.evalFrom
@@ -337,8 +349,17 @@ export async function runTrain(argv: string[]): Promise<number> {
           `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)}`,
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
-      ].join('\n'),
-    );
+      ];
+    console.log(summary.join('\n'));
+    if (recorder) {
+      recorder.fact('model', header);
+      for (const line of summary) {
+        const i = line.indexOf(': ');
+        recorder.fact(i > 0 && i < 30 ? line.slice(0, i) : 'run', i > 0 && i < 30 ? line.slice(i + 2) : line);
+      }
+      writeFileSync(a.report!, await trainReportHtml(recorder.log));
+      console.log(`report written to ${a.report}`);
+    }
     emb.dispose?.();
     return 0;
   } catch (e) {

@@ -1,6 +1,7 @@
 // explain.ts — TorchRec-style planner statistics for a plan, from the cost model: a summary (predicted
 // embedding-stage time by stage, memory, clusters), a per-rank table (memory, lookup bytes, comm out / in
-// intra / inter node, predicted time, shards) and a per-table table.
+// intra / inter node, predicted time, shards) and a per-table table; planStats gives the same numbers
+// unformatted (for charts).
 import { addExpectedTableLoad, estimatePlan } from './cost-model.js';
 import { addLayoutMemory } from './layout.js';
 import { HBM_BWD, HBM_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
@@ -27,47 +28,67 @@ function sum(load: Load, k: number, r: number): number {
   return s;
 }
 
-export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string {
+/** One rank's predicted figures (bytes, seconds) under the cost model. */
+export interface RankStats {
+  rank: number;
+  node: number;
+  memoryBytes: number;
+  /** Embedding rows read and written (forward + backward). */
+  lookupBytes: number;
+  sentIntraBytes: number;
+  sentInterBytes: number;
+  recvIntraBytes: number;
+  recvInterBytes: number;
+  /** The rank's own predicted time over all stages. */
+  predictedSeconds: number;
+  shards: number;
+}
+
+/** One table's placement and predicted figures. */
+export interface TableStats {
+  name: string;
+  cluster: 'dp' | 'rb' | 'ub';
+  rows: number;
+  dim: number;
+  idsPerSample: number;
+  /** 'all ranks' (dp) or '<row groups> × <column splits>'. */
+  split: string;
+  ranks: number;
+  hotTiers: string;
+  memoryBytes: number;
+  sentBytes: number;
+  lookupBytes: number;
+}
+
+export interface PlanStats {
+  ranks: RankStats[];
+  tables: TableStats[];
+  /** Predicted embedding-stage time per iteration and its stages, in seconds. */
+  time: number;
+  stages: Record<(typeof STAGES)[number], number>;
+}
+
+/** The numbers explainPlan prints (and lib/report draws), from the cost model. */
+export function planStats(plan: ShardPlan): PlanStats {
   const topo = plan.topology, W = topo.worldSize;
   const est = estimatePlan(plan);
   const load = est.load;
-  const out: string[] = [];
-  const title = opts.title ?? plan.meta.model ?? 'plan';
-  out.push(`--- embshard plan: ${title} — ${plan.tables.length} tables on ${W} ranks (${topo.ranksPerNode} per node, ${topo.name}), batch ${plan.batchSize} per rank ---`);
-  out.push(
-    `Predicted embedding stage: ${(est.time * 1e3).toFixed(3)} ms/iteration (` + STAGES.map((s) => `${s} ${(est.stages[s] * 1e3).toFixed(3)}`).join(' | ') + ')',
-  );
-  let mx = 0, mean = 0;
-  for (const m of est.memory) (mx = Math.max(mx, m)), (mean += m / W);
-  out.push(`Memory per rank: max ${(mx / GB).toFixed(2)} GB, mean ${(mean / GB).toFixed(2)} GB, limit ${(topo.memoryLimitBytes / GB).toFixed(2)} GB`);
-  const counts = { dp: 0, rb: 0, ub: 0 };
-  let tiered = 0;
-  plan.layouts.forEach((l) => {
-    counts[l.cluster]++;
-    if (l.tiers.replicated + l.tiers.node > 0) tiered++;
-  });
-  out.push(`Clusters: dp ${counts.dp}, rb ${counts.rb}, ub ${counts.ub}; hot-row tiers on ${tiered} table(s); wire ${plan.wire.forward}/${plan.wire.backward}`);
-  out.push('');
   const shardCount = new Int32Array(W);
   plan.layouts.forEach((l) => l.groups.forEach((g) => g.shards.forEach((s) => shardCount[s.rank]++)));
-  const rows: string[][] = [];
-  const shown = Math.min(W, opts.maxRanks ?? W);
-  for (let r = 0; r < shown; r++)
-    rows.push([
-      String(r),
-      String(Math.floor(r / topo.ranksPerNode)),
-      (est.memory[r]! / GB).toFixed(2),
-      ((load.get(HBM_FWD, r) + load.get(HBM_BWD, r)) / MB).toFixed(1),
-      `${(sum(load, SENT_INTRA, r) / MB).toFixed(1)} / ${(sum(load, SENT_INTER, r) / MB).toFixed(1)}`,
-      `${(sum(load, RECV_INTRA, r) / MB).toFixed(1)} / ${(sum(load, RECV_INTER, r) / MB).toFixed(1)}`,
-      (est.perRank[r]! * 1e3).toFixed(3),
-      String(shardCount[r]),
-    ]);
-  out.push(table(['Rank', 'Node', 'Memory (GB)', 'Lookup (MB)', 'Out intra/inter (MB)', 'In intra/inter (MB)', 'Pred (ms)', 'Shards'], rows));
-  if (shown < W) out.push(`... ${W - shown} more ranks`);
-  out.push('');
+  const ranks: RankStats[] = Array.from({ length: W }, (_, r) => ({
+    rank: r,
+    node: Math.floor(r / topo.ranksPerNode),
+    memoryBytes: est.memory[r]!,
+    lookupBytes: load.get(HBM_FWD, r) + load.get(HBM_BWD, r),
+    sentIntraBytes: sum(load, SENT_INTRA, r),
+    sentInterBytes: sum(load, SENT_INTER, r),
+    recvIntraBytes: sum(load, RECV_INTRA, r),
+    recvInterBytes: sum(load, RECV_INTER, r),
+    predictedSeconds: est.perRank[r]!,
+    shards: shardCount[r]!,
+  }));
   const ctx = { topo, batchSize: plan.batchSize, wire: plan.wire };
-  const trows = plan.tables.map((t, i) => {
+  const tables = plan.tables.map((t, i): TableStats => {
     const l = plan.layouts[i]!;
     const tl = new Load(topo);
     addExpectedTableLoad(t, l, ctx, tl);
@@ -78,23 +99,71 @@ export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string 
     }
     const mem = new Float64Array(W);
     addLayoutMemory(t, l, topo, mem);
-    const memSum = mem.reduce((a, b) => a + b, 0);
-    const ranks = new Set(l.groups.flatMap((g) => g.shards.map((s) => s.rank)));
     const colSplits = Math.max(0, ...l.groups.map((g) => g.shards.length));
-    return [
-      t.name,
-      l.cluster,
-      String(t.rows),
-      String(t.dim),
-      t.poolingFactors.reduce((a, b) => a + b, 0).toFixed(1),
-      l.cluster === 'dp' ? 'all ranks' : `${l.groups.length} × ${colSplits}`,
-      l.cluster === 'dp' ? String(W) : String(ranks.size),
-      l.tiers.replicated + l.tiers.node > 0 ? `${l.tiers.replicated} rep + ${l.tiers.node} node` : '-',
-      (memSum / GB).toFixed(2),
-      (sent / MB).toFixed(1),
-      (hbm / MB).toFixed(1),
-    ];
+    return {
+      name: t.name,
+      cluster: l.cluster,
+      rows: t.rows,
+      dim: t.dim,
+      idsPerSample: t.poolingFactors.reduce((a, b) => a + b, 0),
+      split: l.cluster === 'dp' ? 'all ranks' : `${l.groups.length} × ${colSplits}`,
+      ranks: l.cluster === 'dp' ? W : new Set(l.groups.flatMap((g) => g.shards.map((s) => s.rank))).size,
+      hotTiers: l.tiers.replicated + l.tiers.node > 0 ? `${l.tiers.replicated} rep + ${l.tiers.node} node` : '-',
+      memoryBytes: mem.reduce((a, b) => a + b, 0),
+      sentBytes: sent,
+      lookupBytes: hbm,
+    };
   });
+  return { ranks, tables, time: est.time, stages: est.stages };
+}
+
+export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string {
+  const topo = plan.topology, W = topo.worldSize;
+  const st = planStats(plan);
+  const out: string[] = [];
+  const title = opts.title ?? plan.meta.model ?? 'plan';
+  out.push(`--- embshard plan: ${title} — ${plan.tables.length} tables on ${W} ranks (${topo.ranksPerNode} per node, ${topo.name}), batch ${plan.batchSize} per rank ---`);
+  out.push(
+    `Predicted embedding stage: ${(st.time * 1e3).toFixed(3)} ms/iteration (` + STAGES.map((s) => `${s} ${(st.stages[s] * 1e3).toFixed(3)}`).join(' | ') + ')',
+  );
+  let mx = 0, mean = 0;
+  for (const r of st.ranks) (mx = Math.max(mx, r.memoryBytes)), (mean += r.memoryBytes / W);
+  out.push(`Memory per rank: max ${(mx / GB).toFixed(2)} GB, mean ${(mean / GB).toFixed(2)} GB, limit ${(topo.memoryLimitBytes / GB).toFixed(2)} GB`);
+  const counts = { dp: 0, rb: 0, ub: 0 };
+  let tiered = 0;
+  plan.layouts.forEach((l) => {
+    counts[l.cluster]++;
+    if (l.tiers.replicated + l.tiers.node > 0) tiered++;
+  });
+  out.push(`Clusters: dp ${counts.dp}, rb ${counts.rb}, ub ${counts.ub}; hot-row tiers on ${tiered} table(s); wire ${plan.wire.forward}/${plan.wire.backward}`);
+  out.push('');
+  const shown = Math.min(W, opts.maxRanks ?? W);
+  const rows = st.ranks.slice(0, shown).map((r) => [
+    String(r.rank),
+    String(r.node),
+    (r.memoryBytes / GB).toFixed(2),
+    (r.lookupBytes / MB).toFixed(1),
+    `${(r.sentIntraBytes / MB).toFixed(1)} / ${(r.sentInterBytes / MB).toFixed(1)}`,
+    `${(r.recvIntraBytes / MB).toFixed(1)} / ${(r.recvInterBytes / MB).toFixed(1)}`,
+    (r.predictedSeconds * 1e3).toFixed(3),
+    String(r.shards),
+  ]);
+  out.push(table(['Rank', 'Node', 'Memory (GB)', 'Lookup (MB)', 'Out intra/inter (MB)', 'In intra/inter (MB)', 'Pred (ms)', 'Shards'], rows));
+  if (shown < W) out.push(`... ${W - shown} more ranks`);
+  out.push('');
+  const trows = st.tables.map((t) => [
+    t.name,
+    t.cluster,
+    String(t.rows),
+    String(t.dim),
+    t.idsPerSample.toFixed(1),
+    t.split,
+    String(t.ranks),
+    t.hotTiers,
+    (t.memoryBytes / GB).toFixed(2),
+    (t.sentBytes / MB).toFixed(1),
+    (t.lookupBytes / MB).toFixed(1),
+  ]);
   out.push(table(['Table', 'Cluster', 'Rows', 'Dim', 'Ids/sample', 'Row groups × cols', 'Ranks', 'Hot tiers', 'Memory Σ ranks (GB)', 'Comm sent (MB)', 'Lookup (MB)'], trows));
   out.push('');
   out.push('Pred: the rank\'s own time over all stages (cost model); the iteration time is Σ over stages of the slowest rank (docs/planner.md).');

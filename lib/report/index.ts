@@ -1,0 +1,8 @@
+// index.ts — pictures of runs and plans: the HTML training report and the plan SVG (Vega-Lite, rendered
+// in Node).
+export { renderSvg } from './vega.js';
+export type { ChartSpec } from './vega.js';
+export { trainReportHtml, xmlEscape } from './train-report.js';
+export { RunRecorder } from './run-log.js';
+export type { RunLog, StepRecord, EvalRecord } from './run-log.js';
+export { planSvg } from './plan-chart.js';

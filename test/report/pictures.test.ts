@@ -1,0 +1,90 @@
+// pictures.test.ts — `embshard train --report` and `embshard plan --svg`: the files are produced, parse as
+// well-formed XML, carry no external resources or executable scripts, and the marks' data (vega writes
+// each mark's values into its aria-label) are the run's numbers: the per-step losses average to the
+// summary's final loss, the last AUC point is the summary's held-out AUC, the memory bars are the cost
+// model's per-rank memory.
+import { describe, it, expect, vi, afterEach } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { XMLValidator } from 'fast-xml-parser';
+import { runTrain } from '../../lib/cli/train.js';
+import { runPlan } from '../../lib/cli/plan.js';
+import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { estimatePlan } from '../../lib/plan/cost-model.js';
+
+afterEach(() => vi.restoreAllMocks());
+
+/** aria-labels of the single-datum marks (points, bars; not whole lines or areas), as field → value maps. */
+function marks(xml: string): Record<string, string>[] {
+  return [...xml.matchAll(/aria-label="([^"]*)" role="graphics-symbol" aria-roledescription="([^"]*)"/g)]
+    .filter((m) => !/line|area/.test(m[2]!))
+    .map((m) => m[1]!)
+    .map((l) => Object.fromEntries(l.split('; ').map((kv) => [kv.slice(0, kv.indexOf(': ')), kv.slice(kv.indexOf(': ') + 2)])));
+}
+
+function wellFormed(xml: string): void {
+  const v = XMLValidator.validate(xml);
+  expect(v, JSON.stringify(v)).toBe(true);
+  expect(xml).not.toMatch(/<script(?![^>]*type="application\/json")/);
+  expect(xml).not.toMatch(/\s(src|href)="https?:/);
+  expect(xml).not.toMatch(/<link\b/);
+}
+
+describe('pictures', () => {
+  it('embshard train --report writes a self-contained report whose curves are the run’s numbers', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-report-'));
+    try {
+      const out: string[] = [];
+      vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
+      vi.spyOn(console, 'error').mockImplementation(() => undefined);
+      const file = join(dir, 'run.html');
+      const rc = await runTrain([
+        '--model', 'custom', '--bottom', '13-16-8', '--top', '16-1', '--data', 'synthetic', '--max-rows', '300',
+        '--steps', '60', '--batch', '128', '--lr', '0.05', '--eval-every', '20', '--eval-batches', '2', '--report', file, '--quiet',
+      ]);
+      expect(rc).toBe(0);
+      const text = out.join('\n');
+      const html = readFileSync(file, 'utf8');
+      wellFormed(html);
+      expect((html.match(/<svg\b/g) ?? []).length).toBe(4);
+      const m = marks(html);
+      const data = JSON.parse(/<script type="application\/json" id="embshard-run">(.*?)<\/script>/s.exec(html)![1]!);
+      const losses = data.steps.map((s: { loss: number }) => s.loss) as number[];
+      expect(losses.length).toBe(60);
+      const final = Number(/final loss \(mean of the last 50 steps\): ([0-9.]+)/.exec(text)![1]);
+      expect(losses.slice(-50).reduce((s, x) => s + x, 0) / 50).toBeCloseTo(final, 4);
+      const aucs = m.filter((x) => x.AUC !== undefined);
+      expect(aucs.map((x) => Number(x.step))).toEqual([20, 40, 60]);
+      expect(Number(aucs[2]!.AUC)).toBeCloseTo(Number(/held-out: AUC ([0-9.]+)/.exec(text)![1]), 4);
+      // the held-out logloss points are the evaluations' logloss
+      const ll = m.filter((x) => x.series === 'held-out logloss').map((x) => Number(x['BCE loss']));
+      expect(ll.length).toBe(3);
+      ll.forEach((v, i) => expect(v).toBeCloseTo(data.evals[i].logloss, 6));
+      expect(Number(/held-out: AUC [0-9.]+, logloss ([0-9.]+)/.exec(text)![1])).toBeCloseTo(ll[2]!, 4);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('embshard plan --svg draws the plan: memory bars are the cost model’s per-rank memory', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-plansvg-'));
+    try {
+      vi.spyOn(console, 'log').mockImplementation(() => undefined);
+      const svg = join(dir, 'plan.svg'), json = join(dir, 'plan.json');
+      expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '8', '--out', json, '--svg', svg, '--time-budget-ms', '300'])).toBe(0);
+      const xml = readFileSync(svg, 'utf8');
+      wellFormed(xml);
+      const plan = ShardPlan.fromJSON(readFileSync(json, 'utf8'));
+      const memory = estimatePlan(plan).memory;
+      const bars = marks(xml).filter((x) => x.GB !== undefined && x.rank !== undefined);
+      expect(bars.map((b) => Number(b.rank))).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+      bars.forEach((b, r) => expect(Number(b.GB)).toBeCloseTo(memory[r]! / 1e9, 6));
+      const tables = marks(xml).filter((x) => x.cluster !== undefined && x.table !== undefined);
+      expect(tables.length).toBe(26);
+      for (const t of tables) expect(t.cluster).toBe(plan.layouts[plan.tables.findIndex((x) => x.name === t.table)]!.cluster);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
