@@ -5,14 +5,15 @@ import { loadAddon } from '../native.js';
 import { createServer, type ServerOptions } from '../serve/server.js';
 
 export const SERVE_USAGE = `usage: embshard serve --checkpoint <dir> [--port 8080] [--host 127.0.0.1]
-                      [--max-batch 1024] [--max-wait-ms 1] [--max-request-samples 4096]
+                      [--max-batch 1024] [--max-wait-ms 0] [--max-request-samples 4096]
                       [--body-limit 8388608] [--threads N] [--log]
   POST /v1/predict    {"dense": [[13 numbers], …], "sparse": {"<feature>": [[ids or hex strings…], …]}}
                       or an Arrow IPC body → {"probabilities": [...]}
   GET  /healthz       the model served (checkpoint, version, steps)
   GET  /metrics       Prometheus text: requests, latency, batch sizes, errors
   POST /admin/reload  {"checkpoint": "<dir>"} (or no body: the same folder again), swapped in atomically
-Concurrent requests are joined into one forward pass (waiting at most --max-wait-ms).`;
+Concurrent requests are joined into one forward pass: those read together, those that arrive while
+a forward runs, and those arriving within --max-wait-ms of the first.`;
 
 interface Args extends Omit<ServerOptions, 'checkpoint'> {
   checkpoint?: string;

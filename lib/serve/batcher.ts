@@ -1,6 +1,7 @@
 // batcher.ts — micro-batching: requests that arrive close together are joined into one forward pass.
-// A request waits at most `maxWaitMs` for company (or none when `maxBatch` samples are waiting already);
-// while a forward runs, new requests gather and go together as soon as it ends. One forward is in flight
+// A request waits at most `maxWaitMs` for company (0: only until the event loop has read the requests
+// that arrived with it; none when `maxBatch` samples are waiting already); while a forward runs, new
+// requests gather and go together as soon as it ends — so under load batches grow by themselves. One forward is in flight
 // at a time (they would queue on the model anyway), on a libuv thread, so the event loop keeps accepting
 // and parsing requests meanwhile. Requests batch only with requests on the same model (a reload in
 // between starts a new batch).
@@ -29,7 +30,7 @@ export class MicroBatcher {
   private queue: Pending[] = [];
   private queuedSamples = 0;
   private running = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | NodeJS.Immediate | undefined;
 
   constructor(private readonly o: BatcherOptions) {}
 
@@ -53,11 +54,14 @@ export class MicroBatcher {
       this.flush();
       return;
     }
-    this.timer ??= setTimeout(() => this.flush(), this.o.maxWaitMs);
+    this.timer ??= this.o.maxWaitMs > 0 ? setTimeout(() => this.flush(), this.o.maxWaitMs) : setImmediate(() => this.flush());
   }
 
   private flush(): void {
-    if (this.timer) clearTimeout(this.timer);
+    if (this.timer) {
+      if (this.o.maxWaitMs > 0) clearTimeout(this.timer as NodeJS.Timeout);
+      else clearImmediate(this.timer as NodeJS.Immediate);
+    }
     this.timer = undefined;
     if (this.running || this.queue.length === 0) return;
     const model = this.queue[0]!.lease.model;

@@ -15,7 +15,10 @@ export interface ServerOptions {
   checkpoint: string;
   /** Samples per forward pass. Default 1024. */
   maxBatch?: number;
-  /** Longest a request waits for others to share its forward, in ms. Default 1. */
+  /**
+   * Longest a request waits for others to share its forward, in ms. Default 0: a forward starts as soon
+   * as the requests that arrived together are read; requests arriving while it runs share the next one.
+   */
   maxWaitMs?: number;
   /** Samples one request may carry. Default 4096. */
   maxRequestSamples?: number;
@@ -49,7 +52,7 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
     if (!Number.isSafeInteger(x) || x < min) throw new EmbshardError('INVALID_CONFIG', `${name} must be an integer >= ${min} (got ${String(v)})`);
     return x;
   };
-  const maxWaitMs = o.maxWaitMs ?? 1;
+  const maxWaitMs = o.maxWaitMs ?? 0;
   if (typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0 && maxWaitMs <= 10_000)) throw new EmbshardError('INVALID_CONFIG', `maxWaitMs must be a number in [0, 10000] (got ${String(o.maxWaitMs)})`);
   return {
     checkpoint: o.checkpoint,
