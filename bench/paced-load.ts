@@ -2,7 +2,8 @@
 // t0 + i / rate, whatever happened to the earlier ones (autocannon's rate limit sends each second's quota
 // in a burst at the start of the second, which measures bursts, not a rate). Latency is taken from the
 // moment a request was due, so a generator or server falling behind shows up in it (no coordinated
-// omission). Keep-alive connections through node:http, against 127.0.0.1 only.
+// omission). Requests due within the same timer tick (≈ 1 ms) leave together. Keep-alive connections
+// through node:http, against 127.0.0.1 only.
 import { Agent, request } from 'node:http';
 
 export interface PacedResult {
@@ -16,11 +17,12 @@ export interface PacedResult {
   maxMs: number;
 }
 
-export async function pacedLoad(o: { url: string; path: string; body: string; rate: number; seconds: number; maxSockets?: number }): Promise<PacedResult> {
+/** POSTs `body` (JSON) to `path`, or GETs it when no body is given, `rate` times a second for `seconds`. */
+export async function pacedLoad(o: { url: string; path: string; body?: string; rate: number; seconds: number; maxSockets?: number }): Promise<PacedResult> {
   const u = new URL(o.url);
   if (u.hostname !== '127.0.0.1') throw new Error('pacedLoad targets 127.0.0.1 only');
   const agent = new Agent({ keepAlive: true, maxSockets: o.maxSockets ?? 64 });
-  const payload = Buffer.from(o.body);
+  const payload = o.body === undefined ? undefined : Buffer.from(o.body);
   const total = Math.round(o.rate * o.seconds);
   const lat = new Float64Array(total);
   let completed = 0, errors = 0, sent = 0;
@@ -28,7 +30,10 @@ export async function pacedLoad(o: { url: string; path: string; body: string; ra
   const fire = (i: number, due: number) =>
     new Promise<void>((resolve) => {
       const req = request(
-        { host: u.hostname, port: u.port, path: o.path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': payload.length } },
+        {
+          host: u.hostname, port: u.port, path: o.path, agent,
+          ...(payload ? { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': payload.length } } : { method: 'GET' }),
+        },
         (res) => {
           res.resume();
           res.on('end', () => {
@@ -54,7 +59,8 @@ export async function pacedLoad(o: { url: string; path: string; body: string; ra
       sent++;
     }
     const next = t0 + (sent * 1000) / o.rate - performance.now();
-    await new Promise((r) => (next > 1 ? setTimeout(r, next - 0.5) : setImmediate(r)));
+    // timers, never a spin: a spinning generator would take a core from the server it measures
+    if (next > 0) await new Promise((r) => setTimeout(r, next));
   }
   await Promise.all(inflight);
   const elapsed = (performance.now() - t0) / 1000;

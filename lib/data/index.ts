@@ -1,5 +1,6 @@
 // index.ts — the data pipeline's public surface: batches and sources, the Criteo constants, synthetic
-// planted-model data, Criteo TSV, torchrec binary (npy) days, Arrow, prefetching, and metrics.
+// planted-model data, Criteo TSV, torchrec binary (npy) days, Arrow, prefetching, held-out sample ranges,
+// the Criteo categorical hash, and metrics.
 export * from './types.js';
 export * from './criteo.js';
 export { SyntheticSource, SyntheticGenerator, syntheticSource, resolveSynthetic, plantedAUC } from './synthetic.js';
@@ -21,3 +22,7 @@ export type { WorkerSourceOptions } from './worker-source.js';
 export { openSource } from './specs.js';
 export type { SourceSpec } from './specs.js';
 export { auc, expectedAUC, logloss, loglossFromLogits } from './metrics.js';
+export { SampleRangeSource, heldOutSplit, countSamples, sliceBatch } from './sample-range.js';
+export type { HeldOutSplit } from './sample-range.js';
+export { hashCategorical, hashHexString, categoricalSalt } from './criteo-hash.js';
+export type { CategoricalHash } from './criteo-hash.js';
