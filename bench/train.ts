@@ -60,7 +60,7 @@ async function endToEnd(name: string, model: PresetName, data: SyntheticOptions,
 
 async function denseOnly(name: string, spec: DenseModelSpec | PresetName, B: number, fallback: boolean, note: string): Promise<void> {
   const ops = denseAddon('cpu').denseOps;
-  ops.forceGemmFallback(fallback);
+  ops.forceGemmBackend(fallback ? "naive" : null);
   try {
     const m = new DenseModel(spec, { optimizer: { type: 'adagrad', lr: 0.005 }, seed: 1 });
     const s = m.spec;
@@ -85,12 +85,12 @@ async function denseOnly(name: string, spec: DenseModelSpec | PresetName, B: num
     rows.push({ name, batchSize: B, steps: STEPS, samplesPerSec: (B * 1000) / ms.total, ms, note });
     console.error(`${name}: ${((B * 1000) / ms.total).toFixed(0)} samples/s`);
   } finally {
-    ops.forceGemmFallback(false);
+    ops.forceGemmBackend(null);
   }
 }
 
 async function main(): Promise<void> {
-  const blas = denseAddon('cpu').denseOps.gemmInfo().blas;
+  const blas = denseAddon('cpu').denseOps.gemmInfo().built.openblas;
   await endToEnd('DLRM benchmark, end to end', 'dlrm-benchmark', { preset: 'dlrm-benchmark', batchSize: 2048, seed: 1 }, 'sgd', 0.01,
     '8 × 1M rows × 64, 100 ids/bag, SGD');
   await endToEnd('DLRM Criteo Kaggle, end to end', 'dlrm-criteo-kaggle', { preset: 'criteo-kaggle', batchSize: 2048, maxRows: 1_000_000, seed: 1 }, 'adagrad', 0.005,

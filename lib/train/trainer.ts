@@ -8,6 +8,7 @@ import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
+import type { Precision } from './binding.js';
 import { ShardedEmbeddings } from './sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from '../sharded/group.js';
@@ -71,6 +72,8 @@ export interface TrainerOptions {
   device?: string;
   /** Seed of the dense initialisation. Default 0. */
   seed?: number;
+  /** GEMM precision of the dense model ('fp32' default, or 'bf16': bf16 inputs, fp32 accumulation and weights). */
+  precision?: Precision;
   schedule?: LrSchedule;
   /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce (a ProcessGroup with `plan`). */
   group?: GradientGroup | ProcessGroup;
@@ -108,8 +111,11 @@ export class Trainer {
       emb = ShardedEmbeddings.create(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
     } else if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings (an EmbeddingCollection or a sharded collection) or plan is required');
     else emb = o.embeddings;
-    if (o.model instanceof DenseModel) this.dense = o.model;
-    else {
+    if (o.model instanceof DenseModel) {
+      if (o.precision !== undefined && o.precision !== o.model.precision)
+        throw new EmbshardError('INVALID_CONFIG', `precision '${String(o.precision)}' differs from the given model's ('${o.model.precision}')`);
+      this.dense = o.model;
+    } else {
       const overrides: Partial<DenseModelSpec> = {};
       if (isPresetName(o.model)) overrides.numSparse = emb.pooledFeatures.length;
       const spec = resolveDenseSpec(o.model, overrides);
@@ -117,6 +123,7 @@ export class Trainer {
         optimizer: o.optimizer ?? (isPresetName(o.model) ? PRESETS[o.model].optimizer : undefined),
         seed: o.seed ?? 0,
         device: o.device ?? 'cpu',
+        ...(o.precision !== undefined ? { precision: o.precision } : {}),
       });
     }
     const s = this.dense.spec;

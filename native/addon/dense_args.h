@@ -9,6 +9,7 @@
 
 #include "addon/errors.h"
 #include "dense/optimizer.h"
+#include "dense/precision.h"
 
 namespace embshard::addon::dense_args {
 
@@ -49,6 +50,16 @@ inline Napi::Float32Array f32(Napi::Env env, Napi::Value v, const std::string& f
   if (n >= 0 && static_cast<int64_t>(a.ElementLength()) != n)
     throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.ElementLength()) + " elements; expected " + std::to_string(n));
   return a;
+}
+
+// 'fp32' | 'bf16'; undefined → fp32.
+inline dense::Precision precision(Napi::Env env, Napi::Value v, const std::string& field) {
+  if (v.IsUndefined()) return dense::Precision::FP32;
+  if (!v.IsString()) throw_error(env, "INVALID_CONFIG", field + " must be 'fp32' | 'bf16'");
+  std::string s = v.As<Napi::String>().Utf8Value();
+  if (s == "fp32") return dense::Precision::FP32;
+  if (s == "bf16") return dense::Precision::BF16;
+  throw_error(env, "INVALID_CONFIG", field + " must be 'fp32' | 'bf16' (got '" + s + "')");
 }
 
 // The optimizer fields { type, lr, eps?, beta1?, beta2?, weightDecay? } of `o` (defaults 1e-8, 0.9, 0.999,

@@ -37,6 +37,7 @@ inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
   Napi::Value ov = c.Get("optimizer");
   if (!ov.IsObject()) throw_error(env, "INVALID_CONFIG", "optimizer must be an object { type, lr, ... }");
   s.optimizer = da::opt_config(env, ov.As<Napi::Object>(), "optimizer.");
+  s.precision = da::precision(env, c.Get("precision"), "precision");
   return s;
 }
 

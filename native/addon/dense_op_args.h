@@ -20,14 +20,15 @@ using Napi::Float32Array;
 
 inline Float32Array make(Napi::Env env, int64_t n) { return Float32Array::New(env, static_cast<size_t>(n)); }
 
-// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, ...): C [M×N] is updated in place; M, N, K >= minDim.
+// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, ...): C [M×N] is updated in place; M, N, K >= minDim;
+// A, B and C hold `batch` matrices each, back to back.
 struct GemmArgs {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0;
   float alpha = 0, beta = 0;
   Float32Array A, B, C;
 };
-inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim) {
+inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim, int64_t batch = 1) {
   Napi::Env env = info.Env();
   GemmArgs a;
   a.ta = info[0].ToBoolean();
@@ -36,10 +37,10 @@ inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim) {
   a.N = da::integer(env, info[3], "N", minDim, 1 << 20);
   a.K = da::integer(env, info[4], "K", minDim, 1 << 20);
   a.alpha = static_cast<float>(da::number(env, info[5], "alpha"));
-  a.A = da::f32(env, info[6], "A", a.M * a.K);
-  a.B = da::f32(env, info[7], "B", a.K * a.N);
+  a.A = da::f32(env, info[6], "A", batch * a.M * a.K);
+  a.B = da::f32(env, info[7], "B", batch * a.K * a.N);
   a.beta = static_cast<float>(da::number(env, info[8], "beta"));
-  a.C = da::f32(env, info[9], "C", a.M * a.N);
+  a.C = da::f32(env, info[9], "C", batch * a.M * a.N);
   return a;
 }
 

@@ -1,22 +1,28 @@
-// linear.cc — fully connected layer on sgemm (see linear.h).
+// linear.cc — fully connected layer on gemm() (see linear.h).
 #include "dense/linear.h"
-
-#include <algorithm>
 
 #include "core/parallel.h"
 #include "dense/gemm.h"
 
 namespace embshard::dense {
 
-void linear_forward(const float* x, int64_t B, int64_t in, int64_t out, const float* W, const float* b, float* y) {
-  if (b) {
-    parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
-      for (int64_t r = b0; r < b1; ++r) std::copy(b, b + out, y + r * out);
-    });
-    sgemm(false, true, B, out, in, 1.0f, x, in, W, in, 1.0f, y, out);
-  } else {
-    sgemm(false, true, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-  }
+void linear_forward(const float* x, int64_t B, int64_t in, int64_t out, const float* W, const float* b, bool relu,
+                    Precision precision, float* y) {
+  GemmCall g;
+  g.transB = true;
+  g.M = B;
+  g.N = out;
+  g.K = in;
+  g.A = x;
+  g.lda = in;
+  g.B = W;
+  g.ldb = in;
+  g.C = y;
+  g.ldc = out;
+  g.bias = b;
+  g.relu = relu;
+  g.precision = precision;
+  gemm(g);
 }
 
 void column_sums(const float* m, int64_t B, int64_t n, float* out) {
@@ -31,10 +37,34 @@ void column_sums(const float* m, int64_t B, int64_t n, float* out) {
 }
 
 void linear_backward(const float* x, const float* dy, int64_t B, int64_t in, int64_t out, const float* W, float* dW,
-                     float* db, float* dx) {
-  sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 0.0f, dW, in);
+                     float* db, float* dx, Precision precision) {
+  GemmCall w;  // dW = dyᵀ·x
+  w.transA = true;
+  w.M = out;
+  w.N = in;
+  w.K = B;
+  w.A = dy;
+  w.lda = out;
+  w.B = x;
+  w.ldb = in;
+  w.C = dW;
+  w.ldc = in;
+  w.precision = precision;
+  gemm(w);
   if (db) column_sums(dy, B, out, db);
-  if (dx) sgemm(false, false, B, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
+  if (!dx) return;
+  GemmCall d;  // dx = dy·W
+  d.M = B;
+  d.N = in;
+  d.K = out;
+  d.A = dy;
+  d.lda = out;
+  d.B = W;
+  d.ldb = in;
+  d.C = dx;
+  d.ldc = in;
+  d.precision = precision;
+  gemm(d);
 }
 
 }  // namespace embshard::dense
