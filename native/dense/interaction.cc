@@ -27,10 +27,13 @@ void stack(const float* x, const float* e, int64_t B, int64_t d, int64_t F, floa
 void dot_interaction_forward(const float* x, const float* e, int64_t B, int64_t d, int64_t F, Precision precision,
                              float* out) {
   const int64_t n = F + 1, w = dot_interaction_width(d, F);
-  thread_local std::vector<float> T, Z;
-  T.resize(static_cast<size_t>(B * n * d));
-  Z.resize(static_cast<size_t>(B * n * n));
-  stack(x, e, B, d, F, T.data());
+  // Scratch per calling thread; the lambdas below run on pool threads, so they see it through pointers.
+  thread_local std::vector<float> Tbuf, Zbuf;
+  Tbuf.resize(static_cast<size_t>(B * n * d));
+  Zbuf.resize(static_cast<size_t>(B * n * n));
+  float* T = Tbuf.data();
+  float* Z = Zbuf.data();
+  stack(x, e, B, d, F, T);
   GemmCall g;  // Z_b [n × n] = T_b·T_bᵀ, batched over the samples
   g.batch = B;
   g.precision = precision;
@@ -38,20 +41,20 @@ void dot_interaction_forward(const float* x, const float* e, int64_t B, int64_t 
   g.M = n;
   g.N = n;
   g.K = d;
-  g.A = T.data();
+  g.A = T;
   g.lda = d;
   g.strideA = n * d;
-  g.B = T.data();
+  g.B = T;
   g.ldb = d;
   g.strideB = n * d;
-  g.C = Z.data();
+  g.C = Z;
   g.ldc = n;
   g.strideC = n * n;
   gemm(g);
   parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       float* o = out + b * w;
-      const float* z = Z.data() + b * n * n;
+      const float* z = Z + b * n * n;
       std::copy(x + b * d, x + b * d + d, o);
       int64_t p = d;
       for (int64_t i = 1; i < n; ++i)
@@ -63,16 +66,19 @@ void dot_interaction_forward(const float* x, const float* e, int64_t B, int64_t 
 void dot_interaction_backward(const float* x, const float* e, const float* dout, int64_t B, int64_t d, int64_t F,
                               Precision precision, float* dx, float* de) {
   const int64_t n = F + 1, w = dot_interaction_width(d, F);
-  thread_local std::vector<float> T, S, dT;
-  T.resize(static_cast<size_t>(B * n * d));
-  S.resize(static_cast<size_t>(B * n * n));
-  dT.resize(static_cast<size_t>(B * n * d));
-  stack(x, e, B, d, F, T.data());
+  thread_local std::vector<float> Tbuf, Sbuf, dTbuf;  // as in the forward: reached through pointers
+  Tbuf.resize(static_cast<size_t>(B * n * d));
+  Sbuf.resize(static_cast<size_t>(B * n * n));
+  dTbuf.resize(static_cast<size_t>(B * n * d));
+  float* T = Tbuf.data();
+  float* S = Sbuf.data();
+  float* dT = dTbuf.data();
+  stack(x, e, B, d, F, T);
   // S_b = G_b + G_bᵀ: symmetric, zero diagonal, since z_ij = T_i·T_j feeds both T_i and T_j.
   parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* g = dout + b * w;
-      float* s = S.data() + b * n * n;
+      float* s = S + b * n * n;
       int64_t p = d;
       for (int64_t i = 0; i < n; ++i) s[i * n + i] = 0.0f;
       for (int64_t i = 1; i < n; ++i)
@@ -85,19 +91,19 @@ void dot_interaction_backward(const float* x, const float* e, const float* dout,
   g.M = n;
   g.N = d;
   g.K = n;
-  g.A = S.data();
+  g.A = S;
   g.lda = n;
   g.strideA = n * n;
-  g.B = T.data();
+  g.B = T;
   g.ldb = d;
   g.strideB = n * d;
-  g.C = dT.data();
+  g.C = dT;
   g.ldc = d;
   g.strideC = n * d;
   gemm(g);
   parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const float* t = dT.data() + b * n * d;
+      const float* t = dT + b * n * d;
       const float* g = dout + b * w;  // plus the pass-through copy of x
       for (int64_t k = 0; k < d; ++k) dx[b * d + k] = t[k] + g[k];
       std::copy(t + d, t + n * d, de + b * F * d);

@@ -221,6 +221,33 @@ describe('dot interaction', () => {
     expect(ref.worstRatio(got.de, ref.fdGradient(L, E), ...TOL)).toBeLessThanOrEqual(1);
   });
 
+  it('a batch large enough to be split across threads gives the reference result, forward and backward', () => {
+    const Bl = 2048, dl = 4, Fl = 3, wl = dl + ((Fl + 1) * Fl) / 2;
+    const xl = ref.randArray(r, Bl * dl), el = ref.randArray(r, Bl * Fl * dl), gl = ref.randArray(r, Bl * wl);
+    expect(ref.worstRatio(ops.dotInteractionForward(xl, el, Bl, dl, Fl), ref.dotInteraction(xl, el, Bl, dl, Fl), ...TOL)).toBeLessThanOrEqual(1);
+    // backward against the product rule written out: ∂z_ij/∂T_i = T_j, plus x's pass-through
+    const n = Fl + 1, dT = new Float64Array(Bl * n * dl);
+    const T = (s: number, i: number, k: number) => (i === 0 ? xl[s * dl + k]! : el[s * Fl * dl + (i - 1) * dl + k]!);
+    for (let s = 0; s < Bl; s++) {
+      for (let k = 0; k < dl; k++) dT[s * n * dl + k] = gl[s * wl + k]!;
+      let p = dl;
+      for (let i = 1; i < n; i++)
+        for (let j = 0; j < i; j++, p++)
+          for (let k = 0; k < dl; k++) {
+            dT[(s * n + i) * dl + k] += gl[s * wl + p]! * T(s, j, k);
+            dT[(s * n + j) * dl + k] += gl[s * wl + p]! * T(s, i, k);
+          }
+    }
+    const got = ops.dotInteractionBackward(xl, el, gl, Bl, dl, Fl);
+    const wantDx = new Float64Array(Bl * dl), wantDe = new Float64Array(Bl * Fl * dl);
+    for (let s = 0; s < Bl; s++) {
+      for (let k = 0; k < dl; k++) wantDx[s * dl + k] = dT[s * n * dl + k]!;
+      for (let k = 0; k < Fl * dl; k++) wantDe[s * Fl * dl + k] = dT[s * n * dl + dl + k]!;
+    }
+    expect(ref.worstRatio(got.dx, wantDx, ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(got.de, wantDe, ...TOL)).toBeLessThanOrEqual(1);
+  });
+
   it('Criteo Kaggle shape: 26 features of dim 16 give 367 columns', () => {
     const out = ops.dotInteractionForward(new Float32Array(16), new Float32Array(26 * 16), 1, 16, 26);
     expect(out.length).toBe(367);
