@@ -217,12 +217,15 @@ export class Trainer {
       loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
       /** Device of the restored dense model (a checkpoint loads on any device: 'cpu' | 'cuda:N'). Default cpu. */
       device?: string;
+      /** GEMM precision of the restored dense model (weights are saved in fp32 either way). Default fp32. */
+      precision?: Precision;
     } = {},
   ): Promise<Trainer> {
     const ck = await readTrainerCheckpoint(dir);
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
     const dense = new DenseModel(ck.manifest.model, {
       optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false, device: options.device ?? 'cpu',
+      ...(options.precision !== undefined ? { precision: options.precision } : {}),
     });
     if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "addon/dense_args.h"
-#include "addon/dense_inputs.h"
+#include "addon/dense_js_readers.h"
+#include "addon/dense_model_args.h"
 #include "addon/dense_workers.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
@@ -23,8 +23,8 @@ namespace {
 using dense::DenseModelSpec;
 using dense::cuda::Buffer;
 using dense::cuda::CudaDenseModel;
-namespace da = dense_args;
-using namespace dense_inputs;
+namespace da = dense_js_readers;
+using namespace dense_model_args;
 namespace dw = dense_workers;
 
 Buffer read_buffer(Napi::Env env, Napi::Value v) {

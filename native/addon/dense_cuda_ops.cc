@@ -4,7 +4,7 @@
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
-#include "addon/dense_op_args.h"
+#include "addon/dense_layer_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/cuda/dense_cuda.h"
@@ -14,7 +14,7 @@ namespace embshard::addon {
 namespace {
 
 namespace dc = dense::cuda;
-namespace oa = dense_op_args;
+namespace oa = dense_layer_args;
 
 Napi::Value Available(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), dc::device_available()); }
 

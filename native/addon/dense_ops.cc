@@ -4,8 +4,8 @@
 // meant for small inputs only.
 #include <napi.h>
 
-#include "addon/dense_args.h"
-#include "addon/dense_op_args.h"
+#include "addon/dense_js_readers.h"
+#include "addon/dense_layer_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/activation.h"
@@ -19,8 +19,8 @@
 namespace embshard::addon {
 namespace {
 
-namespace da = dense_args;
-namespace oa = dense_op_args;
+namespace da = dense_js_readers;
+namespace oa = dense_layer_args;
 using oa::make;
 
 // A backend name: 'onednn' | 'openblas' | 'naive'.

@@ -1,4 +1,4 @@
-// dense_op_args.h — the argument handling shared by the per-layer op bindings of the CPU and GPU
+// dense_layer_args.h — the arguments of the per-layer op bindings of the CPU and GPU
 // (dense_ops.cc `denseOps`, dense_cuda_ops.cc `denseCudaOps`): each reader checks one op's JS arguments
 // in a fixed order (so the first bad field named is the same on both), throwing EmbshardError naming the
 // field before any work, then allocates the op's output arrays; the result builders shape what JS gets.
@@ -8,14 +8,14 @@
 #include <cstdint>
 #include <string>
 
-#include "addon/dense_args.h"
+#include "addon/dense_js_readers.h"
 #include "addon/errors.h"
 #include "dense/interaction.h"
 #include "dense/optimizer.h"
 
-namespace embshard::addon::dense_op_args {
+namespace embshard::addon::dense_layer_args {
 
-namespace da = dense_args;
+namespace da = dense_js_readers;
 using Napi::Float32Array;
 
 inline Float32Array make(Napi::Env env, int64_t n) { return Float32Array::New(env, static_cast<size_t>(n)); }
@@ -187,4 +187,4 @@ inline OptimizerStepArgs read_optimizer_step(const Napi::CallbackInfo& info) {
   return a;
 }
 
-}  // namespace embshard::addon::dense_op_args
+}  // namespace embshard::addon::dense_layer_args
