@@ -90,18 +90,24 @@ inline LinearBackwardArgs read_linear_backward(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// reluBackward(y, dy) -> dx, all of y's length.
-struct ReluBackwardArgs {
+// Two arrays of one length in, one of that length out: reluBackward(y, dy) -> dx; bce(z, y) -> { loss, dz }.
+struct ElementwiseArgs {
   int64_t n = 0;
-  Float32Array y, dy, dx;
+  Float32Array first, second, out;
+  Napi::Object loss_result(Napi::Env env, double loss) const {  // bce's { loss, dz }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("loss", loss);
+    o.Set("dz", out);
+    return o;
+  }
 };
-inline ReluBackwardArgs read_relu_backward(const Napi::CallbackInfo& info) {
+inline ElementwiseArgs read_elementwise(const Napi::CallbackInfo& info, const char* first, const char* second) {
   Napi::Env env = info.Env();
-  ReluBackwardArgs a;
-  a.y = da::f32(env, info[0], "y", -1);
-  a.n = static_cast<int64_t>(a.y.ElementLength());
-  a.dy = da::f32(env, info[1], "dy", a.n);
-  a.dx = make(env, a.n);
+  ElementwiseArgs a;
+  a.first = da::f32(env, info[0], first, -1);
+  a.n = static_cast<int64_t>(a.first.ElementLength());
+  a.second = da::f32(env, info[1], second, a.n);
+  a.out = make(env, a.n);
   return a;
 }
 
@@ -144,27 +150,6 @@ inline DotBackwardArgs read_dot_backward(const Napi::CallbackInfo& info) {
   a.dout = da::f32(env, info[2], "dout", a.B * dense::dot_interaction_width(a.d, a.F));
   a.dx = make(env, a.B * a.d);
   a.de = make(env, a.B * a.F * a.d);
-  return a;
-}
-
-// bce(z, y) -> { loss, dz }
-struct BceArgs {
-  int64_t n = 0;
-  Float32Array z, y, dz;
-  Napi::Object result(Napi::Env env, double loss) const {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("loss", loss);
-    o.Set("dz", dz);
-    return o;
-  }
-};
-inline BceArgs read_bce(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  BceArgs a;
-  a.z = da::f32(env, info[0], "z", -1);
-  a.n = static_cast<int64_t>(a.z.ElementLength());
-  a.y = da::f32(env, info[1], "y", a.n);
-  a.dz = make(env, a.n);
   return a;
 }
 

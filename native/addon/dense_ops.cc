@@ -117,9 +117,9 @@ Napi::Value ReluForward(const Napi::CallbackInfo& info) {
   return y;
 }
 Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
-  oa::ReluBackwardArgs a = oa::read_relu_backward(info);
-  dense::relu_backward(a.y.Data(), a.dy.Data(), a.dx.Data(), a.n);
-  return a.dx;
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "y", "dy");
+  dense::relu_backward(a.first.Data(), a.second.Data(), a.out.Data(), a.n);
+  return a.out;
 }
 
 // dotInteractionForward(x, e, B, d, F, precision?) -> out ;
@@ -197,9 +197,9 @@ Napi::Value CrossBackward(const Napi::CallbackInfo& info) {
 
 // bce(z, y) -> { loss, dz }
 Napi::Value Bce(const Napi::CallbackInfo& info) {
-  oa::BceArgs a = oa::read_bce(info);
-  double loss = dense::bce_with_logits(a.z.Data(), a.y.Data(), a.n, a.dz.Data());
-  return a.result(info.Env(), loss);
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "z", "y");
+  double loss = dense::bce_with_logits(a.first.Data(), a.second.Data(), a.n, a.out.Data());
+  return a.loss_result(info.Env(), loss);
 }
 
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.

@@ -153,18 +153,7 @@ void gemm(const GemmCall& g) { gemm_on(gemm_backend(), g); }
 
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  GemmCall g;
-  g.transA = transA;
-  g.transB = transB;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
+  GemmCall g = gemm_call(transA, transB, M, N, K, A, lda, B, ldb, C, ldc);
   g.alpha = alpha;
   g.beta = beta;
   gemm(g);

@@ -32,6 +32,24 @@ struct GemmCall {
   int64_t strideA = 0, strideB = 0, strideC = 0;  // elements between consecutive A_i / B_i / C_i
 };
 
+// The core of a call — C [M × N] = op(A)·op(B), strides as stored; callers set the epilogue, precision, batch.
+inline GemmCall gemm_call(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float* C, int64_t ldc) {
+  GemmCall g;
+  g.transA = transA;
+  g.transB = transB;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  return g;
+}
+
 void gemm(const GemmCall& g);
 // Runs g on one named backend (tests compare them); INVALID_ARGUMENT when it is not built in.
 void gemm_on(GemmBackend b, const GemmCall& g);

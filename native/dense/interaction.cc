@@ -22,6 +22,16 @@ void stack(const float* x, const float* e, int64_t B, int64_t d, int64_t F, floa
   });
 }
 
+
+// One product per sample: operands and result of sample b start b·(rows × row stride) after sample 0's.
+GemmCall batched(int64_t B, Precision precision, GemmCall g) {
+  g.batch = B;
+  g.strideA = (g.transA ? g.K : g.M) * g.lda;
+  g.strideB = (g.transB ? g.N : g.K) * g.ldb;
+  g.strideC = g.M * g.ldc;
+  g.precision = precision;
+  return g;
+}
 }  // namespace
 
 void dot_interaction_forward(const float* x, const float* e, int64_t B, int64_t d, int64_t F, Precision precision,
@@ -34,23 +44,7 @@ void dot_interaction_forward(const float* x, const float* e, int64_t B, int64_t 
   float* T = Tbuf.data();
   float* Z = Zbuf.data();
   stack(x, e, B, d, F, T);
-  GemmCall g;  // Z_b [n × n] = T_b·T_bᵀ, batched over the samples
-  g.batch = B;
-  g.precision = precision;
-  g.transB = true;
-  g.M = n;
-  g.N = n;
-  g.K = d;
-  g.A = T;
-  g.lda = d;
-  g.strideA = n * d;
-  g.B = T;
-  g.ldb = d;
-  g.strideB = n * d;
-  g.C = Z;
-  g.ldc = n;
-  g.strideC = n * n;
-  gemm(g);
+  gemm(batched(B, precision, gemm_call(false, true, n, n, d, T, d, T, d, Z, n)));  // Z_b [n × n] = T_b·T_bᵀ
   parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       float* o = out + b * w;
@@ -85,22 +79,7 @@ void dot_interaction_backward(const float* x, const float* e, const float* dout,
         for (int64_t j = 0; j < i; ++j) s[i * n + j] = s[j * n + i] = g[p++];
     }
   });
-  GemmCall g;  // dT_b [n × d] = S_b·T_b
-  g.batch = B;
-  g.precision = precision;
-  g.M = n;
-  g.N = d;
-  g.K = n;
-  g.A = S;
-  g.lda = n;
-  g.strideA = n * n;
-  g.B = T;
-  g.ldb = d;
-  g.strideB = n * d;
-  g.C = dT;
-  g.ldc = d;
-  g.strideC = n * d;
-  gemm(g);
+  gemm(batched(B, precision, gemm_call(false, false, n, d, n, S, n, T, d, dT, d)));  // dT_b [n × d] = S_b·T_b
   parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* t = dT + b * n * d;

@@ -8,17 +8,7 @@ namespace embshard::dense {
 
 void linear_forward(const float* x, int64_t B, int64_t in, int64_t out, const float* W, const float* b, bool relu,
                     Precision precision, float* y) {
-  GemmCall g;
-  g.transB = true;
-  g.M = B;
-  g.N = out;
-  g.K = in;
-  g.A = x;
-  g.lda = in;
-  g.B = W;
-  g.ldb = in;
-  g.C = y;
-  g.ldc = out;
+  GemmCall g = gemm_call(false, true, B, out, in, x, in, W, in, y, out);  // y = x·Wᵀ
   g.bias = b;
   g.relu = relu;
   g.precision = precision;
@@ -38,31 +28,12 @@ void column_sums(const float* m, int64_t B, int64_t n, float* out) {
 
 void linear_backward(const float* x, const float* dy, int64_t B, int64_t in, int64_t out, const float* W, float* dW,
                      float* db, float* dx, Precision precision) {
-  GemmCall w;  // dW = dyᵀ·x
-  w.transA = true;
-  w.M = out;
-  w.N = in;
-  w.K = B;
-  w.A = dy;
-  w.lda = out;
-  w.B = x;
-  w.ldb = in;
-  w.C = dW;
-  w.ldc = in;
+  GemmCall w = gemm_call(true, false, out, in, B, dy, out, x, in, dW, in);  // dW = dyᵀ·x
   w.precision = precision;
   gemm(w);
   if (db) column_sums(dy, B, out, db);
   if (!dx) return;
-  GemmCall d;  // dx = dy·W
-  d.M = B;
-  d.N = in;
-  d.K = out;
-  d.A = dy;
-  d.lda = out;
-  d.B = W;
-  d.ldb = in;
-  d.C = dx;
-  d.ldc = in;
+  GemmCall d = gemm_call(false, false, B, in, out, dy, out, W, in, dx, in);  // dx = dy·W
   d.precision = precision;
   gemm(d);
 }
