@@ -2,7 +2,7 @@
 // forward, dense forward, dense backward, communication, embedding backward (+ its fused optimizer) and the
 // dense optimizer update, in fp32 and bf16 precision; and the dense layers' GEMM throughput against a probe
 // of this machine's GEMM peak measured in the same run (a large square oneDNN matmul, best of several, fp32
-// and bf16), so the ratio holds however loaded the machine is.
+// and bf16, before and after the rows, the better reading kept), so the ratio holds however loaded the machine is.
 // Shapes: the DLRM benchmark (dlrm_s_benchmark.sh: 8 tables × 1M rows, dim 64, bottom 512-512-64, top
 // 1024-1024-1024-1, 100 ids per bag, batch 2048) and DLRM Criteo Kaggle (26 tables capped at 1M rows, dim
 // 16) end to end; the dense half of DLRM-DCNv2 alone (its tables do not fit here); and the dense halves on
@@ -37,8 +37,10 @@ interface Row {
   denseGflop: number;
   /** those flops over the dense forward + backward time */
   denseGflops: number;
-  /** denseGflops / the probe's GEMM peak of the same precision */
+  /** denseGflops / the probe's GEMM peak of the same precision, probed right before and after this row */
   ofProbe: number;
+  /** that probe, GFLOP/s */
+  probeGflops: number;
   note: string;
 }
 const rows: Row[] = [];
@@ -93,11 +95,18 @@ function gemmPeak(precision: Precision, n: number, reps: number): number {
   return (2 * n * n * n) / (best * 1e6);
 }
 
-function finish(r: Omit<Row, 'denseGflops' | 'ofProbe'>): void {
+// The GEMM peak of `precision` around one row: a short probe right before and after it, the better kept,
+// so that the row's ratio compares it with the machine as it was while the row ran.
+function localProbe(precision: Precision): number {
+  return gemmPeak(precision, quick ? 768 : 1024, 3);
+}
+
+function finish(r: Omit<Row, 'denseGflops' | 'ofProbe' | 'probeGflops'>, before: number): void {
   const gflops = (r.denseGflop * 1e3) / (r.ms.denseForward + r.ms.denseBackward); // Gflop per second
-  const row: Row = { ...r, denseGflops: gflops, ofProbe: gflops / probe[r.precision] };
+  const local = Math.max(before, localProbe(r.precision));
+  const row: Row = { ...r, denseGflops: gflops, probeGflops: local, ofProbe: gflops / local };
   rows.push(row);
-  console.error(`${r.name} [${r.precision}, ${r.backend}]: ${r.samplesPerSec.toFixed(0)} samples/s, dense GEMMs ${gflops.toFixed(1)} GFLOP/s (${(row.ofProbe * 100).toFixed(0)}% of the probe)`);
+  console.error(`${r.name} [${r.precision}, ${r.backend}]: ${r.samplesPerSec.toFixed(0)} samples/s, dense GEMMs ${gflops.toFixed(1)} GFLOP/s (${(row.ofProbe * 100).toFixed(0)}% of the probe around it, ${local.toFixed(1)} GFLOP/s)`);
 }
 
 async function endToEnd(name: string, model: PresetName, data: SyntheticOptions, opt: 'sgd' | 'adagrad', lr: number, precision: Precision, note: string): Promise<void> {
@@ -105,6 +114,7 @@ async function endToEnd(name: string, model: PresetName, data: SyntheticOptions,
   const dim = model === 'dlrm-benchmark' ? 64 : 16;
   const emb = embeddingsFor(src.features, src.tableRows, { dim, optimizer: { type: opt, lr }, seed: 1 });
   const t = new Trainer({ model, embeddings: emb, optimizer: { type: opt, lr }, seed: 1, precision });
+  const before = localProbe(precision);
   const ms = zero();
   for (let k = 0; k < WARMUP + STEPS; k++) {
     const t0 = performance.now();
@@ -121,7 +131,7 @@ async function endToEnd(name: string, model: PresetName, data: SyntheticOptions,
   finish({
     name, precision, backend: ops.gemmInfo().backend, batchSize: B, steps: STEPS, samplesPerSec: (B * 1000) / (ms.total + ms.data), ms,
     denseGflop: denseFlops(t.dense.spec, B) / 1e9, note,
-  });
+  }, before);
   emb.dispose();
 }
 
@@ -134,6 +144,7 @@ async function denseOnly(name: string, model: PresetName, B: number, precision: 
     const pooled = new Float32Array(B * m.sparseWidth).map((_, i) => (((i * 40503) % 2001) - 1000) / 1e5);
     const labels = new Float32Array(B).map((_, i) => (i % 4 === 0 ? 1 : 0));
     const sg = new Float32Array(pooled.length);
+    const before = localProbe(precision);
     const ms = zero();
     for (let k = 0; k < 1 + steps; k++) {
       const t0 = performance.now();
@@ -151,7 +162,7 @@ async function denseOnly(name: string, model: PresetName, B: number, precision: 
     finish({
       name, precision, backend: ops.gemmInfo().backend, batchSize: B, steps, samplesPerSec: (B * 1000) / ms.total, ms,
       denseGflop: denseFlops(resolveDenseSpec(model), B) / 1e9, note,
-    });
+    }, before);
   } finally {
     ops.forceGemmBackend(null);
   }
@@ -159,10 +170,12 @@ async function denseOnly(name: string, model: PresetName, B: number, precision: 
 
 async function main(): Promise<void> {
   const info = ops.gemmInfo();
-  const N = quick ? 1024 : 2048, REPS = quick ? 2 : 4;
-  probe.fp32 = gemmPeak('fp32', N, REPS);
-  probe.bf16 = gemmPeak('bf16', N, REPS);
-  console.error(`GEMM probe (${N}³ matmul, best of ${REPS}): fp32 ${probe.fp32.toFixed(1)} GFLOP/s, bf16 ${probe.bf16.toFixed(1)} GFLOP/s`);
+  const N = quick ? 1024 : 1536, REPS = quick ? 3 : 8;
+  const runProbe = (when: string) => {
+    for (const p of ['fp32', 'bf16'] as const) probe[p] = Math.max(probe[p], gemmPeak(p, N, REPS));
+    console.error(`GEMM probe ${when} (${N}³ matmul, best of ${REPS}): fp32 ${probe.fp32.toFixed(1)} GFLOP/s, bf16 ${probe.bf16.toFixed(1)} GFLOP/s`);
+  };
+  runProbe('before');
 
   for (const precision of ['fp32', 'bf16'] as const) {
     await endToEnd('DLRM Criteo Kaggle, end to end', 'dlrm-criteo-kaggle', { preset: 'criteo-kaggle', batchSize: 2048, maxRows: 1_000_000, seed: 1 }, 'adagrad', 0.005, precision,
@@ -177,6 +190,8 @@ async function main(): Promise<void> {
     for (const backend of (['onednn', 'openblas', 'naive'] as const).filter((b) => info.built[b]))
       await denseOnly(`${model} dense half`, model, 2048, 'fp32', backend, 'backend comparison', backend === 'naive' ? 2 : STEPS);
 
+  runProbe('after');
+
   const meta = {
     cpus: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', node: process.version, threads: loadAddon().threads(), dense: info,
     probe: { n: N, reps: REPS, fp32GFlops: probe.fp32, bf16GFlops: probe.bf16 }, warmup: WARMUP, steps: STEPS, date: new Date().toISOString(),
@@ -185,15 +200,15 @@ async function main(): Promise<void> {
   const lines = [
     `### Training step throughput (${meta.cpus} × ${meta.cpu}, ${meta.threads} threads, Node ${meta.node}; dense layers on ${info.reason}; mean of ${STEPS} steps after ${WARMUP} warm-up)`,
     '',
-    `GEMM probe in the same run (${N}×${N}×${N} oneDNN matmul, best of ${REPS}): fp32 **${probe.fp32.toFixed(1)} GFLOP/s**, bf16 **${probe.bf16.toFixed(1)} GFLOP/s**.`,
+    `GEMM peak probe of the run (${N}×${N}×${N} oneDNN matmul, best of ${REPS}, before and after all rows, the better kept): fp32 **${probe.fp32.toFixed(1)} GFLOP/s**, bf16 **${probe.bf16.toFixed(1)} GFLOP/s**.`,
     '',
-    '| run | precision | GEMMs on | batch | samples/s | data ms | emb fwd ms | dense fwd ms | dense bwd ms | emb bwd+opt ms | dense opt ms | dense GEMM GFLOP/s | of probe | note |',
-    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| run | precision | GEMMs on | batch | samples/s | data ms | emb fwd ms | dense fwd ms | dense bwd ms | emb bwd+opt ms | dense opt ms | dense GEMM GFLOP/s | probe around it | of probe | note |',
+    '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
     ...rows.map((r) =>
       `| ${r.name} | ${r.precision} | ${r.backend} | ${r.batchSize} | ${Math.round(r.samplesPerSec).toLocaleString('en-US')} | ${f(r.ms.data)} | ${f(r.ms.embeddingForward)} | ` +
-        `${f(r.ms.denseForward)} | ${f(r.ms.denseBackward)} | ${f(r.ms.embeddingBackward)} | ${f(r.ms.denseUpdate)} | ${r.denseGflops.toFixed(1)} | ${(r.ofProbe * 100).toFixed(0)}% | ${r.note} |`),
+        `${f(r.ms.denseForward)} | ${f(r.ms.denseBackward)} | ${f(r.ms.embeddingBackward)} | ${f(r.ms.denseUpdate)} | ${r.denseGflops.toFixed(1)} | ${r.probeGflops.toFixed(1)} | ${(r.ofProbe * 100).toFixed(0)}% | ${r.note} |`),
     '',
-    '"dense GEMM GFLOP/s" = the GEMM flops of one dense forward + backward (linear layers, interaction, cross layers) over the dense forward + backward time, which also holds the non-GEMM work (ReLU backward, bias sums, loss); "of probe" divides it by the probe of the same precision.',
+    '"dense GEMM GFLOP/s" = the GEMM flops of one dense forward + backward (linear layers, interaction, cross layers) over the dense forward + backward time, which also holds the non-GEMM work (ReLU backward, bias sums, loss); "probe around it" is a ${quick ? 768 : 1024}³ oneDNN matmul of the same precision run right before and after the row (best of 3 each, the better kept), and "of probe" divides the first by it — a ratio to the machine as it was during the row, which matters on a shared machine whose speed swings during a run.',
   ];
   const out = join(packageRoot, 'bench', 'results');
   mkdirSync(out, { recursive: true });

@@ -144,9 +144,11 @@ void gemm_on(GemmBackend b, const GemmCall& g) {
   check_call(g);
   if (!gemm_backend_built(b)) fail("INVALID_ARGUMENT", "gemm: the %s backend is not built in", gemm_backend_name(b));
   if (g.M <= 0 || g.N <= 0) return;
-  // oneDNN takes K > 0 only; K == 0 (C = beta·C + bias) and kernels oneDNN lacks on this CPU run the naive path.
+  // oneDNN takes K > 0 only; K == 0 (C = beta·C + bias) and kernels oneDNN lacks on this CPU run on OpenBLAS
+  // when built, else on the naive kernel.
   if (b == GemmBackend::OneDNN && g.K > 0 && onednn_gemm(g)) return;
-  host_gemm(b == GemmBackend::OpenBLAS, g);
+  const bool blas = b == GemmBackend::OpenBLAS || (b == GemmBackend::OneDNN && gemm_backend_built(GemmBackend::OpenBLAS));
+  host_gemm(blas, g);
 }
 
 void gemm(const GemmCall& g) { gemm_on(gemm_backend(), g); }
