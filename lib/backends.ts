@@ -40,6 +40,14 @@ export interface CudaAddon extends Addon {
   cudaInfo(): NativeCudaInfo;
 }
 
+/** What the CPU backend's dense layers (linear, interaction, cross) run their GEMMs on. */
+export interface DenseBackendInfo {
+  /** 'onednn' (fused bias + ReLU, bf16 kernels), 'openblas' (fp32 only) or 'naive' (a blocked loop, several times slower) */
+  backend: 'onednn' | 'openblas' | 'naive';
+  /** why: oneDNN's version and the instruction set it picked here, or what to install */
+  reason: string;
+}
+
 export interface BackendInfo {
   name: 'cpu' | 'cuda';
   available: boolean;
@@ -51,6 +59,8 @@ export interface BackendInfo {
   binary?: string;
   driverVersion?: number;
   runtimeVersion?: number;
+  /** cpu: the dense layers' GEMM backend */
+  dense?: DenseBackendInfo;
 }
 
 export type BinaryProbe = { ok: true; info: NativeCudaInfo } | { ok: false; reason: string };
@@ -106,8 +116,9 @@ export function probeCudaBinary(file: string, timeoutMs = 120_000): BinaryProbe 
 
 function probeCpu(): BackendInfo {
   try {
-    loadAddon();
-    return { name: 'cpu', available: true };
+    const addon = loadAddon() as Addon & { denseOps?: { gemmInfo(): DenseBackendInfo } };
+    const info = addon.denseOps?.gemmInfo();
+    return { name: 'cpu', available: true, ...(info ? { dense: { backend: info.backend, reason: info.reason } } : {}) };
   } catch (e) {
     return { name: 'cpu', available: false, reason: (e as Error).message };
   }
@@ -135,12 +146,13 @@ function probeCuda(): BackendInfo {
 let cached: BackendInfo[] | undefined;
 
 /**
- * Every backend with whether it can run here: `cpu` (the CPU addon loads) and `cuda` (the CUDA addon
+ * Every backend with whether it can run here: `cpu` (the CPU addon loads; `dense` says what its dense
+ * layers run on) and `cuda` (the CUDA addon
  * loads in a child process and finds a usable GPU). Cached; `{ refresh: true }` probes again.
  */
 export function backends(options?: { refresh?: boolean }): BackendInfo[] {
   if (!cached || options?.refresh) cached = [probeCpu(), probeCuda()];
-  return cached.map((b) => ({ ...b, ...(b.devices ? { devices: b.devices.map((d) => ({ ...d })) } : {}) }));
+  return cached.map((b) => ({ ...b, ...(b.devices ? { devices: b.devices.map((d) => ({ ...d })) } : {}), ...(b.dense ? { dense: { ...b.dense } } : {}) }));
 }
 
 /** The CUDA backend's entry of backends(). */

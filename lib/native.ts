@@ -44,8 +44,17 @@ function attach(addon: Addon): Addon {
 let cpuAddon: Addon | undefined;
 
 /** Loads the CPU addon (cached). Throws EmbshardError BINARY_NOT_FOUND listing every place tried and why. */
+// The dense layers' oneDNN GEMMs run on an OpenMP team, whose threads by default spin after every
+// parallel region: that steals the cores from embshard's own thread pool (and, on a shared machine, from
+// everyone), and a GEMM then waits on preempted spinners — measured 10–100× slower small GEMMs under load.
+// Passive waiting unless the user chose a policy; OpenMP reads it once, when the addon loads it.
+function openmpDefaults(): void {
+  process.env.OMP_WAIT_POLICY ??= 'passive';
+}
+
 export function loadAddon(): Addon {
   if (cpuAddon) return cpuAddon;
+  openmpDefaults();
   const tried: string[] = [];
   const candidates: string[] = [];
   if (process.env.EMBSHARD_ADDON) candidates.push(process.env.EMBSHARD_ADDON);
@@ -89,5 +98,6 @@ export function cudaAddonCandidates(): string[] {
 
 /** Loads a specific addon file in-process and attaches the error class. */
 export function loadAddonFile(file: string): Addon {
+  openmpDefaults();
   return attach(require(file) as Addon);
 }

@@ -42,7 +42,10 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'backends': {
       const { backends } = await import('../backends.js');
-      for (const b of backends()) console.log(`${b.name.padEnd(5)} ${b.available ? 'available' : `unavailable: ${b.reason ?? ''}`}`);
+      for (const b of backends()) {
+        console.log(`${b.name.padEnd(5)} ${b.available ? 'available' : `unavailable: ${b.reason ?? ''}`}`);
+        if (b.dense) console.log(`      dense layers on ${b.dense.backend} (${b.dense.reason})`);
+      }
       return 0;
     }
     case undefined:

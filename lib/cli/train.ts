@@ -10,7 +10,7 @@ import { openDataSpec } from './sources.js';
 import { fmtRate } from './progress.js';
 import { RunRecorder } from '../report/run-log.js';
 import { trainReportHtml } from '../report/train-report.js';
-import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
+import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
@@ -18,7 +18,7 @@ import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../sha
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
-import type { DenseOptimizerType } from '../train/binding.js';
+import type { DenseOptimizerType, Precision } from '../train/binding.js';
 
 export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dlrm-dcnv2|dlrm-benchmark|custom>
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
@@ -34,7 +34,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
-  run:            [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
+  run:            [--precision fp32|bf16] [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
@@ -69,6 +69,7 @@ interface Args {
   seed: number;
   prefetch: number;
   threads?: number;
+  precision?: Precision;
   save?: string;
   report?: string;
   quiet: boolean;
@@ -133,6 +134,10 @@ function parse(argv: string[]): Args | string {
         case '--seed': a.seed = int(0); break;
         case '--prefetch': a.prefetch = int(); break;
         case '--threads': a.threads = int(); break;
+        case '--precision':
+          if (!isPrecision(v)) return `--precision must be fp32 or bf16 (got '${v}')`;
+          a.precision = v;
+          break;
         case '--save': a.save = v; break;
         case '--report': a.report = v; break;
         default: return `unknown option '${k}'`;
@@ -258,10 +263,13 @@ export async function runTrain(argv: string[]): Promise<number> {
       planNote = `, sharded over ${group.size} rank(s) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
       trainer = new Trainer({
         model: spec, plan, group, optimizer: { type: optType, lr }, embeddingOptimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, schedule,
+        ...(a.precision ? { precision: a.precision } : {}),
       });
     } else {
       const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
-      trainer = new Trainer({ model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device });
+      trainer = new Trainer({
+        model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
+      });
     }
     const emb = trainer.embeddings;
     const evalSet = a.evalBatches > 0 ? data.eval : undefined;
@@ -283,7 +291,7 @@ export async function runTrain(argv: string[]): Promise<number> {
     const header =
       `${a.model} (bottom ${spec.denseIn}-${spec.bottom.join('-')}, ${spec.interaction}, top ${spec.top.join('-')}), ` +
       `${F} tables of dim ${spec.embDim} (${data.tableRows.reduce((s, r) => s + r, 0).toLocaleString()} rows), ` +
-      `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${data.describe}${planNote}, ${loadAddon().threads()} threads`;
+      `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${trainer.dense.precision} GEMMs, ${data.describe}${planNote}, ${loadAddon().threads()} threads`;
     if (!a.quiet) console.error(`embshard train: ${header}`);
 
     const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };

@@ -26,6 +26,8 @@ export interface NativeDenseConfig {
   crossRank?: number;
   seed: number;
   optimizer: NativeDenseOptimizer;
+  /** GEMM precision; default 'fp32'. */
+  precision?: Precision;
   /** false: leave parameters zeroed (a checkpoint load fills them). Default true. */
   initialize?: boolean;
 }
@@ -97,19 +99,44 @@ export interface CrossLayerArrays {
   b: Float32Array;
 }
 
+/** The dense layers' compute precision: fp32, or bf16 GEMM inputs with fp32 accumulation (weights stay fp32). */
+export type Precision = 'fp32' | 'bf16';
+export type GemmBackendName = 'onednn' | 'openblas' | 'naive';
+
+export interface GemmOptions {
+  /** Run on this backend instead of the default one. */
+  backend?: GemmBackendName;
+  precision?: Precision;
+  /** [N], added to every row (needs alpha 1). */
+  bias?: Float32Array | null;
+  relu?: boolean;
+  /** Independent products; A, B, C hold this many matrices each. Default 1. */
+  batch?: number;
+}
+
+export interface GemmInfo {
+  /** the backend the dense layers run on */
+  backend: GemmBackendName;
+  /** why that one (and, for oneDNN, its version and the instruction set it picked) */
+  reason: string;
+  built: Record<GemmBackendName, boolean>;
+}
+
 /** Synchronous single-layer kernels, for checks against references and small utilities. */
 export interface DenseOps {
-  gemm(transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, B: Float32Array, beta: number, C: Float32Array, fallback?: boolean): void;
-  gemmInfo(): { blas: boolean; fallbackForced: boolean };
-  forceGemmFallback(on: boolean): void;
-  linearForward(x: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array, b: Float32Array | null): Float32Array;
-  linearBackward(x: Float32Array, dy: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array): { dW: Float32Array; db: Float32Array; dx: Float32Array };
+  /** C_i = act(alpha·op(A_i)·op(B_i) + bias + beta·C_i) for each of `batch` matrices stored back to back. */
+  gemm(transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, B: Float32Array, beta: number, C: Float32Array, options?: GemmOptions): void;
+  gemmInfo(): GemmInfo;
+  /** Every dense layer on one backend (null: the default again); INVALID_ARGUMENT when it is not built in. */
+  forceGemmBackend(backend: GemmBackendName | null): void;
+  linearForward(x: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array, b: Float32Array | null, relu?: boolean, precision?: Precision): Float32Array;
+  linearBackward(x: Float32Array, dy: Float32Array, B: number, inDim: number, outDim: number, W: Float32Array, precision?: Precision): { dW: Float32Array; db: Float32Array; dx: Float32Array };
   reluForward(x: Float32Array): Float32Array;
   reluBackward(y: Float32Array, dy: Float32Array): Float32Array;
-  dotInteractionForward(x: Float32Array, e: Float32Array, B: number, d: number, F: number): Float32Array;
-  dotInteractionBackward(x: Float32Array, e: Float32Array, dout: Float32Array, B: number, d: number, F: number): { dx: Float32Array; de: Float32Array };
-  crossForward(x0: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[]): Float32Array;
-  crossBackward(x0: Float32Array, dout: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[]): { dx0: Float32Array; layers: CrossLayerArrays[] };
+  dotInteractionForward(x: Float32Array, e: Float32Array, B: number, d: number, F: number, precision?: Precision): Float32Array;
+  dotInteractionBackward(x: Float32Array, e: Float32Array, dout: Float32Array, B: number, d: number, F: number, precision?: Precision): { dx: Float32Array; de: Float32Array };
+  crossForward(x0: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[], precision?: Precision): Float32Array;
+  crossBackward(x0: Float32Array, dout: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[], precision?: Precision): { dx0: Float32Array; layers: CrossLayerArrays[] };
   bce(z: Float32Array, y: Float32Array): { loss: number; dz: Float32Array };
   optimizerStep(config: NativeDenseOptimizer, t: number, params: Float32Array, grads: Float32Array, state: Float32Array): void;
 }

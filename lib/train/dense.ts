@@ -4,7 +4,7 @@
 // device 'cuda:N' wholly on a GPU through the CUDA addon (native/dense/cuda/model_cuda.cu).
 import { EmbshardError } from '../errors.js';
 import { resolveBackend } from '../backends.js';
-import { denseAddon, type DenseCudaAddon, type DenseOptimizerType, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
+import { denseAddon, type Precision, type DenseCudaAddon, type DenseOptimizerType, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -114,6 +114,12 @@ export interface DenseModelOptions {
    * the CUDA addon, parameters kept on the device. BACKEND_UNAVAILABLE with the reason where there is none.
    */
   device?: string;
+  /**
+   * GEMM precision: 'fp32' (default), or 'bf16' — mixed precision as autocast runs it: every GEMM (linear
+   * layers forward and backward, the dot interaction, the cross layers) takes bf16 inputs and accumulates in
+   * fp32; parameters, gradients and optimizer state stay fp32. CPU only (oneDNN's AVX-512 BF16 / AMX kernels).
+   */
+  precision?: Precision;
   /** @internal false: zeroed parameters (a checkpoint fills them). */
   initialize?: boolean;
 }
@@ -128,12 +134,29 @@ function cudaDenseClass(device: string): NonNullable<DenseCudaAddon['CudaDenseMo
   return addon.CudaDenseModel;
 }
 
+let slowPathWarned = false;
+
+/** Says once on stderr when the CPU dense layers run without oneDNN (how much slower, and what to install). */
+function warnSlowPath(precision: Precision): void {
+  const info = denseAddon('cpu').denseOps.gemmInfo();
+  if (slowPathWarned || info.backend === 'onednn') return;
+  slowPathWarned = true;
+  const bf16 = precision === 'bf16' ? '; precision bf16 rounds the GEMM inputs but runs fp32 GEMMs, so it gains no speed' : '';
+  process.stderr.write(`embshard: the dense layers run on ${info.backend}: ${info.reason}${bf16}\n`);
+}
+
+export function isPrecision(p: unknown): p is Precision {
+  return p === 'fp32' || p === 'bf16';
+}
+
 export class DenseModel {
   readonly spec: DenseModelSpec;
   readonly optimizer: Required<DenseOptimizerConfig>;
   readonly seed: number;
   /** 'cpu' or 'cuda:N'. */
   readonly device: string;
+  /** GEMM precision ('fp32' | 'bf16'). */
+  readonly precision: Precision;
   /** The native model: the CPU one (JS-owned buffers) or the GPU one (device buffers). */
   readonly native: NativeDenseModel | NativeCudaDenseModel;
   private readonly gpu: NativeCudaDenseModel | undefined;
@@ -150,8 +173,14 @@ export class DenseModel {
     this.optimizer = { type: o.type, lr: o.lr, eps: o.eps ?? 1e-8, beta1: o.beta1 ?? 0.9, beta2: o.beta2 ?? 0.999, weightDecay: o.weightDecay ?? 0 };
     this.seed = options.seed ?? 0;
     this.device = device;
-    const config = { ...this.spec, seed: this.seed, optimizer: this.optimizer, initialize: options.initialize ?? true };
+    const precision = options.precision ?? 'fp32';
+    if (!isPrecision(precision)) throw new EmbshardError('INVALID_CONFIG', `precision must be 'fp32' | 'bf16' (got ${String(precision)})`);
+    if (precision !== 'fp32' && device !== 'cpu')
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `precision '${precision}' runs on the CPU only; the GPU dense model computes in fp32`);
+    this.precision = precision;
+    const config = { ...this.spec, seed: this.seed, optimizer: this.optimizer, precision, initialize: options.initialize ?? true };
     if (device === 'cpu') {
+      warnSlowPath(precision);
       this.native = new (denseAddon('cpu').DenseModel)(config);
       this.gpu = undefined;
     } else {

@@ -9,6 +9,7 @@ import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
+import type { Precision } from './binding.js';
 import { ShardedEmbeddings } from './sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from '../sharded/group.js';
@@ -85,6 +86,8 @@ export interface TrainerOptions {
   device?: string;
   /** Seed of the dense initialisation. Default 0. */
   seed?: number;
+  /** GEMM precision of the dense model ('fp32' default, or 'bf16': bf16 inputs, fp32 accumulation and weights). */
+  precision?: Precision;
   schedule?: LrSchedule;
   /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce (a ProcessGroup with `plan`). */
   group?: GradientGroup | ProcessGroup;
@@ -126,8 +129,11 @@ export class Trainer {
       emb = ShardedEmbeddings.create(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
     } else if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings (an EmbeddingCollection or a sharded collection) or plan is required');
     else emb = o.embeddings;
-    if (o.model instanceof DenseModel) this.dense = o.model;
-    else {
+    if (o.model instanceof DenseModel) {
+      if (o.precision !== undefined && o.precision !== o.model.precision)
+        throw new EmbshardError('INVALID_CONFIG', `precision '${String(o.precision)}' differs from the given model's ('${o.model.precision}')`);
+      this.dense = o.model;
+    } else {
       const overrides: Partial<DenseModelSpec> = {};
       if (isPresetName(o.model)) overrides.numSparse = emb.pooledFeatures.length;
       const spec = resolveDenseSpec(o.model, overrides);
@@ -135,6 +141,7 @@ export class Trainer {
         optimizer: o.optimizer ?? (isPresetName(o.model) ? PRESETS[o.model].optimizer : undefined),
         seed: o.seed ?? 0,
         device: o.device ?? 'cpu',
+        ...(o.precision !== undefined ? { precision: o.precision } : {}),
       });
     }
     const s = this.dense.spec;
@@ -252,12 +259,15 @@ export class Trainer {
       loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
       /** Device of the restored dense model (a checkpoint loads on any device: 'cpu' | 'cuda:N'). Default cpu. */
       device?: string;
+      /** GEMM precision of the restored dense model (weights are saved in fp32 either way). Default fp32. */
+      precision?: Precision;
     } = {},
   ): Promise<Trainer> {
     const ck = await readTrainerCheckpoint(dir);
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
     const dense = new DenseModel(ck.manifest.model, {
       optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false, device: options.device ?? 'cpu',
+      ...(options.precision !== undefined ? { precision: options.precision } : {}),
     });
     if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "addon/dense_args.h"
-#include "addon/dense_inputs.h"
+#include "addon/dense_js_readers.h"
+#include "addon/dense_model_args.h"
 #include "addon/dense_workers.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
@@ -23,8 +23,8 @@ namespace {
 using dense::DenseModelSpec;
 using dense::cuda::Buffer;
 using dense::cuda::CudaDenseModel;
-namespace da = dense_args;
-using namespace dense_inputs;
+namespace da = dense_js_readers;
+using namespace dense_model_args;
 namespace dw = dense_workers;
 
 Buffer read_buffer(Napi::Env env, Napi::Value v) {
@@ -66,6 +66,8 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
     if (!info[0].IsObject()) throw_error(env, "INVALID_CONFIG", "CudaDenseModel expects a config object");
     Napi::Object c = info[0].As<Napi::Object>();
     DenseModelSpec spec = read_dense_spec(env, c);
+    if (spec.precision != dense::Precision::FP32)
+      throw_error(env, "BACKEND_UNAVAILABLE", "precision 'bf16' runs on the CPU only; the GPU dense model computes in fp32");
     int device = static_cast<int>(da::integer(env, c.Get("device"), "device", 0, 1023));
     bool init = c.Get("initialize").IsUndefined() || c.Get("initialize").ToBoolean().Value();
     guard(env, [&] { model_ = std::make_unique<CudaDenseModel>(std::move(spec), device, init); });

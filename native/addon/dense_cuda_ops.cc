@@ -4,7 +4,7 @@
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
-#include "addon/dense_op_args.h"
+#include "addon/dense_layer_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/cuda/dense_cuda.h"
@@ -14,7 +14,7 @@ namespace embshard::addon {
 namespace {
 
 namespace dc = dense::cuda;
-namespace oa = dense_op_args;
+namespace oa = dense_layer_args;
 
 Napi::Value Available(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), dc::device_available()); }
 
@@ -40,9 +40,9 @@ Napi::Value LinearBackward(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
-  oa::ReluBackwardArgs a = oa::read_relu_backward(info);
-  guard(info.Env(), [&] { dc::relu_backward_host(a.y.Data(), a.dy.Data(), a.dx.Data(), a.n); });
-  return a.dx;
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "y", "dy");
+  guard(info.Env(), [&] { dc::relu_backward_host(a.first.Data(), a.second.Data(), a.out.Data(), a.n); });
+  return a.out;
 }
 
 Napi::Value DotForward(const Napi::CallbackInfo& info) {
@@ -58,10 +58,10 @@ Napi::Value DotBackward(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value Bce(const Napi::CallbackInfo& info) {
-  oa::BceArgs a = oa::read_bce(info);
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "z", "y");
   double loss = 0;
-  guard(info.Env(), [&] { loss = dc::bce_host(a.z.Data(), a.y.Data(), a.n, a.dz.Data()); });
-  return a.result(info.Env(), loss);
+  guard(info.Env(), [&] { loss = dc::bce_host(a.first.Data(), a.second.Data(), a.n, a.out.Data()); });
+  return a.loss_result(info.Env(), loss);
 }
 
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.

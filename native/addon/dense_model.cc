@@ -7,8 +7,8 @@
 #include <atomic>
 #include <memory>
 
-#include "addon/dense_args.h"
-#include "addon/dense_inputs.h"
+#include "addon/dense_js_readers.h"
+#include "addon/dense_model_args.h"
 #include "addon/dense_workers.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
@@ -19,8 +19,8 @@ namespace {
 
 using dense::DenseModel;
 using dense::DenseModelSpec;
-namespace da = dense_args;
-using namespace dense_inputs;
+namespace da = dense_js_readers;
+using namespace dense_model_args;
 namespace dw = dense_workers;
 
 class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {

@@ -1,11 +1,11 @@
 // dense_ops.cc — `denseOps`: the dense layers one by one, synchronous, for checking each kernel
-// against an independent reference (gradient checks, BLAS vs blocked GEMM) and for small utilities.
+// against an independent reference (gradient checks, every GEMM backend and precision) and for small utilities.
 // Training goes through DenseModel (dense_model.cc), whose calls run off the event loop; these are
 // meant for small inputs only.
 #include <napi.h>
 
-#include "addon/dense_args.h"
-#include "addon/dense_op_args.h"
+#include "addon/dense_js_readers.h"
+#include "addon/dense_layer_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/activation.h"
@@ -19,43 +19,92 @@
 namespace embshard::addon {
 namespace {
 
-namespace da = dense_args;
-namespace oa = dense_op_args;
+namespace da = dense_js_readers;
+namespace oa = dense_layer_args;
 using oa::make;
 
-// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, fallback?) — C updated in place.
-Napi::Value Gemm(const Napi::CallbackInfo& info) {
-  oa::GemmArgs a = oa::read_gemm(info, 0);
-  bool fallback = info[10].ToBoolean();
-  int64_t lda = a.ta ? a.M : a.K, ldb = a.tb ? a.K : a.N;
-  if (fallback) dense::sgemm_blocked(a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A.Data(), lda, a.B.Data(), ldb, a.beta, a.C.Data(), a.N);
-  else dense::sgemm(a.ta, a.tb, a.M, a.N, a.K, a.alpha, a.A.Data(), lda, a.B.Data(), ldb, a.beta, a.C.Data(), a.N);
-  return info.Env().Undefined();
+// A backend name: 'onednn' | 'openblas' | 'naive'.
+dense::GemmBackend backend_arg(Napi::Env env, Napi::Value v, const std::string& field) {
+  std::string name = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  for (auto b : {dense::GemmBackend::OneDNN, dense::GemmBackend::OpenBLAS, dense::GemmBackend::Naive})
+    if (name == dense::gemm_backend_name(b)) return b;
+  throw_error(env, "INVALID_ARGUMENT", field + " must be 'onednn' | 'openblas' | 'naive' (got '" + name + "')");
 }
 
+// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, { backend?, precision?, bias?, relu?, batch? }) — C
+// updated in place: C_i = act(alpha·op(A_i)·op(B_i) + bias + beta·C_i) for each of `batch` matrices.
+Napi::Value Gemm(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = info[10].IsObject() ? info[10].As<Napi::Object>() : Napi::Object::New(env);
+  int64_t batch = o.Get("batch").IsUndefined() ? 1 : da::integer(env, o.Get("batch"), "batch", 1, 1 << 20);
+  oa::GemmArgs a = oa::read_gemm(info, 0, batch);
+  dense::GemmCall g;
+  g.transA = a.ta;
+  g.transB = a.tb;
+  g.M = a.M;
+  g.N = a.N;
+  g.K = a.K;
+  g.A = a.A.Data();
+  g.lda = a.ta ? a.M : a.K;
+  g.B = a.B.Data();
+  g.ldb = a.tb ? a.K : a.N;
+  g.C = a.C.Data();
+  g.ldc = a.N;
+  g.alpha = a.alpha;
+  g.beta = a.beta;
+  g.batch = batch;
+  g.strideA = a.M * a.K;
+  g.strideB = a.K * a.N;
+  g.strideC = a.M * a.N;
+  g.precision = da::precision(env, o.Get("precision"), "precision");
+  g.relu = o.Get("relu").ToBoolean();
+  if (!o.Get("bias").IsUndefined() && !o.Get("bias").IsNull()) g.bias = da::f32(env, o.Get("bias"), "bias", a.N).Data();
+  if (o.Get("backend").IsUndefined()) guard(env, [&] { dense::gemm(g); });
+  else {
+    dense::GemmBackend b = backend_arg(env, o.Get("backend"), "backend");
+    guard(env, [&] { dense::gemm_on(b, g); });
+  }
+  return env.Undefined();
+}
+
+// gemmInfo() -> { backend, reason, built: { onednn, openblas, naive } }
 Napi::Value GemmInfo(const Napi::CallbackInfo& info) {
-  Napi::Object o = Napi::Object::New(info.Env());
-  o.Set("blas", dense::gemm_has_blas());
-  o.Set("fallbackForced", dense::gemm_fallback_forced());
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("backend", dense::gemm_backend_name(dense::gemm_backend()));
+  o.Set("reason", dense::gemm_backend_reason());
+  Napi::Object built = Napi::Object::New(env);
+  for (auto b : {dense::GemmBackend::OneDNN, dense::GemmBackend::OpenBLAS, dense::GemmBackend::Naive})
+    built.Set(dense::gemm_backend_name(b), dense::gemm_backend_built(b));
+  o.Set("built", built);
   return o;
 }
 
-Napi::Value ForceGemmFallback(const Napi::CallbackInfo& info) {
-  dense::gemm_force_fallback(info[0].ToBoolean());
-  return info.Env().Undefined();
+// forceGemmBackend(name | null): every dense layer on that backend (null: the default again).
+Napi::Value ForceGemmBackend(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info[0].IsNull() || info[0].IsUndefined()) dense::gemm_force_none();
+  else {
+    dense::GemmBackend b = backend_arg(env, info[0], "backend");
+    guard(env, [&] { dense::gemm_force_backend(b); });
+  }
+  return env.Undefined();
 }
 
-// linearForward(x, B, in, out, W, b | null) -> y
+// linearForward(x, B, in, out, W, b | null, relu?, precision?) -> y
 Napi::Value LinearForward(const Napi::CallbackInfo& info) {
   oa::LinearForwardArgs a = oa::read_linear_forward(info);
-  dense::linear_forward(a.x.Data(), a.B, a.in, a.out, a.W.Data(), a.b, a.y.Data());
+  bool relu = info[6].ToBoolean();
+  dense::Precision p = da::precision(info.Env(), info[7], "precision");
+  dense::linear_forward(a.x.Data(), a.B, a.in, a.out, a.W.Data(), a.b, relu, p, a.y.Data());
   return a.y;
 }
 
-// linearBackward(x, dy, B, in, out, W) -> { dW, db, dx }
+// linearBackward(x, dy, B, in, out, W, precision?) -> { dW, db, dx }
 Napi::Value LinearBackward(const Napi::CallbackInfo& info) {
   oa::LinearBackwardArgs a = oa::read_linear_backward(info);
-  dense::linear_backward(a.x.Data(), a.dy.Data(), a.B, a.in, a.out, a.W.Data(), a.dW.Data(), a.db.Data(), a.dx.Data());
+  dense::Precision p = da::precision(info.Env(), info[6], "precision");
+  dense::linear_backward(a.x.Data(), a.dy.Data(), a.B, a.in, a.out, a.W.Data(), a.dW.Data(), a.db.Data(), a.dx.Data(), p);
   return a.result(info.Env());
 }
 
@@ -68,20 +117,23 @@ Napi::Value ReluForward(const Napi::CallbackInfo& info) {
   return y;
 }
 Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
-  oa::ReluBackwardArgs a = oa::read_relu_backward(info);
-  dense::relu_backward(a.y.Data(), a.dy.Data(), a.dx.Data(), a.n);
-  return a.dx;
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "y", "dy");
+  dense::relu_backward(a.first.Data(), a.second.Data(), a.out.Data(), a.n);
+  return a.out;
 }
 
-// dotInteractionForward(x, e, B, d, F) -> out ; dotInteractionBackward(x, e, dout, B, d, F) -> { dx, de }
+// dotInteractionForward(x, e, B, d, F, precision?) -> out ;
+// dotInteractionBackward(x, e, dout, B, d, F, precision?) -> { dx, de }
 Napi::Value DotForward(const Napi::CallbackInfo& info) {
   oa::DotForwardArgs a = oa::read_dot_forward(info);
-  dense::dot_interaction_forward(a.x.Data(), a.e.Data(), a.B, a.d, a.F, a.out.Data());
+  dense::Precision p = da::precision(info.Env(), info[5], "precision");
+  dense::dot_interaction_forward(a.x.Data(), a.e.Data(), a.B, a.d, a.F, p, a.out.Data());
   return a.out;
 }
 Napi::Value DotBackward(const Napi::CallbackInfo& info) {
   oa::DotBackwardArgs a = oa::read_dot_backward(info);
-  dense::dot_interaction_backward(a.x.Data(), a.e.Data(), a.dout.Data(), a.B, a.d, a.F, a.dx.Data(), a.de.Data());
+  dense::Precision p = da::precision(info.Env(), info[6], "precision");
+  dense::dot_interaction_backward(a.x.Data(), a.e.Data(), a.dout.Data(), a.B, a.d, a.F, p, a.dx.Data(), a.de.Data());
   return a.result(info.Env());
 }
 
@@ -100,28 +152,30 @@ std::vector<dense::CrossLayerParams> cross_layers(Napi::Env env, Napi::Value v, 
   return out;
 }
 
-// crossForward(x0, B, D, r, layers) -> out
+// crossForward(x0, B, D, r, layers, precision?) -> out
 Napi::Value CrossForward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int64_t B = da::integer(env, info[1], "B", 1, 1 << 20), D = da::integer(env, info[2], "D", 1, 1 << 20),
           r = da::integer(env, info[3], "r", 1, 1 << 16);
   auto x0 = da::f32(env, info[0], "x0", B * D);
   auto layers = cross_layers(env, info[4], D, r);
+  dense::Precision p = da::precision(env, info[5], "precision");
   dense::CrossCache cache;
   auto out = make(env, B * D);
-  dense::cross_forward(x0.Data(), B, D, r, layers, cache, out.Data());
+  dense::cross_forward(x0.Data(), B, D, r, layers, p, cache, out.Data());
   return out;
 }
 
-// crossBackward(x0, dout, B, D, r, layers) -> { dx0, layers: [{ V, U, b }] }
+// crossBackward(x0, dout, B, D, r, layers, precision?) -> { dx0, layers: [{ V, U, b }] }
 Napi::Value CrossBackward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int64_t B = da::integer(env, info[2], "B", 1, 1 << 20), D = da::integer(env, info[3], "D", 1, 1 << 20),
           r = da::integer(env, info[4], "r", 1, 1 << 16);
   auto x0 = da::f32(env, info[0], "x0", B * D), dout = da::f32(env, info[1], "dout", B * D);
   auto layers = cross_layers(env, info[5], D, r);
+  dense::Precision p = da::precision(env, info[6], "precision");
   dense::CrossCache cache;
-  dense::cross_forward(x0.Data(), B, D, r, layers, cache, nullptr);
+  dense::cross_forward(x0.Data(), B, D, r, layers, p, cache, nullptr);
   Napi::Array ga = Napi::Array::New(env, layers.size());
   std::vector<dense::CrossLayerGrads> grads;
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -134,7 +188,7 @@ Napi::Value CrossBackward(const Napi::CallbackInfo& info) {
     ga.Set(static_cast<uint32_t>(l), o);
   }
   auto dx0 = make(env, B * D);
-  dense::cross_backward(dout.Data(), B, D, r, layers, cache, grads, dx0.Data());
+  dense::cross_backward(dout.Data(), B, D, r, layers, p, cache, grads, dx0.Data());
   Napi::Object o = Napi::Object::New(env);
   o.Set("dx0", dx0);
   o.Set("layers", ga);
@@ -143,9 +197,9 @@ Napi::Value CrossBackward(const Napi::CallbackInfo& info) {
 
 // bce(z, y) -> { loss, dz }
 Napi::Value Bce(const Napi::CallbackInfo& info) {
-  oa::BceArgs a = oa::read_bce(info);
-  double loss = dense::bce_with_logits(a.z.Data(), a.y.Data(), a.n, a.dz.Data());
-  return a.result(info.Env(), loss);
+  oa::ElementwiseArgs a = oa::read_elementwise(info, "z", "y");
+  double loss = dense::bce_with_logits(a.first.Data(), a.second.Data(), a.n, a.out.Data());
+  return a.loss_result(info.Env(), loss);
 }
 
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.
@@ -159,7 +213,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("gemm", Napi::Function::New(env, Gemm));
   o.Set("gemmInfo", Napi::Function::New(env, GemmInfo));
-  o.Set("forceGemmFallback", Napi::Function::New(env, ForceGemmFallback));
+  o.Set("forceGemmBackend", Napi::Function::New(env, ForceGemmBackend));
   o.Set("linearForward", Napi::Function::New(env, LinearForward));
   o.Set("linearBackward", Napi::Function::New(env, LinearBackward));
   o.Set("reluForward", Napi::Function::New(env, ReluForward));

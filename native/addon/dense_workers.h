@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "addon/dense_inputs.h"
+#include "addon/dense_model_args.h"
 #include "addon/errors.h"
 #include "addon/promise_worker.h"
 #include "dense/model.h"
@@ -120,7 +120,7 @@ class UpdateWorker : public ModelWorker<Wrap> {
 template <class Wrap>
 Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_inputs::Inputs in = dense_inputs::read_inputs(env, self->layout(), info[0], info[1], info[2]);
+  dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(), info[0], info[1], info[2]);
   self->claim(env);
   auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse.IsEmpty() ? nullptr : in.sparse.Data(), in.B);
   w->Keep(in.dense);
@@ -133,7 +133,7 @@ Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_inputs::FbArgs a = dense_inputs::read_fb_args(env, self->layout(), info);
+  dense_model_args::FbArgs a = dense_model_args::read_fb_args(env, self->layout(), info);
   self->claim(env);
   auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse.IsEmpty() ? nullptr : a.in.sparse.Data(),
                                             a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad.IsEmpty() ? nullptr : a.sparseGrad.Data(),
@@ -150,7 +150,7 @@ Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_update(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  float lr = dense_inputs::read_lr(env, self->layout(), info[0]);
+  float lr = dense_model_args::read_lr(env, self->layout(), info[0]);
   self->claim(env);
   self->step += 1;
   auto* w = new UpdateWorker<Wrap>(env, self, lr, self->step);

@@ -18,7 +18,7 @@ void CrossCache::resize(int64_t B, int64_t D, int64_t r, int64_t L) {
 }
 
 void cross_forward(const float* x0, int64_t B, int64_t D, int64_t r, const std::vector<CrossLayerParams>& layers,
-                   CrossCache& cache, float* out) {
+                   Precision precision, CrossCache& cache, float* out) {
   const int64_t L = static_cast<int64_t>(layers.size()), n = B * D;
   cache.resize(B, D, r, L);
   std::copy(x0, x0 + n, cache.xs[0].begin());
@@ -29,8 +29,8 @@ void cross_forward(const float* x0, int64_t B, int64_t D, int64_t r, const std::
     float* v = cache.vs[static_cast<size_t>(l)].data();
     float* w = cache.ws[static_cast<size_t>(l)].data();
     float* next = cache.xs[static_cast<size_t>(l + 1)].data();
-    linear_forward(xl, B, D, r, p.V, nullptr, v);
-    linear_forward(v, B, r, D, p.U, p.b, w);
+    linear_forward(xl, B, D, r, p.V, nullptr, false, precision, v);
+    linear_forward(v, B, r, D, p.U, p.b, false, precision, w);
     parallel_for(n, 1 << 14, [&](int64_t a, int64_t e) {
       for (int64_t i = a; i < e; ++i) next[i] = base[i] * w[i] + xl[i];
     });
@@ -39,7 +39,7 @@ void cross_forward(const float* x0, int64_t B, int64_t D, int64_t r, const std::
 }
 
 void cross_backward(const float* dout, int64_t B, int64_t D, int64_t r, const std::vector<CrossLayerParams>& layers,
-                    const CrossCache& cache, const std::vector<CrossLayerGrads>& grads, float* dx0) {
+                    Precision precision, const CrossCache& cache, const std::vector<CrossLayerGrads>& grads, float* dx0) {
   const int64_t L = static_cast<int64_t>(layers.size()), n = B * D;
   std::vector<float> g(dout, dout + n), acc(static_cast<size_t>(n), 0.0f), dw(static_cast<size_t>(n)),
       dv(static_cast<size_t>(B * r)), dxl(static_cast<size_t>(n));
@@ -54,8 +54,8 @@ void cross_backward(const float* dout, int64_t B, int64_t D, int64_t r, const st
         acc[i] += g[i] * w[i];
       }
     });
-    linear_backward(cache.vs[static_cast<size_t>(l)].data(), dw.data(), B, r, D, p.U, q.U, q.b, dv.data());
-    linear_backward(cache.xs[static_cast<size_t>(l)].data(), dv.data(), B, D, r, p.V, q.V, nullptr, dxl.data());
+    linear_backward(cache.vs[static_cast<size_t>(l)].data(), dw.data(), B, r, D, p.U, q.U, q.b, dv.data(), precision);
+    linear_backward(cache.xs[static_cast<size_t>(l)].data(), dv.data(), B, D, r, p.V, q.V, nullptr, dxl.data(), precision);
     parallel_for(n, 1 << 14, [&](int64_t a, int64_t e) {
       for (int64_t i = a; i < e; ++i) g[i] += dxl[i];
     });

@@ -1,22 +1,18 @@
-// linear.cc — fully connected layer on sgemm (see linear.h).
+// linear.cc — fully connected layer on gemm() (see linear.h).
 #include "dense/linear.h"
-
-#include <algorithm>
 
 #include "core/parallel.h"
 #include "dense/gemm.h"
 
 namespace embshard::dense {
 
-void linear_forward(const float* x, int64_t B, int64_t in, int64_t out, const float* W, const float* b, float* y) {
-  if (b) {
-    parallel_for(B, 64, [&](int64_t b0, int64_t b1) {
-      for (int64_t r = b0; r < b1; ++r) std::copy(b, b + out, y + r * out);
-    });
-    sgemm(false, true, B, out, in, 1.0f, x, in, W, in, 1.0f, y, out);
-  } else {
-    sgemm(false, true, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-  }
+void linear_forward(const float* x, int64_t B, int64_t in, int64_t out, const float* W, const float* b, bool relu,
+                    Precision precision, float* y) {
+  GemmCall g = gemm_call(false, true, B, out, in, x, in, W, in, y, out);  // y = x·Wᵀ
+  g.bias = b;
+  g.relu = relu;
+  g.precision = precision;
+  gemm(g);
 }
 
 void column_sums(const float* m, int64_t B, int64_t n, float* out) {
@@ -31,10 +27,15 @@ void column_sums(const float* m, int64_t B, int64_t n, float* out) {
 }
 
 void linear_backward(const float* x, const float* dy, int64_t B, int64_t in, int64_t out, const float* W, float* dW,
-                     float* db, float* dx) {
-  sgemm(true, false, out, in, B, 1.0f, dy, out, x, in, 0.0f, dW, in);
+                     float* db, float* dx, Precision precision) {
+  GemmCall w = gemm_call(true, false, out, in, B, dy, out, x, in, dW, in);  // dW = dyᵀ·x
+  w.precision = precision;
+  gemm(w);
   if (db) column_sums(dy, B, out, db);
-  if (dx) sgemm(false, false, B, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
+  if (!dx) return;
+  GemmCall d = gemm_call(false, false, B, in, out, dy, out, W, in, dx, in);  // dx = dy·W
+  d.precision = precision;
+  gemm(d);
 }
 
 }  // namespace embshard::dense

@@ -117,21 +117,20 @@ void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B)
   for (size_t i = 0; i < s.bottom.size(); ++i) {
     auto& y = bot_[i];
     y.resize(static_cast<size_t>(B * s.bottom[i]));
-    linear_forward(x, B, in, s.bottom[i], P(bottomT_ + 2 * i), P(bottomT_ + 2 * i + 1), y.data());
-    relu_forward(y.data(), B * s.bottom[i]);
+    linear_forward(x, B, in, s.bottom[i], P(bottomT_ + 2 * i), P(bottomT_ + 2 * i + 1), true, s.precision, y.data());
     x = y.data();
     in = s.bottom[i];
   }
   const int64_t D = interaction_width();
   inter_.resize(static_cast<size_t>(B * D));
-  if (s.interaction == Interaction::Dot) dot_interaction_forward(x, sparse, B, in, s.numSparse, inter_.data());
+  if (s.interaction == Interaction::Dot) dot_interaction_forward(x, sparse, B, in, s.numSparse, s.precision, inter_.data());
   else concat_forward(x, sparse, B, in, s.numSparse * s.embDim, inter_.data());
   const float* t = inter_.data();
   if (s.interaction == Interaction::Cross) {
     std::vector<CrossLayerParams> layers;
     for (int64_t l = 0; l < s.crossLayers; ++l)
       layers.push_back({P(crossT_ + 3 * l), P(crossT_ + 3 * l + 1), P(crossT_ + 3 * l + 2)});
-    cross_forward(inter_.data(), B, D, s.crossRank, layers, cross_, nullptr);
+    cross_forward(inter_.data(), B, D, s.crossRank, layers, s.precision, cross_, nullptr);
     t = cross_.xs.back().data();
   }
   top_.resize(s.top.size());
@@ -139,8 +138,7 @@ void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B)
   for (size_t i = 0; i < s.top.size(); ++i) {
     auto& y = top_[i];
     y.resize(static_cast<size_t>(B * s.top[i]));
-    linear_forward(t, B, in, s.top[i], P(topT_ + 2 * i), P(topT_ + 2 * i + 1), y.data());
-    if (i + 1 < s.top.size()) relu_forward(y.data(), B * s.top[i]);
+    linear_forward(t, B, in, s.top[i], P(topT_ + 2 * i), P(topT_ + 2 * i + 1), i + 1 < s.top.size(), s.precision, y.data());
     t = y.data();
     in = s.top[i];
   }
@@ -176,7 +174,7 @@ double DenseModel::forward_backward(const float* dense, const float* sparse, con
     const float* x = k == 0 ? topIn : top_[k - 1].data();
     if (k + 1 < s.top.size()) relu_backward(top_[k].data(), g1_.data(), g1_.data(), B * out);
     g2_.resize(static_cast<size_t>(B * in));
-    linear_backward(x, g1_.data(), B, in, out, P(topT_ + 2 * k), G(topT_ + 2 * k), G(topT_ + 2 * k + 1), g2_.data());
+    linear_backward(x, g1_.data(), B, in, out, P(topT_ + 2 * k), G(topT_ + 2 * k), G(topT_ + 2 * k + 1), g2_.data(), s.precision);
     std::swap(g1_, g2_);
   }
   // cross layers: g1_ is the gradient w.r.t. their output; replace it by the gradient w.r.t. their input
@@ -188,7 +186,7 @@ double DenseModel::forward_backward(const float* dense, const float* sparse, con
       grads.push_back({G(crossT_ + 3 * l), G(crossT_ + 3 * l + 1), G(crossT_ + 3 * l + 2)});
     }
     g2_.resize(static_cast<size_t>(B * D));
-    cross_backward(g1_.data(), B, D, s.crossRank, layers, cross_, grads, g2_.data());
+    cross_backward(g1_.data(), B, D, s.crossRank, layers, s.precision, cross_, grads, g2_.data());
     std::swap(g1_, g2_);
   }
   // interaction → gradient of the bottom output (gx_) and of the pooled embeddings (sparseGrad)
@@ -200,7 +198,7 @@ double DenseModel::forward_backward(const float* dense, const float* sparse, con
     scratch.resize(static_cast<size_t>(B * sw));
     se = scratch.data();
   }
-  if (s.interaction == Interaction::Dot) dot_interaction_backward(bot_.back().data(), sparse_, g1_.data(), B, d, s.numSparse, gx_.data(), se);
+  if (s.interaction == Interaction::Dot) dot_interaction_backward(bot_.back().data(), sparse_, g1_.data(), B, d, s.numSparse, s.precision, gx_.data(), se);
   else concat_backward(g1_.data(), B, d, sw, gx_.data(), se);
   std::swap(g1_, gx_);
   // bottom MLP
@@ -213,7 +211,7 @@ double DenseModel::forward_backward(const float* dense, const float* sparse, con
       g2_.resize(static_cast<size_t>(B * in));
       dx = g2_.data();
     }
-    linear_backward(x, g1_.data(), B, in, out, P(bottomT_ + 2 * k), G(bottomT_ + 2 * k), G(bottomT_ + 2 * k + 1), dx);
+    linear_backward(x, g1_.data(), B, in, out, P(bottomT_ + 2 * k), G(bottomT_ + 2 * k), G(bottomT_ + 2 * k + 1), dx, s.precision);
     if (k > 0) std::swap(g1_, g2_);
   }
   if (times) times->backwardMs = ms_since(t1);

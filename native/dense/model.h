@@ -12,6 +12,7 @@
 
 #include "dense/cross.h"
 #include "dense/optimizer.h"
+#include "dense/precision.h"
 
 namespace embshard::dense {
 
@@ -28,6 +29,7 @@ struct DenseModelSpec {
   std::vector<int64_t> top;  // output width of each top layer; the last must be 1
   uint64_t seed = 0;
   DenseOptConfig optimizer;
+  Precision precision = Precision::FP32;  // of every GEMM; parameters, gradients and state stay fp32
 };
 
 struct TensorInfo {

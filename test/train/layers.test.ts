@@ -15,36 +15,114 @@ function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return s;
 }
 
+const BACKENDS = (['onednn', 'openblas', 'naive'] as const).filter((b) => ops.gemmInfo().built[b]);
+
+// The naive float64 product alpha·op(A_i)·op(B_i) + bias + beta·C_i, ReLU'd when asked, for every batch entry.
+function naiveGemm(ta: boolean, tb: boolean, M: number, N: number, K: number, alpha: number, A: ArrayLike<number>, Bm: ArrayLike<number>,
+  beta: number, C0: ArrayLike<number>, o: { bias?: ArrayLike<number>; relu?: boolean; batch?: number } = {}): Float64Array {
+  const nb = o.batch ?? 1;
+  const want = new Float64Array(nb * M * N);
+  for (let i = 0; i < nb; i++)
+    for (let m = 0; m < M; m++)
+      for (let n = 0; n < N; n++) {
+        let s = 0;
+        for (let k = 0; k < K; k++)
+          s += (ta ? A[i * M * K + k * M + m]! : A[i * M * K + m * K + k]!) * (tb ? Bm[i * K * N + n * K + k]! : Bm[i * K * N + k * N + n]!);
+        let v = alpha * s + beta * C0[i * M * N + m * N + n]! + (o.bias ? o.bias[n]! : 0);
+        if (o.relu) v = Math.max(v, 0);
+        want[i * M * N + m * N + n] = v;
+      }
+  return want;
+}
+
 describe('gemm', () => {
   const r = ref.rng(1);
-  for (const fallback of [false, true])
+  it('reports its backend, why, and which are built; oneDNN is the default where it is built', () => {
+    const info = ops.gemmInfo();
+    expect(BACKENDS).toContain(info.backend);
+    expect(info.built.naive).toBe(true);
+    expect(info.reason.length).toBeGreaterThan(0);
+    if (info.built.onednn) {
+      expect(info.backend).toBe('onednn');
+      expect(info.reason).toMatch(/^oneDNN \d+\.\d+/);
+    } else expect(info.reason).toMatch(/libdnnl-dev/);
+  });
+
+  for (const backend of BACKENDS)
     for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const)
-      it(`${fallback ? 'blocked fallback' : 'sgemm'} transA=${ta} transB=${tb} matches the naive product`, () => {
-        const M = 37, N = 530, K = 301; // odd sizes crossing the fallback's 32 / 256 / 512 blocks
+      it(`${backend} transA=${ta} transB=${tb} matches the naive product`, () => {
+        const M = 37, N = 530, K = 301; // odd sizes crossing the naive kernel's 32 / 256 / 512 blocks
         const A = ref.randArray(r, M * K), B = ref.randArray(r, K * N), C0 = ref.randArray(r, M * N);
         const C = C0.slice();
-        ops.gemm(ta, tb, M, N, K, 0.5, A, B, 0.25, C, fallback);
-        const want = new Float64Array(M * N);
-        for (let m = 0; m < M; m++)
-          for (let n = 0; n < N; n++) {
-            let s = 0;
-            for (let k = 0; k < K; k++) s += (ta ? A[k * M + m]! : A[m * K + k]!) * (tb ? B[n * K + k]! : B[k * N + n]!);
-            want[m * N + n] = 0.5 * s + 0.25 * C0[m * N + n]!;
-          }
-        expect(ref.worstRatio(C, want, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
+        ops.gemm(ta, tb, M, N, K, 0.5, A, B, 0.25, C, { backend });
+        expect(ref.worstRatio(C, naiveGemm(ta, tb, M, N, K, 0.5, A, B, 0.25, C0), 1e-4, 1e-4)).toBeLessThanOrEqual(1);
       });
 
-  it('beta = 0 overwrites C even when it holds NaN', () => {
-    const C = new Float32Array(6).fill(NaN);
-    ops.gemm(false, false, 2, 3, 1, 1, Float32Array.of(1, 2), Float32Array.of(1, 2, 3), 0, C, true);
-    expect(Array.from(C)).toEqual([1, 2, 3, 2, 4, 6]);
+  for (const backend of BACKENDS)
+    it(`${backend}: fused bias + ReLU over a batch of products equals the naive batched product`, () => {
+      const M = 9, N = 23, K = 17, batch = 5;
+      const A = ref.randArray(r, batch * M * K), B = ref.randArray(r, batch * K * N), bias = ref.randArray(r, N);
+      for (const tb of [false, true]) {
+        const C = new Float32Array(batch * M * N).fill(NaN);
+        ops.gemm(false, tb, M, N, K, 1, A, B, 0, C, { backend, bias, relu: true, batch });
+        const want = naiveGemm(false, tb, M, N, K, 1, A, B, 0, new Float64Array(batch * M * N), { bias, relu: true, batch });
+        expect(want.some((v) => v === 0) && want.some((v) => v > 0)).toBe(true); // the ReLU clamps some, not all
+        expect(ref.worstRatio(C, want, 1e-5, 1e-5)).toBeLessThanOrEqual(1);
+      }
+    });
+
+  // bf16 inputs (8 significant bits, round to nearest even) with fp32 accumulation: the result is the
+  // product of the bf16-rounded inputs up to fp32 accumulation error, and differs from the fp32 product
+  // by at most (2·2⁻⁸ + 2⁻¹⁶)·Σ|a||b| (each input's relative rounding error is ≤ 2⁻⁸).
+  for (const backend of BACKENDS)
+    it(`${backend} bf16: the product of the bf16-rounded inputs, within 2⁻⁷·Σ|a||b| of the fp32 product`, () => {
+      const M = 33, N = 70, K = 129;
+      const A = ref.randArray(r, M * K), B = ref.randArray(r, K * N);
+      for (const [ta, tb] of [[false, true], [true, false]] as const) {
+        const C = new Float32Array(M * N);
+        ops.gemm(ta, tb, M, N, K, 1, A, B, 0, C, { backend, precision: 'bf16' });
+        const rounded = naiveGemm(ta, tb, M, N, K, 1, ref.bf16Array(A), ref.bf16Array(B), 0, C);
+        expect(ref.worstRatio(C, rounded, 1e-5, 1e-5)).toBeLessThanOrEqual(1);
+        const exact = naiveGemm(ta, tb, M, N, K, 1, A, B, 0, C);
+        const absA = A.map(Math.abs), absB = B.map(Math.abs);
+        const bound = naiveGemm(ta, tb, M, N, K, 2 ** -7 + 2 ** -16, absA, absB, 0, C);
+        let worst = 0;
+        for (let i = 0; i < C.length; i++) worst = Math.max(worst, Math.abs(C[i]! - exact[i]!) / (bound[i]! + 1e-6));
+        expect(worst).toBeLessThanOrEqual(1);
+        expect(ref.worstRatio(C, exact, 1e-6, 1e-6)).toBeGreaterThan(1); // bf16 really is coarser than fp32
+      }
+    });
+
+  it('bf16 rounding is round-to-nearest-even at the 8th significant bit (closed form)', () => {
+    // 1 + 2⁻⁸ is a tie between 1 and 1 + 2⁻⁷: the even neighbour 1; 1 + 3·2⁻⁸ rounds up to 1 + 2⁻⁶.
+    const C = new Float32Array(2);
+    ops.gemm(false, false, 2, 1, 1, 1, Float32Array.of(1 + 2 ** -8, 1 + 3 * 2 ** -8), Float32Array.of(1), 0, C, { precision: 'bf16' });
+    expect(Array.from(C)).toEqual([1, 1 + 2 ** -6]);
+    expect([ref.bf16(1 + 2 ** -8), ref.bf16(1 + 3 * 2 ** -8)]).toEqual([1, 1 + 2 ** -6]);
   });
 
-  it('reports whether BLAS is compiled in', () => {
-    expect(typeof ops.gemmInfo().blas).toBe('boolean');
+  it('beta = 0 overwrites C even when it holds NaN, on every backend', () => {
+    for (const backend of BACKENDS) {
+      const C = new Float32Array(6).fill(NaN);
+      ops.gemm(false, false, 2, 3, 1, 1, Float32Array.of(1, 2), Float32Array.of(1, 2, 3), 0, C, { backend });
+      expect(Array.from(C)).toEqual([1, 2, 3, 2, 4, 6]);
+    }
   });
 
-  it('rejects a wrongly sized operand with LENGTH_MISMATCH naming it', () => {
+  it('forceGemmBackend moves every dense layer onto one backend and back', () => {
+    const before = ops.gemmInfo().backend;
+    try {
+      ops.forceGemmBackend('naive');
+      expect(ops.gemmInfo().backend).toBe('naive');
+      expect(ops.gemmInfo().reason).toMatch(/forced/);
+    } finally {
+      ops.forceGemmBackend(null);
+    }
+    expect(ops.gemmInfo().backend).toBe(before);
+    expect(() => ops.forceGemmBackend('mkl' as 'naive')).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+
+  it('rejects a wrongly sized operand with LENGTH_MISMATCH naming it, and an unknown precision with INVALID_CONFIG', () => {
     const e = (() => {
       try {
         ops.gemm(false, false, 2, 2, 2, 1, new Float32Array(4), new Float32Array(3), 0, new Float32Array(4));
@@ -55,6 +133,8 @@ describe('gemm', () => {
     expect(e).toBeInstanceOf(EmbshardError);
     expect((e as EmbshardError).code).toBe('LENGTH_MISMATCH');
     expect((e as Error).message).toMatch(/\bB\b/);
+    expect(() => ops.gemm(false, false, 1, 1, 1, 1, new Float32Array(1), new Float32Array(1), 0, new Float32Array(1), { precision: 'fp16' as 'bf16' }))
+      .toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/precision/) }));
   });
 });
 
@@ -63,9 +143,10 @@ describe('linear', () => {
   const B = 5, I = 7, O = 4;
   const x = ref.randArray(r, B * I), W = ref.randArray(r, O * I), b = ref.randArray(r, O), g = ref.randArray(r, B * O);
 
-  it('forward equals x·Wᵀ + b, with and without bias', () => {
+  it('forward equals x·Wᵀ + b, with and without bias, and ReLU(x·Wᵀ + b) with the fused activation', () => {
     expect(ref.worstRatio(ops.linearForward(x, B, I, O, W, b), ref.linear(x, B, I, O, W, b), ...TOL)).toBeLessThanOrEqual(1);
     expect(ref.worstRatio(ops.linearForward(x, B, I, O, W, null), ref.linear(x, B, I, O, W, null), ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(ops.linearForward(x, B, I, O, W, b, true), ref.relu(ref.linear(x, B, I, O, W, b)), ...TOL)).toBeLessThanOrEqual(1);
   });
 
   it('dW, db, dx match finite differences', () => {
@@ -77,13 +158,13 @@ describe('linear', () => {
     expect(ref.worstRatio(got.dx, ref.fdGradient(L, X), ...TOL)).toBeLessThanOrEqual(1);
   });
 
-  it('gives the same result on the blocked fallback as on BLAS', () => {
+  it('gives the same result on every GEMM backend', () => {
     const Bb = 64, Ib = 300, Ob = 130;
     const xb = ref.randArray(r, Bb * Ib), Wb = ref.randArray(r, Ob * Ib), bb = ref.randArray(r, Ob), gb = ref.randArray(r, Bb * Ob);
     const want = ref.linear(xb, Bb, Ib, Ob, Wb, bb);
     try {
-      for (const forced of [false, true]) {
-        ops.forceGemmFallback(forced);
+      for (const backend of BACKENDS) {
+        ops.forceGemmBackend(backend);
         expect(ref.worstRatio(ops.linearForward(xb, Bb, Ib, Ob, Wb, bb), want, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
         const bw = ops.linearBackward(xb, gb, Bb, Ib, Ob, Wb);
         // dx = g·W, checked against the naive product
@@ -96,7 +177,7 @@ describe('linear', () => {
         expect(ref.worstRatio(bw.dx, dx, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
       }
     } finally {
-      ops.forceGemmFallback(false);
+      ops.forceGemmBackend(null);
     }
   });
 });
@@ -138,6 +219,33 @@ describe('dot interaction', () => {
     const L = () => dot(g, ref.dotInteraction(X, E, B, d, F));
     expect(ref.worstRatio(got.dx, ref.fdGradient(L, X), ...TOL)).toBeLessThanOrEqual(1);
     expect(ref.worstRatio(got.de, ref.fdGradient(L, E), ...TOL)).toBeLessThanOrEqual(1);
+  });
+
+  it('a batch large enough to be split across threads gives the reference result, forward and backward', () => {
+    const Bl = 2048, dl = 4, Fl = 3, wl = dl + ((Fl + 1) * Fl) / 2;
+    const xl = ref.randArray(r, Bl * dl), el = ref.randArray(r, Bl * Fl * dl), gl = ref.randArray(r, Bl * wl);
+    expect(ref.worstRatio(ops.dotInteractionForward(xl, el, Bl, dl, Fl), ref.dotInteraction(xl, el, Bl, dl, Fl), ...TOL)).toBeLessThanOrEqual(1);
+    // backward against the product rule written out: ∂z_ij/∂T_i = T_j, plus x's pass-through
+    const n = Fl + 1, dT = new Float64Array(Bl * n * dl);
+    const T = (s: number, i: number, k: number) => (i === 0 ? xl[s * dl + k]! : el[s * Fl * dl + (i - 1) * dl + k]!);
+    for (let s = 0; s < Bl; s++) {
+      for (let k = 0; k < dl; k++) dT[s * n * dl + k] = gl[s * wl + k]!;
+      let p = dl;
+      for (let i = 1; i < n; i++)
+        for (let j = 0; j < i; j++, p++)
+          for (let k = 0; k < dl; k++) {
+            dT[(s * n + i) * dl + k] += gl[s * wl + p]! * T(s, j, k);
+            dT[(s * n + j) * dl + k] += gl[s * wl + p]! * T(s, i, k);
+          }
+    }
+    const got = ops.dotInteractionBackward(xl, el, gl, Bl, dl, Fl);
+    const wantDx = new Float64Array(Bl * dl), wantDe = new Float64Array(Bl * Fl * dl);
+    for (let s = 0; s < Bl; s++) {
+      for (let k = 0; k < dl; k++) wantDx[s * dl + k] = dT[s * n * dl + k]!;
+      for (let k = 0; k < Fl * dl; k++) wantDe[s * Fl * dl + k] = dT[s * n * dl + dl + k]!;
+    }
+    expect(ref.worstRatio(got.dx, wantDx, ...TOL)).toBeLessThanOrEqual(1);
+    expect(ref.worstRatio(got.de, wantDe, ...TOL)).toBeLessThanOrEqual(1);
   });
 
   it('Criteo Kaggle shape: 26 features of dim 16 give 367 columns', () => {

@@ -193,3 +193,26 @@ export function worstRatio(a: Vec, b: Vec, atol: number, rtol: number): number {
   }
   return worst;
 }
+
+/**
+ * x rounded to bfloat16 (8 significant bits, round to nearest, ties to even), computed from the
+ * definition: the two neighbours m·2^(e−7) around x with e = ⌊log2 |x|⌋, the nearer one (the even m on a tie).
+ */
+export function bf16(x: number): number {
+  if (x === 0 || !Number.isFinite(x)) return x;
+  const a = Math.abs(x);
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  if (2 ** (e + 1) <= a) e++;
+  const ulp = 2 ** (e - 7);
+  const q = a / ulp; // in [128, 256)
+  let m = Math.floor(q);
+  const rest = q - m;
+  if (rest > 0.5 || (rest === 0.5 && m % 2 === 1)) m++;
+  return Math.sign(x) * m * ulp;
+}
+
+/** Every element rounded to bf16 (kept as float32, which holds bf16 values exactly). */
+export function bf16Array(x: ArrayLike<number>): Float32Array {
+  return Float32Array.from(x, bf16);
+}

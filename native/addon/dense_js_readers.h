@@ -1,4 +1,4 @@
-// dense_args.h — argument readers shared by the dense bindings (dense_*model.cc, dense_*ops.cc): each
+// dense_js_readers.h — readers of single JS values for the dense bindings (dense_*model.cc, dense_*ops.cc): each
 // one checks the JS value and throws EmbshardError naming the field before anything is touched.
 #pragma once
 #include <napi.h>
@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "addon/errors.h"
+#include "addon/js_args.h"
 #include "dense/optimizer.h"
+#include "dense/precision.h"
 
-namespace embshard::addon::dense_args {
+namespace embshard::addon::dense_js_readers {
 
 inline int64_t integer(Napi::Env env, Napi::Value v, const std::string& field, int64_t lo, int64_t hi) {
   if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", field + " must be a number");
@@ -41,14 +43,23 @@ inline std::vector<int64_t> widths(Napi::Env env, Napi::Value v, const std::stri
   return out;
 }
 
-// A Float32Array of exactly `n` elements (n < 0: any length).
+// A Float32Array of exactly `n` elements (n < 0: any length), as the JS object (bindings keep it alive or return it).
 inline Napi::Float32Array f32(Napi::Env env, Napi::Value v, const std::string& field, int64_t n) {
-  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-    throw_error(env, "INVALID_ARGUMENT", field + " must be a Float32Array");
-  Napi::Float32Array a = v.As<Napi::Float32Array>();
-  if (n >= 0 && static_cast<int64_t>(a.ElementLength()) != n)
-    throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.ElementLength()) + " elements; expected " + std::to_string(n));
-  return a;
+  size_t len = 0;
+  float_array(env, v, field.c_str(), false, &len);  // the type check every binding shares (js_args.h)
+  if (n >= 0 && static_cast<int64_t>(len) != n)
+    throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(len) + " elements; expected " + std::to_string(n));
+  return v.As<Napi::Float32Array>();
+}
+
+// 'fp32' | 'bf16'; undefined → fp32.
+inline dense::Precision precision(Napi::Env env, Napi::Value v, const std::string& field) {
+  if (v.IsUndefined()) return dense::Precision::FP32;
+  if (!v.IsString()) throw_error(env, "INVALID_CONFIG", field + " must be 'fp32' | 'bf16'");
+  std::string s = v.As<Napi::String>().Utf8Value();
+  if (s == "fp32") return dense::Precision::FP32;
+  if (s == "bf16") return dense::Precision::BF16;
+  throw_error(env, "INVALID_CONFIG", field + " must be 'fp32' | 'bf16' (got '" + s + "')");
 }
 
 // The optimizer fields { type, lr, eps?, beta1?, beta2?, weightDecay? } of `o` (defaults 1e-8, 0.9, 0.999,
@@ -65,4 +76,4 @@ inline dense::DenseOptConfig opt_config(Napi::Env env, Napi::Object o, const std
   return c;
 }
 
-}  // namespace embshard::addon::dense_args
+}  // namespace embshard::addon::dense_js_readers

@@ -1,4 +1,4 @@
-// dense_op_args.h — the argument handling shared by the per-layer op bindings of the CPU and GPU
+// dense_layer_args.h — the arguments of the per-layer op bindings of the CPU and GPU
 // (dense_ops.cc `denseOps`, dense_cuda_ops.cc `denseCudaOps`): each reader checks one op's JS arguments
 // in a fixed order (so the first bad field named is the same on both), throwing EmbshardError naming the
 // field before any work, then allocates the op's output arrays; the result builders shape what JS gets.
@@ -8,26 +8,27 @@
 #include <cstdint>
 #include <string>
 
-#include "addon/dense_args.h"
+#include "addon/dense_js_readers.h"
 #include "addon/errors.h"
 #include "dense/interaction.h"
 #include "dense/optimizer.h"
 
-namespace embshard::addon::dense_op_args {
+namespace embshard::addon::dense_layer_args {
 
-namespace da = dense_args;
+namespace da = dense_js_readers;
 using Napi::Float32Array;
 
 inline Float32Array make(Napi::Env env, int64_t n) { return Float32Array::New(env, static_cast<size_t>(n)); }
 
-// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, ...): C [M×N] is updated in place; M, N, K >= minDim.
+// gemm(transA, transB, M, N, K, alpha, A, B, beta, C, ...): C [M×N] is updated in place; M, N, K >= minDim;
+// A, B and C hold `batch` matrices each, back to back.
 struct GemmArgs {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0;
   float alpha = 0, beta = 0;
   Float32Array A, B, C;
 };
-inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim) {
+inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim, int64_t batch = 1) {
   Napi::Env env = info.Env();
   GemmArgs a;
   a.ta = info[0].ToBoolean();
@@ -36,10 +37,10 @@ inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim) {
   a.N = da::integer(env, info[3], "N", minDim, 1 << 20);
   a.K = da::integer(env, info[4], "K", minDim, 1 << 20);
   a.alpha = static_cast<float>(da::number(env, info[5], "alpha"));
-  a.A = da::f32(env, info[6], "A", a.M * a.K);
-  a.B = da::f32(env, info[7], "B", a.K * a.N);
+  a.A = da::f32(env, info[6], "A", batch * a.M * a.K);
+  a.B = da::f32(env, info[7], "B", batch * a.K * a.N);
   a.beta = static_cast<float>(da::number(env, info[8], "beta"));
-  a.C = da::f32(env, info[9], "C", a.M * a.N);
+  a.C = da::f32(env, info[9], "C", batch * a.M * a.N);
   return a;
 }
 
@@ -89,18 +90,24 @@ inline LinearBackwardArgs read_linear_backward(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// reluBackward(y, dy) -> dx, all of y's length.
-struct ReluBackwardArgs {
+// Two arrays of one length in, one of that length out: reluBackward(y, dy) -> dx; bce(z, y) -> { loss, dz }.
+struct ElementwiseArgs {
   int64_t n = 0;
-  Float32Array y, dy, dx;
+  Float32Array first, second, out;
+  Napi::Object loss_result(Napi::Env env, double loss) const {  // bce's { loss, dz }
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("loss", loss);
+    o.Set("dz", out);
+    return o;
+  }
 };
-inline ReluBackwardArgs read_relu_backward(const Napi::CallbackInfo& info) {
+inline ElementwiseArgs read_elementwise(const Napi::CallbackInfo& info, const char* first, const char* second) {
   Napi::Env env = info.Env();
-  ReluBackwardArgs a;
-  a.y = da::f32(env, info[0], "y", -1);
-  a.n = static_cast<int64_t>(a.y.ElementLength());
-  a.dy = da::f32(env, info[1], "dy", a.n);
-  a.dx = make(env, a.n);
+  ElementwiseArgs a;
+  a.first = da::f32(env, info[0], first, -1);
+  a.n = static_cast<int64_t>(a.first.ElementLength());
+  a.second = da::f32(env, info[1], second, a.n);
+  a.out = make(env, a.n);
   return a;
 }
 
@@ -146,27 +153,6 @@ inline DotBackwardArgs read_dot_backward(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// bce(z, y) -> { loss, dz }
-struct BceArgs {
-  int64_t n = 0;
-  Float32Array z, y, dz;
-  Napi::Object result(Napi::Env env, double loss) const {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("loss", loss);
-    o.Set("dz", dz);
-    return o;
-  }
-};
-inline BceArgs read_bce(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  BceArgs a;
-  a.z = da::f32(env, info[0], "z", -1);
-  a.n = static_cast<int64_t>(a.z.ElementLength());
-  a.y = da::f32(env, info[1], "y", a.n);
-  a.dz = make(env, a.n);
-  return a;
-}
-
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.
 struct OptimizerStepArgs {
   dense::DenseOptConfig c;
@@ -186,4 +172,4 @@ inline OptimizerStepArgs read_optimizer_step(const Napi::CallbackInfo& info) {
   return a;
 }
 
-}  // namespace embshard::addon::dense_op_args
+}  // namespace embshard::addon::dense_layer_args

@@ -1,4 +1,4 @@
-// dense_inputs.h — the validated arguments shared by the CPU and GPU dense-model bindings
+// dense_model_args.h — the arguments of the CPU and GPU dense-model bindings
 // (dense_model.cc, dense_cuda_model.cc): the model config, the batch inputs of forward/forwardBackward
 // and the update's learning rate. Each reader throws EmbshardError naming the field before any state
 // changes or any work is queued.
@@ -7,15 +7,15 @@
 
 #include <string>
 
-#include "addon/dense_args.h"
+#include "addon/dense_js_readers.h"
 #include "addon/errors.h"
 #include "dense/model.h"
 
-namespace embshard::addon::dense_inputs {
+namespace embshard::addon::dense_model_args {
 
 using dense::DenseModel;
 using dense::DenseModelSpec;
-namespace da = dense_args;
+namespace da = dense_js_readers;
 
 inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
   DenseModelSpec s;
@@ -37,6 +37,7 @@ inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
   Napi::Value ov = c.Get("optimizer");
   if (!ov.IsObject()) throw_error(env, "INVALID_CONFIG", "optimizer must be an object { type, lr, ... }");
   s.optimizer = da::opt_config(env, ov.As<Napi::Object>(), "optimizer.");
+  s.precision = da::precision(env, c.Get("precision"), "precision");
   return s;
 }
 
@@ -89,4 +90,4 @@ inline float read_lr(Napi::Env env, const DenseModel& m, Napi::Value v) {
   return static_cast<float>(lr);
 }
 
-}  // namespace embshard::addon::dense_inputs
+}  // namespace embshard::addon::dense_model_args
