@@ -1,6 +1,6 @@
 // index.ts — the training API: Trainer, DenseModel and presets, schedules, embedding helpers.
 export { Trainer } from './trainer.js';
-export type { TrainerOptions, StepMetrics, StepTimes, EvalResult, GradientGroup } from './trainer.js';
+export type { TrainerOptions, TrainerLoadOptions, StepMetrics, StepTimes, EvalResult, GradientGroup } from './trainer.js';
 export { DenseModel, PRESETS, isPresetName, parseLayers, resolveDenseSpec } from './dense.js';
 export type { DenseBuffer, DenseModelSpec, DenseModelOptions, DenseOptimizerConfig, PresetName } from './dense.js';
 export { lrFactor, resolveSchedule } from './schedule.js';
