@@ -192,6 +192,7 @@ function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers:
         c.groups[gi]!.shards[si]!.rank = q;
         out.push({ ti, l: c });
       }
+      if (Q.length === 0) continue; // a single rank: no other rank to move a split half to
       if (g.b - g.a >= 2) {
         const cuts = new Set([g.a + Math.floor((g.b - g.a) / 2), massMedian(t, g.a, g.b)]);
         for (const cut of cuts)

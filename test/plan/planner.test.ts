@@ -128,6 +128,12 @@ describe('planShards', () => {
     expect(worse).toEqual([]);
   });
 
+  it('plans a single rank (every shard on rank 0)', () => {
+    const plan = planShards([{ name: 't', rows: 10, dim: 4 }, { name: 'u', rows: 60, dim: 16, access: { zipf: 1.1 } }], smallTopology(1, 1), { batchSize: 2, timeBudgetMs: 500 });
+    for (const t of plan.toJSON().tables) for (const s of t.shards) expect(s.rank).toBe(0);
+    checkInvariants(plan);
+  });
+
   it('is deterministic', () => {
     const { tables, topo, B } = randomCase(7);
     const a = planShards(tables, topo, { batchSize: B, maxIterations: 200, timeBudgetMs: 60_000 });
