@@ -63,9 +63,10 @@ export interface ResolvedConfig {
   seed: number;
 }
 
-const DTYPES = ['fp32', 'fp16', 'bf16'];
-const POOLINGS = ['sum', 'mean', 'none'];
-const OPTIMIZERS = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
+/** The storage dtypes, poolings and optimizers a table can have (the planner validates with the same lists). */
+export const DTYPES: readonly DType[] = ['fp32', 'fp16', 'bf16'];
+export const POOLINGS: readonly Pooling[] = ['sum', 'mean', 'none'];
+export const OPTIMIZERS: readonly OptimizerType[] = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
 
 const COLLECTION_FIELDS = fieldsOf<CollectionConfig>({ tables: true, optimizer: true, device: true, seed: true });
 const TABLE_FIELDS = fieldsOf<TableConfig>({ name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true });

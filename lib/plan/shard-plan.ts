@@ -1,6 +1,7 @@
 // shard-plan.ts — ShardPlan: the versioned plan format (JSON), its validation (EmbshardError INVALID_PLAN
 // naming the JSON path), and the lookups the sharded runtime needs (shards of a table, row groups, the
 // owner of a (table, row, column) cell, per-rank memory).
+import { DTYPES } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { EmbshardError } from '../errors.js';
 import { explainPlan, type ExplainOptions } from './explain.js';
@@ -61,7 +62,6 @@ function range(v: unknown, path: string): [number, number] {
   if (b <= a) bad(path, `is empty or reversed ([${a}, ${b}))`);
   return [a, b];
 }
-const WIRE = ['fp32', 'fp16', 'bf16'];
 
 /** Validates the placement of one table and builds its layout. */
 function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, path: string): TableLayout {
@@ -164,8 +164,8 @@ export class ShardPlan {
       if (!isObject(v.wire)) bad('$.wire', 'must be an object { forward, backward }');
       rejectUnknownFields(v.wire, ['forward', 'backward'], '$.wire', 'INVALID_PLAN');
       const f = v.wire.forward ?? 'fp32', b = v.wire.backward ?? 'fp32';
-      if (!WIRE.includes(f as string)) bad('$.wire.forward', `must be one of ${WIRE.join(' | ')}`);
-      if (!WIRE.includes(b as string)) bad('$.wire.backward', `must be one of ${WIRE.join(' | ')}`);
+      if (!DTYPES.includes(f as DType)) bad('$.wire.forward', `must be one of ${DTYPES.join(' | ')}`);
+      if (!DTYPES.includes(b as DType)) bad('$.wire.backward', `must be one of ${DTYPES.join(' | ')}`);
       wire = { forward: f as DType, backward: b as DType };
     }
     if (!Array.isArray(v.tables) || v.tables.length === 0) bad('$.tables', 'must be a non-empty array');

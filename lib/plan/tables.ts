@@ -1,13 +1,11 @@
 // tables.ts — validates planner table specs and fills their defaults; derived per-table sizes (bytes per
 // row, optimizer state, ids per sample) used by the cost model, the traffic counter and the memory check.
 import { EmbshardError, type ErrorCode } from '../errors.js';
+import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
-const DTYPES = ['fp32', 'fp16', 'bf16'] as const;
-const POOLINGS = ['sum', 'mean', 'none'] as const;
-const OPTIMIZERS = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'] as const;
 
 function bad(code: ErrorCode, path: string, msg: string): never {
   throw new EmbshardError(code, `${path}: ${msg}`, { path });
