@@ -1,15 +1,15 @@
 // embedding.ts — `npm run bench [-- --device cuda:0] [--quick]`: the embedding engine's speed.
-// Config (issue #2): 8 tables × 1,000,000 rows, dim 64 fp32, batch 8192, 20 ids per bag, sum pooling;
+// Config: 8 tables × 1,000,000 rows, dim 64 fp32, batch 8192, 20 ids per bag, sum pooling;
 // ids uniform and Zipf α = 1.05 / 1.2. Reports forward and forward+backward+update per optimizer (rows/s,
 // effective GB/s = row bytes gathered / time), and, in the same run, probes of this machine's random
 // 256-byte row-gather, sequential-read and sorted row read-modify-write bandwidth, from which it derives
-// each case's byte floor; ratios are the targets' form (no absolute claims). Outputs are released after
+// each case's byte floor; ratios are the form of the project's performance goals (no absolute claims). Outputs are released after
 // use (EmbeddingCollection.release), as a training loop does, so the timings hold no page faults.
 import { EmbeddingCollection, JaggedBatch, backends } from '../lib/index.js';
 import type { OptimizerConfig } from '../lib/index.js';
 import { stateWidth } from '../lib/config.js';
 import { loadAddon } from '../lib/native.js';
-import { makeScatter, scatter, zipfParams, zipfRank } from '../lib/data/zipf.js';
+import { makeScatter, scatter, zipfParams, zipfRank } from '../lib/random/zipf.js';
 import { machine, table, writeResults } from './report.js';
 
 const args = process.argv.slice(2);

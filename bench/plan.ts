@@ -1,7 +1,7 @@
 // bench/plan.ts — `npm run bench:plan`: for each workload at 8, 64 and 128 GPUs of dgx-h100, embshard's plan
 // and every baseline: predicted embedding-stage time (cost model at the per-rank batch, and the simulator
-// on exact traffic of generated sample batches), bytes moved (exact), max / mean memory; then the issue's
-// targets. Writes bench/results/plan.json and bench/results/plan.md, and prints the markdown.
+// on exact traffic of generated sample batches), bytes moved (exact), max / mean memory; then the project's
+// performance goals (targets). Writes bench/results/plan.json and bench/results/plan.md, and prints the markdown.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';

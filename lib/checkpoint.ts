@@ -31,10 +31,12 @@ async function fsyncPath(path: string, dir = false): Promise<void> {
   }
 }
 
-export async function writeFileDurable(path: string, data: string | Uint8Array): Promise<void> {
+/** Writes `data` (a string, bytes, or byte chunks in order) to `path` and fsyncs the file. */
+export async function writeFileDurable(path: string, data: string | Uint8Array | readonly Uint8Array[]): Promise<void> {
   const h = await fs.open(path, 'w');
   try {
-    await h.writeFile(data);
+    if (typeof data === 'string' || data instanceof Uint8Array) await h.writeFile(data);
+    else for (const c of data) await h.write(c);
     await h.sync();
   } finally {
     await h.close();
@@ -42,26 +44,32 @@ export async function writeFileDurable(path: string, data: string | Uint8Array):
 }
 
 /**
- * Writes a checkpoint atomically: `fill(tmpDir)` writes the payload files into a fresh temporary
- * folder and returns the manifest; then the folder replaces `dir`.
+ * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
+ * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
+ * written last as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
+ * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one.
  */
-export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>): Promise<void> {
+export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
   const target = resolve(dir);
   const parent = dirname(target);
-  await fs.mkdir(parent, { recursive: true });
   const tag = `${process.pid}-${randomBytes(4).toString('hex')}`;
   const tmp = join(parent, `.${basename(target)}.tmp-${tag}`);
-  await fs.mkdir(tmp);
+  try {
+    await fs.mkdir(parent, { recursive: true });
+    await fs.mkdir(tmp);
+  } catch (e) {
+    throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
+  }
   try {
     const manifest = await fill(tmp);
-    await writeFileDurable(join(tmp, MANIFEST_FILE), JSON.stringify(manifest, null, 2));
+    await writeFileDurable(join(tmp, manifestFile), JSON.stringify(manifest, null, 2));
     await fsyncPath(tmp, true);
-    let old: string | undefined;
+    // Move an existing checkpoint aside by trying to (no separate existence check that could go stale).
+    let old: string | undefined = join(parent, `.${basename(target)}.old-${tag}`);
     try {
-      await fs.access(target);
-      old = join(parent, `.${basename(target)}.old-${tag}`);
       await fs.rename(target, old);
-    } catch {
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
       old = undefined;
     }
     await fs.rename(tmp, target);

@@ -6,6 +6,8 @@ import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { JaggedBatch } from './batch.js';
 import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
+import { CallQueue } from './call-queue.js';
+import { rejectUnknownFields } from './fields.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig, type ResolvedTable } from './config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from './binding.js';
 
@@ -72,7 +74,7 @@ export class EmbeddingCollection {
   readonly pooledDim: number;
 
   private engine: NativeEngine | undefined;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new CallQueue();
   private readonly tableIndex = new Map<string, number>();
 
   constructor(config: CollectionConfig);
@@ -231,6 +233,7 @@ export class EmbeddingCollection {
 
   /** Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one. */
   static async load(dir: string, options: { device?: string } = {}): Promise<EmbeddingCollection> {
+    rejectUnknownFields(options, ['device'], 'options');
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {
@@ -279,12 +282,10 @@ export class EmbeddingCollection {
   }
 
   private enqueue<T>(op: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(() => {
+    return this.calls.run(() => {
       this.live();
       return op();
     });
-    this.queue = run.catch(() => undefined);
-    return run;
   }
 
   private nativeBatch(batch: JaggedBatch): NativeBatch {

@@ -1,6 +1,7 @@
 // config.ts — the user-facing collection config, its defaults, and its translation into the native
 // config. Validation here gives EmbshardError codes naming the bad field before any memory is allocated.
 import { EmbshardError } from './errors.js';
+import { fieldsOf, rejectUnknownFields } from './fields.js';
 import type { DType, NativeCollectionConfig, NativeInit, OptimizerType, Pooling } from './binding.js';
 
 export type InitConfig =
@@ -62,9 +63,21 @@ export interface ResolvedConfig {
   seed: number;
 }
 
-const DTYPES = ['fp32', 'fp16', 'bf16'];
-const POOLINGS = ['sum', 'mean', 'none'];
-const OPTIMIZERS = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
+/** The storage dtypes, poolings and optimizers a table can have (the planner validates with the same lists). */
+export const DTYPES: readonly DType[] = ['fp32', 'fp16', 'bf16'];
+export const POOLINGS: readonly Pooling[] = ['sum', 'mean', 'none'];
+export const OPTIMIZERS: readonly OptimizerType[] = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
+
+const COLLECTION_FIELDS = fieldsOf<CollectionConfig>({ tables: true, optimizer: true, device: true, seed: true });
+const TABLE_FIELDS = fieldsOf<TableConfig>({ name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true });
+const OPTIMIZER_FIELDS = fieldsOf<OptimizerConfig>({
+  type: true, lr: true, eps: true, beta1: true, beta2: true, weightDecay: true, stochasticRounding: true, nonFinite: true,
+});
+const INIT_FIELDS: Record<InitConfig['type'], readonly string[]> = {
+  uniform: fieldsOf<Extract<InitConfig, { type: 'uniform' }>>({ type: true, low: true, high: true }),
+  normal: fieldsOf<Extract<InitConfig, { type: 'normal' }>>({ type: true, mean: true, std: true }),
+  constant: fieldsOf<Extract<InitConfig, { type: 'constant' }>>({ type: true, value: true }),
+};
 
 function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string): never {
   throw new EmbshardError(code, msg);
@@ -77,12 +90,14 @@ function finite(v: unknown, where: string): number {
 
 export function resolveConfig(config: CollectionConfig): ResolvedConfig {
   if (typeof config !== 'object' || config === null) bad('INVALID_CONFIG', 'the collection config must be an object');
+  rejectUnknownFields(config, COLLECTION_FIELDS);
   if (!Array.isArray(config.tables) || config.tables.length === 0) bad('INVALID_CONFIG', 'tables must be a non-empty array');
   const names = new Set<string>();
   const featureOwner = new Map<string, string>();
   const tables = config.tables.map((t, i): ResolvedTable => {
     const where = `tables[${i}]`;
     if (typeof t !== 'object' || t === null) bad('INVALID_CONFIG', `${where} must be an object`);
+    rejectUnknownFields(t, TABLE_FIELDS, where);
     if (typeof t.name !== 'string' || t.name.length === 0) bad('INVALID_CONFIG', `${where}.name must be a non-empty string`);
     if (names.has(t.name)) bad('INVALID_CONFIG', `two tables are named '${t.name}'`);
     names.add(t.name);
@@ -111,11 +126,14 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     }
     const bound = 1 / Math.sqrt(t.rows);
     const init: InitConfig = t.init ?? { type: 'uniform', low: -bound, high: bound };
-    if (!['uniform', 'normal', 'constant'].includes(init.type)) bad('INVALID_CONFIG', `table '${t.name}': init.type must be uniform | normal | constant`);
+    if (typeof init !== 'object' || init === null || !Object.hasOwn(INIT_FIELDS, init.type))
+      bad('INVALID_CONFIG', `table '${t.name}': init.type must be uniform | normal | constant`);
+    rejectUnknownFields(init, INIT_FIELDS[init.type], `${where}.init`);
     return { name: t.name, rows: t.rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init };
   });
   const o = config.optimizer ?? { type: 'sgd', lr: 0.01 };
   if (typeof o !== 'object' || o === null) bad('INVALID_CONFIG', 'optimizer must be an object');
+  rejectUnknownFields(o, OPTIMIZER_FIELDS, 'optimizer');
   if (!OPTIMIZERS.includes(o.type))
     throw new EmbshardError('UNSUPPORTED_OPTIMIZER', `optimizer '${String(o.type)}' is not sgd | adagrad | rowwise_adagrad | adam`);
   const optimizer: ResolvedOptimizer = {

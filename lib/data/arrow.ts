@@ -18,6 +18,7 @@ import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
 import { positiveInt, type Batch, type BatchSource } from './types.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface ArrowSourceOptions {
   /** Sparse feature columns, in batch order. Default: every column but the label, dense and planted ones. */
@@ -75,9 +76,12 @@ function idView(d: Data, name: string): IdView {
     throw new EmbshardError('UNSUPPORTED_DTYPE', `column '${name}' must hold Int32, Uint32 or Int64 ids; got ${String(child.type)}`);
   return { ids: v.subarray(lo, hi) as IdArray, offsets };
 }
+const ARROW_FIELDS = fieldsOf<ArrowSourceOptions>({ features: true, label: true, dense: true, maxBatchSize: true });
+const ARROW_STREAM_FIELDS = [...ARROW_FIELDS, 'numDense', 'batchSize'];
 
 /** Converts one RecordBatch to a Batch (views of its buffers wherever the layout allows). */
 export function recordBatchToBatch(rb: RecordBatch, o: ArrowSourceOptions = {}): Batch {
+  rejectUnknownFields(o, ARROW_FIELDS);
   const B = rb.numRows;
   if (B === 0) throw new EmbshardError('INVALID_SIZE', 'an empty RecordBatch cannot be a batch');
   const labelName = o.label === null ? undefined : (o.label ?? 'label');
@@ -212,7 +216,9 @@ export class ArrowSource implements BatchSource {
     private readonly input: ArrowInput,
     options: ArrowSourceOptions & { features: readonly string[]; numDense: number; batchSize: number },
   ) {
-    this.opts = options;
+    rejectUnknownFields(options, ARROW_STREAM_FIELDS);
+    const { numDense: _n, batchSize: _b, ...perBatch } = options; // what recordBatchToBatch reads
+    this.opts = perBatch;
     this.features = [...options.features];
     this.numDense = options.numDense;
     this.batchSize = positiveInt('batchSize', options.batchSize);

@@ -3,7 +3,7 @@
 // row = v mod rows ('modulo', DLRM's --max-ind-range and torchrec's `hashes`) or
 // row = fmix32(v xor salt_f) mod rows ('murmur': spreads values whose low bits are correlated;
 // salt_f = hash2(0xc817e0, f) for the feature's column f).
-import { fmix32, hash2 } from './rng.js';
+import { fmix32, hash2 } from '../random/rng.js';
 
 export type CategoricalHash = 'modulo' | 'murmur';
 

@@ -14,6 +14,7 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { NpyFile, writeNpy } from './npy.js';
 import { NpzFile } from './npz.js';
@@ -59,8 +60,15 @@ export function dayFiles(dir: string, day: number, multiHot = false): { dense: s
   };
 }
 
+const NPY_FIELDS = fieldsOf<CriteoNpyOptions>({
+  dir: true, multiHot: true, days: true, files: true, batchSize: true, hashes: true, rank: true, worldSize: true, dropLast: true, features: true,
+});
+const NPY_FILES_FIELDS = fieldsOf<NonNullable<CriteoNpyOptions['files']>>({ dense: true, sparse: true, labels: true });
+
 export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'criteo npy options must be an object');
+  rejectUnknownFields(o, NPY_FIELDS);
+  if (o.files !== undefined && o.files !== null && typeof o.files === 'object') rejectUnknownFields(o.files, NPY_FILES_FIELDS, 'files');
   let dense: string[], sparse: string[], labels: string[];
   if (o.files) {
     dense = [...o.files.dense];

@@ -10,6 +10,7 @@
 import { createReadStream, existsSync, statSync } from 'node:fs';
 import { createGunzip } from 'node:zlib';
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE } from './criteo.js';
 import { categoricalSalt, hashCategorical, parseHex, type CategoricalHash } from './criteo-hash.js';
@@ -49,8 +50,14 @@ export interface CriteoTsvConfig {
   chunkSize: number;
 }
 
+const TSV_FIELDS = fieldsOf<CriteoTsvOptions>({
+  path: true, batchSize: true, tableRows: true, maxRows: true, hash: true, hasLabel: true, missingCategorical: true, dropLast: true,
+  maxIssues: true, chunkSize: true,
+});
+
 export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'criteo TSV options must be an object');
+  rejectUnknownFields(o, TSV_FIELDS);
   const paths = typeof o.path === 'string' ? [o.path] : Array.isArray(o.path) ? [...o.path] : [];
   if (paths.length === 0 || paths.some((p) => typeof p !== 'string' || p.length === 0))
     throw new EmbshardError('INVALID_ARGUMENT', 'path must be a file path or a non-empty list of file paths');

@@ -1,6 +1,9 @@
 // criteo.ts — the Criteo / MLPerf workload constants: feature names, table cardinalities of the Kaggle
-// and Terabyte variants, the MLPerf DLRM-DCNv2 multi-hot sizes and the DLRM benchmark shape. Numbers from
-// ../shared/reference/flexshard-herald-workloads.md §4 (raw column order C1…C26).
+// and Terabyte variants, the MLPerf DLRM-DCNv2 multi-hot sizes and the DLRM benchmark shape, in the raw
+// column order C1…C26 of the Criteo files. Sources: the Kaggle and capped Terabyte sets from the MLCommons
+// inference DLRM backend, the DCNv2 caps and multi-hot sizes from the mlcommons/training
+// recommendation_v2 README, the uncapped Terabyte counts as published with the dataset's loaders.
+// Every part of the package (data sources, planner workloads) names the features cat_0 … cat_25.
 
 export const NUM_DENSE = 13;
 export const NUM_SPARSE = 26;

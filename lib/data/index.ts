@@ -6,7 +6,7 @@ export * from './criteo.js';
 export { SyntheticSource, SyntheticGenerator, syntheticSource, resolveSynthetic, plantedAUC } from './synthetic.js';
 export type { SyntheticOptions, SyntheticConfig, SyntheticPreset } from './synthetic.js';
 export type { PlantedOptions, PlantedConfig } from './planted.js';
-export { zipfRankProbability } from './zipf.js';
+export { zipfRankProbability } from '../random/zipf.js';
 export { CriteoTsvSource, CriteoTsvParser, criteoTsvSource, resolveCriteoTsv } from './criteo-tsv.js';
 export type { CriteoTsvOptions, CriteoTsvConfig } from './criteo-tsv.js';
 export { CriteoNpySource, criteoNpySource, writeCriteoNpyDay, dayFiles, rankRowRange } from './criteo-npy.js';

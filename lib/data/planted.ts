@@ -11,7 +11,8 @@
 // Dense feature j is x_j = ln(1 + K_j), K_j geometric on {0, 1, …} with mean m_j = 0.5 · 2^(10·j/(D−1))
 // (0.5 … 512): count-like, heavy-tailed, and log-transformed as DLRM does with Criteo's integer columns.
 import { EmbshardError } from '../errors.js';
-import { hash2, hash3, triangular } from './rng.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { hash2, hash3, triangular } from '../random/rng.js';
 
 export interface PlantedOptions {
   /** Standard deviation (roughly) of the sparse part of the logit. Default 1.5. */
@@ -28,7 +29,13 @@ export interface PlantedConfig {
   bias: number;
 }
 
+const PLANTED_FIELDS = fieldsOf<PlantedOptions>({ sparseScale: true, denseScale: true, bias: true });
+
 export function resolvePlanted(o: PlantedOptions | undefined): PlantedConfig {
+  if (o !== undefined) {
+    if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'planted must be an object');
+    rejectUnknownFields(o, PLANTED_FIELDS, 'planted');
+  }
   const r = { sparseScale: o?.sparseScale ?? 1.5, denseScale: o?.denseScale ?? 0.5, bias: o?.bias ?? -1.6 };
   for (const [k, v] of Object.entries(r))
     if (typeof v !== 'number' || !Number.isFinite(v)) throw new EmbshardError('INVALID_ARGUMENT', `planted.${k} must be a finite number (got ${String(v)})`);

@@ -3,13 +3,15 @@
 // native step resolving) run in between. Order is the source's; errors surface after the batches that
 // preceded them; breaking out of the loop stops the pump and closes the source's iterator.
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { EmbshardError } from '../errors.js';
-import type { Batch, BatchSource, DataReport } from './types.js';
+import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface PrefetchOptions {
   /** Batches held ready ahead of the consumer. Default 4. */
   depth?: number | undefined;
 }
+
+const PREFETCH_FIELDS = fieldsOf<PrefetchOptions>({ depth: true });
 
 export class PrefetchSource implements BatchSource {
   readonly depth: number;
@@ -18,9 +20,8 @@ export class PrefetchSource implements BatchSource {
     readonly source: BatchSource,
     options: PrefetchOptions = {},
   ) {
-    const d = options.depth ?? 4;
-    if (!Number.isSafeInteger(d) || d < 1) throw new EmbshardError('INVALID_SIZE', `depth must be a positive integer (got ${String(d)})`);
-    this.depth = d;
+    rejectUnknownFields(options, PREFETCH_FIELDS);
+    this.depth = positiveInt('depth', options.depth ?? 4);
   }
 
   get features(): readonly string[] {

@@ -12,6 +12,7 @@
 // (the `--max-ind-range` hashing of DLRM). Hidden scores belong to the final ids, so a model with rows_f
 // rows can represent the planted model exactly.
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import {
   CAT_FEATURE_NAMES,
@@ -24,9 +25,9 @@ import {
 } from './criteo.js';
 import { PlantedModel, resolvePlanted, sigmoid, type PlantedConfig, type PlantedOptions } from './planted.js';
 import { auc, expectedAUC } from './metrics.js';
-import { draw32, hash2, hashIndex, unit } from './rng.js';
+import { draw32, hash2, hashIndex, unit } from '../random/rng.js';
 import { positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
-import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from './zipf.js';
+import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
 
 export type SyntheticPreset = 'criteo-kaggle' | 'criteo-1tb' | 'mlperf-dcnv2' | 'dlrm-benchmark';
 
@@ -84,6 +85,11 @@ export interface SyntheticConfig {
   planted: PlantedConfig;
 }
 
+const SYNTHETIC_FIELDS = fieldsOf<SyntheticOptions>({
+  batchSize: true, preset: true, cardinalities: true, features: true, maxRows: true, hotness: true, lengths: true, numDense: true,
+  alpha: true, scatter: true, seed: true, numBatches: true, sampleOffset: true, rank: true, worldSize: true, planted: true,
+});
+
 const MAX_ROWS = 0x7fffffff; // ids are Int32
 
 function presetDefaults(p: SyntheticPreset): { cards: readonly number[]; hot: readonly number[]; numDense: number; features: readonly string[] } {
@@ -111,6 +117,7 @@ function presetDefaults(p: SyntheticPreset): { cards: readonly number[]; hot: re
 /** Validates options and resolves every default; throws EmbshardError naming the bad field. */
 export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'synthetic options must be an object');
+  rejectUnknownFields(o, SYNTHETIC_FIELDS);
   const batchSize = positiveInt('batchSize', o.batchSize);
   const pre = presetDefaults(o.preset ?? 'criteo-kaggle');
   const cards = [...(o.cardinalities ?? pre.cards)];

@@ -9,13 +9,16 @@ import { Worker } from 'node:worker_threads';
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import { openSource, type SourceSpec } from './specs.js';
 import { TS_BOOT, TS_HOOKS } from './ts-worker-loader.js';
-import type { Batch, BatchSource, DataReport } from './types.js';
-import { batchFromMessage, type BatchMessage } from './wire.js';
+import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { batchFromMessage, type BatchMessage } from './batch-message.js';
 
 export interface WorkerSourceOptions {
   /** Batches produced ahead of the consumer. Default 4. */
   depth?: number | undefined;
 }
+
+const WORKER_FIELDS = fieldsOf<WorkerSourceOptions>({ depth: true });
 
 type WorkerMessage = { type: 'batch'; batch: BatchMessage } | { type: 'end'; report?: DataReport } | { type: 'error'; code: string; message: string };
 
@@ -41,8 +44,8 @@ export class WorkerSource implements BatchSource {
 
   /** Validates the spec (opening it here reads only headers) and returns the worker-backed source. */
   static async create(spec: SourceSpec, options: WorkerSourceOptions = {}): Promise<WorkerSource> {
-    const depth = options.depth ?? 4;
-    if (!Number.isSafeInteger(depth) || depth < 1) throw new EmbshardError('INVALID_SIZE', `depth must be a positive integer (got ${String(depth)})`);
+    rejectUnknownFields(options, WORKER_FIELDS);
+    const depth = positiveInt('depth', options.depth ?? 4);
     const local = await openSource(spec);
     return new WorkerSource(JSON.parse(JSON.stringify(spec)) as SourceSpec, local, depth);
   }

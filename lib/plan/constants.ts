@@ -52,7 +52,11 @@ export const COL_ALIGN = 4;
 /** Zipf exponent of EMBark's synthetic benchmark keys (HugeCTR benchmarks/embedding_collection, α = 1.1). */
 export const EMBARK_ZIPF_ALPHA = 1.1;
 
-/** Hardware presets (shared/reference/hardware.md: public NVIDIA DGX datasheets). Per GPU, per direction. */
+/**
+ * Hardware presets from the public NVIDIA DGX H100 / H200 / A100 datasheets: HBM capacity and bandwidth,
+ * NVLink per direction (half the bidirectional figure), one InfiniBand NIC per GPU (NDR 400 Gb/s, HDR
+ * 200 Gb/s). Per GPU, per direction.
+ */
 export interface HardwarePreset {
   readonly name: string;
   readonly description: string;

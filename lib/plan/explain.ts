@@ -7,6 +7,7 @@ import { addLayoutMemory } from './layout.js';
 import { HBM_BWD, HBM_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
 import { STAGES } from './simulator.js';
 import type { ShardPlan } from './shard-plan.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface ExplainOptions {
   title?: string;
@@ -117,7 +118,10 @@ export function planStats(plan: ShardPlan): PlanStats {
   return { ranks, tables, time: est.time, stages: est.stages };
 }
 
+const EXPLAIN_FIELDS = fieldsOf<ExplainOptions>({ title: true, maxRanks: true });
+
 export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string {
+  rejectUnknownFields(opts, EXPLAIN_FIELDS);
   const topo = plan.topology, W = topo.worldSize;
   const st = planStats(plan);
   const out: string[] = [];

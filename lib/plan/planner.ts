@@ -6,6 +6,7 @@
 // that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's memory
 // limit, until no move helps. The result is never worse than the best baseline under the cost model.
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { accessModel } from './access.js';
 import { BASELINES, baselineLayouts, rowBlocks, tableWiseLayout, type BaselineName } from './baselines.js';
 import { COL_ALIGN, DTYPE_BYTES, MIN_SHARD_COLS } from './constants.js';
@@ -191,6 +192,7 @@ function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers:
         c.groups[gi]!.shards[si]!.rank = q;
         out.push({ ti, l: c });
       }
+      if (Q.length === 0) continue; // a single rank: no other rank to move a split half to
       if (g.b - g.a >= 2) {
         const cuts = new Set([g.a + Math.floor((g.b - g.a) / 2), massMedian(t, g.a, g.b)]);
         for (const cut of cuts)
@@ -274,8 +276,14 @@ function improve(st: PlanState, maxIter: number, deadline: number, allowTiers: b
   return it;
 }
 
+const PLAN_OPTION_FIELDS = fieldsOf<PlanOptions>({
+  batchSize: true, wire: true, maxIterations: true, timeBudgetMs: true, tiers: true, fromBaselines: true, meta: true,
+});
+
 function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOptions): CostContext {
   void tables;
+  rejectUnknownFields(options, PLAN_OPTION_FIELDS);
+  if (options.wire !== undefined) rejectUnknownFields(options.wire, ['forward', 'backward'], 'wire');
   const wire: WireDtypes = { forward: options.wire?.forward ?? 'fp32', backward: options.wire?.backward ?? 'fp32' };
   if (!(wire.forward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.forward: must be fp32 | fp16 | bf16`);
   if (!(wire.backward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.backward: must be fp32 | fp16 | bf16`);

@@ -3,6 +3,7 @@
 // assumption: the share of the k most frequent rows that are among the k lowest ids.
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { normalizeTables } from './tables.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
@@ -40,8 +41,11 @@ function fitZipf(counts: Float64Array, minCount: number): number {
   return Math.max(0, Math.min(10, -slope));
 }
 
+const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minCount: true });
+
 /** Access statistics of every table from sample batches (e.g. one per rank, or several steps). */
 export function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): TableProfile[] {
+  rejectUnknownFields(opts, PROFILE_FIELDS);
   const tables = normalizeTables(tablesIn);
   if (!Array.isArray(batches) || batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'batches must be a non-empty array of JaggedBatch');
   const K = opts.topK ?? 1024, minCount = opts.minCount ?? 5;

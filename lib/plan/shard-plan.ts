@@ -1,6 +1,8 @@
 // shard-plan.ts — ShardPlan: the versioned plan format (JSON), its validation (EmbshardError INVALID_PLAN
 // naming the JSON path), and the lookups the sharded runtime needs (shards of a table, row groups, the
 // owner of a (table, row, column) cell, per-rank memory).
+import { DTYPES } from '../config.js';
+import { rejectUnknownFields } from '../fields.js';
 import { EmbshardError } from '../errors.js';
 import { explainPlan, type ExplainOptions } from './explain.js';
 import { addLayoutMemory, tierEnd, type GroupLayout, type TableLayout } from './layout.js';
@@ -60,7 +62,6 @@ function range(v: unknown, path: string): [number, number] {
   if (b <= a) bad(path, `is empty or reversed ([${a}, ${b}))`);
   return [a, b];
 }
-const WIRE = ['fp32', 'fp16', 'bf16'];
 
 /** Validates the placement of one table and builds its layout. */
 function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, path: string): TableLayout {
@@ -69,7 +70,7 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
   let tiers: HotTiers = { replicated: 0, node: 0 };
   if (o.tiers !== undefined) {
     if (!isObject(o.tiers)) bad(`${path}.tiers`, 'must be an object { replicated, node }');
-    for (const k of Object.keys(o.tiers)) if (k !== 'replicated' && k !== 'node') bad(`${path}.tiers.${k}`, 'unknown field');
+    rejectUnknownFields(o.tiers, ['replicated', 'node'], `${path}.tiers`, 'INVALID_PLAN');
     tiers = { replicated: nonNegInt(o.tiers.replicated ?? 0, `${path}.tiers.replicated`), node: nonNegInt(o.tiers.node ?? 0, `${path}.tiers.node`) };
     if (cluster === 'dp' && tiers.replicated + tiers.node > 0) bad(`${path}.tiers`, 'a dp table is replicated whole; it has no tiers');
     if (tiers.replicated + tiers.node > t.rows) bad(`${path}.tiers`, `replicated + node (${tiers.replicated + tiers.node}) exceeds rows (${t.rows})`);
@@ -86,7 +87,7 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
   shardsIn.forEach((s, j) => {
     const sp = `${path}.shards[${j}]`;
     if (!isObject(s)) bad(sp, 'must be an object { rows, cols, rank }');
-    for (const k of Object.keys(s)) if (!['rows', 'cols', 'rank', 'table'].includes(k)) bad(`${sp}.${k}`, 'unknown field');
+    rejectUnknownFields(s, ['rows', 'cols', 'rank', 'table'], sp, 'INVALID_PLAN');
     if (s.table !== undefined && s.table !== t.name) bad(`${sp}.table`, `names '${String(s.table)}' inside table '${t.name}'`);
     const rows = range(s.rows, `${sp}.rows`);
     const cols = range(s.cols, `${sp}.cols`);
@@ -155,16 +156,16 @@ export class ShardPlan {
     if (!isObject(v)) bad('$', 'must be an object');
     if (v.format !== PLAN_FORMAT) bad('$.format', `must be "${PLAN_FORMAT}" (got ${JSON.stringify(v.format)})`);
     if (v.version !== PLAN_VERSION) bad('$.version', `unsupported version ${JSON.stringify(v.version)} (this build reads version ${PLAN_VERSION})`);
-    for (const k of Object.keys(v)) if (!['format', 'version', 'topology', 'batchSize', 'wire', 'tables', 'meta'].includes(k)) bad(`$.${k}`, 'unknown field');
+    rejectUnknownFields(v, ['format', 'version', 'topology', 'batchSize', 'wire', 'tables', 'meta'], '$', 'INVALID_PLAN');
     const topology = normalizeTopology(v.topology, '$.topology', 'INVALID_PLAN');
     if (!Number.isSafeInteger(v.batchSize) || (v.batchSize as number) <= 0) bad('$.batchSize', `must be a positive integer (got ${JSON.stringify(v.batchSize)})`);
     let wire: WireDtypes = { forward: 'fp32', backward: 'fp32' };
     if (v.wire !== undefined) {
       if (!isObject(v.wire)) bad('$.wire', 'must be an object { forward, backward }');
-      for (const k of Object.keys(v.wire)) if (k !== 'forward' && k !== 'backward') bad(`$.wire.${k}`, 'unknown field');
+      rejectUnknownFields(v.wire, ['forward', 'backward'], '$.wire', 'INVALID_PLAN');
       const f = v.wire.forward ?? 'fp32', b = v.wire.backward ?? 'fp32';
-      if (!WIRE.includes(f as string)) bad('$.wire.forward', `must be one of ${WIRE.join(' | ')}`);
-      if (!WIRE.includes(b as string)) bad('$.wire.backward', `must be one of ${WIRE.join(' | ')}`);
+      if (!DTYPES.includes(f as DType)) bad('$.wire.forward', `must be one of ${DTYPES.join(' | ')}`);
+      if (!DTYPES.includes(b as DType)) bad('$.wire.backward', `must be one of ${DTYPES.join(' | ')}`);
       wire = { forward: f as DType, backward: b as DType };
     }
     if (!Array.isArray(v.tables) || v.tables.length === 0) bad('$.tables', 'must be a non-empty array');

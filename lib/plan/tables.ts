@@ -1,12 +1,11 @@
 // tables.ts — validates planner table specs and fills their defaults; derived per-table sizes (bytes per
 // row, optimizer state, ids per sample) used by the cost model, the traffic counter and the memory check.
 import { EmbshardError, type ErrorCode } from '../errors.js';
+import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
+import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
-const DTYPES = ['fp32', 'fp16', 'bf16'] as const;
-const POOLINGS = ['sum', 'mean', 'none'] as const;
-const OPTIMIZERS = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'] as const;
 
 function bad(code: ErrorCode, path: string, msg: string): never {
   throw new EmbshardError(code, `${path}: ${msg}`, { path });
@@ -37,7 +36,7 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
       bad(code, `${path}.top.total`, `must be a positive number ≥ the sum of counts (${sum})`);
     out.top = { counts: [...counts], total: t.total };
   }
-  for (const k of Object.keys(v)) if (k !== 'zipf' && k !== 'top') bad(code, `${path}.${k}`, 'unknown field');
+  rejectUnknownFields(v, ['zipf', 'top'], path, code);
   return out;
 }
 
@@ -76,7 +75,7 @@ export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'IN
   const access = normalizeAccess(v.access, `${path}.access`, code);
   if (access.top && access.top.counts.length > (v.rows as number)) bad(code, `${path}.access.top.counts`, 'has more entries than the table has rows');
   const known = ['name', 'rows', 'dim', 'dtype', 'pooling', 'features', 'optimizer', 'poolingFactors', 'weighted', 'access'];
-  for (const k of Object.keys(v)) if (!known.includes(k)) bad(code, `${path}.${k}`, 'unknown field');
+  rejectUnknownFields(v, known, path, code);
   return Object.freeze({
     name,
     rows: v.rows as number,

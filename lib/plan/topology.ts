@@ -2,6 +2,7 @@
 // validation of custom topologies (errors name the field).
 import { totalmem } from 'node:os';
 import { EmbshardError, type ErrorCode } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { CPU_MEASURE_BYTES, CPU_MEASURE_ROW_FLOATS, DEFAULT_MEMORY_FRACTION, HARDWARE_PRESETS } from './constants.js';
 import type { Topology } from './types.js';
 
@@ -35,7 +36,7 @@ export function normalizeTopology(v: unknown, path = 'topology', code: ErrorCode
   const intraNodeBandwidth = positive(o.intraNodeBandwidth, `${path}.intraNodeBandwidth`, code);
   const interNodeBandwidth = positive(o.interNodeBandwidth, `${path}.interNodeBandwidth`, code);
   const known = ['name', 'worldSize', 'ranksPerNode', 'deviceMemoryBytes', 'memoryLimitBytes', 'hbmBandwidth', 'intraNodeBandwidth', 'interNodeBandwidth'];
-  for (const k of Object.keys(o)) if (!known.includes(k)) bad(code, `${path}.${k}`, 'unknown field');
+  rejectUnknownFields(o, known, path, code);
   return Object.freeze({ name, worldSize, ranksPerNode, deviceMemoryBytes, memoryLimitBytes, hbmBandwidth, intraNodeBandwidth, interNodeBandwidth });
 }
 
@@ -86,8 +87,11 @@ export function measureCpu(): { seqBandwidth: number; gatherBandwidth: number } 
   return { seqBandwidth: cpuMeasured.seq, gatherBandwidth: cpuMeasured.gather };
 }
 
+const PRESET_OPTION_FIELDS = fieldsOf<TopologyOptions>({ worldSize: true, ranksPerNode: true, memoryFraction: true });
+
 /** A preset topology for `worldSize` ranks. `cpu` is measured on this machine (one node, host memory). */
 export function topologyPreset(preset: string, opts: TopologyOptions): Topology {
+  rejectUnknownFields(opts, PRESET_OPTION_FIELDS);
   const worldSize = positive(opts.worldSize, 'worldSize', 'INVALID_CONFIG', true);
   const fraction = opts.memoryFraction ?? DEFAULT_MEMORY_FRACTION;
   if (!(fraction > 0 && fraction <= 1)) bad('INVALID_CONFIG', 'memoryFraction', `must be in (0, 1] (got ${fraction})`);

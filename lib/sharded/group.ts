@@ -5,6 +5,7 @@
 // "Counters"): a message to a rank on the same node is intra-node, to another node inter-node, to
 // oneself local.
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { cudaAddonCandidates, loadAddon, loadAddonFile } from '../native.js';
 import type { CommArray, GroupAddon, NativeGroup } from './binding.js';
 import { existsSync } from 'node:fs';
@@ -239,9 +240,14 @@ export interface InProcessOptions extends GroupOptions {
   ranksPerNode?: number;
 }
 
+const INPROCESS_FIELDS = fieldsOf<InProcessOptions>({ timeoutMs: true, ranksPerNode: true });
+const MPI_FIELDS = fieldsOf<GroupOptions>({ timeoutMs: true });
+const NCCL_FIELDS = fieldsOf<NcclOptions>({ timeoutMs: true, bootstrap: true, device: true });
+
 /** N ranks of one group as threads of this process (one process driving several devices; tests). */
 export function createInProcessGroups(n: number, options: InProcessOptions = {}): ProcessGroup[] {
   if (!Number.isInteger(n) || n < 1) throw new EmbshardError('INVALID_ARGUMENT', `createInProcessGroups: size must be a positive integer (got ${n})`);
+  rejectUnknownFields(options, INPROCESS_FIELDS, 'options');
   const rpn = options.ranksPerNode ?? n;
   if (!Number.isInteger(rpn) || rpn < 1 || n % rpn !== 0)
     throw new EmbshardError('INVALID_ARGUMENT', `createInProcessGroups: ranksPerNode must divide the size ${n} (got ${rpn})`);
@@ -260,6 +266,7 @@ export function mpiAvailable(): boolean {
  * (EMBSHARD_RANKS_PER_NODE overrides it, to model several nodes on one machine).
  */
 export async function createMpiGroup(options: GroupOptions = {}): Promise<ProcessGroup> {
+  rejectUnknownFields(options, MPI_FIELDS, 'options');
   const addon = loadAddon() as GroupAddon;
   if (!addon.mpiAvailable)
     throw new EmbshardError('BACKEND_UNAVAILABLE', 'this embshard build has no MPI process group (install libopenmpi-dev and rebuild)');
@@ -296,6 +303,7 @@ function loadNcclAddon(): GroupAddon {
  * rank joins the communicator on its device. Collectives stage host typed arrays through device memory.
  */
 export async function createNcclGroup(options: NcclOptions): Promise<ProcessGroup> {
+  rejectUnknownFields(options, NCCL_FIELDS, 'options');
   const boot = options.bootstrap;
   if (!(boot instanceof ProcessGroup)) throw new EmbshardError('INVALID_ARGUMENT', 'createNcclGroup: bootstrap must be a ProcessGroup');
   const device = options.device ?? boot.rank % boot.ranksPerNode;

@@ -11,6 +11,8 @@
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
+import { CallQueue } from '../call-queue.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
@@ -33,8 +35,12 @@ export interface ShardedConfig {
   init?: Record<string, InitConfig>;
 }
 
+const SHARDED_CONFIG_FIELDS = fieldsOf<ShardedConfig>({ optimizer: true, seed: true, device: true, comm: true, init: true });
+
 /** The EmbeddingCollection config equivalent to a plan's tables (what a single rank would build). */
 export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}): CollectionConfig {
+  rejectUnknownFields(config, SHARDED_CONFIG_FIELDS);
+  if (config.comm !== undefined) rejectUnknownFields(config.comm, ['forward', 'backward'], 'comm');
   return {
     tables: plan.tables.map((t) => ({
       name: t.name,
@@ -155,7 +161,7 @@ export class ShardedEmbeddingCollection {
   /** byte counters of the latest forward and backward of this rank (docs/wire-protocol.md §Counters) */
   readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
   private engine: NativeEngine | undefined;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new CallQueue();
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     if (group.size !== plan.topology.worldSize)
@@ -249,12 +255,10 @@ export class ShardedEmbeddingCollection {
   }
 
   private enqueue<T>(op: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(() => {
+    return this.calls.run(() => {
       this.live();
       return op();
     });
-    this.queue = run.catch(() => undefined);
-    return run;
   }
 
   /** Looks up this rank's local batch; every rank of the group must call it (a collective). */

@@ -1,12 +1,12 @@
 // checkpoint.ts — the trainer's checkpoint folder: trainer.json (model spec, optimizer, schedule, step
 // counts, base learning rates, the dense file's size and SHA-256, the model's inputs), dense.bin (dense parameters then
 // dense optimizer state, float32 little-endian) and embeddings/ (the embedding module's own checkpoint).
-// Written to a temporary sibling folder, fsynced, then swapped in by rename, so a crash never leaves a
-// half-written checkpoint under `dir`.
+// Written through lib/checkpoint.ts's atomic folder writer, so a crash never leaves a half-written
+// checkpoint under `dir`.
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -54,56 +54,46 @@ function bytesOf(a: Float32Array): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
-async function writeDurable(path: string, chunks: Uint8Array[]): Promise<void> {
-  const fh = await open(path, 'w');
-  try {
-    for (const c of chunks) await fh.write(c);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
-function ioError(e: unknown, what: string): EmbshardError {
-  if (e instanceof EmbshardError) return e;
-  return new EmbshardError('IO_ERROR', `${what}: ${(e as Error).message}`);
-}
-
 export async function writeTrainerCheckpoint(dir: string, s: TrainerState): Promise<void> {
   if (typeof dir !== 'string' || dir.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'dir must be a non-empty path');
   if (s.writer === false) {
     await s.embeddings.save(join(dir, EMBEDDINGS_DIR)); // a collective; rank 0 writes it
     return;
   }
-  const tmp = join(dirname(dir), `.${basename(dir)}.tmp-${process.pid}-${Date.now()}`);
+  await writeCheckpointDir(
+    dir,
+    async (tmp): Promise<TrainerManifest> => {
+      await s.embeddings.save(join(tmp, EMBEDDINGS_DIR));
+      const p = bytesOf(s.dense.params), st = bytesOf(s.dense.state);
+      const sha = createHash('sha256').update(p).update(st).digest('hex');
+      await writeFileDurable(join(tmp, DENSE_FILE), [p, st]);
+      return {
+        format: 'embshard.trainer',
+        version: 1,
+        model: s.dense.spec,
+        optimizer: s.dense.optimizer,
+        seed: s.dense.seed,
+        schedule: s.schedule,
+        steps: s.steps,
+        denseStep: s.dense.step,
+        denseBaseLr: s.denseBaseLr,
+        embeddingBaseLr: s.embeddingBaseLr,
+        dense: { file: DENSE_FILE, params: s.dense.params.length, state: s.dense.state.length, sha256: sha },
+        ...(s.inputs ? { inputs: s.inputs } : {}),
+      };
+    },
+    TRAINER_MANIFEST,
+  );
+}
+
+/** Reads a file of a trainer checkpoint; CHECKPOINT_MISSING when it is not there. */
+async function readPart(path: string): Promise<Buffer> {
   try {
-    await mkdir(tmp, { recursive: true });
-    await s.embeddings.save(join(tmp, EMBEDDINGS_DIR));
-    const p = bytesOf(s.dense.params), st = bytesOf(s.dense.state);
-    const sha = createHash('sha256').update(p).update(st).digest('hex');
-    await writeDurable(join(tmp, DENSE_FILE), [p, st]);
-    const manifest: TrainerManifest = {
-      format: 'embshard.trainer',
-      version: 1,
-      model: s.dense.spec,
-      optimizer: s.dense.optimizer,
-      seed: s.dense.seed,
-      schedule: s.schedule,
-      steps: s.steps,
-      denseStep: s.dense.step,
-      denseBaseLr: s.denseBaseLr,
-      embeddingBaseLr: s.embeddingBaseLr,
-      dense: { file: DENSE_FILE, params: s.dense.params.length, state: s.dense.state.length, sha256: sha },
-      ...(s.inputs ? { inputs: s.inputs } : {}),
-    };
-    await writeDurable(join(tmp, TRAINER_MANIFEST), [new TextEncoder().encode(JSON.stringify(manifest, null, 2))]);
-    const old = existsSync(dir) ? `${tmp}.old` : undefined;
-    if (old) await rename(dir, old);
-    await rename(tmp, dir);
-    if (old) await rm(old, { recursive: true, force: true });
+    return await readFile(path);
   } catch (e) {
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
-    throw ioError(e, `saving the trainer checkpoint to '${dir}'`);
+    const err = e as NodeJS.ErrnoException;
+    if (err.code === 'ENOENT') throw new EmbshardError('CHECKPOINT_MISSING', `no trainer checkpoint at '${path}' (the file is missing)`);
+    throw new EmbshardError('IO_ERROR', `reading '${path}': ${err.message}`);
   }
 }
 
@@ -116,18 +106,17 @@ export interface LoadedTrainerCheckpoint {
 
 export async function readTrainerCheckpoint(dir: string): Promise<LoadedTrainerCheckpoint> {
   const mpath = join(dir, TRAINER_MANIFEST);
-  if (!existsSync(mpath)) throw new EmbshardError('CHECKPOINT_MISSING', `no trainer checkpoint at '${dir}' (${TRAINER_MANIFEST} is missing)`);
+  const text = (await readPart(mpath)).toString('utf8');
   let m: TrainerManifest;
   try {
-    m = JSON.parse(await readFile(mpath, 'utf8')) as TrainerManifest;
+    m = JSON.parse(text) as TrainerManifest;
   } catch (e) {
     throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not valid JSON: ${(e as Error).message}`);
   }
   if (m?.format !== 'embshard.trainer' || m.version !== 1 || !m.dense || !m.model)
     throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1)`);
   const dpath = join(dir, m.dense.file);
-  if (!existsSync(dpath)) throw new EmbshardError('CHECKPOINT_MISSING', `'${dpath}' is missing`);
-  const buf = await readFile(dpath);
+  const buf = await readPart(dpath);
   const want = (m.dense.params + m.dense.state) * 4;
   if (buf.byteLength !== want)
     throw new EmbshardError('CHECKPOINT_CORRUPT', `'${dpath}' holds ${buf.byteLength} bytes; the manifest says ${want}`);

@@ -3,6 +3,7 @@
 // dense optimizer), whose forward/backward/update run off the event loop — on the CPU addon, or with
 // device 'cuda:N' wholly on a GPU through the CUDA addon (native/dense/cuda/model_cuda.cu).
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveBackend } from '../backends.js';
 import { denseAddon, type Precision, type DenseCudaAddon, type DenseOptimizerType, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 
@@ -69,7 +70,10 @@ export function resolveDenseSpec(model: PresetName | DenseModelSpec, overrides: 
     if (!isPresetName(model))
       throw new EmbshardError('INVALID_CONFIG', `model '${model}' is not a preset (${Object.keys(PRESETS).join(', ')}) or a layer spec`);
     base = structuredClone(PRESETS[model].spec);
-  } else if (model !== null && typeof model === 'object') base = structuredClone(model);
+  } else if (model !== null && typeof model === 'object') {
+    rejectUnknownFields(model, SPEC_FIELDS, 'model');
+    base = structuredClone(model);
+  }
   else throw new EmbshardError('INVALID_CONFIG', 'model must be a preset name or a { denseIn, bottom, top, ... } spec');
   const s: DenseModelSpec = { ...base, ...overrides };
   const int = (v: unknown, field: string, min: number): number => {
@@ -105,6 +109,10 @@ export interface DenseOptimizerConfig {
   weightDecay?: number;
 }
 
+const SPEC_FIELDS = fieldsOf<DenseModelSpec>({
+  denseIn: true, bottom: true, top: true, numSparse: true, embDim: true, interaction: true, crossLayers: true, crossRank: true,
+});
+
 export interface DenseModelOptions {
   optimizer?: DenseOptimizerConfig;
   /** Seed of the deterministic initialisation. Default 0. */
@@ -123,6 +131,9 @@ export interface DenseModelOptions {
   /** @internal false: zeroed parameters (a checkpoint fills them). */
   initialize?: boolean;
 }
+
+const OPTIONS_FIELDS = fieldsOf<DenseModelOptions>({ optimizer: true, seed: true, device: true, precision: true, initialize: true });
+const OPTIMIZER_FIELDS = fieldsOf<DenseOptimizerConfig>({ type: true, lr: true, eps: true, beta1: true, beta2: true, weightDecay: true });
 
 export type DenseBuffer = 'params' | 'grads' | 'state';
 
@@ -164,6 +175,8 @@ export class DenseModel {
   private readonly mirror: Partial<Record<DenseBuffer, Float32Array>> = {};
 
   constructor(model: PresetName | DenseModelSpec, options: DenseModelOptions = {}) {
+    rejectUnknownFields(options, OPTIONS_FIELDS, 'options');
+    if (options.optimizer !== undefined) rejectUnknownFields(options.optimizer, OPTIMIZER_FIELDS, 'optimizer');
     this.spec = resolveDenseSpec(model);
     const device = options.device ?? 'cpu';
     if (device !== 'cpu' && !/^cuda:\d+$/.test(device))

@@ -6,6 +6,7 @@ import type { OptimizerConfig, TableConfig } from '../config.js';
 import type { JaggedBatch } from '../batch.js';
 import type { DType } from '../binding.js';
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 /** What a forward pass hands the dense model: [batchSize × pooledDim], features in pooledFeatures order. */
 export interface EmbeddingOutput {
@@ -38,8 +39,11 @@ export interface TablesForOptions {
   initScale?: number;
 }
 
+const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true });
+
 /** One table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
 export function embeddingsFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): EmbeddingCollection {
+  rejectUnknownFields(o, TABLES_FOR_FIELDS);
   if (features.length !== rows.length)
     throw new EmbshardError('LENGTH_MISMATCH', `${features.length} features but ${rows.length} table sizes`);
   const tables: TableConfig[] = features.map((name, f) => {

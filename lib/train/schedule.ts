@@ -2,6 +2,7 @@
 // warmup, constant, then polynomial decay. A pure function of the step, so a resumed run follows the
 // same learning rates as an uninterrupted one. It scales both the dense and the embedding optimizer.
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface LrSchedule {
   /** Steps of linear warmup: step t < warmupSteps runs at (t+1)/warmupSteps of the base rate. Default 0. */
@@ -18,7 +19,11 @@ export interface LrSchedule {
 
 export type ResolvedSchedule = Required<LrSchedule>;
 
+const SCHEDULE_FIELDS = fieldsOf<LrSchedule>({ warmupSteps: true, decayStartStep: true, decaySteps: true, decayPower: true, minFactor: true });
+
 export function resolveSchedule(s: LrSchedule = {}): ResolvedSchedule {
+  if (s === null || typeof s !== 'object') throw new EmbshardError('INVALID_CONFIG', 'schedule must be an object');
+  rejectUnknownFields(s, SCHEDULE_FIELDS, 'schedule');
   const int = (v: number | undefined, name: string) => {
     const x = v ?? 0;
     if (!Number.isSafeInteger(x) || x < 0) throw new EmbshardError('INVALID_CONFIG', `schedule.${name} must be a non-negative integer (got ${String(v)})`);

@@ -5,6 +5,8 @@
 // predict (click probabilities, no update) for scoring and serving.
 import { EmbeddingCollection } from '../collection.js';
 import { EmbshardError } from '../errors.js';
+import { CallQueue } from '../call-queue.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
@@ -97,6 +99,21 @@ export interface TrainerOptions {
   inputs?: ModelInputs;
 }
 
+export interface TrainerLoadOptions {
+  group?: GradientGroup;
+  onMetrics?: (m: StepMetrics) => void;
+  loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
+  /** Device of the restored dense model (a checkpoint loads on any device: 'cpu' | 'cuda:N'). Default cpu. */
+  device?: string;
+  /** GEMM precision of the restored dense model (weights are saved in fp32 either way). Default fp32. */
+  precision?: Precision;
+}
+
+const LOAD_FIELDS = fieldsOf<TrainerLoadOptions>({ group: true, onMetrics: true, loadEmbeddings: true, device: true, precision: true });
+const TRAINER_FIELDS = fieldsOf<TrainerOptions>({
+  model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true,
+});
+
 export class Trainer {
   readonly dense: DenseModel;
   readonly embeddings: EmbeddingModule;
@@ -112,11 +129,12 @@ export class Trainer {
   readonly inputs: ModelInputs | undefined;
 
   private steps = 0;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly calls = new CallQueue();
   private sparseGrad = new Float32Array(0);
 
   constructor(o: TrainerOptions) {
     if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'Trainer options must be an object');
+    rejectUnknownFields(o, TRAINER_FIELDS);
     if (o.plan !== undefined && o.embeddings !== undefined) throw new EmbshardError('INVALID_CONFIG', 'give either embeddings or plan, not both');
     let emb: EmbeddingModule;
     if (o.plan !== undefined) {
@@ -253,16 +271,9 @@ export class Trainer {
    */
   static async load(
     dir: string,
-    options: {
-      group?: GradientGroup;
-      onMetrics?: (m: StepMetrics) => void;
-      loadEmbeddings?: (embeddingsDir: string) => Promise<EmbeddingModule>;
-      /** Device of the restored dense model (a checkpoint loads on any device: 'cpu' | 'cuda:N'). Default cpu. */
-      device?: string;
-      /** GEMM precision of the restored dense model (weights are saved in fp32 either way). Default fp32. */
-      precision?: Precision;
-    } = {},
+    options: TrainerLoadOptions = {},
   ): Promise<Trainer> {
+    rejectUnknownFields(options, LOAD_FIELDS, 'options');
     const ck = await readTrainerCheckpoint(dir);
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
     const dense = new DenseModel(ck.manifest.model, {
@@ -291,9 +302,7 @@ export class Trainer {
   // ---- internals ----
 
   private enqueue<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(fn, fn);
-    this.queue = run.catch(() => undefined);
-    return run;
+    return this.calls.run(fn);
   }
 
   private checkBatch(b: Batch | PredictBatch, labelled = true): void {

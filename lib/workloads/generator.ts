@@ -1,11 +1,12 @@
 // generator.ts — seeded batch generators: one local JaggedBatch per rank for a workload, ids drawn from each
-// table's Zipf access model (lib/workloads/zipf.ts), bag sizes from the workload's bag laws. The same
+// table's Zipf access model (lib/random/zipf.ts), bag sizes from the workload's bag laws. The same
 // (seed, step, rank) always gives the same batch.
 import { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
-import { Rng } from './rng.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { Rng } from '../random/rng.js';
 import type { Workload } from './presets.js';
-import { ZipfSampler } from './zipf.js';
+import { ZipfSampler } from '../random/zipf.js';
 
 export interface GenerateOptions {
   /** local batch size of each rank */
@@ -17,8 +18,11 @@ export interface GenerateOptions {
   idType?: 'int32' | 'int64';
 }
 
+const GENERATE_FIELDS = fieldsOf<GenerateOptions>({ batchSize: true, seed: true, step: true, idType: true });
+
 /** Rank `rank`'s local batch of one step. */
 export function generateBatch(w: Workload, rank: number, opts: GenerateOptions): JaggedBatch {
+  rejectUnknownFields(opts, GENERATE_FIELDS);
   const B = opts.batchSize;
   if (!Number.isSafeInteger(B) || B <= 0) throw new EmbshardError('INVALID_SIZE', `batchSize must be a positive integer (got ${B})`);
   const seed = opts.seed ?? 0, step = opts.step ?? 0;

@@ -1,9 +1,12 @@
 // presets.ts — workload presets for the planner and its bench: MLPerf DLRM-DCNv2, Criteo Kaggle, synthetic
-// models shaped like EMBark's T180 / T200 / T510 (table count, total parameters, Σ hotness and dims from
-// shared/reference/embark-hugectr.md §4), and a skewed sequence workload for the hot-row tiers.
+// models shaped like EMBark's T180 / T200 / T510 (table count, total parameters, Σ hotness and dims counted
+// from NVIDIA HugeCTR's benchmarks/embedding_collection/benchmark.sh and dataset/*.py), and a skewed
+// sequence workload for the hot-row tiers. The Criteo presets take their cardinalities and feature names
+// from lib/data/criteo.ts.
 import { EmbshardError } from '../errors.js';
 import type { TableSpec } from '../plan/types.js';
-import { Rng } from './rng.js';
+import { Rng } from '../random/rng.js';
+import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES, MLPERF_DCNV2_CARDINALITIES, MLPERF_DCNV2_MULTI_HOT } from '../data/criteo.js';
 
 /** How many ids a bag of a feature holds: exactly `n`, or uniform in [1, 2·mean − 1]. */
 export type BagSpec = { kind: 'fixed'; n: number } | { kind: 'uniform'; mean: number };
@@ -18,27 +21,18 @@ export interface Workload {
   readonly bags: Readonly<Record<string, BagSpec>>;
 }
 
-/** MLPerf DLRM-DCNv2 cardinalities (mlcommons/training recommendation_v2, capped at 40M), C1..C26. */
-export const DCNV2_ROWS = [
-  40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209, 11938, 155, 4, 976, 14, 40000000, 40000000,
-  40000000, 590152, 12973, 108, 36,
-];
-/** MLPerf DLRM-DCNv2 multi-hot sizes (Σ 214). */
-export const DCNV2_HOTNESS = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1];
-/** Criteo Kaggle DAC cardinalities, C1..C26 (Σ 33,762,577). */
-export const KAGGLE_ROWS = [
-  1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15,
-  286181, 105, 142572,
-];
-
 /** Keys in EMBark's benchmark are Zipf α = 1.1 (HugeCTR benchmarks/embedding_collection). */
 const ALPHA = 1.1;
 
-function fixedTables(prefix: string, rows: number[], hot: number[], dim: number, optimizer: TableSpec['optimizer']): { tables: TableSpec[]; bags: Record<string, BagSpec> } {
+/**
+ * One table per Criteo feature, named as the data sources name the features (cat_0 … cat_25), so a plan
+ * made from a workload reads the batches of lib/data.
+ */
+function criteoTables(rows: readonly number[], hot: readonly number[], dim: number, optimizer: TableSpec['optimizer']): { tables: TableSpec[]; bags: Record<string, BagSpec> } {
   const tables: TableSpec[] = [];
   const bags: Record<string, BagSpec> = {};
   rows.forEach((r, i) => {
-    const name = `${prefix}${i}`;
+    const name = CAT_FEATURE_NAMES[i]!;
     tables.push({ name, rows: r, dim, dtype: 'fp32', pooling: 'sum', features: [name], optimizer, poolingFactors: [hot[i]!], access: { zipf: ALPHA } });
     bags[name] = { kind: 'fixed', n: hot[i]! };
   });
@@ -117,36 +111,36 @@ const builders: Record<string, () => Workload> = {
     name: 'dlrm-dcnv2',
     description: 'MLPerf DLRM-DCNv2: 26 tables (Criteo 1TB capped at 40M rows), multi-hot Σ 214, dim 128, Adagrad, Zipf 1.1',
     source: 'mlcommons/training recommendation_v2 README (cardinalities, multi-hot sizes); EMBark benchmark keys Zipf α = 1.1',
-    ...fixedTables('cat_', DCNV2_ROWS, DCNV2_HOTNESS, 128, 'adagrad'),
+    ...criteoTables(MLPERF_DCNV2_CARDINALITIES, MLPERF_DCNV2_MULTI_HOT, 128, 'adagrad'),
   }),
   'criteo-kaggle': () => ({
     name: 'criteo-kaggle',
     description: 'Criteo Kaggle DAC: 26 one-hot tables (33.8M rows), dim 16, SGD, Zipf 1.1',
     source: 'Criteo Kaggle cardinalities (mlcommons inference DLRM backend); dim 16 from dlrm_s_criteo_kaggle.sh',
-    ...fixedTables('C', KAGGLE_ROWS, KAGGLE_ROWS.map(() => 1), 16, 'sgd'),
+    ...criteoTables(CRITEO_KAGGLE_CARDINALITIES, CRITEO_KAGGLE_CARDINALITIES.map(() => 1), 16, 'sgd'),
   }),
   t180: () => ({
     name: 't180',
     description: 'EMBark T180-shaped: 177 tables, 66.3B parameters, Σ hotness 14,450, dims 32–256, SGD, Zipf 1.1',
-    source: 'HugeCTR benchmarks/embedding_collection 180table_70B_hotness80 aggregates (embark-hugectr.md §4); per-table shapes synthetic',
+    source: 'HugeCTR benchmarks/embedding_collection 180table_70B_hotness80 aggregates; per-table shapes synthetic',
     ...synthetic('t180', 177, 66.3e9, 14450, [32, 64, 128, 256], 180),
   }),
   t200: () => ({
     name: 't200',
     description: 'EMBark T200-shaped: 200 tables, 103.9B parameters, Σ hotness 4,550, dims 64/128, SGD, Zipf 1.1',
-    source: 'HugeCTR benchmarks/embedding_collection 200table_100B_hotness20 aggregates (embark-hugectr.md §4); per-table shapes synthetic',
+    source: 'HugeCTR benchmarks/embedding_collection 200table_100B_hotness20 aggregates; per-table shapes synthetic',
     ...synthetic('t200', 200, 103.9e9, 4550, [64, 128], 200),
   }),
   t510: () => ({
     name: 't510',
     description: 'EMBark T510-shaped: 510 tables, 114.6B parameters, Σ hotness 2,670, dim 128, SGD, Zipf 1.1',
-    source: 'HugeCTR benchmarks/embedding_collection 510table_110B_hotness5 aggregates (embark-hugectr.md §4); per-table shapes synthetic',
+    source: 'HugeCTR benchmarks/embedding_collection 510table_110B_hotness5 aggregates; per-table shapes synthetic',
     ...synthetic('t510', 510, 114.6e9, 2670, [128], 510),
   }),
   'seq-skewed': () => ({
     name: 'seq-skewed',
     description: 'Skewed sequence model: 5 tables, histories of 64–256 ids (pooling none), Zipf 1.1–1.2, row-wise Adagrad',
-    source: 'shaped after FlexShard sequence DLRMs (flexshard-herald-workloads.md §1); sizes chosen here',
+    source: 'shaped after the sequence DLRMs of FlexShard (Sethi et al., arXiv 2301.02959); sizes chosen here',
     ...seqSkewed(),
   }),
 };

@@ -8,7 +8,8 @@
 #include <string>
 
 #include "core/batch.h"
-#include "core/hd.h"
+#include "core/host_device.h"
+#include "core/pooling.h"
 #include "core/types.h"
 
 namespace embshard {
@@ -54,14 +55,5 @@ class Engine {
   Layout layout_;
   int64_t step_ = 0;
 };
-
-// Pooling math shared by both backends (the definition the tests' oracle follows):
-//   forward  pooled[b] = (sum over the bag's ids i, in order, of w_i * row_i) / (mean ? len : 1)
-//   backward row_i receives grad[b] * grad_scale(i)
-// with w_i = 1 when the batch has no weights. An empty bag pools to zeros.
-EMB_HD float grad_scale(Pooling p, const float* weights, int64_t i, int64_t len) {
-  float w = weights ? weights[i] : 1.0f;
-  return p == Pooling::Mean ? w / static_cast<float>(len) : w;
-}
 
 }  // namespace embshard

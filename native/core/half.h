@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "hd.h"
+#include "host_device.h"
 
 namespace embshard {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/half.h"
-#include "core/hd.h"
+#include "core/host_device.h"
 #include "core/rng.h"
 #include "core/types.h"
 

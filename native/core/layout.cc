@@ -1,5 +1,6 @@
 // layout.cc — spec validation and the fused storage layout (see types.h).
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "core/errors.h"
@@ -14,6 +15,12 @@ const char* dtype_name(DType t) {
     case DType::BF16: return "bf16";
   }
   return "?";
+}
+
+DType parse_dtype(const char* s, const char* what) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    if (!std::strcmp(s, dtype_name(t))) return t;
+  fail("UNSUPPORTED_DTYPE", "%s '%s' is not fp32 | fp16 | bf16", what, s);
 }
 
 const char* optimizer_name(OptType t) {
@@ -55,7 +62,7 @@ Layout make_layout(const CollectionSpec& spec) {
            static_cast<unsigned long long>(t.rows));
     if (t.dim == 0 || t.dim > kMaxDim)
       fail("INVALID_SIZE", "table '%s': dim must be in [1, %u] (got %u)", t.name.c_str(), kMaxDim, t.dim);
-    TableLayout tl;
+    TableStorage tl;
     tl.rowBytes = static_cast<uint64_t>(t.dim) * dtype_size(t.dtype);
     tl.weightOffset = wOff;
     tl.statePerRow = state_per_row(spec.optimizer.type, t.dim);

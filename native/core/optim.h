@@ -4,7 +4,7 @@
 #pragma once
 #include <cmath>
 
-#include "hd.h"
+#include "host_device.h"
 
 namespace embshard {
 

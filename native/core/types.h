@@ -17,6 +17,8 @@ enum class InitKind : uint8_t { Uniform = 0, Normal = 1, Constant = 2 };
 
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 const char* dtype_name(DType t);
+// "fp32" | "fp16" | "bf16" to its DType; UNSUPPORTED_DTYPE naming `what` otherwise.
+DType parse_dtype(const char* s, const char* what);
 const char* optimizer_name(OptType t);
 
 struct InitSpec {
@@ -70,7 +72,7 @@ inline uint64_t state_per_row(OptType t, uint32_t dim) {
 }
 
 // Where each table lives in the fused arenas, and where each feature lands in the pooled output.
-struct TableLayout {
+struct TableStorage {
   uint64_t weightOffset = 0;  // bytes into the weight arena
   uint64_t rowBytes = 0;      // dim * dtype size
   uint64_t stateOffset = 0;   // floats into the state arena
@@ -79,7 +81,7 @@ struct TableLayout {
 };
 
 struct Layout {
-  std::vector<TableLayout> tables;
+  std::vector<TableStorage> tables;
   std::vector<int64_t> pooledCol;  // per feature: column offset in the pooled output, -1 for sequence features
   int64_t pooledDim = 0;
   uint64_t weightBytes = 0;

@@ -251,7 +251,7 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   std::vector<uint64_t> tableEnd(spec_.tables.size());
   std::vector<RowTarget> target(spec_.tables.size());
   for (size_t t = 0; t < spec_.tables.size(); ++t) {
-    const TableLayout& tl = layout_.tables[t];
+    const TableStorage& tl = layout_.tables[t];
     tableEnd[t] = tl.rowBase + spec_.tables[t].rows;
     target[t] = RowTarget{weights_.data() + tl.weightOffset, table_state(static_cast<uint32_t>(t)), tl.rowBase, tl.rowBytes,
                           tl.statePerRow, spec_.tables[t].dim, spec_.tables[t].dtype};

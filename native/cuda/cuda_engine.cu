@@ -125,7 +125,7 @@ CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int dev
     weights_.reset(cuda::device_alloc(layout_.weightBytes, arena_description(spec_, layout_, false), device_));
     state_.reset(cuda::device_alloc(layout_.stateFloats * 4, arena_description(spec_, layout_, true), device_));
     for (size_t t = 0; t < spec_.tables.size(); ++t) {
-      const TableLayout& tl = layout_.tables[t];
+      const TableStorage& tl = layout_.tables[t];
       const TableSpec& ts = spec_.tables[t];
       tables_.push_back(TableDesc{tl.weightOffset, tl.rowBytes, tl.stateOffset, tl.statePerRow, tl.rowBase, ts.rows, ts.dim, ts.dtype});
       maxDim_ = std::max(maxDim_, ts.dim);

@@ -7,15 +7,9 @@
 
 #include "core/errors.h"
 #include "core/half.h"
+#include "core/pooling.h"
 
 namespace embshard::shard {
-
-Wire parse_wire(const char* s) {
-  if (!std::strcmp(s, "fp32")) return Wire::F32;
-  if (!std::strcmp(s, "fp16")) return Wire::F16;
-  if (!std::strcmp(s, "bf16")) return Wire::BF16;
-  fail("UNSUPPORTED_DTYPE", "wire dtype '%s' is not fp32 | fp16 | bf16", s);
-}
 
 namespace {
 inline int64_t id_at(const void* ids, IdType t, int64_t i) {
@@ -148,8 +142,7 @@ void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, co
         const float* g = grad + static_cast<int64_t>(seqPos[i]) * stride + col;
         for (int64_t c = 0; c < dim; ++c) dst[c] += g[c];
       } else {
-        const float wi = weights ? weights[i] : 1.0f;
-        const float scale = mean ? wi / static_cast<float>(fullLen[b]) : wi;
+        const float scale = grad_scale(mean ? Pooling::Mean : Pooling::Sum, weights, i, mean ? fullLen[b] : 1);
         const float* g = grad + b * stride + col;
         for (int64_t c = 0; c < dim; ++c) dst[c] += g[c] * scale;
       }

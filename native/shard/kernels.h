@@ -1,4 +1,4 @@
-// kernels.h — the per-id work of the sharded runtime (lib/dist/sharded.ts), so the TypeScript side never
+// kernels.h — the per-id work of the sharded runtime (lib/sharded/sharded.ts), so the TypeScript side never
 // loops over ids or values: routing ids to row ranges, deduplication, packing rows into wire buffers
 // (fp32 / fp16 / bf16, core/half.h rounding) and unpacking them, pooling unique rows into bags and
 // reducing bag gradients onto unique rows. Every loop runs in a fixed order (deterministic).
@@ -10,9 +10,9 @@
 
 namespace embshard::shard {
 
-enum class Wire : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
-Wire parse_wire(const char* s);
-inline int wire_size(Wire w) { return w == Wire::F32 ? 4 : 2; }
+using Wire = DType;  // rows travel as fp32 / fp16 / bf16: the storage dtypes of core/types.h
+inline Wire parse_wire(const char* s) { return parse_dtype(s, "wire dtype"); }
+inline int wire_size(Wire w) { return static_cast<int>(dtype_size(w)); }
 
 // Ids of one feature ([B] bags) split by the row ranges [bounds[s], bounds[s+1]): a stable counting sort.
 // Outputs ids relative to their range start, the original position of each, per-range bag lengths [S × B]

@@ -1,5 +1,5 @@
 // source-rules.test.ts — rules of the CUDA backend that a machine without a GPU can still check, by
-// reading native/cuda and the build it was compiled with (the review log of native/cuda/README.md):
+// reading native/cuda and the build it was compiled with (the CPU-equivalence list of native/cuda/README.md):
 //   * every CUDA runtime call is checked (EMB_CUDA_CHECK / check(), an error variable that is tested,
 //     or a deliberate `(void)` discard in cleanup and probe paths);
 //   * every kernel launch is followed at once by EMB_CUDA_CHECK_LAUNCH();

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CriteoTsvParser, CriteoTsvSource, resolveCriteoTsv } from '../../lib/data/criteo-tsv.js';
 import { workerSource } from '../../lib/data/worker-source.js';
-import { fmix32, hash2 } from '../../lib/data/rng.js';
+import { fmix32, hash2 } from '../../lib/random/rng.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch } from '../../lib/data/types.js';
 

@@ -8,9 +8,9 @@ import {
   MLPERF_DCNV2_MULTI_HOT, CAT_FEATURE_NAMES,
 } from '../../lib/data/criteo.js';
 import { SyntheticSource, plantedAUC } from '../../lib/data/synthetic.js';
-import { makeScatter, zipfRankProbability } from '../../lib/data/zipf.js';
+import { makeScatter, zipfRankProbability } from '../../lib/random/zipf.js';
 import { logGeometricMoments, sigmoid } from '../../lib/data/planted.js';
-import { fmix32 } from '../../lib/data/rng.js';
+import { fmix32 } from '../../lib/random/rng.js';
 import { auc } from '../../lib/data/metrics.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch } from '../../lib/data/types.js';

@@ -4,7 +4,7 @@
 import { JaggedBatch } from '../../lib/batch.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import type { Cluster, RankCounters, TableSpec, Topology } from '../../lib/plan/types.js';
-import { Rng } from '../../lib/workloads/rng.js';
+import { Rng } from '../../lib/random/rng.js';
 
 export function smallTopology(worldSize: number, ranksPerNode: number, memoryLimitBytes = 1e12): Topology {
   return {

@@ -1,4 +1,4 @@
-// The all-to-all target on the skewed sequence workload, checked on an exact count: one generated step
+// The project's all-to-all goal on the skewed sequence workload, checked on an exact count: one generated step
 // at the batch the plan was made for (8 GPUs of dgx-h100, 2,048 samples per rank, ≈ 11.5 M ids), bytes counted
 // by the brute-force per-id counter written from docs/wire-protocol.md (helpers.ts), not by measureTraffic.
 import { describe, expect, it } from 'vitest';

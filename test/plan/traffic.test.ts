@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { measureTraffic } from '../../lib/plan/traffic.js';
-import { Rng } from '../../lib/workloads/rng.js';
+import { Rng } from '../../lib/random/rng.js';
 import { generateBatches } from '../../lib/workloads/generator.js';
 import { workload } from '../../lib/workloads/presets.js';
 import { topologyPreset } from '../../lib/plan/topology.js';

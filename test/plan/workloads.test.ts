@@ -1,13 +1,18 @@
 // Workload presets against their published aggregates, seeded generators, the Zipf sampler against the
 // access model's masses, and profileAccess on generated batches.
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { criteoTsvSource } from '../../lib/data/criteo-tsv.js';
+import { planShards } from '../../lib/plan/planner.js';
+import { measureTraffic } from '../../lib/plan/traffic.js';
+import { bruteForceTraffic, smallTopology } from './helpers.js';
 import { JaggedBatch } from '../../lib/batch.js';
 import { AccessModel } from '../../lib/plan/access.js';
 import { profileAccess } from '../../lib/plan/profile.js';
 import { generateBatch, generateBatches } from '../../lib/workloads/generator.js';
 import { workload, WORKLOAD_NAMES, type Workload } from '../../lib/workloads/presets.js';
-import { Rng } from '../../lib/workloads/rng.js';
-import { ZipfSampler } from '../../lib/workloads/zipf.js';
+import { Rng } from '../../lib/random/rng.js';
+import { ZipfSampler } from '../../lib/random/zipf.js';
 
 const sum = (a: number[]) => a.reduce((x, y) => x + y, 0);
 
@@ -116,5 +121,20 @@ describe('profileAccess', () => {
     });
     const [z] = profileAccess(batches, w.tables, { topK: 256 });
     expect(z!.hotPrefixShare).toBeLessThan(0.1);
+  });
+});
+
+describe('Criteo feature names', () => {
+  it('a plan made from a Criteo workload reads the batches of a Criteo TSV file', async () => {
+    const B = 3;
+    const w = workload('criteo-kaggle');
+    const plan = planShards(w.tables, smallTopology(2, 2), { batchSize: B, timeBudgetMs: 300 });
+    const source = criteoTsvSource({ path: fileURLToPath(new URL('../fixtures/data/criteo-sample.tsv', import.meta.url)), batchSize: B, dropLast: true });
+    expect(plan.tables.flatMap((t) => t.features)).toEqual([...source.features]);
+    const batches: JaggedBatch[] = [];
+    for await (const b of source) if (batches.length < 2) batches.push(b.sparse);
+    expect(batches).toHaveLength(2);
+    // The traffic of exactly these batches under the plan, counted per id by the brute-force oracle.
+    expect(measureTraffic(plan, batches).perRank).toEqual(bruteForceTraffic(plan, batches));
   });
 });

@@ -1,5 +1,5 @@
 // nccl_group.h — the NCCL process group: one GPU per rank, its unique id bootstrapped by another group
-// (lib/dist/group.ts createNcclGroup). Host buffers are staged through device memory on the group's own
+// (lib/sharded/group.ts createNcclGroup). Host buffers are staged through device memory on the group's own
 // stream; every collective is launched non-blocking and polled against its deadline (cudaStreamQuery +
 // ncclCommGetAsyncError); a deadline or an asynchronous NCCL error aborts the communicator
 // (ncclCommAbort) and fails with COMM_TIMEOUT / COMM_FAILED. A signature exchange before each collective

@@ -1,4 +1,4 @@
-// forward_backward.test.ts — forward, backward and every optimizer against the naive oracle on random
+// forward-backward.test.ts — forward, backward and every optimizer against the naive oracle on random
 // inputs: dims 1, 3, 64, 129; shared tables; sum / mean / none pooling; empty bags; duplicate ids within
 // and across bags; weights; every id array type; fp16 / bf16 tables; multi-step runs.
 import { describe, expect, it } from 'vitest';

@@ -1,5 +1,7 @@
-// zipf.ts — Zipf-like id sampling by inverse CDF (the NVIDIA DeepLearningExamples synthetic-Criteo
-// convention) and the exact probability of every rank under it, plus the rank → id scatter.
+// zipf.ts — the package's one Zipf-like sampler: ranks drawn by inverse CDF (the NVIDIA
+// DeepLearningExamples synthetic-Criteo convention), the exact probability of every rank under it (the
+// access model lib/plan/access.ts assumes), the rank → id scatter of the synthetic data, and ZipfSampler,
+// which draws row ids (rank = row, hottest = row 0) for the planner's workload generators.
 //
 // A continuous power law X on [1, N+1) with density ∝ x^-α is drawn by inverting its CDF:
 //   X = (u·((N+1)^(1−α) − 1) + 1)^(1/(1−α))        (α ≠ 1)
@@ -14,7 +16,7 @@
 // gcd(a, N) = 1, a ≈ 0.618·N (so consecutive hot ranks land far apart), c a seeded offset; the product
 // a·r stays below 2^53, so it is exact in doubles.
 import { EmbshardError } from '../errors.js';
-import { hash2 } from './rng.js';
+import { hash2, type Rng } from './rng.js';
 
 export interface ZipfParams {
   /** Population size (table cardinality). */
@@ -73,4 +75,27 @@ export function makeScatter(n: number, seed: number, feature: number): Scatter {
 
 export function scatter(s: Scatter, r: number): number {
   return (s.a * r + s.c) % s.n;
+}
+
+/** Row ids of one table drawn from its Zipf access model (row 0 hottest), by zipfRank of uniform draws. */
+export class ZipfSampler {
+  readonly rows: number;
+  readonly alpha: number;
+  private readonly params: ZipfParams;
+
+  constructor(rows: number, alpha: number) {
+    this.params = zipfParams(rows, alpha);
+    this.rows = rows;
+    this.alpha = alpha;
+  }
+
+  /** One row id in [0, rows). */
+  sample(rng: Rng): number {
+    return zipfRank(this.params, rng.float());
+  }
+
+  /** Fills out[offset, offset + count) with row ids. */
+  fill(rng: Rng, out: Int32Array | Float64Array, offset: number, count: number): void {
+    for (let i = 0; i < count; i++) out[offset + i] = zipfRank(this.params, rng.float());
+  }
 }

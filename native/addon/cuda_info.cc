@@ -1,7 +1,8 @@
 // cuda_info.cc — the CUDA addon's `cudaInfo()` export: the result of cuda_probe() as a plain object
 // { available, reason?, driverVersion, runtimeVersion, devices: [{ index, name, computeCapability,
 // smCount, totalMemory, memoryClockKHz, busWidthBits, hbmPeakGBps }] }. lib/backends.ts calls it in a
-// child process before the main process ever loads this binary.
+// child process before the main process ever loads this binary. CUDA addon only.
+#if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
 #include "addon/errors.h"
@@ -45,3 +46,4 @@ Part part("cuda_info", &Init);
 
 }  // namespace
 }  // namespace embshard::addon
+#endif  // EMBSHARD_WITH_CUDA

@@ -1,6 +1,8 @@
-// rng.ts — counter-based random numbers for the data pipeline: every value is a pure function of
+// rng.ts — the package's one random-number generator, counter-based: every value is a pure function of
 // (seed, stream, counter), so any batch, any sample, can be generated alone, in any order, on any thread,
-// and comes out the same. All arithmetic is 32-bit integer (Math.imul), no allocation.
+// and comes out the same on every platform. The synthetic data source (lib/data) calls the hash functions
+// per value; the workload generators (lib/workloads) and tests draw sequences from an Rng. All arithmetic
+// is 32-bit integer (Math.imul), no allocation.
 
 /** murmur3's 32-bit finalizer: a bijective avalanche mix of a 32-bit word. */
 export function fmix32(h: number): number {
@@ -51,14 +53,24 @@ export function triangular(x: number): number {
   return (a + b - 1) * 2.449489742783178; // √6
 }
 
-/** A small seeded generator for setup work (not for hot loops): successive draws of one stream. */
-export class Stream {
+/** Successive draws of one stream of a seed: draw k of stream (seed, stream) is draw32(hash2(seed, stream), k). */
+export class Rng {
   private k = 0;
-  constructor(private readonly key: number) {}
-  next32(): number {
+  private readonly key: number;
+  /** `stream` separates independent sequences of one seed (e.g. rank × step). */
+  constructor(seed: number, stream = 0) {
+    this.key = hash2(seed | 0, stream | 0);
+  }
+  /** Uniform 32-bit unsigned integer. */
+  u32(): number {
     return draw32(this.key, this.k++);
   }
-  uniform(): number {
-    return unit(this.next32());
+  /** Uniform double in [0, 1) with 53 random bits. */
+  float(): number {
+    return ((this.u32() >>> 5) * 67108864 + (this.u32() >>> 6)) / 9007199254740992;
+  }
+  /** Uniform integer in [lo, hi]. */
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.float() * (hi - lo + 1));
   }
 }
