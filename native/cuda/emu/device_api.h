@@ -167,9 +167,10 @@ T atomicAdd(T* p, typename embshard::emu::same<T>::type v) {
   if constexpr (std::is_integral_v<T>) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   } else {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(p, &old, static_cast<T>(old + v), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+    T old, next;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do next = static_cast<T>(old + v);
+    while (!__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return old;
   }
 }
@@ -177,9 +178,10 @@ T atomicAdd(T* p, typename embshard::emu::same<T>::type v) {
 template <typename T, typename F>
 T emb_emu_atomic_update(T* p, F f) {
   embshard::emu::preempt();
-  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(p, &old, f(old), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
+  T old, next;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  do next = f(old);
+  while (!__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
   return old;
 }
 template <typename T>

@@ -3,6 +3,7 @@
 // On x86-64 the switch is a dozen instructions (callee-saved registers, MXCSR and the x87 control word:
 // exactly what the SysV ABI says survives a call); elsewhere it falls back to POSIX ucontext.
 // Stacks are mmap'ed with a guard page below them and reused across blocks and launches.
+// (EMBSHARD_EMU_UCONTEXT forces the ucontext path on x86-64 too.)
 #pragma once
 #include <sys/mman.h>
 
@@ -12,11 +13,13 @@
 #include <cstdlib>
 #include <vector>
 
-#if !defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMBSHARD_EMU_UCONTEXT)
+#define EMBSHARD_EMU_X86_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
-#if defined(__x86_64__)
+#if defined(EMBSHARD_EMU_X86_SWITCH)
 // void embshard_emu_switch(void** saveSp, void* loadSp): saves this context's registers on its stack and
 // its stack pointer in *saveSp, then resumes the context whose stack pointer is loadSp.
 // embshard_emu_trampoline: the first "return address" of a new fiber: calls %rbx(%r12) (never returns).
@@ -91,7 +94,7 @@ class Stack {
 
 // An execution context: the scheduler's (the launching host thread) or a fiber's.
 struct Context {
-#if defined(__x86_64__)
+#if defined(EMBSHARD_EMU_X86_SWITCH)
   void* sp = nullptr;
 #else
   ucontext_t uc;
@@ -100,7 +103,7 @@ struct Context {
 
 using FiberEntry = void (*)(void*);
 
-#if !defined(__x86_64__)
+#if !defined(EMBSHARD_EMU_X86_SWITCH)
 inline void ucontext_entry(unsigned flo, unsigned fhi, unsigned alo, unsigned ahi) {
   const auto f = reinterpret_cast<FiberEntry>((static_cast<uintptr_t>(fhi) << 32) | flo);
   f(reinterpret_cast<void*>((static_cast<uintptr_t>(ahi) << 32) | alo));
@@ -109,7 +112,7 @@ inline void ucontext_entry(unsigned flo, unsigned fhi, unsigned alo, unsigned ah
 
 // Prepares `c` to run entry(arg) on `stack` when first switched to. entry must never return.
 inline void make_context(Context& c, Stack& stack, FiberEntry entry, void* arg) {
-#if defined(__x86_64__)
+#if defined(EMBSHARD_EMU_X86_SWITCH)
   uint64_t* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack.top()) & ~uintptr_t(15));
   uint64_t* ret = top - 3;  // after `ret` pops it, %rsp is 16-aligned for the trampoline's call
   uint64_t* sp = ret - 8;   // [fpcw, mxcsr, r15, r14, r13, r12, rbx, rbp] below the return address
@@ -139,7 +142,7 @@ inline void make_context(Context& c, Stack& stack, FiberEntry entry, void* arg) 
 
 // Saves the running context into `from` and resumes `to`.
 inline void switch_context(Context& from, Context& to) {
-#if defined(__x86_64__)
+#if defined(EMBSHARD_EMU_X86_SWITCH)
   embshard_emu_switch(&from.sp, to.sp);
 #else
   swapcontext(&from.uc, &to.uc);
