@@ -85,6 +85,29 @@ struct Event {
   std::chrono::steady_clock::time_point at{};
 };
 
+inline cudaError_t& last_error() {
+  static thread_local cudaError_t e = cudaSuccess;
+  return e;
+}
+// Records a failure as the last error (as the runtime does) and returns it.
+inline cudaError_t fail(cudaError_t e) {
+  if (e != cudaSuccess) last_error() = e;
+  return e;
+}
+
+// Streams and events are plain host objects.
+template <typename H>
+cudaError_t create_handle(H** out, unsigned flags) {
+  *out = new H{flags};
+  return cudaSuccess;
+}
+template <typename H>
+cudaError_t destroy_handle(H* h) {
+  if (!h) return fail(cudaErrorInvalidResourceHandle);
+  delete h;
+  return cudaSuccess;
+}
+
 // Every live device / pinned allocation, by start address, for pointer checks and cudaMemGetInfo.
 class Memory {
  public:
@@ -111,6 +134,13 @@ class Memory {
     std::free(p);
     return true;
   }
+  // cudaMalloc / cudaMallocHost: *p = a new allocation, or cudaErrorMemoryAllocation.
+  cudaError_t alloc_into(void** p, size_t bytes, bool pinned) {
+    *p = alloc(bytes, pinned);
+    return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  }
+  // cudaFree / cudaFreeHost: null is a no-op; anything but a live allocation of that kind is cudaErrorInvalidValue.
+  cudaError_t free_of(void* p, bool pinned) { return !p || free(p, pinned) ? cudaSuccess : fail(cudaErrorInvalidValue); }
   // True when [p, p + bytes) lies inside one live device allocation.
   bool is_device(const void* p, size_t bytes) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -135,18 +165,9 @@ class Memory {
   uint64_t used_ = 0;
 };
 
-inline cudaError_t& last_error() {
-  static thread_local cudaError_t e = cudaSuccess;
-  return e;
-}
 inline int& current_device() {
   static thread_local int d = 0;
   return d;
-}
-// Records a failure as the last error (as the runtime does) and returns it.
-inline cudaError_t fail(cudaError_t e) {
-  if (e != cudaSuccess) last_error() = e;
-  return e;
 }
 
 }  // namespace embshard::emu
@@ -254,30 +275,18 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) {
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every operation ran when enqueued
 
 // ---- memory ---------------------------------------------------------------------------------------
-inline cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = embshard::emu::Memory::get().alloc(bytes, false);
-  return *p ? cudaSuccess : embshard::emu::fail(cudaErrorMemoryAllocation);
-}
+inline cudaError_t cudaMalloc(void** p, size_t bytes) { return embshard::emu::Memory::get().alloc_into(p, bytes, false); }
 template <typename T>
 cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
-inline cudaError_t cudaFree(void* p) {
-  if (!p) return cudaSuccess;
-  return embshard::emu::Memory::get().free(p, false) ? cudaSuccess : embshard::emu::fail(cudaErrorInvalidValue);
-}
-inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = embshard::emu::Memory::get().alloc(bytes, true);
-  return *p ? cudaSuccess : embshard::emu::fail(cudaErrorMemoryAllocation);
-}
+inline cudaError_t cudaFree(void* p) { return embshard::emu::Memory::get().free_of(p, false); }
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return embshard::emu::Memory::get().alloc_into(p, bytes, true); }
 template <typename T>
 cudaError_t cudaMallocHost(T** p, size_t bytes) {
   return cudaMallocHost(reinterpret_cast<void**>(p), bytes);
 }
-inline cudaError_t cudaFreeHost(void* p) {
-  if (!p) return cudaSuccess;
-  return embshard::emu::Memory::get().free(p, true) ? cudaSuccess : embshard::emu::fail(cudaErrorInvalidValue);
-}
+inline cudaError_t cudaFreeHost(void* p) { return embshard::emu::Memory::get().free_of(p, true); }
 inline cudaError_t cudaMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
   *totalBytes = embshard::emu::kDeviceMemory;
   *freeBytes = embshard::emu::kDeviceMemory - embshard::emu::Memory::get().used();
@@ -307,28 +316,14 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStrea
 inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return cudaMemsetAsync(dst, value, bytes, nullptr); }
 
 // ---- streams and events -----------------------------------------------------------------------------
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new embshard::emu::Stream{flags};
-  return cudaSuccess;
-}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return embshard::emu::create_handle(s, flags); }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s) return embshard::emu::fail(cudaErrorInvalidResourceHandle);
-  delete s;
-  return cudaSuccess;
-}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return embshard::emu::destroy_handle(s); }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-  *e = new embshard::emu::Event{flags};
-  return cudaSuccess;
-}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) { return embshard::emu::create_handle(e, flags); }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  if (!e) return embshard::emu::fail(cudaErrorInvalidResourceHandle);
-  delete e;
-  return cudaSuccess;
-}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { return embshard::emu::destroy_handle(e); }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
   if (!e) return embshard::emu::fail(cudaErrorInvalidResourceHandle);
   e->recorded = true;
