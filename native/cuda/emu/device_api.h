@@ -75,23 +75,21 @@ template <typename T, typename Src>
 T shuffle(unsigned mask, T v, Src src, const char* what) {
   EmuThread& t = self();
   BlockRun& b = *t.block;
-  const int bank = b.warp_meet(t, mask, to_bits(v), what);
+  const BlockRun::Meeting m = b.warp_meet(t, mask, to_bits(v), what);
   const int s = src(static_cast<int>(t.lane));
   if (s < 0) return v;
-  if (!(b.warp_of(t).expect & (1u << s)) && s != static_cast<int>(t.lane))
-    b.fail(t, std::string(what) + ": source lane " + std::to_string(s) + " is not in the mask");
-  return from_bits<T>(b.warp_of(t).slot[bank][s]);
+  if (!(m.mask & (1u << s))) b.fail(t, std::string(what) + ": source lane " + std::to_string(s) + " is not in the mask");
+  return from_bits<T>(b.warp_of(t).slot[m.bank][s]);
 }
 
 // The lanes of `mask` vote; returns the bits of the lanes whose predicate was true.
 inline unsigned vote(unsigned mask, int pred, const char* what) {
   EmuThread& t = self();
   BlockRun& b = *t.block;
-  const int bank = b.warp_meet(t, mask, pred != 0, what);
-  const WarpState& w = b.warp_of(t);
+  const BlockRun::Meeting m = b.warp_meet(t, mask, pred != 0, what);
   unsigned bits = 0;
   for (int l = 0; l < kWarpSize; ++l)
-    if ((w.expect >> l & 1u) && w.slot[bank][l]) bits |= 1u << l;
+    if ((m.mask >> l & 1u) && b.warp_of(t).slot[m.bank][l]) bits |= 1u << l;
   return bits;
 }
 

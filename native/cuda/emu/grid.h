@@ -155,9 +155,14 @@ class BlockRun {
     block_self(t);
   }
 
-  // The lanes of `mask` meet; returns the slot bank that holds this meeting's values. `value` is
-  // deposited before the meeting.
-  int warp_meet(EmuThread& t, unsigned mask, uint64_t value, const char* what) {
+  // One meeting of lanes at a warp intrinsic: the slot bank holding their values and the lanes that met
+  // (kept by each lane: a faster lane may already have opened the next meeting, with another mask).
+  struct Meeting {
+    int bank;
+    unsigned mask;
+  };
+  // The lanes of `mask` meet; `value` is deposited before the meeting.
+  Meeting warp_meet(EmuThread& t, unsigned mask, uint64_t value, const char* what) {
     WarpState& w = warps_[t.warp];
     const unsigned me = 1u << t.lane;
     mask &= w.exists;
@@ -177,7 +182,7 @@ class BlockRun {
       w.waiters.push_back(t.lane);
       block_self(t);
     }
-    return bank;
+    return Meeting{bank, mask};
   }
   const WarpState& warp_of(const EmuThread& t) const { return warps_[t.warp]; }
 
