@@ -87,8 +87,13 @@ export function loadAddon(): Addon {
   );
 }
 
-/** Candidate files for the CUDA addon, in search order. */
+/**
+ * Candidate files for the CUDA addon, in search order. With EMBSHARD_CUDA_EMU=1 (tests only, see
+ * docs/cuda-emulation.md) the only candidate is embshard_cuda_emu.node: the same CUDA sources built
+ * against a CPU emulation of the CUDA execution model, which the GPU test suites then run against.
+ */
 export function cudaAddonCandidates(): string[] {
+  if (process.env.EMBSHARD_CUDA_EMU === '1') return buildDirs().map((d) => join(d, 'embshard_cuda_emu.node'));
   const files = [];
   if (process.env.EMBSHARD_CUDA_ADDON) files.push(process.env.EMBSHARD_CUDA_ADDON);
   for (const d of buildDirs()) files.push(join(d, 'embshard_cuda.node'));

@@ -23,6 +23,7 @@
 #include "core/init.h"
 #include "core/optim.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_launch.h"
 #include "cuda/kernels.h"
 
 namespace embshard::cuda {
@@ -301,7 +302,7 @@ BackwardBuffers carve_backward_buffers(void* scratch, int64_t N, int endBit) {
 
 void launch_nonfinite(const float* p, int64_t n, uint32_t* flag, cudaStream_t s) {
   if (n <= 0) return;
-  nonfinite_kernel<<<std::min<unsigned>(thread_blocks(n), 4096), kBlock, 0, s>>>(p, n, flag);
+  EMB_LAUNCH(nonfinite_kernel, std::min<unsigned>(thread_blocks(n), 4096), kBlock, 0, s, p, n, flag);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
@@ -312,7 +313,7 @@ void launch_sort_and_runs(const uint64_t* rows, const int64_t* offsets, const Sl
   // counters[] is cleared by the caller before the non-finite check
   EMB_CUDA_CHECK(cudaMemsetAsync(b.runCount, 0, nb, s));
   EMB_CUDA_CHECK(cudaMemsetAsync(b.chunkCount, 0, nb, s));
-  linearize_kernel<<<warp_blocks(numBags), kBlock, 0, s>>>(rows, offsets, slots, B, numBags, b.keys, b.pos, b.bagOf);
+  EMB_LAUNCH(linearize_kernel, warp_blocks(numBags), kBlock, 0, s, rows, offsets, slots, B, numBags, b.keys, b.pos, b.bagOf);
   EMB_CUDA_CHECK_LAUNCH();
   size_t temp = b.cubTempBytes;
   EMB_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(b.cubTemp, temp, static_cast<const uint64_t*>(b.keys), b.sortedKeys,
@@ -322,23 +323,23 @@ void launch_sort_and_runs(const uint64_t* rows, const int64_t* offsets, const Sl
                                                     b.runCount, b.counters, n, s));
   temp = b.cubTempBytes;
   EMB_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(b.cubTemp, temp, static_cast<const uint32_t*>(b.runCount), b.runStart, n + 1, s));
-  hot_count_kernel<<<thread_blocks(N), kBlock, 0, s>>>(b.runCount, b.counters, N, b.chunkCount);
+  EMB_LAUNCH(hot_count_kernel, thread_blocks(N), kBlock, 0, s, b.runCount, b.counters, N, b.chunkCount);
   EMB_CUDA_CHECK_LAUNCH();
   temp = b.cubTempBytes;
   EMB_CUDA_CHECK(cub::DeviceScan::InclusiveSum(b.cubTemp, temp, static_cast<const uint32_t*>(b.chunkCount), b.chunkEnd, n, s));
-  total_kernel<<<1, 1, 0, s>>>(b.chunkEnd, N, b.counters);
+  EMB_LAUNCH(total_kernel, 1, 1, 0, s, b.chunkEnd, N, b.counters);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_update(const BackwardArgs& a, uint32_t* chunkRun, cudaStream_t s) {
   if (a.numChunks > 0) {
-    chunk_run_kernel<<<thread_blocks(a.numRuns), kBlock, 0, s>>>(a.runCount, a.chunkEnd, a.numRuns, chunkRun);
+    EMB_LAUNCH(chunk_run_kernel, thread_blocks(a.numRuns), kBlock, 0, s, a.runCount, a.chunkEnd, a.numRuns, chunkRun);
     EMB_CUDA_CHECK_LAUNCH();
-    partials_kernel<<<warp_blocks(a.numChunks), kBlock, 0, s>>>(a);
+    EMB_LAUNCH(partials_kernel, warp_blocks(a.numChunks), kBlock, 0, s, a);
     EMB_CUDA_CHECK_LAUNCH();
   }
   if (a.numRuns > 0) {
-    update_kernel<<<warp_blocks(a.numRuns), kBlock, 0, s>>>(a);
+    EMB_LAUNCH(update_kernel, warp_blocks(a.numRuns), kBlock, 0, s, a);
     EMB_CUDA_CHECK_LAUNCH();
   }
 }

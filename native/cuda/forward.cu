@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/init.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_launch.h"
 #include "cuda/kernels.h"
 
 namespace embshard::cuda {
@@ -150,7 +151,7 @@ template <int G>
 void launch(const ForwardArgs& a, cudaStream_t s) {
   constexpr int64_t perBlock = kBlock / G;
   const int64_t blocks = std::min<int64_t>((a.numBags + perBlock - 1) / perBlock, int64_t(1) << 20);
-  forward_kernel<G><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(a);
+  EMB_LAUNCH(forward_kernel<G>, static_cast<unsigned>(blocks), kBlock, 0, s, a);
   EMB_CUDA_CHECK_LAUNCH();
 }
 

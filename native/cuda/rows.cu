@@ -8,6 +8,7 @@
 
 #include "core/init.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_launch.h"
 #include "cuda/kernels.h"
 
 namespace embshard::cuda {
@@ -69,31 +70,31 @@ __global__ void __launch_bounds__(kBlock) init_kernel(uint8_t* arena, TableDesc 
 
 void launch_gather_rows(const uint8_t* arena, TableDesc t, const uint64_t* rows, int64_t n, float* out, cudaStream_t s) {
   if (n <= 0) return;
-  gather_rows_kernel<<<blocks_for(static_cast<uint64_t>(n) * t.dim), kBlock, 0, s>>>(arena, t, rows, static_cast<uint64_t>(n), out);
+  EMB_LAUNCH(gather_rows_kernel, blocks_for(static_cast<uint64_t>(n) * t.dim), kBlock, 0, s, arena, t, rows, static_cast<uint64_t>(n), out);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_scatter_rows(uint8_t* arena, TableDesc t, const uint64_t* rows, int64_t n, const float* values, cudaStream_t s) {
   if (n <= 0) return;
-  scatter_rows_kernel<<<blocks_for(static_cast<uint64_t>(n) * t.dim), kBlock, 0, s>>>(arena, t, rows, static_cast<uint64_t>(n), values);
+  EMB_LAUNCH(scatter_rows_kernel, blocks_for(static_cast<uint64_t>(n) * t.dim), kBlock, 0, s, arena, t, rows, static_cast<uint64_t>(n), values);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gather_state(const float* state, TableDesc t, const uint64_t* rows, int64_t n, float* out, cudaStream_t s) {
   if (n <= 0 || t.statePerRow == 0) return;
-  gather_state_kernel<<<blocks_for(static_cast<uint64_t>(n) * t.statePerRow), kBlock, 0, s>>>(state, t, rows, static_cast<uint64_t>(n), out);
+  EMB_LAUNCH(gather_state_kernel, blocks_for(static_cast<uint64_t>(n) * t.statePerRow), kBlock, 0, s, state, t, rows, static_cast<uint64_t>(n), out);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_scatter_state(float* state, TableDesc t, const uint64_t* rows, int64_t n, const float* values, cudaStream_t s) {
   if (n <= 0 || t.statePerRow == 0) return;
-  scatter_state_kernel<<<blocks_for(static_cast<uint64_t>(n) * t.statePerRow), kBlock, 0, s>>>(state, t, rows, static_cast<uint64_t>(n),
-                                                                                                values);
+  EMB_LAUNCH(scatter_state_kernel, blocks_for(static_cast<uint64_t>(n) * t.statePerRow), kBlock, 0, s, state, t, rows,
+             static_cast<uint64_t>(n), values);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_init_table(uint8_t* arena, TableDesc t, uint32_t index, InitSpec init, uint64_t seed, cudaStream_t s) {
-  init_kernel<<<blocks_for(t.rows * t.dim), kBlock, 0, s>>>(arena, t, index, init, seed);
+  EMB_LAUNCH(init_kernel, blocks_for(t.rows * t.dim), kBlock, 0, s, arena, t, index, init, seed);
   EMB_CUDA_CHECK_LAUNCH();
 }
 

@@ -58,7 +58,7 @@ const OPTIMIZERS: OptimizerConfig[] = [
   { type: 'adam', lr: 0.01, weightDecay: 0.01 },
 ];
 
-describe.runIf(!cuda.available)('without a usable GPU', () => {
+if (!cuda.available) describe('without a usable GPU', () => {
   it("new EmbeddingCollection({ device: 'cuda:0' }) fails with BACKEND_UNAVAILABLE and the reason", () => {
     let err: unknown;
     try {

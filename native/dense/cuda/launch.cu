@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/optim.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_launch.h"
 
 namespace embshard::dense::cuda {
 
@@ -153,7 +154,7 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 void linear_forward(cublasHandle_t h, cudaStream_t s, const float* x, int64_t B, int64_t in, int64_t out, const float* W,
                     const float* b, float* y) {
   if (b) {
-    fill_rows_kernel<<<blocks_for(B * out), kThreads, 0, s>>>(b, B * out, out, y);
+    EMB_LAUNCH(fill_rows_kernel, blocks_for(B * out), kThreads, 0, s, b, B * out, out, y);
     EMB_CUDA_CHECK_LAUNCH();
   }
   gemm(h, false, true, B, out, in, 1.0f, x, in, W, in, b ? 1.0f : 0.0f, y, out);
@@ -168,70 +169,70 @@ void linear_backward(cublasHandle_t h, cudaStream_t s, const float* x, const flo
 
 void relu_forward(float* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, n);
+  EMB_LAUNCH(relu_forward_kernel, blocks_for(n), kThreads, 0, s, y, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, dy, dx, n);
+  EMB_LAUNCH(relu_backward_kernel, blocks_for(n), kThreads, 0, s, y, dy, dx, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void column_sums(const float* m, int64_t B, int64_t n, float* out, cudaStream_t s) {
   if (n <= 0) return;
-  column_sums_kernel<<<blocks_for(n), kThreads, 0, s>>>(m, B, n, out);
+  EMB_LAUNCH(column_sums_kernel, blocks_for(n), kThreads, 0, s, m, B, n, out);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void dot_forward(const float* x, const float* e, int64_t B, int64_t d, int64_t F, float* out, cudaStream_t s) {
   if (B <= 0) return;
-  dot_forward_kernel<<<static_cast<unsigned>(B), 128, 0, s>>>(x, e, d, F, out);
+  EMB_LAUNCH(dot_forward_kernel, static_cast<unsigned>(B), 128, 0, s, x, e, d, F, out);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void dot_backward(const float* x, const float* e, const float* dout, int64_t B, int64_t d, int64_t F, float* dx, float* de,
                   cudaStream_t s) {
   if (B <= 0) return;
-  dot_backward_kernel<<<static_cast<unsigned>(B), 128, 0, s>>>(x, e, dout, d, F, dx, de);
+  EMB_LAUNCH(dot_backward_kernel, static_cast<unsigned>(B), 128, 0, s, x, e, dout, d, F, dx, de);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void concat_forward(const float* x, const float* e, int64_t B, int64_t dx, int64_t de, float* out, cudaStream_t s) {
   const int64_t total = B * (dx + de);
   if (total <= 0) return;
-  concat_forward_kernel<<<blocks_for(total), kThreads, 0, s>>>(x, e, total, dx, de, out);
+  EMB_LAUNCH(concat_forward_kernel, blocks_for(total), kThreads, 0, s, x, e, total, dx, de, out);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void concat_backward(const float* dout, int64_t B, int64_t dx, int64_t de, float* gx, float* ge, cudaStream_t s) {
   const int64_t total = B * (dx + de);
   if (total <= 0) return;
-  concat_backward_kernel<<<blocks_for(total), kThreads, 0, s>>>(dout, total, dx, de, gx, ge);
+  EMB_LAUNCH(concat_backward_kernel, blocks_for(total), kThreads, 0, s, dout, total, dx, de, gx, ge);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void cross_combine(const float* x0, const float* w, const float* xl, float* next, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  cross_combine_kernel<<<blocks_for(n), kThreads, 0, s>>>(x0, w, xl, next, n);
+  EMB_LAUNCH(cross_combine_kernel, blocks_for(n), kThreads, 0, s, x0, w, xl, next, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void cross_grad(const float* g, const float* x0, const float* w, float* dw, float* acc, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  cross_grad_kernel<<<blocks_for(n), kThreads, 0, s>>>(g, x0, w, dw, acc, n);
+  EMB_LAUNCH(cross_grad_kernel, blocks_for(n), kThreads, 0, s, g, x0, w, dw, acc, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, out, n);
+  EMB_LAUNCH(add_kernel, blocks_for(n), kThreads, 0, s, a, b, out, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
 void bce(const float* z, const float* y, int64_t B, float scale, double* loss, float* dz, cudaStream_t s) {
   if (B <= 0) return;
-  bce_kernel<<<blocks_for(B), kThreads, 0, s>>>(z, y, B, scale, loss, dz);
+  EMB_LAUNCH(bce_kernel, blocks_for(B), kThreads, 0, s, z, y, B, scale, loss, dz);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,7 +241,7 @@ void optimizer_step(int type, float lr, float eps, float beta1, float beta2, flo
   if (n <= 0) return;
   // bias corrections computed on the host in float, as dense/optimizer.cc
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t)), bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  optimizer_kernel<<<blocks_for(n), kThreads, 0, s>>>(type, lr, eps, beta1, beta2, wd, bc1, bc2, params, grads, state, n);
+  EMB_LAUNCH(optimizer_kernel, blocks_for(n), kThreads, 0, s, type, lr, eps, beta1, beta2, wd, bc1, bc2, params, grads, state, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
 
