@@ -20,7 +20,7 @@ const SUITES = [
   'test/cuda/parity.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
-  'test/embedding/forward_backward.test.ts',
+  'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
 ];
 
