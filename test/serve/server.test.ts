@@ -3,6 +3,8 @@
 // concurrent requests share forward passes, every kind of bad request gets a 4xx with its EmbshardError
 // code and the server keeps serving, reload under a bounded concurrent load loses no request and each
 // response is exactly the old or the new model's, and memory stays flat over a few thousand requests.
+// Probabilities are compared to 6 decimals: a sample's forward is computed inside micro-batches of other
+// sizes than the oracle's batch, and the dense GEMMs may round differently with the batch size.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
