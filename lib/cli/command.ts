@@ -1,4 +1,4 @@
-// command.ts — what every `embshard` subcommand does around its work: --help prints the usage (exit 0), a
+// command.ts — what an `embshard` subcommand does around its work: --help prints the usage (exit 0), a
 // usage error prints the problem and the usage (exit 2), an EmbshardError prints its code and message
 // (exit 1); and the checked number options.
 import { isEmbshardError } from '../errors.js';

@@ -1,7 +1,7 @@
 // plan.ts — `embshard plan`: plans a workload preset on a topology preset, prints the planner statistics,
 // writes the plan JSON and its picture (SVG). Wired into the `embshard` binary by lib/cli/main.ts.
 import { writeFileSync } from 'node:fs';
-import { runCommand } from './command.js';
+import { isEmbshardError } from '../errors.js';
 import { planShardsReport } from '../plan/planner.js';
 import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
@@ -69,26 +69,39 @@ function parse(argv: string[]): Args | string {
 }
 
 /** Runs `embshard plan`; returns the process exit code (0 ok, 1 planning error, 2 usage error). */
-export function runPlan(argv: string[]): Promise<number> {
-  return runCommand('plan', PLAN_USAGE, parse(argv), plan);
-}
-
-async function plan(a: Args): Promise<number> {
-  const w = workload(a.model!);
-  const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
-  const r = planShardsReport(w.tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta: { model: w.name } });
-  console.log(r.plan.explain({ title: `${w.name} (${w.description})` }));
-  console.log('');
-  console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);
-  for (const b of r.baselines)
-    console.log(`  ${b.name.padEnd(15)} ${b.time === null ? `does not fit (${b.reason})` : `${(b.time * 1e3).toFixed(3)} ms  (embshard ${(b.time / r.time).toFixed(2)}× faster)`}`);
-  if (a.out) {
-    writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
-    console.log(`wrote ${a.out}`);
+export async function runPlan(argv: string[]): Promise<number> {
+  const a = parse(argv);
+  if (a === 'help') {
+    console.log(PLAN_USAGE);
+    return 0;
   }
-  if (a.svg) {
-    writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
-    console.log(`wrote ${a.svg}`);
+  if (typeof a === 'string') {
+    console.error(`embshard plan: ${a}\n${PLAN_USAGE}`);
+    return 2;
   }
-  return 0;
+  try {
+    const w = workload(a.model!);
+    const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
+    const r = planShardsReport(w.tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta: { model: w.name } });
+    console.log(r.plan.explain({ title: `${w.name} (${w.description})` }));
+    console.log('');
+    console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);
+    for (const b of r.baselines)
+      console.log(`  ${b.name.padEnd(15)} ${b.time === null ? `does not fit (${b.reason})` : `${(b.time * 1e3).toFixed(3)} ms  (embshard ${(b.time / r.time).toFixed(2)}× faster)`}`);
+    if (a.out) {
+      writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
+      console.log(`wrote ${a.out}`);
+    }
+    if (a.svg) {
+      writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
+      console.log(`wrote ${a.svg}`);
+    }
+    return 0;
+  } catch (e) {
+    if (isEmbshardError(e)) {
+      console.error(`embshard plan: ${e.code}: ${e.message}`);
+      return 1;
+    }
+    throw e;
+  }
 }
