@@ -101,6 +101,17 @@ describe('embshard serve', () => {
     const forwards = (text: string) => Number(/embshard_batch_requests_count (\d+)/.exec(text)![1]);
     const metricsAfter = await (await fetch(`${url}/metrics`)).text();
     expect(forwards(metricsAfter) - forwards(metricsBefore)).toBeLessThan(64);
+    // the default (no wait): requests read together, or arriving while a forward runs, still share forwards
+    const plain = await createServer({ checkpoint: ck1 });
+    const plainUrl = await plain.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const answers = await Promise.all(Array.from({ length: 64 }, (_, i) =>
+        fetch(`${plainUrl}/v1/predict`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(jsonBody(b, i, i + 1)) }).then((r) => r.json() as Promise<{ probabilities: number[] }>)));
+      answers.forEach((r, i) => expect(r.probabilities[0]).toBeCloseTo(want1[i]!, 6));
+      expect(forwards(await (await fetch(`${plainUrl}/metrics`)).text())).toBeLessThan(64);
+    } finally {
+      await plain.close();
+    }
     // raw Criteo lines: dense = ln(1 + max(x, 0)) of the integers, categoricals as hex strings
     const raw = (i: number) => {
       const cols = criteoLine(i).split('\t');
