@@ -5,12 +5,13 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { once } from 'node:events';
 import { Field, Float32, RecordBatch, RecordBatchFileWriter, Schema, Struct, makeData } from 'apache-arrow';
-import { EmbshardError, isEmbshardError } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { Trainer } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
 import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
 import { progressLine } from './progress.js';
+import { intArg, parseArgs, runCommand } from './command.js';
 
 export const PREDICT_USAGE = `usage: embshard predict --checkpoint <dir> --data <source> --out <file.csv|file.arrow>
                         [--batch 4096] [--max-rows N] [--threads N] [--quiet]
@@ -31,33 +32,20 @@ interface Args {
 
 function parse(argv: string[]): Args | string {
   const a: Args = { batch: 4096, quiet: false };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i]!;
-    if (k === '--help' || k === '-h') return 'help';
-    if (k === '--quiet') {
-      a.quiet = true;
-      continue;
+  const problem = parseArgs(argv, { '--quiet': () => (a.quiet = true) }, (k, v) => {
+    const int = () => intArg(k, v);
+    switch (k) {
+      case '--checkpoint': a.checkpoint = v; break;
+      case '--data': a.data = v; break;
+      case '--out': a.out = v; break;
+      case '--batch': a.batch = int(); break;
+      case '--max-rows': a.maxRows = int(); break;
+      case '--threads': a.threads = int(); break;
+      default: return `unknown option '${k}'`;
     }
-    const v = argv[++i];
-    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
-    const int = (): number => {
-      if (!/^[0-9]+$/.test(v) || Number(v) < 1 || !Number.isSafeInteger(Number(v))) throw new Error(`${k} must be an integer >= 1 (got '${v}')`);
-      return Number(v);
-    };
-    try {
-      switch (k) {
-        case '--checkpoint': a.checkpoint = v; break;
-        case '--data': a.data = v; break;
-        case '--out': a.out = v; break;
-        case '--batch': a.batch = int(); break;
-        case '--max-rows': a.maxRows = int(); break;
-        case '--threads': a.threads = int(); break;
-        default: return `unknown option '${k}'`;
-      }
-    } catch (e) {
-      return (e as Error).message;
-    }
-  }
+    return undefined;
+  });
+  if (problem !== undefined) return problem;
   if (!a.checkpoint) return '--checkpoint is required';
   if (!a.data) return '--data is required';
   if (!a.out) return '--out is required';
@@ -125,16 +113,11 @@ function checkData(inputs: ModelInputs, features: readonly string[], rows: reado
 }
 
 /** Runs `embshard predict`; resolves to the process exit code. */
-export async function runPredict(argv: string[]): Promise<number> {
-  const a = parse(argv);
-  if (a === 'help') {
-    console.log(PREDICT_USAGE);
-    return 0;
-  }
-  if (typeof a === 'string') {
-    console.error(`embshard predict: ${a}\n${PREDICT_USAGE}`);
-    return 2;
-  }
+export function runPredict(argv: string[]): Promise<number> {
+  return runCommand('predict', PREDICT_USAGE, parse(argv), predict);
+}
+
+async function predict(a: Args): Promise<number> {
   let close: (() => Promise<void>) | undefined;
   try {
     if (a.threads) loadAddon().setThreads(a.threads);
@@ -170,12 +153,6 @@ export async function runPredict(argv: string[]): Promise<number> {
     if (!a.quiet) console.log(`predicted ${n.toLocaleString()} samples of ${d.describe} in ${el.toFixed(1)} s → ${a.out}`);
     trainer.embeddings.dispose?.();
     return 0;
-  } catch (e) {
-    if (isEmbshardError(e)) {
-      console.error(`embshard predict: ${e.code}: ${e.message}`);
-      return 1;
-    }
-    throw e;
   } finally {
     await close?.();
   }

@@ -1,6 +1,6 @@
 // serve.ts — `embshard serve --checkpoint <dir>`: runs lib/serve's inference server until SIGINT/SIGTERM,
 // then stops accepting, lets in-flight requests finish and exits.
-import { isEmbshardError } from '../errors.js';
+import { intArg, numArg, parseArgs, runCommand } from './command.js';
 import { loadAddon } from '../native.js';
 import { createServer, type ServerOptions } from '../serve/server.js';
 
@@ -24,69 +24,42 @@ interface Args extends Omit<ServerOptions, 'checkpoint'> {
 
 function parse(argv: string[]): Args | string {
   const a: Args = { port: 8080, host: '127.0.0.1' };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i]!;
-    if (k === '--help' || k === '-h') return 'help';
-    if (k === '--log') {
-      a.logger = true;
-      continue;
+  const problem = parseArgs(argv, { '--log': () => (a.logger = true) }, (k, v) => {
+    const num = (min: number, integer = true) => (integer ? intArg(k, v, min) : numArg(k, v, min));
+    switch (k) {
+      case '--checkpoint': a.checkpoint = v; break;
+      case '--port': a.port = num(0); break;
+      case '--host': a.host = v; break;
+      case '--max-batch': a.maxBatch = num(1); break;
+      case '--max-wait-ms': a.maxWaitMs = num(0, false); break;
+      case '--max-request-samples': a.maxRequestSamples = num(1); break;
+      case '--body-limit': a.bodyLimit = num(1024); break;
+      case '--threads': a.threads = num(1); break;
+      default: return `unknown option '${k}'`;
     }
-    const v = argv[++i];
-    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
-    const num = (min: number, integer = true): number => {
-      const n = Number(v);
-      if (v.trim() === '' || !Number.isFinite(n) || n < min || (integer && !Number.isSafeInteger(n))) throw new Error(`${k} must be ${integer ? 'an integer' : 'a number'} >= ${min} (got '${v}')`);
-      return n;
-    };
-    try {
-      switch (k) {
-        case '--checkpoint': a.checkpoint = v; break;
-        case '--port': a.port = num(0); break;
-        case '--host': a.host = v; break;
-        case '--max-batch': a.maxBatch = num(1); break;
-        case '--max-wait-ms': a.maxWaitMs = num(0, false); break;
-        case '--max-request-samples': a.maxRequestSamples = num(1); break;
-        case '--body-limit': a.bodyLimit = num(1024); break;
-        case '--threads': a.threads = num(1); break;
-        default: return `unknown option '${k}'`;
-      }
-    } catch (e) {
-      return (e as Error).message;
-    }
-  }
+    return undefined;
+  });
+  if (problem !== undefined) return problem;
   if (!a.checkpoint) return '--checkpoint is required';
   return a;
 }
 
 /** Runs `embshard serve`; resolves to the exit code when a signal stops it. */
-export async function runServe(argv: string[]): Promise<number> {
-  const a = parse(argv);
-  if (a === 'help') {
-    console.log(SERVE_USAGE);
-    return 0;
-  }
-  if (typeof a === 'string') {
-    console.error(`embshard serve: ${a}\n${SERVE_USAGE}`);
-    return 2;
-  }
-  try {
-    if (a.threads) loadAddon().setThreads(a.threads);
-    const { port, host, threads: _t, ...options } = a;
-    const server = await createServer({ ...options, checkpoint: a.checkpoint! });
-    const url = await server.listen({ port, host });
-    const m = server.model;
-    console.error(`embshard serve: ${m.checkpoint} (${m.steps} steps, ${m.inputs.sparse.length} sparse + ${m.inputs.numDense} dense features) on ${url}`);
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', resolve);
-      process.once('SIGTERM', resolve);
-    });
-    await server.close();
-    return 0;
-  } catch (e) {
-    if (isEmbshardError(e)) {
-      console.error(`embshard serve: ${e.code}: ${e.message}`);
-      return 1;
-    }
-    throw e;
-  }
+export function runServe(argv: string[]): Promise<number> {
+  return runCommand('serve', SERVE_USAGE, parse(argv), serve);
+}
+
+async function serve(a: Args): Promise<number> {
+  if (a.threads) loadAddon().setThreads(a.threads);
+  const { port, host, threads: _t, ...options } = a;
+  const server = await createServer({ ...options, checkpoint: a.checkpoint! });
+  const url = await server.listen({ port, host });
+  const m = server.model;
+  console.error(`embshard serve: ${m.checkpoint} (${m.steps} steps, ${m.inputs.sparse.length} sparse + ${m.inputs.numDense} dense features) on ${url}`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await server.close();
+  return 0;
 }

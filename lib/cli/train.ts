@@ -2,12 +2,13 @@
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
 // held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { EmbshardError, isEmbshardError } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
 import { openDataSpec } from './sources.js';
 import { fmtRate } from './progress.js';
+import { runCommand } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
 import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
@@ -226,16 +227,11 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
 }
 
 /** Runs `embshard train`; resolves to the process exit code. */
-export async function runTrain(argv: string[]): Promise<number> {
-  const a = parse(argv);
-  if (a === 'help') {
-    console.log(TRAIN_USAGE);
-    return 0;
-  }
-  if (typeof a === 'string') {
-    console.error(`embshard train: ${a}\n${TRAIN_USAGE}`);
-    return 2;
-  }
+export function runTrain(argv: string[]): Promise<number> {
+  return runCommand('train', TRAIN_USAGE, parse(argv), train);
+}
+
+async function train(a: Args): Promise<number> {
   const world = Number(process.env.OMPI_COMM_WORLD_SIZE ?? process.env.PMI_SIZE ?? 1);
   let data: Data | undefined;
   let group: ProcessGroup | undefined;
@@ -370,12 +366,6 @@ export async function runTrain(argv: string[]): Promise<number> {
     }
     emb.dispose?.();
     return 0;
-  } catch (e) {
-    if (isEmbshardError(e)) {
-      console.error(`embshard train: ${e.code}: ${e.message}`);
-      return 1;
-    }
-    throw e;
   } finally {
     await data?.close();
     group?.close();

@@ -6,7 +6,8 @@
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
-import type { Batch, BatchSource, DataReport } from './types.js';
+import type { Batch, BatchSource } from './types.js';
+import { SourceView } from './source-view.js';
 
 /** Samples [a, e) of a batch as a new batch (copies; weights and planted scores carried along). */
 export function sliceBatch(b: Batch, a: number, e: number): Batch {
@@ -39,34 +40,16 @@ export function sliceBatch(b: Batch, a: number, e: number): Batch {
 }
 
 /** The samples [start, end) of `inner`, as a BatchSource (each pass reads `inner` from its start). */
-export class SampleRangeSource implements BatchSource {
+export class SampleRangeSource extends SourceView {
   constructor(
-    readonly inner: BatchSource,
+    inner: BatchSource,
     readonly start: number,
     readonly end: number,
   ) {
+    super(inner);
     if (!Number.isSafeInteger(start) || start < 0) throw new EmbshardError('INVALID_ARGUMENT', `start must be a non-negative integer (got ${String(start)})`);
     if (!(end === Infinity || Number.isSafeInteger(end)) || end <= start)
       throw new EmbshardError('INVALID_ARGUMENT', `end must be an integer > start (${start}) or Infinity (got ${String(end)})`);
-  }
-
-  get features(): readonly string[] {
-    return this.inner.features;
-  }
-  get numDense(): number {
-    return this.inner.numDense;
-  }
-  get batchSize(): number {
-    return this.inner.batchSize;
-  }
-  get tableRows(): readonly number[] | undefined {
-    return this.inner.tableRows;
-  }
-  report(): DataReport | undefined {
-    return this.inner.report?.();
-  }
-  close(): Promise<void> {
-    return this.inner.close?.() ?? Promise.resolve();
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {

@@ -6,7 +6,8 @@
 // takes the same number of steps (the dense all-reduce needs it). Every rank reads the whole source and
 // keeps its share; batches are passed through untouched (no per-sample copies).
 import { EmbshardError } from '../errors.js';
-import type { Batch, BatchSource, DataReport } from '../data/types.js';
+import type { Batch, BatchSource } from '../data/types.js';
+import { SourceView } from '../data/source-view.js';
 
 /** Global batch indices rank `rank` of `world` receives from a source of `numBatches` batches. */
 export function rankBatchIndices(numBatches: number, rank: number, world: number): number[] {
@@ -22,38 +23,20 @@ function checkRank(rank: number, world: number): void {
 }
 
 /** The share of `source` that belongs to `rank` of `world` (see the header for the rule). */
-export class RankSplitSource implements BatchSource {
+export class RankSplitSource extends SourceView {
   constructor(
-    readonly inner: BatchSource,
+    inner: BatchSource,
     readonly rank: number,
     readonly world: number,
   ) {
+    super(inner);
     checkRank(rank, world);
   }
 
-  get features(): readonly string[] {
-    return this.inner.features;
-  }
-  get numDense(): number {
-    return this.inner.numDense;
-  }
-  get batchSize(): number {
-    return this.inner.batchSize;
-  }
-  get tableRows(): readonly number[] | undefined {
-    return this.inner.tableRows;
-  }
   get numBatches(): number | undefined {
     const n = this.inner.numBatches;
     return n === undefined ? undefined : Math.floor(n / this.world);
   }
-  report(): DataReport | undefined {
-    return this.inner.report?.();
-  }
-  close(): Promise<void> {
-    return this.inner.close?.() ?? Promise.resolve();
-  }
-
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
     let mine: Batch | undefined;
     let j = 0;
