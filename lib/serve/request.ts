@@ -9,6 +9,7 @@
 //          FixedSizeList<Float32> column, one Int32/Uint32/Int64 list column per feature; no label).
 import { tableFromIPC } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
+import { rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
 import { hashHexString } from '../data/criteo-hash.js';
@@ -17,7 +18,7 @@ import type { ModelInputs } from '../train/inputs.js';
 import type { PredictBatch } from '../train/trainer.js';
 import { concatBatches } from './merge.js';
 
-const BODY_KEYS = new Set(['dense', 'sparse']);
+const BODY_FIELDS = ['dense', 'sparse'];
 
 function fail(code: 'INVALID_ARGUMENT' | 'INVALID_SIZE' | 'LENGTH_MISMATCH' | 'UNKNOWN_FEATURE' | 'MISSING_FEATURE' | 'ID_OUT_OF_RANGE', message: string): never {
   throw new EmbshardError(code, message);
@@ -32,7 +33,7 @@ function checkSize(B: number, maxSamples: number, what: string): void {
 export function parseJsonRequest(body: unknown, inputs: ModelInputs, maxSamples: number): PredictBatch {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) fail('INVALID_ARGUMENT', 'the body must be a JSON object { "dense": [...], "sparse": {...} }');
   const o = body as Record<string, unknown>;
-  for (const k of Object.keys(o)) if (!BODY_KEYS.has(k)) fail('INVALID_ARGUMENT', `${k}: unknown field (the body has "dense" and "sparse")`);
+  rejectUnknownFields(o, BODY_FIELDS, '', 'INVALID_ARGUMENT');
   const D = inputs.numDense;
   const rowsIn = o.dense;
   if (!Array.isArray(rowsIn)) fail('INVALID_ARGUMENT', 'dense must be an array of samples, each an array of numbers');

@@ -5,6 +5,7 @@
 // `embshard serve` runs and what embedders call.
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import { EmbshardError, type ErrorCode } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { MicroBatcher } from './batcher.js';
 import { ServerMetrics } from './metrics.js';
 import { ModelSlot, type LoadedModel } from './model-slot.js';
@@ -30,7 +31,7 @@ export interface ServerOptions {
   logger?: boolean;
 }
 
-const OPTION_KEYS = new Set(['checkpoint', 'maxBatch', 'maxWaitMs', 'maxRequestSamples', 'bodyLimit', 'device', 'logger']);
+const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, device: true, logger: true });
 export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
 
 interface ResolvedOptions {
@@ -45,7 +46,7 @@ interface ResolvedOptions {
 
 function resolveOptions(o: ServerOptions): ResolvedOptions {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'server options must be an object');
-  for (const k of Object.keys(o)) if (!OPTION_KEYS.has(k)) throw new EmbshardError('INVALID_CONFIG', `${k}: unknown server option (known: ${[...OPTION_KEYS].join(', ')})`);
+  rejectUnknownFields(o, OPTION_FIELDS);
   if (typeof o.checkpoint !== 'string' || o.checkpoint.length === 0) throw new EmbshardError('INVALID_CONFIG', 'checkpoint must be a checkpoint folder');
   const int = (name: string, v: number | undefined, def: number, min: number): number => {
     const x = v ?? def;
