@@ -241,6 +241,7 @@ Napi::Function GroupWrap::Constructor(Napi::Env env) {
                                        InstanceMethod<&GroupWrap::Broadcast>("broadcast"),
                                        InstanceMethod<&GroupWrap::Barrier>("barrier"),
                                        InstanceMethod<&GroupWrap::RawAllToAllV>("rawAllToAllV"),
+                                       InstanceMethod<&GroupWrap::RawAllReduce>("rawAllReduce"),
                                        InstanceMethod<&GroupWrap::Close>("close"),
                                    });
   auto* ref = new Napi::FunctionReference(Napi::Persistent(cls));
@@ -446,7 +447,8 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
   });
 }
 
-// allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs), in place.
+// allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs,
+// deterministic: boolean), in place.
 Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -457,13 +459,15 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
     comm::ElemType t = comm::parse_elem_type(info[1].As<Napi::String>().Utf8Value());
     comm::ReduceOp op = comm::parse_reduce_op(info[2].As<Napi::String>().Utf8Value());
     double timeout = timeout_arg(env, info[3], "allReduce");
+    if (!info[4].IsBoolean()) throw_error(env, "INVALID_ARGUMENT", "allReduce: deterministic must be a boolean");
+    const bool deterministic = info[4].As<Napi::Boolean>().Value();
     if (data.size % static_cast<int64_t>(comm::elem_size(t)) != 0)
       throw_error(env, "LENGTH_MISMATCH", "allReduce: the data's byte length is not a whole number of elements");
     auto job = std::make_unique<GroupJob>();
     job->Keep(info[0]);
     int64_t count = data.size / static_cast<int64_t>(comm::elem_size(t));
-    job->run = [data, count, t, op, timeout](comm::Group* g) {
-      g->all_reduce(data.data, count, t, op, comm::Deadline::after(timeout));
+    job->run = [data, count, t, op, deterministic, timeout](comm::Group* g) {
+      g->all_reduce(data.data, count, t, op, deterministic, comm::Deadline::after(timeout));
     };
     return Submit(env, std::move(job));
   });
@@ -529,6 +533,35 @@ Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
     return Submit(env, std::move(job));
 #else
     throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV needs the MPI group, which this build does not have");
+#endif
+  });
+}
+
+// rawAllReduce(data: Float32Array) -> Promise<seconds>: the MPI group's plain blocking MPI_Allreduce (sum,
+// in place), timed around the MPI call only (the benchmark's reference). Other groups reject with
+// BACKEND_UNAVAILABLE.
+Napi::Value GroupWrap::RawAllReduce(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+#if defined(EMBSHARD_WITH_MPI)
+    auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(group_);
+    if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", "rawAllReduce is the MPI group's reference; this group is " + kind_);
+    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+      throw_error(env, "INVALID_ARGUMENT", "rawAllReduce: data must be a Float32Array");
+    Bytes data = typed_bytes(env, info[0], "rawAllReduce: data");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    auto secs = std::make_shared<double>(0);
+    job->run = [mpi, data, secs](comm::Group*) {
+      auto t0 = comm::Clock::now();
+      mpi->raw_all_reduce(reinterpret_cast<float*>(data.data), data.size / 4);
+      *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
+    };
+    job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
+    return Submit(env, std::move(job));
+#else
+    throw_error(env, "BACKEND_UNAVAILABLE", "rawAllReduce needs the MPI group, which this build does not have");
 #endif
   });
 }

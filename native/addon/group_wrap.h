@@ -45,6 +45,7 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value Broadcast(const Napi::CallbackInfo& info);
   Napi::Value Barrier(const Napi::CallbackInfo& info);
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
+  Napi::Value RawAllReduce(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   // Settles a job's promise on the JS thread (called through the thread-safe function).
