@@ -11,14 +11,17 @@
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
-import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
+import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig, type ResolvedTable } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
+import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { kernels, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './kernels.js';
+import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './exchange-ops.js';
 import { LocalLayout, type Segment } from './local-layout.js';
+import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
+import { loadSharded, saveSharded } from './reshard.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -193,7 +196,7 @@ export class ShardedEmbeddingCollection {
 
   /** Fills every local table with exactly the values a single collection starts with there. */
   private initializeShards(): void {
-    const K = kernels();
+    const K = exchangeOps();
     const e = this.live();
     const chunk = 1 << 14;
     // the whole collection's init parameters (defaults resolved against the whole table's rows)
@@ -235,6 +238,117 @@ export class ShardedEmbeddingCollection {
   /** @internal the local engine (row access for gathers and checkpoints) */
   get localEngine(): NativeEngine {
     return this.live();
+  }
+
+  get tables(): readonly ResolvedTable[] {
+    return this.config.tables;
+  }
+  /** 'cpu' or 'cuda:N': where this rank's engine lives. */
+  get device(): string {
+    return this.config.device;
+  }
+  get learningRate(): number {
+    return this.config.optimizer.lr;
+  }
+  /** Changes the learning rate of this rank's shards for the following steps; every rank applies the same schedule. */
+  setLearningRate(lr: number): void {
+    this.live().setLearningRate(lr);
+    this.config.optimizer.lr = lr;
+  }
+  /** Bytes of table storage and optimizer state of this rank's engine. */
+  get memory(): { weightBytes: number; stateBytes: number } {
+    const e = this.live();
+    return { weightBytes: e.weightBytes, stateBytes: e.stateBytes };
+  }
+  /** CUDA: device time of this rank's last forward / backward kernels (null on the CPU). */
+  kernelTimes(): { forwardMs: number; backwardMs: number } | null {
+    return this.live().kernelTimes();
+  }
+  /** Floats of optimizer state per row of a table. */
+  stateWidth(table: string): number {
+    const t = checkCells(this, table, []).t;
+    return cellWidth(this, t, 'state');
+  }
+
+  private readAt(table: string, ids: Ids, kind: CellKind): Promise<Float32Array> {
+    return this.rejecting(() => {
+      const c = checkCells(this, table, ids);
+      return this.enqueue(() => readCells(this, c.t, c.ids, kind));
+    });
+  }
+  private writeAt(table: string, ids: Ids, values: Float32Array, kind: CellKind): Promise<void> {
+    return this.rejecting(() => {
+      const c = checkCells(this, table, ids);
+      const width = cellWidth(this, c.t, kind);
+      if (!(values instanceof Float32Array) || values.length !== c.ids.length * width)
+        throw new EmbshardError('LENGTH_MISMATCH', `values must be a Float32Array of ids.length × ${width} = ${c.ids.length * width} floats`);
+      return this.enqueue(async () => writeCells(this, c.t, c.ids, values, kind));
+    });
+  }
+  /**
+   * Rows of a table by global row id, wherever they live: [ids.length × dim] fp32 on every rank. A
+   * collective (every rank passes the same ids); runs after the steps queued before it.
+   */
+  readRows(table: string, ids: Ids): Promise<Float32Array> {
+    return this.readAt(table, ids, 'rows');
+  }
+  /** Overwrites rows by global row id (values [ids.length × dim], rounded to the dtype; duplicates: last wins) in every copy. Every rank passes the same arguments. */
+  writeRows(table: string, ids: Ids, values: Float32Array): Promise<void> {
+    return this.writeAt(table, ids, values, 'rows');
+  }
+  /** Optimizer state of rows by global row id: [ids.length × stateWidth] (adam: m then v). A collective. */
+  readState(table: string, ids: Ids): Promise<Float32Array> {
+    return this.readAt(table, ids, 'state');
+  }
+  /** Overwrites optimizer state by global row id in every copy. Every rank passes the same arguments. */
+  writeState(table: string, ids: Ids, values: Float32Array): Promise<void> {
+    return this.writeAt(table, ids, values, 'state');
+  }
+
+  /**
+   * Writes one EmbeddingCollection checkpoint of the whole collection to `dir` (rank 0 writes, atomically;
+   * every rank waits). Any world size and plan can load it (load), so can EmbeddingCollection.load. A collective.
+   */
+  save(dir: string, extra?: Record<string, unknown>): Promise<void> {
+    return this.enqueue(() => saveSharded(this, dir, extra));
+  }
+
+  /** Reads a checkpoint of save() or EmbeddingCollection.save onto `plan` and `group` (any world size). */
+  static load(dir: string, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}): Promise<ShardedEmbeddingCollection> {
+    return loadSharded(dir, plan, group, config);
+  }
+
+  /**
+   * Lets go of a forward output once the calls queued before it are done: its arrays are detached (length 0
+   * afterwards) and the step's routing is dropped, so it can no longer go through backward. Resolves to
+   * the number of arrays released.
+   */
+  release(out: ShardedForwardOutput): Promise<number> {
+    return this.rejecting(() => {
+      if (!out || !(out.pooled instanceof Float32Array))
+        throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
+      const ctx = (out as Out)[STEP];
+      const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)];
+      return this.enqueue(async () => {
+        if (ctx) ctx.used = true;
+        let n = 0;
+        for (const a of arrays)
+          if (a.buffer.byteLength > 0) {
+            structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] }); // detaches it
+            n++;
+          }
+        return n;
+      });
+    });
+  }
+
+  /** Async APIs report argument errors as rejections, never as synchronous throws. */
+  private rejecting<T>(f: () => Promise<T>): Promise<T> {
+    try {
+      return f();
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   dispose(): void {
@@ -290,7 +404,7 @@ export class ShardedEmbeddingCollection {
 
   // ---------------------------------------------------------------- forward
   private async forwardStep(batch: JaggedBatch): Promise<ShardedForwardOutput> {
-    const K = kernels();
+    const K = exchangeOps();
     const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
@@ -614,7 +728,7 @@ export class ShardedEmbeddingCollection {
 
   // ---------------------------------------------------------------- backward
   private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
-    const K = kernels();
+    const K = exchangeOps();
     const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn, B = ctx.B;
     const before = { ...g.traffic };
     const bw = this.wire.backward;

@@ -1,5 +1,5 @@
-// embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or a sharded
-// collection with the same forward/backward surface), and a helper that builds an EmbeddingCollection
+// embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or lib/sharded's
+// ShardedEmbeddingCollection, which has the same surface), and a helper that builds an EmbeddingCollection
 // with one table per feature of a data source.
 import { EmbeddingCollection } from '../collection.js';
 import type { OptimizerConfig, TableConfig } from '../config.js';
@@ -12,7 +12,7 @@ export interface EmbeddingOutput {
   pooled: Float32Array;
 }
 
-/** The forward/backward surface shared by EmbeddingCollection and lib/sharded's sharded collection. */
+/** The surface the Trainer uses, shared by EmbeddingCollection and ShardedEmbeddingCollection. */
 export interface EmbeddingModule {
   /** Width of `pooled` per sample (Σ dims of the pooled features). */
   readonly pooledDim: number;

@@ -8,7 +8,7 @@ import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
-import { ShardedEmbeddings } from './sharded.js';
+import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
@@ -105,7 +105,7 @@ export class Trainer {
       const preset = isPresetName(o.model) ? PRESETS[o.model] : undefined;
       const denseOpt = o.optimizer ?? preset?.optimizer;
       const embOpt: OptimizerConfig = o.embeddingOptimizer ?? { type: denseOpt?.type ?? 'adagrad', lr: preset?.embeddingLr ?? denseOpt?.lr ?? 0.01 };
-      emb = ShardedEmbeddings.create(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
+      emb = new ShardedEmbeddingCollection(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
     } else if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings (an EmbeddingCollection or a sharded collection) or plan is required');
     else emb = o.embeddings;
     if (o.model instanceof DenseModel) this.dense = o.model;
@@ -182,7 +182,7 @@ export class Trainer {
    * Writes dense weights, dense optimizer state, embeddings (with their optimizer state), the step count
    * and the schedule to `dir`, replacing it atomically. Sharded: a collective — every rank calls it with
    * the same `dir`, rank 0 writes one checkpoint (tables gathered), which Trainer.load reads back on any
-   * world size with `loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, group)`.
+   * world size with `loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, group)`.
    */
   save(dir: string): Promise<void> {
     return this.enqueue(() =>

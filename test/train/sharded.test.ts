@@ -9,9 +9,8 @@ import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { collectionConfigOf } from '../../lib/sharded/sharded.js';
-import { gatherTable } from '../../lib/sharded/reshard.js';
 import { Trainer } from '../../lib/train/trainer.js';
-import { ShardedEmbeddings } from '../../lib/train/sharded.js';
+import { ShardedEmbeddingCollection } from '../../lib/sharded/sharded.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,8 +86,10 @@ describe('Trainer with a sharding plan', () => {
     expect(ref.worstRatio(ranks[0]!.dense.params, oracle.dense.params, 1e-5, 1e-4)).toBeLessThanOrEqual(1);
     for (const t of plan.tables) {
       const ids = Array.from({ length: t.rows }, (_, i) => i);
-      const [g0] = await Promise.all(ranks.map((tr) => gatherTable((tr.embeddings as unknown as { collection: Parameters<typeof gatherTable>[0] }).collection, t.name)));
-      expect(ref.worstRatio(g0!.weights, oracleEmb.readRows(t.name, ids), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
+      // the Trainer holds the sharded collection itself (no adapter)
+      expect(ranks[0]!.embeddings).toBeInstanceOf(ShardedEmbeddingCollection);
+      const [g0] = await Promise.all(ranks.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, ids)));
+      expect(ref.worstRatio(g0!, oracleEmb.readRows(t.name, ids), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
     }
   });
 
@@ -111,7 +112,7 @@ describe('Trainer with a sharding plan', () => {
       const got = await run(b.ranks, 0, 2);
       await Promise.all(b.ranks.map((t) => t.save(join(dir, 'ck'))));
       const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
-      const c = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, g) })));
+      const c = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, g) })));
       expect(c.map((t) => t.stepCount)).toEqual([2, 2]);
       got.push(...(await run(c, 2, 5)));
       expect(got).toEqual(want);
