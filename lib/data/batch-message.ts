@@ -1,4 +1,4 @@
-// wire.ts — a Batch as a structured-clone message whose typed arrays travel by transfer: every array
+// batch-message.ts — a Batch as a structured-clone message whose typed arrays travel by transfer: every array
 // that does not own its whole ArrayBuffer is copied first (transferring a shared buffer would detach
 // the other views), each buffer is listed once.
 import { JaggedBatch } from '../batch.js';

@@ -3,7 +3,7 @@
 // `depth` ahead of what the parent has taken (one 'credit' message per batch taken).
 import { parentPort, workerData } from 'node:worker_threads';
 import { openSource, type SourceSpec } from './specs.js';
-import { batchTransfer } from './wire.js';
+import { batchTransfer } from './batch-message.js';
 
 const port = parentPort!;
 const { spec, depth } = workerData as { spec: SourceSpec; depth: number };

@@ -10,7 +10,7 @@ import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import { openSource, type SourceSpec } from './specs.js';
 import { TS_BOOT, TS_HOOKS } from './ts-worker-loader.js';
 import type { Batch, BatchSource, DataReport } from './types.js';
-import { batchFromMessage, type BatchMessage } from './wire.js';
+import { batchFromMessage, type BatchMessage } from './batch-message.js';
 
 export interface WorkerSourceOptions {
   /** Batches produced ahead of the consumer. Default 4. */

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "addon/errors.h"
+#include "addon/output_pool.h"
 #include "addon/registry.h"
 #include "core/errors.h"
 
@@ -37,129 +38,39 @@ void CallJs(Napi::Env env, Napi::Function, std::nullptr_t*, GroupJob* job) {
 std::mutex g_ctor_mu;
 std::map<napi_env, Napi::FunctionReference*> g_ctors;
 
-// Receive buffers are recycled: a fresh multi-megabyte malloc is a fresh mmap, and first-touch page
-// faults cost more than the copy itself. A buffer handed to JS comes back when its owner releases it
-// (releaseBuffers: the ArrayBuffer is detached first, so JS can no longer reach the memory) or when
-// the ArrayBuffer is collected; up to kRetain bytes are kept, best fit within 2x of the request.
-struct Handed {
-  int64_t cap;
-  bool released = false;
-};
-
-class RecvPool {
- public:
-  uint8_t* take(int64_t bytes, int64_t& cap) {
-    const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 1);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = free_.lower_bound(want);
-      if (it != free_.end() && it->first <= 2 * want) {
-        cap = static_cast<int64_t>(it->first);
-        uint8_t* p = it->second;
-        retained_ -= it->first;
-        free_.erase(it);
-        return p;
-      }
-    }
-    cap = static_cast<int64_t>(want);
-    auto* p = static_cast<uint8_t*>(std::malloc(want));
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  void give(uint8_t* p, int64_t cap) {
-    std::lock_guard<std::mutex> lk(mu_);
-    give_locked(p, cap);
-  }
-  Handed* handed(uint8_t* p, int64_t cap) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto* h = new Handed{cap};
-    live_[p] = h;
-    return h;
-  }
-  // The ArrayBuffer was collected.
-  void finalized(uint8_t* p, Handed* h) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!h->released) {
-      live_.erase(p);
-      give_locked(p, h->cap);
-    }
-    delete h;
-  }
-  bool owns(uint8_t* p) {
-    std::lock_guard<std::mutex> lk(mu_);
-    return live_.count(p) > 0;
-  }
-  // Returns the capacity when p is a live handed buffer (now released), 0 otherwise.
-  int64_t release(uint8_t* p) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = live_.find(p);
-    if (it == live_.end()) return 0;
-    it->second->released = true;
-    int64_t cap = it->second->cap;
-    live_.erase(it);
-    give_locked(p, cap);
-    return cap;
-  }
-
- private:
-  void give_locked(uint8_t* p, int64_t cap) {
-    if (retained_ + static_cast<size_t>(cap) > kRetain) {
-      std::free(p);
-      return;
-    }
-    free_.emplace(static_cast<size_t>(cap), p);
-    retained_ += static_cast<size_t>(cap);
-  }
-  static constexpr size_t kRetain = size_t(256) << 20;
-  std::mutex mu_;
-  std::multimap<size_t, uint8_t*> free_;
-  std::map<uint8_t*, Handed*> live_;
-  size_t retained_ = 0;
-};
-
-RecvPool& recv_pool() {
-  static RecvPool* pool = new RecvPool();  // never destroyed: finalizers may run during teardown
-  return *pool;
-}
-
-// A pooled receive buffer handed to JS as an external ArrayBuffer once the call succeeded.
+// A receive buffer from the addon's one pool (output_pool.h: a fresh multi-megabyte buffer costs page
+// faults that exceed the copy itself), handed to JS as an external ArrayBuffer once the call succeeded;
+// it returns to the pool on releaseBuffers() or when collected.
 struct Owned {
-  uint8_t* p = nullptr;
+  float* p = nullptr;
   int64_t n = 0;
-  int64_t cap = 0;
+  size_t cap = 0;
   bool handed = false;
   ~Owned() {
-    if (p && !handed) recv_pool().give(p, cap);
+    if (p && !handed) OutputPool::get().give(p, cap);
   }
   void alloc(int64_t bytes) {
     n = bytes;
-    p = recv_pool().take(bytes, cap);
+    p = OutputPool::get().take_at_least(static_cast<size_t>(bytes), cap);
   }
   Napi::ArrayBuffer hand(Napi::Env env) {
     handed = true;
-    Handed* h = recv_pool().handed(p, cap);
-    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d, Handed* hh) {
-      recv_pool().finalized(static_cast<uint8_t*>(d), hh);
-    }, h);
+    OutputPool::Adopted* a = OutputPool::get().adopted(p, cap);
+    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d, OutputPool::Adopted* h) {
+      OutputPool::get().finalize(static_cast<float*>(d), h);
+    }, a);
   }
 };
 
 // releaseBuffers(...buffers: ArrayBuffer | TypedArray): gives receive buffers back for reuse now. Each
-// is detached (its views read as empty from then on); buffers that did not come from a collective are
-// left alone.
+// is detached (its views read as empty from then on); buffers that did not come from the pool are left
+// alone.
 Napi::Value ReleaseBuffers(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   for (size_t i = 0; i < info.Length(); ++i) {
     Napi::Value v = info[i];
-    Napi::ArrayBuffer ab;
-    if (v.IsArrayBuffer()) ab = v.As<Napi::ArrayBuffer>();
-    else if (v.IsTypedArray()) ab = v.As<Napi::TypedArray>().ArrayBuffer();
-    else continue;
-    if (ab.IsDetached() || ab.ByteLength() == 0) continue;
-    auto* p = static_cast<uint8_t*>(ab.Data());
-    if (!recv_pool().owns(p)) continue;
-    ab.Detach();  // first: JS can no longer reach the memory
-    recv_pool().release(p);
+    if (v.IsArrayBuffer()) release_buffer(v.As<Napi::ArrayBuffer>());
+    else if (v.IsTypedArray()) release_buffer(v.As<Napi::TypedArray>().ArrayBuffer());
   }
   return env.Undefined();
 }
@@ -206,23 +117,6 @@ void InitBuffers(Napi::Env env, Napi::Object exports) {
 }
 Part buffersPart("group_buffers", &InitBuffers);
 }  // namespace
-
-Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsTypedArray()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + " must be a typed array");
-  auto ta = v.As<Napi::TypedArray>();
-  Bytes b;
-  b.data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-  b.size = static_cast<int64_t>(ta.ByteLength());
-  return b;
-}
-
-double timeout_arg(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": timeoutMs must be a number");
-  double t = v.As<Napi::Number>().DoubleValue();
-  if (!(t > 0) || !std::isfinite(t))
-    throw_error(env, "INVALID_ARGUMENT", format("%s: timeoutMs must be a positive finite number (got %g)", what, t));
-  return t;
-}
 
 Napi::Function GroupWrap::Constructor(Napi::Env env) {
   std::lock_guard<std::mutex> lk(g_ctor_mu);
@@ -400,7 +294,7 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);
       auto so = prefix(sendBytes), ro = prefix(*recvBytes);
-      g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv->p, recvBytes->data(), ro.data(), d);
+      g->all_to_all_v(send.data, sendBytes.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), ro.data(), d);
     };
     job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
       Napi::Object o = Napi::Object::New(e);
@@ -435,7 +329,7 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
       int64_t total = 0;
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);
-      g->all_gather_v(send.data, send.size, recv->p, recvBytes->data(), d);
+      g->all_gather_v(send.data, send.size, reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), d);
     };
     job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
       Napi::Object o = Napi::Object::New(e);

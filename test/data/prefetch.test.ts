@@ -8,7 +8,7 @@ import { JaggedBatch } from '../../lib/batch.js';
 import { prefetch } from '../../lib/data/prefetch.js';
 import { workerSource } from '../../lib/data/worker-source.js';
 import { SyntheticSource } from '../../lib/data/synthetic.js';
-import { batchFromMessage, batchTransfer } from '../../lib/data/wire.js';
+import { batchFromMessage, batchTransfer } from '../../lib/data/batch-message.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch, BatchSource } from '../../lib/data/types.js';
 
