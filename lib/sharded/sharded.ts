@@ -17,9 +17,10 @@ import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
-import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
+import { zeroTraffic, type CommArray, type ProcessGroup, type TrafficCounters } from './group.js';
 import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './exchange-ops.js';
 import { LocalLayout, type Segment } from './local-layout.js';
+import { fuse, PartReader } from './fused.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, saveSharded } from './reshard.js';
 
@@ -103,8 +104,6 @@ interface StepCtx {
   outCounts: number[];
   /** wire elements of each destination's forward output (= the gradients this rank sends it) */
   expOut: number[];
-  /** the received ids (the recv entries view them), given back to the group after backward */
-  idsIn: BigInt64Array;
   used: boolean;
 }
 
@@ -121,6 +120,15 @@ function concat<T extends BigInt64Array | Int32Array | Float32Array | Float64Arr
     o += p.length;
   }
   return out;
+}
+
+/** Wire arrays of one dtype, concatenated. */
+function concatWire(parts: WireArray[], wire: Wire): WireArray {
+  return wire === 'fp32' ? concat(parts as Float32Array[], Float32Array) : concat(parts as Uint16Array[], Uint16Array);
+}
+
+function wireBytes(wire: Wire): number {
+  return wire === 'fp32' ? 4 : 2;
 }
 
 function part(v: SegView, s: number, B: number): Part {
@@ -434,9 +442,10 @@ export class ShardedEmbeddingCollection {
       if (rt.cluster === 'ub') rt.groups.forEach((_, gi) => ub.set(`${rt.index}:${gi}`, uniqOver(rt, 2 + gi, 1)));
       if (rt.N > 0) node.set(rt.index, uniqOver(rt, 1, rpn));
     }
-    // 2. input messages, one per destination, in canonical segment order
-    const meta: Float64Array[] = [], idsOut: BigInt64Array[] = [], lenOut: Int32Array[] = [], wOut: Float32Array[] = [];
-    const metaCounts: number[] = [], idsCounts: number[] = [], lenCounts: number[] = [], wCounts: number[] = [];
+    // 2. input messages, one per destination, in canonical segment order: the segment counts (metadata),
+    // then one message carrying the ids, the rb bags' lengths and the weights
+    const meta: Float64Array[] = [], input: [BigInt64Array, Int32Array, Float32Array][] = [];
+    const metaCounts: number[] = [];
     for (let d = 0; d < W; d++) {
       const m: number[] = [B, weighted ? 1 : 0];
       const ip: BigInt64Array[] = [], lp: Int32Array[] = [], wp: Float32Array[] = [];
@@ -458,9 +467,10 @@ export class ShardedEmbeddingCollection {
           m.push(u.length);
         }
       }
-      const mm = Float64Array.from(m), ii = concat(ip, BigInt64Array), ll = concat(lp, Int32Array), ww = concat(wp, Float32Array);
-      meta.push(mm), idsOut.push(ii), lenOut.push(ll), wOut.push(ww);
-      metaCounts.push(mm.length), idsCounts.push(ii.length), lenCounts.push(ll.length), wCounts.push(ww.length);
+      const mm = Float64Array.from(m);
+      meta.push(mm);
+      input.push([concat(ip, BigInt64Array), concat(lp, Int32Array), concat(wp, Float32Array)]);
+      metaCounts.push(mm.length);
     }
     const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length);
     const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true, recvCounts: expMeta });
@@ -483,27 +493,29 @@ export class ShardedEmbeddingCollection {
         mo += metaIn.counts[p]!;
       }
     }
-    const idsIn = await g.allToAllV(concat(idsOut, BigInt64Array), idsCounts, { recvCounts: expIds });
-    const lenIn = await g.allToAllV(concat(lenOut, Int32Array), lenCounts, { recvCounts: expLen });
-    const wIn = await g.allToAllV(concat(wOut, Float32Array), wCounts, { recvCounts: expW });
+    const sent = fuse(input);
+    const inBytes = expIds.map((n, p) => n * 8 + expLen[p]! * 4 + expW[p]! * 4);
+    const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: inBytes });
     // 3. parse what every source sent this rank
     const recv: Received[] = [];
     {
-      let mo = 0, io = 0, lo = 0, wo = 0;
+      const reader = new PartReader(inputIn.data);
+      let mo = 0;
       for (let p = 0; p < W; p++) {
         const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-        let k = mo + 2;
+        const idsP = reader.take(BigInt64Array, expIds[p]!), lenP = reader.take(Int32Array, expLen[p]!), wP = reader.take(Float32Array, expW[p]!);
+        let k = mo + 2, io = 0, lo = 0, wo = 0;
         const entries: Received['entries'] = [];
         for (const s of L.segments(p, r)) {
           const n = metaIn.data[k++]!;
-          const ids = idsIn.data.subarray(io, io + n);
+          const ids = idsP.subarray(io, io + n);
           io += n;
           let lengths: Int32Array | null = null, weights: Float32Array | null = null;
           if (s.kind === 'rb') {
-            lengths = lenIn.data.subarray(lo, lo + Bp);
+            lengths = lenP.subarray(lo, lo + Bp);
             lo += Bp;
             if (hasW) {
-              weights = wIn.data.subarray(wo, wo + n);
+              weights = wP.subarray(wo, wo + n);
               wo += n;
             }
           }
@@ -516,14 +528,14 @@ export class ShardedEmbeddingCollection {
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
-    // 4. the owner batch: every local feature, Btot bags
-    const owner = this.ownerBatch(recv, Btot);
-    // the owner batch holds copies: the metadata, lengths and weights buffers can be reused now
-    g.release(metaIn.data, lenIn.data, wIn.data);
+    // the parts were copied out: the received buffers can be reused now
+    g.release(metaIn.data, inputIn.data);
+    // 4. one engine call: the owner batch (every source's ids for this rank's shards and tiers, Btot bags)
+    // with this rank's own lookups (dp tables, replicated tiers) in its first B bags
+    const owner = this.ownerBatch(recv, Btot, segs, B, weighted);
     const e = this.live();
-    const ownerOut = L.localFeatures.some((f) => f.kind === 'rb' || f.kind === 'ub' || f.kind === 'node') ? await e.forward(owner.batch) : null;
-    const local = this.localBatch(segs, B, weighted);
-    const localOut = L.localFeatures.some((f) => f.kind === 'loc') ? await e.forward(local) : null;
+    const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
+    const ownerOut = engineOut, localOut = engineOut;
     // 5. outputs back to every source
     const fw = this.wire.forward;
     const outCounts: number[] = [];
@@ -650,7 +662,7 @@ export class ShardedEmbeddingCollection {
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, idsIn: idsIn.data, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -674,32 +686,30 @@ export class ShardedEmbeddingCollection {
     return n;
   }
 
-  /** The batch of this rank's own lookups (dp tables, replicated tiers); other features empty. */
-  private localBatch(segs: Map<string, SegView>, B: number, weighted: boolean): NativeBatch {
-    const L = this.layout;
-    const lengths = new Int32Array(L.localFeatures.length * B);
-    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
-    L.localFeatures.forEach((lf, i) => {
-      if (lf.kind !== 'loc') return;
-      const p = part(segs.get(lf.f!)!, 0, B);
-      lengths.set(p.lengths, i * B);
-      ids.push(p.ids);
-      if (weighted) w.push(p.weights!);
-    });
-    return { batchSize: B, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array), ...(weighted ? { weights: concat(w, Float32Array) } : {}) };
-  }
-
-  /** The owner batch: rb features with every source's bags (source order), ub / node features with one bag of every source's ids. */
-  private ownerBatch(recv: Received[], Btot: number): { batch: NativeBatch; idOff: number[][]; featIds: number[] } {
+  /**
+   * The batch of this rank's one engine call per phase: rb features with every source's bags (source
+   * order), ub / node features with one bag of every source's ids, and this rank's own lookups (dp tables,
+   * replicated tiers: `loc` features) in the first B of the Btot bags.
+   */
+  private ownerBatch(recv: Received[], Btot: number, segs: Map<string, SegView>, B: number, weighted: boolean): { batch: NativeBatch; idOff: number[][]; featIds: number[] } {
     const L = this.layout, W = L.W;
     const F = L.localFeatures.length;
     const lengths = new Int32Array(F * Btot);
     const ids: BigInt64Array[] = [], w: Float32Array[] = [];
-    const anyW = recv.some((x) => x.hasW);
+    const anyW = weighted || recv.some((x) => x.hasW);
     const idOff: number[][] = [];
     const featIds: number[] = [];
     const find = (p: number, pred: (s: Segment) => boolean) => recv[p]!.entries.find((en) => pred(en.seg));
     L.localFeatures.forEach((lf, i) => {
+      if (lf.kind === 'loc') {
+        const own = part(segs.get(lf.f!)!, 0, B);
+        lengths.set(own.lengths, i * Btot);
+        ids.push(own.ids);
+        if (anyW) w.push(own.weights ?? new Float32Array(own.n).fill(1));
+        idOff.push([]);
+        featIds.push(own.n);
+        return;
+      }
       const offs: number[] = [];
       let n = 0;
       let bag = i * Btot;
@@ -793,7 +803,7 @@ export class ShardedEmbeddingCollection {
     const gin = await g.allToAllV(sendBuf, counts, { recvCounts: ctx.outCounts });
     // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    let gathered: { counts: Float64Array; ids: BigInt64Array; idCounts: number[]; grads: WireArray } | undefined;
+    let gathered: { counts: Float64Array; ids: BigInt64Array; grads: WireArray } | undefined;
     if (repTables.length > 0) {
       const ids: BigInt64Array[] = [], gr: WireArray[] = [], cnt: number[] = [];
       for (const rt of repTables) {
@@ -820,9 +830,17 @@ export class ShardedEmbeddingCollection {
         });
         nIds.push(a), nGr.push(b);
       }
-      const gi = await g.allGather(concat(ids, BigInt64Array), { recvCounts: nIds });
-      const gg = await g.allGather(bw === 'fp32' ? concat(gr as Float32Array[], Float32Array) : concat(gr as Uint16Array[], Uint16Array), { recvCounts: nGr });
-      gathered = { counts: c.data, ids: gi.data, idCounts: gi.counts, grads: gg.data };
+      // one all-gather carrying every rank's ids and gradient rows together
+      const mine = fuse([[concat(ids, BigInt64Array), concatWire(gr, bw)]]);
+      const both = await g.allGather(mine.bytes, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)) });
+      const reader = new PartReader(both.data);
+      const idsAll: BigInt64Array[] = [], grAll: WireArray[] = [];
+      for (let p = 0; p < W; p++) {
+        idsAll.push(reader.take(BigInt64Array, nIds[p]!));
+        grAll.push(bw === 'fp32' ? reader.take(Float32Array, nGr[p]!) : reader.take(Uint16Array, nGr[p]!));
+      }
+      g.release(both.data);
+      gathered = { counts: c.data, ids: concat(idsAll, BigInt64Array), grads: concatWire(grAll, bw) };
     }
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
@@ -898,22 +916,24 @@ export class ShardedEmbeddingCollection {
       }
       const nodes = W / rpn, myNode = L.nodeOf(r);
       const peers = (d: number) => d % rpn === r % rpn && L.nodeOf(d) !== myNode;
-      const idParts: BigInt64Array[] = [], grParts: WireArray[] = [], metaParts: Float64Array[] = [];
-      const idC: number[] = [], grC: number[] = [], mC: number[] = [];
+      // per peer: the counts (metadata), then one message of every table's ids followed by its gradient rows
+      const syncParts: CommArray[][] = [], metaParts: Float64Array[] = [];
+      const mC: number[] = [];
       for (let d = 0; d < W; d++) {
         if (!peers(d)) {
-          idC.push(0), grC.push(0), mC.push(0);
+          syncParts.push([]), mC.push(0);
           continue;
         }
         const m: number[] = [];
-        let ni = 0, ng = 0;
+        const ip: BigInt64Array[] = [], gp: WireArray[] = [];
         for (const rt of nodeTables) {
           const s = sums.get(rt.index);
           m.push(s ? s.ids.length : 0);
-          if (s) idParts.push(s.ids), grParts.push(s.wire), (ni += s.ids.length), (ng += s.wire.length);
+          if (s) ip.push(s.ids), gp.push(s.wire);
         }
         metaParts.push(Float64Array.from(m));
-        idC.push(ni), grC.push(ng), mC.push(m.length);
+        syncParts.push([concat(ip, BigInt64Array), concatWire(gp, bw)]);
+        mC.push(m.length);
       }
       let mIn: { data: Float64Array; counts: number[] } = { data: new Float64Array(0), counts: new Array(W).fill(0) };
       let iIn: { data: BigInt64Array; counts: number[] } = { data: new BigInt64Array(0), counts: new Array(W).fill(0) };
@@ -935,8 +955,18 @@ export class ShardedEmbeddingCollection {
             eI.push(a), eG.push(b);
           }
         }
-        iIn = await g.allToAllV(concat(idParts, BigInt64Array), idC, { recvCounts: eI });
-        gIn = await g.allToAllV(bw === 'fp32' ? concat(grParts as Float32Array[], Float32Array) : concat(grParts as Uint16Array[], Uint16Array), grC, { recvCounts: eG });
+        const sync = fuse(syncParts);
+        const syncIn = await g.allToAllV(sync.bytes, sync.counts, { recvCounts: eI.map((n, d) => n * 8 + eG[d]! * wireBytes(bw)) });
+        // back into one ids list and one gradient list in peer order (what the reads below walk)
+        const reader = new PartReader(syncIn.data);
+        const ia: BigInt64Array[] = [], ga: WireArray[] = [];
+        for (let d = 0; d < W; d++) {
+          ia.push(reader.take(BigInt64Array, eI[d]!));
+          ga.push(bw === 'fp32' ? reader.take(Float32Array, eG[d]!) : reader.take(Uint16Array, eG[d]!));
+        }
+        g.release(syncIn.data);
+        iIn = { data: concat(ia, BigInt64Array), counts: eI };
+        gIn = { data: concatWire(ga, bw), counts: eG };
       }
       // per table: every node's list in node order (this node's own sums included)
       const at = { m: 0, i: 0, g: 0 };
@@ -968,7 +998,7 @@ export class ShardedEmbeddingCollection {
         }
         nodeUpd.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
       }
-      if (nodes > 1) g.release(mIn.data, iIn.data, gIn.data);
+      if (nodes > 1) g.release(mIn.data);
     }
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
     const updIds = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
@@ -1016,7 +1046,7 @@ export class ShardedEmbeddingCollection {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
     // everything received this step has been copied out: give the buffers back for the next step
-    g.release(ctx.idsIn, gin.data, ...(gathered ? [gathered.counts, gathered.ids, gathered.grads] : []));
+    g.release(gin.data, ...(gathered ? [gathered.counts] : []));
     this.traffic.backward = delta(g.traffic, before);
     return res;
   }

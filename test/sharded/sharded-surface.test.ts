@@ -109,6 +109,28 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     }
   });
 
+  it('a step is a fixed, small set of exchanges: forward 3 all-to-alls, backward 1 gradient all-to-all plus the replica syncs', async () => {
+    const { plan, groups, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      const calls = () => groups.map((g) => ({ a2a: g.stats().allToAllV.calls, ag: g.stats().allGather.calls }));
+      const c0 = calls();
+      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0));
+      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+      const c1 = calls();
+      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r], r, 0))));
+      const c2 = calls();
+      for (let r = 0; r < W; r++) {
+        // forward: segment counts, ids + lengths + weights in one message, outputs
+        expect({ a2a: c1[r]!.a2a - c0[r]!.a2a, ag: c1[r]!.ag - c0[r]!.ag }).toEqual({ a2a: 3, ag: 0 });
+        // backward: gradients; dp / replicated rows: counts + one all-gather of ids and gradients;
+        // node tiers across the two nodes: counts + one all-to-all of ids and gradients
+        expect({ a2a: c2[r]!.a2a - c1[r]!.a2a, ag: c2[r]!.ag - c1[r]!.ag }).toEqual({ a2a: 3, ag: 2 });
+      }
+    } finally {
+      close();
+    }
+  });
+
   it('bad arguments are typed errors and change nothing', async () => {
     const { plan, ranks, oracle, close } = setup({ type: 'sgd', lr: 0.1 });
     try {
