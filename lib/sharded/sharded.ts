@@ -21,6 +21,7 @@ import { zeroTraffic, type CommArray, type ProcessGroup, type TrafficCounters } 
 import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './exchange-ops.js';
 import { LocalLayout, type Segment } from './local-layout.js';
 import { fuse, PartReader } from './fused.js';
+import { ownerSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, saveSharded } from './reshard.js';
 
@@ -90,7 +91,8 @@ interface StepCtx {
   batch: JaggedBatch;
   B: number;
   segs: Map<string, SegView>;
-  ub: Map<string, UniqT>;
+  /** distinct ids per ub table and row group: ub[t][g] */
+  ub: UniqT[][];
   node: Map<number, UniqT>;
   recv: Received[];
   Btot: number;
@@ -100,10 +102,9 @@ interface StepCtx {
   idOff: number[][];
   /** ids of each local feature in the owner batch */
   featIds: number[];
-  /** wire elements this rank sent each source in the forward output (= what each sends back in backward) */
-  outCounts: number[];
-  /** wire elements of each destination's forward output (= the gradients this rank sends it) */
-  expOut: number[];
+  /** the step's exchange schedule as the owner (outputs out, gradients in) and as the requester (outputs in, gradients out) */
+  own: Schedule;
+  req: Schedule;
   used: boolean;
 }
 
@@ -436,10 +437,10 @@ export class ShardedEmbeddingCollection {
       for (let j = 0; j < m; j++) starts.push(starts[j]! + uq.counts[j]!);
       return { uq, featOff, starts };
     };
-    const ub = new Map<string, UniqT>();
+    // ub[t][g]: the distinct ids of ub table t in row group g (empty for other tables)
+    const ub: UniqT[][] = L.tables.map((rt) => (rt.cluster === 'ub' ? rt.groups.map((_, gi) => uniqOver(rt, 2 + gi, 1)) : []));
     const node = new Map<number, UniqT>();
     for (const rt of L.tables) {
-      if (rt.cluster === 'ub') rt.groups.forEach((_, gi) => ub.set(`${rt.index}:${gi}`, uniqOver(rt, 2 + gi, 1)));
       if (rt.N > 0) node.set(rt.index, uniqOver(rt, 1, rpn));
     }
     // 2. input messages, one per destination, in canonical segment order: the segment counts (metadata),
@@ -462,7 +463,7 @@ export class ShardedEmbeddingCollection {
           if (p.weights) wp.push(p.weights);
           m.push(p.n);
         } else {
-          const u = ub.get(`${s.t}:${s.g}`)!.uq.values;
+          const u = ub[s.t]![s.g]!.uq.values;
           ip.push(u);
           m.push(u.length);
         }
@@ -536,55 +537,27 @@ export class ShardedEmbeddingCollection {
     const e = this.live();
     const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
     const ownerOut = engineOut, localOut = engineOut;
-    // 5. outputs back to every source
+    // 5. outputs back to every source, slot by slot of the owner schedule
     const fw = this.wire.forward;
-    const outCounts: number[] = [];
-    for (let p = 0; p < W; p++) outCounts.push(this.outputSize(recv[p]!, r));
-    const outBuf = wireArray(fw, outCounts.reduce((a, b) => a + b, 0));
-    {
-      let o = 0;
-      for (let p = 0; p < W; p++) {
-        for (const en of recv[p]!.entries) {
-          const s = en.seg;
-          if (s.kind === 'node') {
-            const lf = L.feature(`node:${s.t}`), dim = L.localFeatures[lf]!.dim;
-            K.pack(ownerOut!.sequences[lf]!, dim, null, owner.idOff[lf]![p]!, en.ids.length, 0, dim, fw, outBuf, o);
-            o += en.ids.length * dim;
-          } else {
-            for (const sh of L.shardsOn(s.t, s.g, r)) {
-              const cols = sh.c1 - sh.c0;
-              const lf = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${sh.c0}` : `ub:${s.t}:${s.g}:${sh.c0}`);
-              const f = L.localFeatures[lf]!;
-              if (f.pooling !== 'none') {
-                K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, recv[p]!.B, f.col, f.col + cols, fw, outBuf, o);
-                o += recv[p]!.B * cols;
-              } else {
-                K.pack(ownerOut!.sequences[lf]!, cols, null, owner.idOff[lf]![p]!, en.ids.length, 0, cols, fw, outBuf, o);
-                o += en.ids.length * cols;
-              }
-            }
-          }
-        }
+    const own = ownerSchedule(L, recv);
+    const outBuf = wireArray(fw, own.total);
+    for (let p = 0; p < W; p++)
+      for (const sl of own.slots[p]!) {
+        const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
+        if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
+        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![p]!, sl.rows, 0, cols, fw, outBuf, sl.at);
       }
-    }
     // what every owner sends back is known here: the rows / bags this rank asked for
-    const expOut: number[] = [];
-    for (let d = 0; d < W; d++) {
-      let n = 0;
-      for (const s of L.segments(r, d)) {
-        const rt = L.tables[s.t]!;
-        if (s.kind === 'node') {
-          const u = node.get(s.t)!, j = d % rpn;
-          n += (u.starts[j + 1]! - u.starts[j]!) * rt.table.dim;
-        } else
-          for (const sh of L.shardsOn(s.t, s.g, d)) {
-            const rows = s.kind === 'rb' ? (rt.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n) : ub.get(`${s.t}:${s.g}`)!.uq.values.length;
-            n += rows * (sh.c1 - sh.c0);
-          }
+    const req = requesterSchedule(L, (s, d) => {
+      if (s.kind === 'node') {
+        const u = node.get(s.t)!, j = d % rpn;
+        return u.starts[j + 1]! - u.starts[j]!;
       }
-      expOut.push(n);
-    }
-    const back = await g.allToAllV(outBuf, outCounts, { recvCounts: expOut });
+      if (s.kind === 'ub') return ub[s.t]![s.g]!.uq.values.length;
+      return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
+    });
+    const outCounts = own.sizes, expOut = req.sizes;
+    const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
     const pooled = new Float32Array(B * P);
@@ -608,40 +581,15 @@ export class ShardedEmbeddingCollection {
     }
     const nodeRows = new Map<number, Float32Array>();
     for (const [t, u] of node) nodeRows.set(t, new Float32Array(u.uq.values.length * L.tables[t]!.table.dim));
-    const ubRows = new Map<string, Float32Array>();
-    for (const [key, u] of ub) ubRows.set(key, new Float32Array(u.uq.values.length * L.tables[Number(key.split(':')[0])]!.table.dim));
-    {
-      let o = 0;
-      for (let d = 0; d < W; d++) {
-        for (const s of L.segments(r, d)) {
-          const rt = L.tables[s.t]!, dim = rt.table.dim;
-          if (s.kind === 'node') {
-            const u = node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
-            K.unpack(back.data, o, fw, n, dim, nodeRows.get(s.t)!, dim, null, u.starts[j]!, 0, false);
-            o += n * dim;
-          } else if (s.kind === 'rb') {
-            const k = rt.features.indexOf(s.f), p = part(segs.get(s.f)!, 2 + s.g, B);
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              if (rt.pooling !== 'none') {
-                K.unpack(back.data, o, fw, B, cols, pooled, P, null, 0, rt.pooledCol[k]! + sh.c0, true);
-                o += B * cols;
-              } else {
-                K.unpack(back.data, o, fw, p.n, cols, seqOut.get(s.f)!, dim, p.pos, 0, sh.c0, false);
-                o += p.n * cols;
-              }
-            }
-          } else {
-            const key = `${s.t}:${s.g}`, n = ub.get(key)!.uq.values.length;
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              K.unpack(back.data, o, fw, n, cols, ubRows.get(key)!, dim, null, 0, sh.c0, false);
-              o += n * cols;
-            }
-          }
-        }
+    const ubRows = ub.map((groups, t) => groups.map((u) => new Float32Array(u.uq.values.length * L.tables[t]!.table.dim)));
+    for (let d = 0; d < W; d++)
+      for (const sl of req.slots[d]!) {
+        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim, cols = sl.c1 - sl.c0;
+        if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
+        else if (s.kind === 'ub') K.unpack(back.data, sl.at, fw, sl.rows, cols, ubRows[s.t]![s.g]!, dim, null, 0, sl.c0, false);
+        else if (rt.pooling !== 'none') K.unpack(back.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
+        else K.unpack(back.data, sl.at, fw, sl.rows, cols, seqOut.get(s.f)!, dim, part(segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.c0, false);
       }
-    }
     const poolFrom = (rows: Float32Array, u: UniqT, rt: (typeof L.tables)[number], s: number) => {
       rt.features.forEach((f, k) => {
         const p = part(segs.get(f)!, s, B);
@@ -651,10 +599,7 @@ export class ShardedEmbeddingCollection {
       });
     };
     for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
-    for (const [key, u] of ub) {
-      const [t, gi] = key.split(':').map(Number) as [number, number];
-      poolFrom(ubRows.get(key)!, u, L.tables[t]!, 2 + gi);
-    }
+    ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
     for (const rt of L.tables)
       if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
     g.release(back.data);
@@ -662,28 +607,12 @@ export class ShardedEmbeddingCollection {
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
   private dimOf(feature: string): number {
     return this.featureInfo.find((x) => x.name === feature)!.dim;
-  }
-
-  /** Payload elements this rank sends source p in the forward output (= the gradients p sends back). */
-  private outputSize(rx: Received, d: number): number {
-    const L = this.layout;
-    let n = 0;
-    for (const en of rx.entries) {
-      const s = en.seg;
-      if (s.kind === 'node') n += en.ids.length * L.tables[s.t]!.table.dim;
-      else
-        for (const sh of L.shardsOn(s.t, s.g, d)) {
-          const cols = sh.c1 - sh.c0;
-          n += (s.kind === 'rb' && L.tables[s.t]!.pooling !== 'none' ? rx.B : en.ids.length) * cols;
-        }
-    }
-    return n;
   }
 
   /**
@@ -765,42 +694,20 @@ export class ShardedEmbeddingCollection {
     };
     const nodeGrad = new Map<number, Float32Array>();
     for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
-    const ubGrad = new Map<string, Float32Array>();
-    for (const [key, u] of ctx.ub) ubGrad.set(key, gradOver(u, L.tables[Number(key.split(':')[0])]!, 2 + Number(key.split(':')[1])));
-    // 1. gradients to the owners, in the forward output's layout (so the sizes are the forward's)
-    const counts = ctx.expOut;
-    const sendBuf = wireArray(bw, counts.reduce((a, b) => a + b, 0));
-    {
-      let o = 0;
-      for (let d = 0; d < W; d++)
-        for (const s of L.segments(r, d)) {
-          const rt = L.tables[s.t]!, dim = rt.table.dim;
-          if (s.kind === 'node') {
-            const u = ctx.node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
-            K.pack(nodeGrad.get(s.t)!, dim, null, u.starts[j]!, n, 0, dim, bw, sendBuf, o);
-            o += n * dim;
-          } else if (s.kind === 'rb') {
-            const k = rt.features.indexOf(s.f), p = part(ctx.segs.get(s.f)!, 2 + s.g, B);
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              if (rt.pooling !== 'none') {
-                K.pack(Gs, P, null, 0, B, rt.pooledCol[k]! + sh.c0, rt.pooledCol[k]! + sh.c1, bw, sendBuf, o);
-                o += B * cols;
-              } else {
-                K.pack(seqG(s.f), dim, p.pos, 0, p.n, sh.c0, sh.c1, bw, sendBuf, o);
-                o += p.n * cols;
-              }
-            }
-          } else {
-            const key = `${s.t}:${s.g}`, n = ctx.ub.get(key)!.uq.values.length;
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              K.pack(ubGrad.get(key)!, dim, null, 0, n, sh.c0, sh.c1, bw, sendBuf, o);
-              o += n * (sh.c1 - sh.c0);
-            }
-          }
-        }
-    }
-    const gin = await g.allToAllV(sendBuf, counts, { recvCounts: ctx.outCounts });
+    const ubGrad = ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
+    // 1. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
+    const sendBuf = wireArray(bw, ctx.req.total);
+    for (let d = 0; d < W; d++)
+      for (const sl of ctx.req.slots[d]!) {
+        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
+        if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
+        else if (s.kind === 'ub') K.pack(ubGrad[s.t]![s.g]!, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
+        else if (rt.pooling !== 'none') {
+          const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
+          K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
+        } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
+      }
+    const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes });
     // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
     let gathered: { counts: Float64Array; ids: BigInt64Array; grads: WireArray } | undefined;
@@ -850,54 +757,30 @@ export class ShardedEmbeddingCollection {
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
     const pooledGrad = new Float32Array(Btot * L.localPooledDim);
-    // per-source offsets into the received gradients
-    const gOff: number[] = [];
-    {
-      let o = 0;
-      for (let p = 0; p < W; p++) gOff.push(o), (o += gin.counts[p]!);
-    }
     // node tier: sum the node's contributions per row (source order), then sync across nodes
     const nodeUpd = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
-    const srcOffsets = (p: number, fn: (s: Segment, o: number, rows: number) => void) => {
-      let o = gOff[p]!;
-      for (const en of ctx.recv[p]!.entries) {
-        const s = en.seg, rt = L.tables[s.t]!;
-        if (s.kind === 'node') {
-          fn(s, o, en.ids.length);
-          o += en.ids.length * rt.table.dim;
-        } else
-          for (const sh of L.shardsOn(s.t, s.g, r)) {
-            const rows = s.kind === 'rb' && rt.pooling !== 'none' ? ctx.recv[p]!.B : en.ids.length;
-            fn({ ...s, c0: sh.c0 } as unknown as Segment, o, rows);
-            o += rows * (sh.c1 - sh.c0);
-          }
-      }
-    };
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    for (let p = 0; p < W; p++) {
-      srcOffsets(p, (s, o, rows) => {
-        const rt = L.tables[s.t]!;
+    // the received gradients, slot by slot of the owner schedule
+    for (let p = 0; p < W; p++)
+      for (const sl of ctx.own.slots[p]!) {
+        const s = sl.seg;
         if (s.kind === 'node') {
-          const dim = rt.table.dim;
-          const en = ctx.recv[p]!.entries.find((x) => x.seg.kind === 'node' && x.seg.t === s.t)!;
-          const gr = new Float32Array(rows * dim);
-          K.unpack(gin.data, o, bw, rows, dim, gr, dim, null, 0, 0, false);
+          const dim = L.tables[s.t]!.table.dim;
+          const gr = new Float32Array(sl.rows * dim);
+          K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
-          np.ids.push(en.ids);
+          np.ids.push(ctx.recv[p]!.entries[sl.entry]!.ids);
           np.grads.push(gr);
-          return;
+          continue;
         }
-        const c0 = (s as Segment & { c0: number }).c0;
-        const lfi = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${c0}` : `ub:${s.t}:${s.g}:${c0}`);
-        const lf = L.localFeatures[lfi]!;
-        if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
+        const lfi = sl.feature, lf = L.localFeatures[lfi]!;
+        if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
         else {
           if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
-          K.unpack(gin.data, o, bw, rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
+          K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
         }
-      });
-    }
+      }
     const nodeTables = L.tables.filter((rt) => rt.N > 0);
     if (nodeTables.length > 0) {
       // node sums, rounded to the wire dtype so every node's replica sums identical inputs
