@@ -21,6 +21,8 @@ import { zeroTraffic, type CommArray, type ProcessGroup, type TrafficCounters } 
 import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './exchange-ops.js';
 import { LocalLayout, type Segment } from './local-layout.js';
 import { fuse, PartReader } from './fused.js';
+import { concat } from './arrays.js';
+import { syncNodeTiers, syncReplicated } from './replica-sync.js';
 import { ownerSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, saveSharded } from './reshard.js';
@@ -110,27 +112,6 @@ interface StepCtx {
 
 const STEP = Symbol('embshard.sharded.step');
 type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
-
-function concat<T extends BigInt64Array | Int32Array | Float32Array | Float64Array | Uint16Array>(parts: T[], Ctor: new (n: number) => T): T {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Ctor(n);
-  let o = 0;
-  for (const p of parts) {
-    (out as unknown as { set(a: T, o: number): void }).set(p, o);
-    o += p.length;
-  }
-  return out;
-}
-
-/** Wire arrays of one dtype, concatenated. */
-function concatWire(parts: WireArray[], wire: Wire): WireArray {
-  return wire === 'fp32' ? concat(parts as Float32Array[], Float32Array) : concat(parts as Uint16Array[], Uint16Array);
-}
-
-function wireBytes(wire: Wire): number {
-  return wire === 'fp32' ? 4 : 2;
-}
 
 function part(v: SegView, s: number, B: number): Part {
   const a = v.starts[s]!, n = v.seg.counts[s]!;
@@ -708,47 +689,15 @@ export class ShardedEmbeddingCollection {
         } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
       }
     const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes });
-    // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
+    // 2. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    let gathered: { counts: Float64Array; ids: BigInt64Array; grads: WireArray } | undefined;
-    if (repTables.length > 0) {
-      const ids: BigInt64Array[] = [], gr: WireArray[] = [], cnt: number[] = [];
-      for (const rt of repTables) {
-        const dim = rt.table.dim;
-        const parts = rt.features.map((f) => part(ctx.segs.get(f)!, 0, B).ids);
-        const featOff = [0];
-        for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
-        const u: UniqT = { uq: K.unique(concat(parts, BigInt64Array), 1), featOff, starts: [] };
-        const rows = gradOver(u, rt, 0);
-        const wv = wireArray(bw, rows.length);
-        K.pack(rows, dim, null, 0, u.uq.values.length, 0, dim, bw, wv, 0);
-        ids.push(u.uq.values);
-        gr.push(wv);
-        cnt.push(u.uq.values.length);
-      }
-      const c = await g.allGather(Float64Array.from(cnt), { uncounted: true, recvCounts: new Array(W).fill(cnt.length) });
-      const nIds: number[] = [], nGr: number[] = [];
-      for (let p = 0; p < W; p++) {
-        let a = 0, b = 0;
-        repTables.forEach((rt, k) => {
-          const n = c.data[p * cnt.length + k]!;
-          a += n;
-          b += n * rt.table.dim;
-        });
-        nIds.push(a), nGr.push(b);
-      }
-      // one all-gather carrying every rank's ids and gradient rows together
-      const mine = fuse([[concat(ids, BigInt64Array), concatWire(gr, bw)]]);
-      const both = await g.allGather(mine.bytes, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)) });
-      const reader = new PartReader(both.data);
-      const idsAll: BigInt64Array[] = [], grAll: WireArray[] = [];
-      for (let p = 0; p < W; p++) {
-        idsAll.push(reader.take(BigInt64Array, nIds[p]!));
-        grAll.push(bw === 'fp32' ? reader.take(Float32Array, nGr[p]!) : reader.take(Uint16Array, nGr[p]!));
-      }
-      g.release(both.data);
-      gathered = { counts: c.data, ids: concat(idsAll, BigInt64Array), grads: concatWire(grAll, bw) };
-    }
+    const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
+      const parts = rt.features.map((f) => part(ctx.segs.get(f)!, 0, B).ids);
+      const featOff = [0];
+      for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
+      const u: UniqT = { uq: K.unique(concat(parts, BigInt64Array), 1), featOff, starts: [] };
+      return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
+    }));
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
@@ -758,7 +707,6 @@ export class ShardedEmbeddingCollection {
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
     const pooledGrad = new Float32Array(Btot * L.localPooledDim);
     // node tier: sum the node's contributions per row (source order), then sync across nodes
-    const nodeUpd = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
     // the received gradients, slot by slot of the owner schedule
     for (let p = 0; p < W; p++)
@@ -781,127 +729,8 @@ export class ShardedEmbeddingCollection {
           K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
         }
       }
-    const nodeTables = L.tables.filter((rt) => rt.N > 0);
-    if (nodeTables.length > 0) {
-      // node sums, rounded to the wire dtype so every node's replica sums identical inputs
-      const sums = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
-      for (const rt of nodeTables) {
-        const dim = rt.table.dim;
-        const np = nodeParts.get(rt.index);
-        if (!np) continue;
-        const allIds = concat(np.ids, BigInt64Array), allG = concat(np.grads, Float32Array);
-        const uq = K.unique(allIds, 1);
-        const sum = new Float32Array(uq.values.length * dim);
-        K.gradUnique(allG, dim, 0, dim, uq.inverse, new Int32Array(allIds.length).fill(1), null, null, false, null, sum);
-        const wv = wireArray(bw, sum.length);
-        K.pack(sum, dim, null, 0, uq.values.length, 0, dim, bw, wv, 0);
-        sums.set(rt.index, { ids: uq.values, wire: wv });
-      }
-      const nodes = W / rpn, myNode = L.nodeOf(r);
-      const peers = (d: number) => d % rpn === r % rpn && L.nodeOf(d) !== myNode;
-      // per peer: the counts (metadata), then one message of every table's ids followed by its gradient rows
-      const syncParts: CommArray[][] = [], metaParts: Float64Array[] = [];
-      const mC: number[] = [];
-      for (let d = 0; d < W; d++) {
-        if (!peers(d)) {
-          syncParts.push([]), mC.push(0);
-          continue;
-        }
-        const m: number[] = [];
-        const ip: BigInt64Array[] = [], gp: WireArray[] = [];
-        for (const rt of nodeTables) {
-          const s = sums.get(rt.index);
-          m.push(s ? s.ids.length : 0);
-          if (s) ip.push(s.ids), gp.push(s.wire);
-        }
-        metaParts.push(Float64Array.from(m));
-        syncParts.push([concat(ip, BigInt64Array), concatWire(gp, bw)]);
-        mC.push(m.length);
-      }
-      let mIn: { data: Float64Array; counts: number[] } = { data: new Float64Array(0), counts: new Array(W).fill(0) };
-      let iIn: { data: BigInt64Array; counts: number[] } = { data: new BigInt64Array(0), counts: new Array(W).fill(0) };
-      let gIn: { data: WireArray; counts: number[] } = { data: wireArray(bw, 0), counts: new Array(W).fill(0) };
-      if (nodes > 1) {
-        mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true, recvCounts: mC });
-        const eI: number[] = [], eG: number[] = [];
-        {
-          let mo = 0;
-          for (let d = 0; d < W; d++) {
-            let a = 0, b = 0;
-            if (mIn.counts[d]! > 0)
-              nodeTables.forEach((rt, k) => {
-                const n = mIn.data[mo + k]!;
-                a += n;
-                b += n * rt.table.dim;
-              });
-            mo += mIn.counts[d]!;
-            eI.push(a), eG.push(b);
-          }
-        }
-        const sync = fuse(syncParts);
-        const syncIn = await g.allToAllV(sync.bytes, sync.counts, { recvCounts: eI.map((n, d) => n * 8 + eG[d]! * wireBytes(bw)) });
-        // back into one ids list and one gradient list in peer order (what the reads below walk)
-        const reader = new PartReader(syncIn.data);
-        const ia: BigInt64Array[] = [], ga: WireArray[] = [];
-        for (let d = 0; d < W; d++) {
-          ia.push(reader.take(BigInt64Array, eI[d]!));
-          ga.push(bw === 'fp32' ? reader.take(Float32Array, eG[d]!) : reader.take(Uint16Array, eG[d]!));
-        }
-        g.release(syncIn.data);
-        iIn = { data: concat(ia, BigInt64Array), counts: eI };
-        gIn = { data: concatWire(ga, bw), counts: eG };
-      }
-      // per table: every node's list in node order (this node's own sums included)
-      const at = { m: 0, i: 0, g: 0 };
-      const fromPeer: Map<number, { ids: BigInt64Array; wire: WireArray }>[] = [];
-      for (let d = 0; d < W; d++) {
-        const per = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
-        if (peers(d) && nodes > 1) {
-          nodeTables.forEach((rt, k) => {
-            const n = mIn.data[at.m + k]!, dim = rt.table.dim;
-            per.set(rt.index, { ids: iIn.data.subarray(at.i, at.i + n), wire: gIn.data.subarray(at.g, at.g + n * dim) as WireArray });
-            at.i += n;
-            at.g += n * dim;
-          });
-          at.m += nodeTables.length;
-        }
-        fromPeer.push(per);
-      }
-      for (const rt of nodeTables) {
-        if (this.layout.nodeRowsHeld(rt, r) === 0) continue;
-        const dim = rt.table.dim;
-        const ids: BigInt64Array[] = [], gr: Float32Array[] = [];
-        for (let m = 0; m < nodes; m++) {
-          const src = m === myNode ? sums.get(rt.index) : fromPeer[m * rpn + (r % rpn)]!.get(rt.index);
-          if (!src || src.ids.length === 0) continue;
-          const f = new Float32Array(src.ids.length * dim);
-          K.unpack(src.wire, 0, bw, src.ids.length, dim, f, dim, null, 0, 0, false);
-          ids.push(src.ids);
-          gr.push(f);
-        }
-        nodeUpd.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
-      }
-      if (nodes > 1) g.release(mIn.data);
-    }
+    const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts);
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
-    const updIds = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
-    if (gathered) {
-      // gathered: per rank p, counts per rep table; ids and grads in (rank, table) order
-      const nT = repTables.length;
-      const perTable = repTables.map(() => ({ ids: [] as BigInt64Array[], grads: [] as Float32Array[] }));
-      let io = 0, go = 0;
-      for (let p = 0; p < W; p++)
-        repTables.forEach((rt, k) => {
-          const n = gathered!.counts[p * nT + k]!, dim = rt.table.dim;
-          perTable[k]!.ids.push(gathered!.ids.subarray(io, io + n));
-          const f = new Float32Array(n * dim);
-          K.unpack(gathered!.grads, go, bw, n, dim, f, dim, null, 0, 0, false);
-          perTable[k]!.grads.push(f);
-          io += n;
-          go += n * dim;
-        });
-      repTables.forEach((rt, k) => updIds.set(rt.index, { ids: concat(perTable[k]!.ids, BigInt64Array), grads: concat(perTable[k]!.grads, Float32Array) }));
-    }
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
     L.localFeatures.forEach((lf, i) => {
@@ -929,7 +758,7 @@ export class ShardedEmbeddingCollection {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
     // everything received this step has been copied out: give the buffers back for the next step
-    g.release(gin.data, ...(gathered ? [gathered.counts] : []));
+    g.release(gin.data);
     this.traffic.backward = delta(g.traffic, before);
     return res;
   }
