@@ -17,8 +17,8 @@ import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
-import { zeroTraffic, type CommArray, type ProcessGroup, type TrafficCounters } from './group.js';
-import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './exchange-ops.js';
+import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
+import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire } from './exchange-ops.js';
 import { LocalLayout, type Segment } from './local-layout.js';
 import { fuse, PartReader } from './fused.js';
 import { concat } from './arrays.js';
@@ -537,7 +537,6 @@ export class ShardedEmbeddingCollection {
       if (s.kind === 'ub') return ub[s.t]![s.g]!.uq.values.length;
       return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
     });
-    const outCounts = own.sizes, expOut = req.sizes;
     const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
@@ -649,7 +648,7 @@ export class ShardedEmbeddingCollection {
   // ---------------------------------------------------------------- backward
   private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
     const K = exchangeOps();
-    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn, B = ctx.B;
+    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
     const before = { ...g.traffic };
     const bw = this.wire.backward;
     const P = this.pooledDim;
