@@ -7,7 +7,10 @@
 //   backward: gradients to the owners (rb: pooled, ub: per unique row), all-gathers of dp / replicated
 //             row gradients, node-tier sync between nodes; then ONE fused optimizer update per row per
 //             rank, with every rank's contributions summed in rank order first.
-// Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward).
+// Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward). The stages live beside it:
+// routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
+// schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
+// row-access.ts (rows by global id), reshard.ts (checkpoints).
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
@@ -18,9 +21,11 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { exchangeOps, wireArray, type Segmented, type Uniq, type Wire } from './exchange-ops.js';
-import { LocalLayout, type Segment } from './local-layout.js';
-import { fuse, PartReader } from './fused.js';
+import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
+import { LocalLayout } from './local-layout.js';
+import { part, route, uniqOver, type SegView, type UniqT } from './routing.js';
+import { exchangeInput, type Received } from './input-exchange.js';
+import { ownerBatch } from './owner.js';
 import { concat } from './arrays.js';
 import { syncNodeTiers, syncReplicated } from './replica-sync.js';
 import { ownerSchedule, requesterSchedule, type Schedule } from './schedule.js';
@@ -65,30 +70,6 @@ export interface ShardedForwardOutput {
   batch: JaggedBatch;
 }
 
-interface SegView {
-  seg: Segmented;
-  starts: number[];
-}
-interface Part {
-  ids: BigInt64Array;
-  pos: Int32Array;
-  weights: Float32Array | null;
-  lengths: Int32Array;
-  n: number;
-}
-interface UniqT {
-  uq: Uniq;
-  /** offset of each feature's ids in the concatenation */
-  featOff: number[];
-  /** per residue (node tier holders): start in values */
-  starts: number[];
-}
-interface Received {
-  B: number;
-  hasW: boolean;
-  /** per canonical segment: ids, lengths (rb), weights (rb) */
-  entries: { seg: Segment; ids: BigInt64Array; lengths: Int32Array | null; weights: Float32Array | null }[];
-}
 interface StepCtx {
   batch: JaggedBatch;
   B: number;
@@ -112,17 +93,6 @@ interface StepCtx {
 
 const STEP = Symbol('embshard.sharded.step');
 type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
-
-function part(v: SegView, s: number, B: number): Part {
-  const a = v.starts[s]!, n = v.seg.counts[s]!;
-  return {
-    ids: v.seg.ids.subarray(a, a + n),
-    pos: v.seg.pos.subarray(a, a + n),
-    weights: v.seg.weights ? v.seg.weights.subarray(a, a + n) : null,
-    lengths: v.seg.lengths.subarray(s * B, (s + 1) * B),
-    n,
-  };
-}
 
 function delta(after: TrafficCounters, before: TrafficCounters): TrafficCounters {
   return {
@@ -395,126 +365,20 @@ export class ShardedEmbeddingCollection {
   // ---------------------------------------------------------------- forward
   private async forwardStep(batch: JaggedBatch): Promise<ShardedForwardOutput> {
     const K = exchangeOps();
-    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn;
+    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
     const before = { ...g.traffic };
-    // 1. route every feature's ids to its ranges
-    const segs = new Map<string, SegView>();
-    for (const rt of L.tables)
-      for (const f of rt.features) {
-        const fv = batch.feature(f);
-        const seg = K.segment(fv.ids, fv.lengths, fv.weights ?? null, rt.bounds, `feature '${f}' (table '${rt.table.name}', ${rt.table.rows} rows)`);
-        const starts = [0];
-        for (let s = 0; s < seg.counts.length; s++) starts.push(starts[s]! + seg.counts[s]!);
-        segs.set(f, { seg, starts });
-      }
-    const uniqOver = (rt: (typeof L.tables)[number], s: number, m: number): UniqT => {
-      const parts = rt.features.map((f) => part(segs.get(f)!, s, B).ids);
-      const featOff = [0];
-      for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
-      const uq = K.unique(concat(parts, BigInt64Array), m);
-      const starts = [0];
-      for (let j = 0; j < m; j++) starts.push(starts[j]! + uq.counts[j]!);
-      return { uq, featOff, starts };
-    };
-    // ub[t][g]: the distinct ids of ub table t in row group g (empty for other tables)
-    const ub: UniqT[][] = L.tables.map((rt) => (rt.cluster === 'ub' ? rt.groups.map((_, gi) => uniqOver(rt, 2 + gi, 1)) : []));
-    const node = new Map<number, UniqT>();
-    for (const rt of L.tables) {
-      if (rt.N > 0) node.set(rt.index, uniqOver(rt, 1, rpn));
-    }
-    // 2. input messages, one per destination, in canonical segment order: the segment counts (metadata),
-    // then one message carrying the ids, the rb bags' lengths and the weights
-    const meta: Float64Array[] = [], input: [BigInt64Array, Int32Array, Float32Array][] = [];
-    const metaCounts: number[] = [];
-    for (let d = 0; d < W; d++) {
-      const m: number[] = [B, weighted ? 1 : 0];
-      const ip: BigInt64Array[] = [], lp: Int32Array[] = [], wp: Float32Array[] = [];
-      for (const s of L.segments(r, d)) {
-        if (s.kind === 'node') {
-          const u = node.get(s.t)!, j = d % rpn;
-          const ids = K.divideIds(u.uq.values.subarray(u.starts[j]!, u.starts[j + 1]!), rpn);
-          ip.push(ids);
-          m.push(ids.length);
-        } else if (s.kind === 'rb') {
-          const p = part(segs.get(s.f)!, 2 + s.g, B);
-          lp.push(p.lengths);
-          ip.push(p.ids);
-          if (p.weights) wp.push(p.weights);
-          m.push(p.n);
-        } else {
-          const u = ub[s.t]![s.g]!.uq.values;
-          ip.push(u);
-          m.push(u.length);
-        }
-      }
-      const mm = Float64Array.from(m);
-      meta.push(mm);
-      input.push([concat(ip, BigInt64Array), concat(lp, Int32Array), concat(wp, Float32Array)]);
-      metaCounts.push(mm.length);
-    }
-    const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length);
-    const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true, recvCounts: expMeta });
-    // the segment counts say what every source sends next, so the payload exchanges skip their count phase
-    const expIds: number[] = [], expLen: number[] = [], expW: number[] = [];
-    {
-      let mo = 0;
-      for (let p = 0; p < W; p++) {
-        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-        let ni = 0, nl = 0, nw = 0, k = mo + 2;
-        for (const s of L.segments(p, r)) {
-          const n = metaIn.data[k++]!;
-          ni += n;
-          if (s.kind === 'rb') {
-            nl += Bp;
-            if (hasW) nw += n;
-          }
-        }
-        expIds.push(ni), expLen.push(nl), expW.push(nw);
-        mo += metaIn.counts[p]!;
-      }
-    }
-    const sent = fuse(input);
-    const inBytes = expIds.map((n, p) => n * 8 + expLen[p]! * 4 + expW[p]! * 4);
-    const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: inBytes });
-    // 3. parse what every source sent this rank
-    const recv: Received[] = [];
-    {
-      const reader = new PartReader(inputIn.data);
-      let mo = 0;
-      for (let p = 0; p < W; p++) {
-        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-        const idsP = reader.take(BigInt64Array, expIds[p]!), lenP = reader.take(Int32Array, expLen[p]!), wP = reader.take(Float32Array, expW[p]!);
-        let k = mo + 2, io = 0, lo = 0, wo = 0;
-        const entries: Received['entries'] = [];
-        for (const s of L.segments(p, r)) {
-          const n = metaIn.data[k++]!;
-          const ids = idsP.subarray(io, io + n);
-          io += n;
-          let lengths: Int32Array | null = null, weights: Float32Array | null = null;
-          if (s.kind === 'rb') {
-            lengths = lenP.subarray(lo, lo + Bp);
-            lo += Bp;
-            if (hasW) {
-              weights = wP.subarray(wo, wo + n);
-              wo += n;
-            }
-          }
-          entries.push({ seg: s, ids, lengths, weights });
-        }
-        mo += metaIn.counts[p]!;
-        recv.push({ B: Bp, hasW, entries });
-      }
-    }
+    // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
+    const { segs, ub, node } = route(L, batch);
+    // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
+    const recv = await exchangeInput(L, g, { segs, ub, node }, B, weighted);
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
-    // the parts were copied out: the received buffers can be reused now
-    g.release(metaIn.data, inputIn.data);
     // 4. one engine call: the owner batch (every source's ids for this rank's shards and tiers, Btot bags)
     // with this rank's own lookups (dp tables, replicated tiers) in its first B bags
-    const owner = this.ownerBatch(recv, Btot, segs, B, weighted);
+    const owner = ownerBatch(L, recv, Btot, segs, B, weighted);
     const e = this.live();
     const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
     const ownerOut = engineOut, localOut = engineOut;
@@ -595,56 +459,6 @@ export class ShardedEmbeddingCollection {
     return this.featureInfo.find((x) => x.name === feature)!.dim;
   }
 
-  /**
-   * The batch of this rank's one engine call per phase: rb features with every source's bags (source
-   * order), ub / node features with one bag of every source's ids, and this rank's own lookups (dp tables,
-   * replicated tiers: `loc` features) in the first B of the Btot bags.
-   */
-  private ownerBatch(recv: Received[], Btot: number, segs: Map<string, SegView>, B: number, weighted: boolean): { batch: NativeBatch; idOff: number[][]; featIds: number[] } {
-    const L = this.layout, W = L.W;
-    const F = L.localFeatures.length;
-    const lengths = new Int32Array(F * Btot);
-    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
-    const anyW = weighted || recv.some((x) => x.hasW);
-    const idOff: number[][] = [];
-    const featIds: number[] = [];
-    const find = (p: number, pred: (s: Segment) => boolean) => recv[p]!.entries.find((en) => pred(en.seg));
-    L.localFeatures.forEach((lf, i) => {
-      if (lf.kind === 'loc') {
-        const own = part(segs.get(lf.f!)!, 0, B);
-        lengths.set(own.lengths, i * Btot);
-        ids.push(own.ids);
-        if (anyW) w.push(own.weights ?? new Float32Array(own.n).fill(1));
-        idOff.push([]);
-        featIds.push(own.n);
-        return;
-      }
-      const offs: number[] = [];
-      let n = 0;
-      let bag = i * Btot;
-      for (let p = 0; p < W; p++) {
-        offs.push(n);
-        let en: Received['entries'][number] | undefined;
-        if (lf.kind === 'rb') en = find(p, (s) => s.kind === 'rb' && s.f === lf.f && s.g === lf.g);
-        else if (lf.kind === 'ub') en = find(p, (s) => s.kind === 'ub' && s.t === lf.t && s.g === lf.g);
-        else if (lf.kind === 'node') en = find(p, (s) => s.kind === 'node' && s.t === lf.t);
-        if (lf.kind === 'rb') {
-          if (en) lengths.set(en.lengths!, bag);
-          bag += recv[p]!.B;
-        } else if (en) lengths[i * Btot] += en.ids.length;
-        if (!en) continue;
-        ids.push(en.ids);
-        n += en.ids.length;
-        if (anyW) w.push(en.weights ?? new Float32Array(en.ids.length).fill(1));
-      }
-      idOff.push(offs);
-      featIds.push(n);
-    });
-    const batch: NativeBatch = { batchSize: Btot, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array) };
-    if (anyW) batch.weights = concat(w, Float32Array);
-    return { batch, idOff, featIds };
-  }
-
   // ---------------------------------------------------------------- backward
   private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
     const K = exchangeOps();
@@ -691,10 +505,7 @@ export class ShardedEmbeddingCollection {
     // 2. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
     const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
-      const parts = rt.features.map((f) => part(ctx.segs.get(f)!, 0, B).ids);
-      const featOff = [0];
-      for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
-      const u: UniqT = { uq: K.unique(concat(parts, BigInt64Array), 1), featOff, starts: [] };
+      const u = uniqOver(ctx.segs, rt, 0, 1, B);
       return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
     }));
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
