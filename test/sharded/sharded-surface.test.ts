@@ -30,6 +30,17 @@ function setup(optimizer: ShardedConfig['optimizer']) {
   return { plan, groups, ranks, oracle, close };
 }
 
+/** One step on the sharded ranks (each its local batch) and on the oracle (the global batch). */
+async function stepBoth(ranks: ShardedEmbeddingCollection[], oracle: EmbeddingCollection, plan: ShardPlan, step: number) {
+  const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, step));
+  const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+  const gout = await oracle.forward(S.globalBatch(lib, batches));
+  const grads = outs.map((o, r) => S.gradsFor(o, r, step));
+  await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
+  await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+  return { outs, grads };
+}
+
 /** Every row of the table, shuffled, with some ids twice. */
 function idsOf(rows: number, seed: number): number[] {
   const r = S.rng(seed);
@@ -46,12 +57,7 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     const { plan, ranks, oracle, close } = setup({ type: 'adam', lr: 0.01 });
     try {
       // a step so the state is not all zeros
-      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0));
-      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
-      const gout = await oracle.forward(S.globalBatch(lib, batches));
-      const grads = outs.map((o, r) => S.gradsFor(o, r, 0));
-      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
-      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      await stepBoth(ranks, oracle, plan, 0);
       for (const t of plan.tables) {
         const ids = idsOf(t.rows, t.rows);
         expect(ranks[0]!.stateWidth(t.name)).toBe(oracle.stateWidth(t.name));
@@ -93,12 +99,7 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
       for (const sc of ranks) sc.setLearningRate(0.2);
       oracle.setLearningRate(0.2);
       expect(ranks[0]!.learningRate).toBe(0.2);
-      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 1));
-      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
-      const gout = await oracle.forward(S.globalBatch(lib, batches));
-      const grads = outs.map((o, r) => S.gradsFor(o, r, 1));
-      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
-      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      await stepBoth(ranks, oracle, plan, 1);
       for (const t of plan.tables) {
         const all = Array.from({ length: t.rows }, (_, i) => i);
         const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
@@ -153,12 +154,7 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 });
     const dir = mkdtempSync(join(tmpdir(), 'embshard-surface-'));
     try {
-      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0));
-      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
-      const gout = await oracle.forward(S.globalBatch(lib, batches));
-      const grads = outs.map((o, r) => S.gradsFor(o, r, 0));
-      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
-      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      const { outs, grads } = await stepBoth(ranks, oracle, plan, 0);
       const released = await Promise.all(ranks.map((sc, r) => sc.release(outs[r]!)));
       expect(released[0]).toBe(1 + oracle.sequenceFeatures.length);
       expect(outs[0]!.pooled.length).toBe(0);
