@@ -13,7 +13,7 @@ import { PRESETS, isPresetName, parseLayers, type DenseModelSpec, type PresetNam
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
-import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../sharded/group.js';
+import { createInProcessGroups, createMpiGroup, localDevice, type ProcessGroup } from '../sharded/group.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
@@ -21,9 +21,10 @@ import type { DenseOptimizerType } from '../train/binding.js';
 
 export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dlrm-dcnv2|dlrm-benchmark|custom>
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
-                      (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N] [--plan auto|<file>]
+                      (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N|cuda:local] [--plan auto|<file>]
   several ranks:  mpirun -np 4 embshard train ... (tables sharded by the planner, or by --plan <file>;
-                  every data source split by rank; the dense model is data parallel)
+                  every data source split by rank; the dense model is data parallel;
+                  --device cuda:local gives each rank the GPU of its local rank on its node)
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
@@ -252,6 +253,7 @@ export async function runTrain(argv: string[]): Promise<number> {
     if (world > 1) group = await createMpiGroup({ timeoutMs: 300_000 });
     else if (a.plan !== undefined && a.plan !== 'auto') group = createInProcessGroups(1)[0];
     const rank = group?.rank ?? 0;
+    a.device = localDevice(a.device, rank, group?.ranksPerNode ?? 1);
     if (rank !== 0) a.quiet = true;
     if (a.threads) loadAddon().setThreads(a.threads);
     data = await openData(a, rank, group?.size ?? 1);

@@ -345,6 +345,14 @@ export async function createMpiGroup(options: GroupOptions = {}): Promise<Proces
   return new ProcessGroup(g, options, addon);
 }
 
+/**
+ * 'cuda:local' → the GPU of this rank's local rank on its node (`cuda:${rank mod ranksPerNode}`), so each
+ * MPI rank of a node takes its own GPU; any other device string is returned as it is.
+ */
+export function localDevice(device: string, rank: number, ranksPerNode: number): string {
+  return device === 'cuda:local' ? `cuda:${rank % ranksPerNode}` : device;
+}
+
 export interface NcclOptions extends GroupOptions {
   /** A group over the same ranks that carries NCCL's unique id from rank 0 (MPI or in-process). */
   bootstrap: ProcessGroup;

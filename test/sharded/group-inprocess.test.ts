@@ -1,7 +1,7 @@
 // Process groups over in-process threads: every collective against closed-form results for 1–4 ranks,
 // the byte counters, argument checks, and failures (missing rank, mismatched call, a rank that left).
 import { describe, it, expect } from 'vitest';
-import { createInProcessGroups, type ProcessGroup } from '../../lib/sharded/group.js';
+import { createInProcessGroups, localDevice, type ProcessGroup } from '../../lib/sharded/group.js';
 import { EmbshardError } from '../../lib/errors.js';
 import { allReduceBytes, exactInputOf, inputOf, naiveSum, rankOrderSumF32 } from './allreduce-oracle.mjs';
 
@@ -249,5 +249,14 @@ describe('in-process group accounting and failures', () => {
     g.close();
     await expect(g.barrier()).rejects.toMatchObject({ code: 'COMM_FAILED' });
     closeAll(gs);
+  });
+});
+
+describe('localDevice', () => {
+  it("'cuda:local' is the GPU of the local rank on its node; other devices pass through", () => {
+    // 2 nodes of 4 ranks: ranks 0..7 → GPUs 0 1 2 3 0 1 2 3
+    expect(Array.from({ length: 8 }, (_, r) => localDevice('cuda:local', r, 4))).toEqual(['cuda:0', 'cuda:1', 'cuda:2', 'cuda:3', 'cuda:0', 'cuda:1', 'cuda:2', 'cuda:3']);
+    expect(localDevice('cpu', 5, 4)).toBe('cpu');
+    expect(localDevice('cuda:2', 5, 4)).toBe('cuda:2');
   });
 });
