@@ -32,7 +32,7 @@ interface Row {
 const rows: Row[] = [];
 
 const zero = (): { data: number } & StepTimes => ({
-  data: 0, embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0,
+  data: 0, embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, communicationTotal: 0, embeddingBackward: 0, denseUpdate: 0, total: 0,
 });
 
 async function endToEnd(name: string, model: PresetName, data: SyntheticOptions, opt: 'sgd' | 'adagrad', lr: number, note: string): Promise<void> {

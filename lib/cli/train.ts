@@ -289,7 +289,7 @@ export async function runTrain(argv: string[]): Promise<number> {
           `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${data.describe}${planNote}, ${loadAddon().threads()} threads`,
       );
 
-    const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
+    const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, communicationTotal: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
     let dataMs = 0, samples = 0, steps = 0, lastEval: EvalResult | undefined;
     const recent: number[] = [];
     const t0 = performance.now();
@@ -348,7 +348,7 @@ export async function runTrain(argv: string[]): Promise<number> {
             (best !== undefined ? ` (planted model's AUC ${best.toFixed(4)}, gap ${(best - lastEval.auc).toFixed(4)})` : '')
           : 'no evaluation (--eval-batches 0)',
         `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
-          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)}`,
+          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed (all-reduce ${pct(sum.communicationTotal)} in all)`,
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
       ].join('\n'),

@@ -26,7 +26,10 @@ export interface StepTimes {
   embeddingForward: number;
   denseForward: number;
   denseBackward: number;
+  /** Exposed communication: time the step was blocked on the dense-gradient all-reduce. */
   communication: number;
+  /** The dense-gradient all-reduce from start to completion (with `overlap`, partly hidden behind the embedding backward). */
+  communicationTotal: number;
   embeddingBackward: number;
   denseUpdate: number;
   total: number;
@@ -76,6 +79,13 @@ export interface TrainerOptions {
   group?: GradientGroup | ProcessGroup;
   /** Called after every step (services: push to a metrics system; keep it cheap). */
   onMetrics?: (m: StepMetrics) => void;
+  /**
+   * Start the dense-gradient all-reduce before the embedding backward and wait for it only before the
+   * dense update, so it runs while the embedding backward computes (default true). The result is bitwise
+   * the same either way: the collectives are issued in the same order and nothing reads the dense
+   * gradients in between.
+   */
+  overlap?: boolean;
 }
 
 export class Trainer {
@@ -89,6 +99,8 @@ export class Trainer {
   onMetrics: ((m: StepMetrics) => void) | undefined;
   /** Times of the last step. */
   lastTimes: StepTimes | undefined;
+  /** Whether the dense-gradient all-reduce overlaps the embedding backward (TrainerOptions.overlap). */
+  readonly overlap: boolean;
 
   private steps = 0;
   private queue: Promise<unknown> = Promise.resolve();
@@ -134,6 +146,8 @@ export class Trainer {
       throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
     this.group = o.group;
     this.onMetrics = o.onMetrics;
+    if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
+    this.overlap = o.overlap ?? true;
     this.steps = this.dense.step;
   }
 
@@ -268,15 +282,31 @@ export class Trainer {
     const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
-    if (this.group && world > 1) {
-      const g = this.dense.grads; // CPU: the live buffer; GPU: a host copy, written back after the sum
-      await this.group.allReduce(g, 'sum');
-      this.dense.setGrads(g);
+    // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
+    let reduced: Promise<void> | undefined;
+    let arStart = 0, arEnd = 0;
+    const g = this.group && world > 1 ? this.dense.grads : undefined; // CPU: the live buffer; GPU: a host copy, written back after the sum
+    if (g) {
+      arStart = performance.now();
+      reduced = this.group!.allReduce(g, 'sum').then(() => {
+        arEnd = performance.now();
+      });
+      if (!this.overlap) await reduced;
     }
     const t3 = performance.now();
-    await this.embeddings.backward(out, { pooled: this.sparseGrad });
-    if (this.embeddings.release) await this.embeddings.release(out);
+    try {
+      await this.embeddings.backward(out, { pooled: this.sparseGrad });
+      if (this.embeddings.release) await this.embeddings.release(out);
+    } catch (e) {
+      await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer
+      throw e;
+    }
     const t4 = performance.now();
+    if (reduced) {
+      await reduced;
+      this.dense.setGrads(g!);
+    }
+    const t4w = performance.now();
     await this.dense.update(denseLr);
     const t5 = performance.now();
     this.steps += 1;
@@ -284,9 +314,10 @@ export class Trainer {
       embeddingForward: t1 - t0,
       denseForward: r.forwardMs,
       denseBackward: t2 - t1 - r.forwardMs,
-      communication: t3 - t2,
+      communication: t3 - t2 + (t4w - t4),
+      communicationTotal: reduced ? arEnd - arStart : 0,
       embeddingBackward: t4 - t3,
-      denseUpdate: t5 - t4,
+      denseUpdate: t5 - t4w,
       total: t5 - t0,
     };
     this.lastTimes = times;

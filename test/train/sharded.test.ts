@@ -121,6 +121,26 @@ describe('Trainer with a sharding plan', () => {
     }
   });
 
+  it('overlapping the dense all-reduce with the embedding backward is bitwise equal to not overlapping it', async () => {
+    const embOpt = { type: 'adagrad' as const, lr: 0.1 };
+    const run = async (overlap: boolean) => {
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, embeddingOptimizer: embOpt, seed: 7, overlap }));
+      const losses: number[] = [];
+      for (let step = 0; step < 3; step++) losses.push(...(await Promise.all(ranks.map((t, r) => t.step(localBatch(r, step))))));
+      const params = Float32Array.from(ranks[0]!.dense.params);
+      const rows: Float32Array[] = [];
+      for (const t of plan.tables) rows.push(...(await Promise.all(ranks.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, Array.from({ length: t.rows }, (_, i) => i))))));
+      expect(ranks[0]!.overlap).toBe(overlap);
+      for (const g of groups) g.close();
+      return { losses, params, rows };
+    };
+    const a = await run(true), b = await run(false);
+    expect(a.losses).toEqual(b.losses);
+    expect(Buffer.compare(Buffer.from(a.params.buffer), Buffer.from(b.params.buffer))).toBe(0);
+    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+  });
+
   it('a plan without a group is refused with INVALID_CONFIG', () => {
     expect(() => new Trainer({ model: spec, plan })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group/) }));
   });
