@@ -399,6 +399,30 @@ Napi::Value GroupWrap::Barrier(const Napi::CallbackInfo& info) {
   });
 }
 
+#if defined(EMBSHARD_WITH_MPI)
+namespace {
+// The MPI group behind a handle, for the benchmark references; other groups reject with BACKEND_UNAVAILABLE.
+std::shared_ptr<comm::MpiGroup> mpi_reference(Napi::Env env, const std::shared_ptr<comm::Group>& g, const std::string& kind,
+                                              const char* what) {
+  auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(g);
+  if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", std::string(what) + " is the MPI group's reference; this group is " + kind);
+  return mpi;
+}
+// A job that runs `call` on the worker thread, timed around it, and resolves to its seconds.
+std::unique_ptr<GroupJob> timed_job(std::function<void()> call) {
+  auto job = std::make_unique<GroupJob>();
+  auto secs = std::make_shared<double>(0);
+  job->run = [call, secs](comm::Group*) {
+    auto t0 = comm::Clock::now();
+    call();
+    *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
+  };
+  job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
+  return job;
+}
+}  // namespace
+#endif
+
 // rawAllToAllV(send, sendBytes: Float64Array, recv, recvBytes: Float64Array) -> Promise<seconds>: the
 // MPI group's plain blocking MPI_Alltoallv of the same layout, timed around the MPI call only (the
 // benchmark's reference). Other groups reject with BACKEND_UNAVAILABLE.
@@ -407,23 +431,17 @@ Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
 #if defined(EMBSHARD_WITH_MPI)
-    auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(group_);
-    if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV is the MPI group's reference; this group is " + kind_);
+    auto mpi = mpi_reference(env, group_, kind_, "rawAllToAllV");
     Bytes send = typed_bytes(env, info[0], "rawAllToAllV: send");
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "rawAllToAllV");
     Bytes recv = typed_bytes(env, info[2], "rawAllToAllV: recv");
     auto recvBytes = byte_counts(env, info[3], size_, recv.size, "rawAllToAllV");
-    auto job = std::make_unique<GroupJob>();
+    auto so = prefix(sendBytes), ro = prefix(recvBytes);
+    auto job = timed_job([mpi, send, sendBytes, so, recv, recvBytes, ro] {
+      mpi->raw_all_to_all_v(send.data, sendBytes.data(), so.data(), recv.data, recvBytes.data(), ro.data());
+    });
     job->Keep(info[0]);
     job->Keep(info[2]);
-    auto secs = std::make_shared<double>(0);
-    job->run = [mpi, send, sendBytes, recv, recvBytes, secs](comm::Group*) {
-      auto so = prefix(sendBytes), ro = prefix(recvBytes);
-      auto t0 = comm::Clock::now();
-      mpi->raw_all_to_all_v(send.data, sendBytes.data(), so.data(), recv.data, recvBytes.data(), ro.data());
-      *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
-    };
-    job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
     return Submit(env, std::move(job));
 #else
     throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV needs the MPI group, which this build does not have");
@@ -439,20 +457,11 @@ Napi::Value GroupWrap::RawAllReduce(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
 #if defined(EMBSHARD_WITH_MPI)
-    auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(group_);
-    if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", "rawAllReduce is the MPI group's reference; this group is " + kind_);
-    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-      throw_error(env, "INVALID_ARGUMENT", "rawAllReduce: data must be a Float32Array");
-    Bytes data = typed_bytes(env, info[0], "rawAllReduce: data");
-    auto job = std::make_unique<GroupJob>();
+    auto mpi = mpi_reference(env, group_, kind_, "rawAllReduce");
+    float* data = typed_array<float>(env, info[0], napi_float32_array, "rawAllReduce: data", 0);
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    auto job = timed_job([mpi, data, n] { mpi->raw_all_reduce(data, n); });
     job->Keep(info[0]);
-    auto secs = std::make_shared<double>(0);
-    job->run = [mpi, data, secs](comm::Group*) {
-      auto t0 = comm::Clock::now();
-      mpi->raw_all_reduce(reinterpret_cast<float*>(data.data), data.size / 4);
-      *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
-    };
-    job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
     return Submit(env, std::move(job));
 #else
     throw_error(env, "BACKEND_UNAVAILABLE", "rawAllReduce needs the MPI group, which this build does not have");
