@@ -52,6 +52,11 @@ export interface CollectiveOptions {
   /** Leave the byte counters alone (metadata such as per-segment counts is not payload). */
   uncounted?: boolean;
   /**
+   * Also add this call's bytes to these counters (besides the group's own), so a caller can attribute
+   * the traffic of calls that interleave with others (a step's phases) exactly.
+   */
+  counters?: TrafficCounters;
+  /**
    * allToAllV / allGather: the elements every rank sends here, when the caller already knows them; skips
    * the count exchange (one round trip). They must be right: a mismatch fails with COMM_FAILED where the
    * transport can tell (in-process, MPI truncation) and is undefined otherwise.
@@ -147,17 +152,20 @@ export class ProcessGroup {
 
   private count(kind: CollectiveKind, peer: number, bytes: number, dir: 'sent' | 'recv', opts?: CollectiveOptions): void {
     if (bytes === 0 || opts?.uncounted) return;
+    const extra = opts?.counters;
     if (peer === this.rank) {
-      if (dir === 'sent') this.traffic.local += bytes;
+      if (dir === 'sent') {
+        this.traffic.local += bytes;
+        if (extra) extra.local += bytes;
+      }
       return;
     }
     const k = this.perKind[kind];
     k[dir] += bytes;
-    if (this.nodeOf(peer) === this.nodeOf(this.rank)) this.traffic[dir === 'sent' ? 'sentIntra' : 'recvIntra'] += bytes;
-    else {
-      this.traffic[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
-      k[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
-    }
+    const field = this.nodeOf(peer) === this.nodeOf(this.rank) ? (dir === 'sent' ? 'sentIntra' : 'recvIntra') : dir === 'sent' ? 'sentInter' : 'recvInter';
+    this.traffic[field] += bytes;
+    if (extra) extra[field] += bytes;
+    if (field === 'sentInter' || field === 'recvInter') k[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
   }
 
   /**

@@ -6,7 +6,7 @@
 import { concat } from './arrays.js';
 import { exchangeOps } from './exchange-ops.js';
 import { fuse, PartReader } from './fused.js';
-import type { ProcessGroup } from './group.js';
+import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout, Segment } from './local-layout.js';
 import { part, type Routed } from './routing.js';
 
@@ -19,7 +19,7 @@ export interface Received {
 }
 
 /** Sends this rank's routed ids to their owners; returns, per source rank, what it asked this rank for. */
-export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Routed, B: number, weighted: boolean): Promise<Received[]> {
+export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Routed, B: number, weighted: boolean, counters: TrafficCounters): Promise<Received[]> {
   const K = exchangeOps();
   const W = L.W, r = L.rank, rpn = L.rpn;
   const { segs, ub, node } = routed;
@@ -76,7 +76,7 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Rou
   }
   const sent = fuse(input);
   const inBytes = expIds.map((n, p) => n * 8 + expLen[p]! * 4 + expW[p]! * 4);
-  const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: inBytes });
+  const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: inBytes, counters });
   // 3. parse what every source sent this rank
   const recv: Received[] = [];
   {

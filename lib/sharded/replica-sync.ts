@@ -3,7 +3,7 @@
 // node tiers' node-summed gradients exchanged with the holder of the same rows on every other node
 // (docs/wire-protocol.md: dp tables, hot-row tiers, Messages). Each sync is a count exchange (uncounted
 // metadata) and one message of ids and gradient rows.
-import type { ProcessGroup } from './group.js';
+import type { ProcessGroup, TrafficCounters } from './group.js';
 import { concat, concatWire, wireBytes } from './arrays.js';
 import { exchangeOps, wireArray, type Wire, type WireArray } from './exchange-ops.js';
 import { fuse, PartReader } from './fused.js';
@@ -22,7 +22,7 @@ function takeWire(reader: PartReader, wire: Wire, n: number): WireArray {
  * gradient sums; returns, per table, every rank's rows and gradients (rank order, rounded to the wire dtype
  * as they travelled).
  */
-export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[]): Promise<RowGrads> {
+export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[], counters: TrafficCounters): Promise<RowGrads> {
   const K = exchangeOps();
   const W = L.W;
   const out: RowGrads = new Map();
@@ -46,7 +46,7 @@ export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, 
   }
   // one all-gather carrying every rank's ids and gradient rows together
   const mine = fuse([[concat(local.map((x) => x.ids), BigInt64Array), concatWire(wires, bw)]]);
-  const both = await g.allGather(mine.bytes, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)) });
+  const both = await g.allGather(mine.bytes, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)), counters });
   const reader = new PartReader(both.data);
   const perTable = local.map(() => ({ ids: [] as BigInt64Array[], grads: [] as Float32Array[] }));
   for (let p = 0; p < W; p++) {
@@ -73,7 +73,7 @@ export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, 
  * inputs), exchanges the sums with the same holder on every other node, and returns per table every
  * node's list in node order, for the rows this rank holds.
  */
-export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, parts: Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>): Promise<RowGrads> {
+export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, parts: Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>, counters: TrafficCounters): Promise<RowGrads> {
   const K = exchangeOps();
   const W = L.W, rpn = L.rpn, r = L.rank;
   const out: RowGrads = new Map();
@@ -128,7 +128,7 @@ export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, p
       eI.push(a), eG.push(b);
     }
     const sync = fuse(syncParts);
-    const syncIn = await g.allToAllV(sync.bytes, sync.counts, { recvCounts: eI.map((n, d) => n * 8 + eG[d]! * wireBytes(bw)) });
+    const syncIn = await g.allToAllV(sync.bytes, sync.counts, { recvCounts: eI.map((n, d) => n * 8 + eG[d]! * wireBytes(bw)), counters });
     const reader = new PartReader(syncIn.data);
     for (let d = 0, mo = 0; d < W; mo += mIn.counts[d]!, d++) {
       const ids = reader.take(BigInt64Array, eI[d]!), gr = takeWire(reader, bw, eG[d]!);

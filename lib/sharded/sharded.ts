@@ -23,7 +23,7 @@ import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
 import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
 import { LocalLayout } from './local-layout.js';
-import { part, route, uniqOver, type SegView, type UniqT } from './routing.js';
+import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type Received } from './input-exchange.js';
 import { ownerBatch } from './owner.js';
 import { concat } from './arrays.js';
@@ -91,18 +91,17 @@ interface StepCtx {
   used: boolean;
 }
 
+interface Prepared {
+  batch: JaggedBatch;
+  routed: Routed;
+  recv: Promise<Received[]>;
+  /** the forward's byte counters, from its input exchange on */
+  counters: TrafficCounters;
+}
+
 const STEP = Symbol('embshard.sharded.step');
 type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
 
-function delta(after: TrafficCounters, before: TrafficCounters): TrafficCounters {
-  return {
-    sentIntra: after.sentIntra - before.sentIntra,
-    sentInter: after.sentInter - before.sentInter,
-    recvIntra: after.recvIntra - before.recvIntra,
-    recvInter: after.recvInter - before.recvInter,
-    local: after.local - before.local,
-  };
-}
 
 export class ShardedEmbeddingCollection {
   readonly plan: ShardPlan;
@@ -119,6 +118,8 @@ export class ShardedEmbeddingCollection {
   readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
   private engine: NativeEngine | undefined;
   private queue: Promise<unknown> = Promise.resolve();
+  /** the batch given to prepare(), its routing and its input exchange under way */
+  private prepared: Prepared | undefined;
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     if (group.size !== plan.topology.worldSize)
@@ -331,13 +332,42 @@ export class ShardedEmbeddingCollection {
     return run;
   }
 
-  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
-  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+  private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     const planFeatures = new Set(this.featureInfo.map((f) => f.name));
     for (const f of batch.features) if (!planFeatures.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has feature '${f}', which no table of the plan reads`);
     for (const f of planFeatures) if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch lacks feature '${f}'`);
-    return this.enqueue(() => this.forwardStep(batch));
+  }
+
+  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
+  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+    const pre = this.prepared;
+    if (pre && pre.batch !== batch)
+      throw new EmbshardError('INVALID_ARGUMENT', 'forward() must take the batch given to prepare() first (its ids are already on their way to the owners)');
+    if (!pre) this.checkBatch(batch);
+    this.prepared = undefined;
+    return this.enqueue(() => this.forwardStep(batch, pre));
+  }
+
+  /**
+   * Starts the table-independent part of the next forward now: routes `batch`'s ids and sends them to
+   * their owners (the metadata and input exchanges, queued after the calls before it), so the exchange
+   * overlaps the caller's compute until its next call on this collection (the Trainer prepares right after
+   * the current forward, so the next batch's ids travel during the dense forward / backward). A
+   * collective: every rank prepares at the same point of its step. The next forward must take this batch;
+   * the result is bitwise the same as without prepare().
+   */
+  prepare(batch: JaggedBatch): void {
+    if (this.prepared) throw new EmbshardError('INVALID_ARGUMENT', 'a prepared batch is already waiting for its forward()');
+    this.live();
+    this.checkBatch(batch);
+    const routed = route(this.layout, batch);
+    const counters = zeroTraffic();
+    // queued like every call of this collection, so every rank issues the collectives in the same order;
+    // the calls queued after it (the current backward) wait for it, the caller's own compute does not
+    const recv = this.enqueue(() => exchangeInput(this.layout, this.group, routed, batch.batchSize, batch.weights !== undefined, counters));
+    recv.catch(() => undefined); // surfaced by the forward that consumes it
+    this.prepared = { batch, routed, recv, counters };
   }
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
@@ -363,16 +393,16 @@ export class ShardedEmbeddingCollection {
   }
 
   // ---------------------------------------------------------------- forward
-  private async forwardStep(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+  private async forwardStep(batch: JaggedBatch, pre: Prepared | undefined): Promise<ShardedForwardOutput> {
     const K = exchangeOps();
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
-    const before = { ...g.traffic };
+    const counters = pre?.counters ?? zeroTraffic();
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
-    const { segs, ub, node } = route(L, batch);
+    const { segs, ub, node } = pre?.routed ?? route(L, batch);
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
-    const recv = await exchangeInput(L, g, { segs, ub, node }, B, weighted);
+    const recv = await (pre?.recv ?? exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
@@ -401,7 +431,7 @@ export class ShardedEmbeddingCollection {
       if (s.kind === 'ub') return ub[s.t]![s.g]!.uq.values.length;
       return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
     });
-    const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes });
+    const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
     const pooled = new Float32Array(B * P);
@@ -447,7 +477,7 @@ export class ShardedEmbeddingCollection {
     for (const rt of L.tables)
       if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
     g.release(back.data);
-    this.traffic.forward = delta(g.traffic, before);
+    this.traffic.forward = counters;
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
@@ -463,7 +493,7 @@ export class ShardedEmbeddingCollection {
   private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
     const K = exchangeOps();
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
-    const before = { ...g.traffic };
+    const counters = zeroTraffic();
     const bw = this.wire.backward;
     const P = this.pooledDim;
     const G = grads.pooled ?? new Float32Array(0);
@@ -501,13 +531,13 @@ export class ShardedEmbeddingCollection {
           K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
         } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
       }
-    const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes });
+    const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
     // 2. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
     const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
       const u = uniqOver(ctx.segs, rt, 0, 1, B);
       return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
-    }));
+    }), counters);
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
@@ -539,7 +569,7 @@ export class ShardedEmbeddingCollection {
           K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
         }
       }
-    const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts);
+    const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
@@ -569,7 +599,7 @@ export class ShardedEmbeddingCollection {
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
     // everything received this step has been copied out: give the buffers back for the next step
     g.release(gin.data);
-    this.traffic.backward = delta(g.traffic, before);
+    this.traffic.backward = counters;
     return res;
   }
 }

@@ -81,9 +81,10 @@ export interface TrainerOptions {
   onMetrics?: (m: StepMetrics) => void;
   /**
    * Start the dense-gradient all-reduce before the embedding backward and wait for it only before the
-   * dense update, so it runs while the embedding backward computes (default true). The result is bitwise
-   * the same either way: the collectives are issued in the same order and nothing reads the dense
-   * gradients in between.
+   * dense update, so it runs while the embedding backward computes; and with step(batch, next), start the
+   * next batch's routing and id exchange during this step's dense compute (default true). The result is
+   * bitwise the same either way: the collectives are issued in the same order on every rank and nothing
+   * they touch is read in between.
    */
   overlap?: boolean;
 }
@@ -156,10 +157,15 @@ export class Trainer {
     return this.steps;
   }
 
-  /** One training step on a batch; resolves to its mean BCE loss (this rank's samples). */
-  step(batch: Batch): Promise<number> {
+  /**
+   * One training step on a batch; resolves to its mean BCE loss (this rank's samples). `next` (optional): the batch of the following step, whose table-independent work
+   * (a sharded collection's routing and id exchange, `prepare`) then overlaps this step's dense compute;
+   * the following call must be step(next). Every rank passes `next` or none alike.
+   */
+  step(batch: Batch, next?: Batch): Promise<number> {
     this.checkBatch(batch);
-    return this.enqueue(() => this.runStep(batch));
+    if (next !== undefined) this.checkBatch(next);
+    return this.enqueue(() => this.runStep(batch, next));
   }
 
   /** Forward passes over `batches` (no update): logloss and AUC of the model's predictions. */
@@ -268,7 +274,7 @@ export class Trainer {
       throw new EmbshardError('LENGTH_MISMATCH', `batch.sparse.batchSize (${b.sparse?.batchSize}) must equal batch.size (${B})`);
   }
 
-  private async runStep(b: Batch): Promise<number> {
+  private async runStep(b: Batch, next?: Batch): Promise<number> {
     const t0 = performance.now();
     const factor = lrFactor(this.schedule, this.steps);
     const denseLr = this.denseBaseLr * factor, embLr = this.embeddingBaseLr * factor;
@@ -278,6 +284,7 @@ export class Trainer {
     if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
 
     const out = await this.embeddings.forward(b.sparse);
+    if (next && this.overlap) this.embeddings.prepare?.(next.sparse);
     const t1 = performance.now();
     const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
     const t2 = performance.now();

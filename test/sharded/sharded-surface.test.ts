@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { measureTraffic } from '../../lib/plan/traffic.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/sharded/sharded.js';
 import * as S from './scenario.mjs';
@@ -127,6 +128,46 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
         // node tiers across the two nodes: counts + one all-to-all of ids and gradients
         expect({ a2a: c2[r]!.a2a - c1[r]!.a2a, ag: c2[r]!.ag - c1[r]!.ag }).toEqual({ a2a: 3, ag: 2 });
       }
+    } finally {
+      close();
+    }
+  });
+
+  it('prepare(next) during the current step (routing + id exchange overlapped) is bitwise equal to not preparing, and bytes = measureTraffic', async () => {
+    const run = async (prepare: boolean) => {
+      const { plan, ranks, close } = setup({ type: 'adagrad', lr: 0.05 });
+      try {
+        const pooled: Float32Array[] = [];
+        const traffic: string[] = [];
+        let outs = await Promise.all(ranks.map((sc, r) => sc.forward(S.localBatch(lib, plan, r, 0))));
+        for (let step = 0; step < 3; step++) {
+          const next = ranks.map((_, r) => S.localBatch(lib, plan, r, step + 1));
+          // every rank prepares the next batch before the current backward, at the same point
+          if (prepare) ranks.forEach((sc, r) => sc.prepare(next[r]!));
+          await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r], r, step))));
+          traffic.push(JSON.stringify(ranks.map((sc) => sc.traffic.backward)));
+          outs = await Promise.all(ranks.map((sc, r) => sc.forward(next[r]!)));
+          traffic.push(JSON.stringify(ranks.map((sc) => sc.traffic.forward)));
+          expect(JSON.parse(traffic[traffic.length - 1]!)).toEqual(measureTraffic(plan, next).perRank.map((x) => x.forward));
+          pooled.push(...outs.map((o) => Float32Array.from(o.pooled)));
+        }
+        const rows: Float32Array[] = [];
+        for (const t of plan.tables) rows.push((await Promise.all(ranks.map((sc) => sc.readRows(t.name, Array.from({ length: t.rows }, (_, i) => i)))))[0]!);
+        return { pooled, rows, traffic };
+      } finally {
+        close();
+      }
+    };
+    const a = await run(true), b = await run(false);
+    expect(a.traffic).toEqual(b.traffic);
+    a.pooled.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.pooled[i]!.buffer))).toBe(0));
+    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+    // a forward of another batch than the prepared one is refused before anything is sent
+    const { plan, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      ranks.forEach((sc, r) => sc.prepare(S.localBatch(lib, plan, r, 0)));
+      expect(() => ranks[0]!.forward(S.localBatch(lib, plan, 0, 0))).toThrow(/prepare/);
+      expect(() => ranks[0]!.prepare(S.localBatch(lib, plan, 0, 1))).toThrow(/already waiting/);
     } finally {
       close();
     }
