@@ -1,7 +1,10 @@
 // bench/dist.ts — sharded training across ranks on this machine: for each plan type (dp, table-wise rb,
 // row-wise rb, column-wise rb, row-wise ub, rb with hot-row tiers) at 1, 2 and 4 MPI ranks: steps/s,
 // payload bytes per step (exact counters), and the achieved all-to-all bandwidth of the runtime's
-// exchanges against a raw blocking MPI_Alltoallv of the same per-peer sizes, measured in the same run.
+// exchanges against a raw blocking MPI_Alltoallv of the same per-peer sizes, measured in the same run;
+// and the dense-gradient all-reduce of the DLRM-DCNv2 model (the bandwidth-optimal default and the
+// deterministic gather-and-sum): bytes each rank sends per step against the gradient's size, from the
+// group's stats(), and bandwidth against a raw MPI_Allreduce of the same buffer.
 // `node dist/bench/dist.js` launches `mpirun -np N node dist/bench/dist.js --worker <plan>` per case,
 // writes bench/results/dist.json and bench/results/dist.md, and prints the markdown.
 import { spawnSync } from 'node:child_process';
@@ -13,6 +16,7 @@ import { ShardPlan } from '../lib/plan/shard-plan.js';
 import type { TableSpec } from '../lib/plan/types.js';
 import { createMpiGroup, type CollectiveOptions, type CommArray, type ProcessGroup } from '../lib/sharded/group.js';
 import { ShardedEmbeddingCollection } from '../lib/sharded/sharded.js';
+import { DenseModel } from '../lib/train/dense.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
@@ -128,19 +132,65 @@ async function worker(type: PlanType): Promise<void> {
   g.close();
 }
 
+/** The dense-gradient all-reduce of DLRM-DCNv2, both ways, against a raw MPI_Allreduce of the same size. */
+async function allReduceWorker(): Promise<void> {
+  const g = await createMpiGroup({ timeoutMs: 120_000 });
+  const grads = Float32Array.from(new DenseModel('dlrm-dcnv2').grads);
+  const buf = new Float32Array(grads.length);
+  const STEPS_AR = Math.max(3, Math.floor(STEPS / 2));
+  const row: Record<string, number> = { ranks: g.size, gradientBytes: grads.byteLength };
+  for (const deterministic of [false, true]) {
+    buf.set(grads);
+    await g.allReduce(buf, 'sum', { deterministic }); // warm-up
+    const before = g.stats().allReduce;
+    let sec = 0, rawSec = 0;
+    for (let k = 0; k < STEPS_AR; k++) {
+      buf.set(grads);
+      await g.barrier();
+      const t0 = process.hrtime.bigint();
+      await g.allReduce(buf, 'sum', { deterministic });
+      sec += Number(process.hrtime.bigint() - t0) / 1e9;
+      buf.set(grads);
+      await g.barrier();
+      rawSec += await g.rawAllReduce(buf);
+    }
+    const after = g.stats().allReduce;
+    const key = deterministic ? 'deterministic' : 'fast';
+    row[`${key}SentPerStep`] = (after.sent - before.sent) / STEPS_AR;
+    row[`${key}RecvPerStep`] = (after.recv - before.recv) / STEPS_AR;
+    // algorithm bandwidth: the gradient's bytes over the time of one all-reduce
+    row[`${key}AlgBytesPerSec`] = (grads.byteLength * STEPS_AR) / sec;
+    row[`${key}RawAlgBytesPerSec`] = (grads.byteLength * STEPS_AR) / rawSec;
+  }
+  const mine = Float64Array.from([row.fastAlgBytesPerSec!, row.fastRawAlgBytesPerSec!, row.deterministicAlgBytesPerSec!]);
+  const all = await g.allGather(mine, { uncounted: true });
+  if (g.rank === 0) {
+    const mean = (k: number) => Array.from({ length: g.size }, (_, r) => all.data[r * 3 + k]!).reduce((a, b) => a + b, 0) / g.size;
+    console.log(JSON.stringify({ allReduce: true, ...row, fastAlgBytesPerSec: mean(0), fastRawAlgBytesPerSec: mean(1), deterministicAlgBytesPerSec: mean(2) }));
+  }
+  g.close();
+}
+
+function mpiLine(W: number, args: string[], prefix: string): string | undefined {
+  const r = spawnSync('mpirun', ['--allow-run-as-root', '--oversubscribe', '-np', String(W), process.execPath, fileURLToPath(import.meta.url), ...args], { cwd: root, encoding: 'utf8', timeout: 600_000 });
+  const line = (r.stdout ?? '').split('\n').find((l) => l.startsWith(prefix));
+  if (!line) console.error(`${args.join(' ')} @ ${W} ranks failed (exit ${r.status}):\n${r.stdout}\n${r.stderr}`);
+  return line;
+}
+
 function main(): void {
   const rows: Record<string, number | string>[] = [];
   for (const W of RANKS)
     for (const type of PLANS) {
-      const r = spawnSync('mpirun', ['--allow-run-as-root', '--oversubscribe', '-np', String(W), process.execPath, fileURLToPath(import.meta.url), '--worker', type], { cwd: root, encoding: 'utf8', timeout: 600_000 });
-      const line = (r.stdout ?? '').split('\n').find((l) => l.startsWith('{"plan"'));
-      if (!line) {
-        console.error(`${type} @ ${W} ranks failed:\n${r.stdout}\n${r.stderr}`);
-        rows.push({ plan: type, ranks: W, error: `exit ${r.status}` });
-        continue;
-      }
-      rows.push(JSON.parse(line) as Record<string, number | string>);
+      const line = mpiLine(W, ['--worker', type], '{"plan"');
+      rows.push(line ? (JSON.parse(line) as Record<string, number | string>) : { plan: type, ranks: W, error: 'no result' });
     }
+  const arRows: Record<string, number>[] = [];
+  for (const W of RANKS) {
+    if (W < 2) continue;
+    const line = mpiLine(W, ['--allreduce'], '{"allReduce"');
+    if (line) arRows.push(JSON.parse(line) as Record<string, number>);
+  }
   const fmt = (x: unknown, d = 1) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '—');
   const mb = (x: unknown) => (typeof x === 'number' ? fmt(x / 1e6) : '—');
   const pct = (a: unknown, b: unknown) => (typeof a === 'number' && typeof b === 'number' ? `${fmt((a / b) * 100, 0)}%` : '—');
@@ -159,14 +209,26 @@ function main(): void {
     'in-step: payload bytes of the runtime\'s all-to-alls over the time spent in them during training steps (includes waiting for slower peers).',
     'replay: the same exchanges issued back to back through the runtime\'s group, timed end to end from JS (data phase, promise; the runtime knows every receive size from its metadata exchange, so no count phase);',
     'raw: the same per-peer sizes as a blocking MPI_Alltoallv, timed around the MPI call. ratio = replay / raw (target ≥ 80%).',
+    '',
+    `Dense-gradient all-reduce of DLRM-DCNv2 (${arRows[0] ? fmt(arRows[0].gradientBytes! / 1e6) : '—'} MB of fp32 gradients per rank per step)`,
+    '',
+    '| ranks | default: sent / gradient | default MB/s | raw MPI_Allreduce MB/s | ratio | deterministic: sent / gradient | deterministic MB/s |',
+    '|---:|---:|---:|---:|---:|---:|---:|',
+    ...arRows.map((r) =>
+      `| ${r.ranks} | ${fmt(r.fastSentPerStep! / r.gradientBytes!, 2)}× | ${mb(r.fastAlgBytesPerSec)} | ${mb(r.fastRawAlgBytesPerSec)} | ${pct(r.fastAlgBytesPerSec, r.fastRawAlgBytesPerSec)} | ${fmt(r.deterministicSentPerStep! / r.gradientBytes!, 2)}× | ${mb(r.deterministicAlgBytesPerSec)} |`,
+    ),
+    '',
+    'sent / gradient: payload bytes one rank sends per all-reduce (the group\'s stats(); received is the same) over the gradient\'s bytes — target ≤ 2.1× at 4 ranks.',
+    'MB/s: gradient bytes over the time of one all-reduce, timed from JS (default: MPI_Allreduce through the group, with its signature check and deadline polling; raw: a blocking MPI_Allreduce timed around the MPI call).',
   ].join('\n');
   const outDir = join(root, 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
-  writeFileSync(join(outDir, 'dist.json'), JSON.stringify({ date: new Date().toISOString(), tables: TABLES, rows: ROWS, dim: DIM, batchPerRank: B, idsPerBag: POOL, steps: STEPS, results: rows }, null, 1) + '\n');
+  writeFileSync(join(outDir, 'dist.json'), JSON.stringify({ date: new Date().toISOString(), tables: TABLES, rows: ROWS, dim: DIM, batchPerRank: B, idsPerBag: POOL, steps: STEPS, results: rows, allReduce: arRows }, null, 1) + '\n');
   writeFileSync(join(outDir, 'dist.md'), md + '\n');
   console.log(md);
 }
 
 const wi = process.argv.indexOf('--worker');
 if (wi >= 0) await worker(process.argv[wi + 1] as PlanType);
+else if (process.argv.includes('--allreduce')) await allReduceWorker();
 else main();

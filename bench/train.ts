@@ -46,7 +46,9 @@ interface Row {
 const rows: Row[] = [];
 const probe: Record<Precision, number> = { fp32: 0, bf16: 0 };
 
-const zero = (): Times => ({ data: 0, embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 });
+const zero = (): Times => ({
+  data: 0, embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, communicationTotal: 0, embeddingBackward: 0, denseUpdate: 0, total: 0,
+});
 
 /** GEMM flops of one forward + backward of the dense model (2·M·N·K per product). */
 function denseFlops(s: DenseModelSpec, B: number): number {

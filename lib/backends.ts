@@ -163,6 +163,23 @@ export function cudaBackend(options?: { refresh?: boolean }): BackendInfo {
 let cudaAddon: CudaAddon | undefined;
 
 /**
+ * The CUDA addon, loaded into this process only after a child process proved it loads and found a
+ * usable GPU; BACKEND_UNAVAILABLE with the probe's reason otherwise. `what` names the caller in errors.
+ */
+export function probedCudaAddon(what = 'the CUDA backend'): CudaAddon {
+  const cuda = cudaBackend();
+  if (!cuda.available) throw new EmbshardError('BACKEND_UNAVAILABLE', `${what} is unavailable: ${cuda.reason}`);
+  if (!cudaAddon) {
+    try {
+      cudaAddon = loadAddonFile(cuda.binary!) as CudaAddon;
+    } catch (e) {
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `${what}: loading ${cuda.binary} failed: ${(e as Error).message}`);
+    }
+  }
+  return cudaAddon;
+}
+
+/**
  * The addon serving `device`: 'cpu' → the CPU addon; 'cuda:N' → the CUDA addon, once the probe has
  * found device N usable. Otherwise EmbshardError BACKEND_UNAVAILABLE with the reason.
  */
@@ -178,12 +195,5 @@ export function resolveBackend(device: string): Addon {
     const have = devices.map((d) => `cuda:${d.index} (${d.name})`).join(', ');
     throw new EmbshardError('BACKEND_UNAVAILABLE', `device '${device}' does not exist or is not usable; usable devices: ${have}`);
   }
-  if (!cudaAddon) {
-    try {
-      cudaAddon = loadAddonFile(cuda.binary!) as CudaAddon;
-    } catch (e) {
-      throw new EmbshardError('BACKEND_UNAVAILABLE', `device '${device}': loading ${cuda.binary} failed: ${(e as Error).message}`);
-    }
-  }
-  return cudaAddon;
+  return probedCudaAddon(`device '${device}'`);
 }

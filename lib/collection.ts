@@ -50,7 +50,7 @@ export interface FeatureInfo {
   offset: number;
 }
 
-type Ids = BigInt64Array | Int32Array | Uint32Array | readonly (number | bigint)[];
+export type Ids = BigInt64Array | Int32Array | Uint32Array | readonly (number | bigint)[];
 
 function toBigIds(ids: Ids): BigInt64Array {
   if (ids instanceof BigInt64Array) return ids;

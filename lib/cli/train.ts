@@ -15,7 +15,7 @@ import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, t
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
-import { createInProcessGroups, createMpiGroup, type ProcessGroup } from '../sharded/group.js';
+import { createInProcessGroups, createMpiGroup, localDevice, type ProcessGroup } from '../sharded/group.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
@@ -23,9 +23,10 @@ import type { DenseOptimizerType, Precision } from '../train/binding.js';
 
 export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dlrm-dcnv2|dlrm-benchmark|custom>
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
-                      (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N] [--plan auto|<file>]
+                      (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N|cuda:local] [--plan auto|<file>]
   several ranks:  mpirun -np 4 embshard train ... (tables sharded by the planner, or by --plan <file>;
-                  every data source split by rank; the dense model is data parallel)
+                  every data source split by rank; the dense model is data parallel;
+                  --device cuda:local gives each rank the GPU of its local rank on its node)
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
@@ -242,6 +243,7 @@ async function train(a: Args): Promise<number> {
     if (world > 1) group = await createMpiGroup({ timeoutMs: 300_000 });
     else if (a.plan !== undefined && a.plan !== 'auto') group = createInProcessGroups(1)[0];
     const rank = group?.rank ?? 0;
+    a.device = localDevice(a.device, rank, group?.ranksPerNode ?? 1);
     if (rank !== 0) a.quiet = true;
     if (a.threads) loadAddon().setThreads(a.threads);
     data = await openData(a, rank, group?.size ?? 1);
@@ -290,7 +292,7 @@ async function train(a: Args): Promise<number> {
       `${optType} lr ${lr} / embeddings ${embLr}, batch ${a.batch}${group ? ' per rank' : ''}, ${trainer.dense.precision} GEMMs, ${data.describe}${planNote}, ${loadAddon().threads()} threads`;
     if (!a.quiet) console.error(`embshard train: ${header}`);
 
-    const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
+    const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, communicationTotal: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
     let dataMs = 0, samples = 0, steps = 0, lastEval: EvalResult | undefined;
     const recent: number[] = [];
     const t0 = performance.now();
@@ -350,7 +352,7 @@ async function train(a: Args): Promise<number> {
             (best !== undefined ? ` (planted model's AUC ${best.toFixed(4)}, gap ${(best - lastEval.auc).toFixed(4)})` : '')
           : a.evalBatches === 0 ? 'no evaluation (--eval-batches 0)' : 'no held-out evaluation (give --eval-data or --eval-split)',
         `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
-          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)}`,
+          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed (all-reduce ${pct(sum.communicationTotal)} in all)`,
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
       ];

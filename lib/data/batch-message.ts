@@ -1,5 +1,5 @@
-// batch-message.ts — a Batch as the structured-clone message a data worker thread posts to its
-// WorkerSource, whose typed arrays travel by transfer: every array that does not own its whole ArrayBuffer is copied first (transferring a shared buffer would detach
+// batch-message.ts — a Batch as a structured-clone message whose typed arrays travel by transfer: every array
+// that does not own its whole ArrayBuffer is copied first (transferring a shared buffer would detach
 // the other views), each buffer is listed once.
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';

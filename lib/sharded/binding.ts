@@ -30,11 +30,13 @@ export interface NativeGroup {
   /** recvBytes: what every rank sends here, when known (skips the count exchange) */
   allToAllV(send: CommArray, sendBytes: Float64Array, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
   allGather(send: CommArray, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
-  allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
+  allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number, deterministic: boolean): Promise<void>;
   broadcast(data: CommArray, root: number, timeoutMs: number): Promise<void>;
   barrier(timeoutMs: number): Promise<void>;
   /** MPI only: a plain blocking MPI_Alltoallv of the same layout; resolves to the seconds it took. */
   rawAllToAllV(send: CommArray, sendBytes: Float64Array, recv: CommArray, recvBytes: Float64Array): Promise<number>;
+  /** MPI only: a plain blocking MPI_Allreduce (sum, in place); resolves to the seconds it took. */
+  rawAllReduce(data: Float32Array): Promise<number>;
   close(reason?: string): void;
 }
 

@@ -3,12 +3,12 @@
 // transports: in-process threads (createInProcessGroups), MPI (createMpiGroup, under mpirun) and NCCL
 // (createNcclGroup, one GPU per rank). Every call counts the payload bytes it moves (docs/wire-protocol.md
 // "Counters"): a message to a rank on the same node is intra-node, to another node inter-node, to
-// oneself local.
+// oneself local; stats() breaks them down by collective kind.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
-import { cudaAddonCandidates, loadAddon, loadAddonFile } from '../native.js';
+import { probedCudaAddon } from '../backends.js';
+import { loadAddon } from '../native.js';
 import type { CommArray, GroupAddon, NativeGroup } from './binding.js';
-import { existsSync } from 'node:fs';
 
 export type { CommArray } from './binding.js';
 
@@ -20,11 +20,43 @@ export interface TrafficCounters {
   local: number;
 }
 
+/** The collectives whose payload a group counts. */
+export type CollectiveKind = 'allToAllV' | 'allGather' | 'allReduce' | 'broadcast';
+export const COLLECTIVE_KINDS: readonly CollectiveKind[] = ['allToAllV', 'allGather', 'allReduce', 'broadcast'];
+
+/** Payload bytes one rank moved with one kind of collective (messages to itself excluded). */
+export interface KindStats {
+  /** collectives of this kind called (counted or not) */
+  calls: number;
+  sent: number;
+  recv: number;
+  /** of `sent` / `recv`: bytes to / from ranks on other nodes */
+  sentInter: number;
+  recvInter: number;
+}
+
+export type GroupStats = Record<CollectiveKind, KindStats>;
+
+export interface AllReduceOptions extends Omit<CollectiveOptions, 'recvCounts'> {
+  /**
+   * Gather every rank's whole buffer and combine the contributions in rank order on every rank: bitwise the
+   * same result on every transport and world layout, at (W−1)× the buffer received per rank. Default false:
+   * the transport's bandwidth-optimal all-reduce (MPI_Allreduce, ncclAllReduce; in-process reduce-scatter +
+   * all-gather), 2(W−1)/W × the buffer per rank, identical on every rank of one run.
+   */
+  deterministic?: boolean;
+}
+
 export interface CollectiveOptions {
   /** Milliseconds before the call fails with COMM_TIMEOUT (default: the group's timeoutMs). */
   timeoutMs?: number;
   /** Leave the byte counters alone (metadata such as per-segment counts is not payload). */
   uncounted?: boolean;
+  /**
+   * Also add this call's bytes to these counters (besides the group's own), so a caller can attribute
+   * the traffic of calls that interleave with others (a step's phases) exactly.
+   */
+  counters?: TrafficCounters;
   /**
    * allToAllV / allGather: the elements every rank sends here, when the caller already knows them; skips
    * the count exchange (one round trip). They must be right: a mismatch fails with COMM_FAILED where the
@@ -43,6 +75,11 @@ type Reducible = Float32Array | Float64Array | Int32Array | BigInt64Array;
 
 export function zeroTraffic(): TrafficCounters {
   return { sentIntra: 0, sentInter: 0, recvIntra: 0, recvInter: 0, local: 0 };
+}
+
+function zeroStats(): GroupStats {
+  const z = (): KindStats => ({ calls: 0, sent: 0, recv: 0, sentInter: 0, recvInter: 0 });
+  return { allToAllV: z(), allGather: z(), allReduce: z(), broadcast: z() };
 }
 
 function elemTypeOf(a: Reducible): 'f32' | 'f64' | 'i32' | 'i64' {
@@ -85,10 +122,15 @@ export class ProcessGroup {
   timeoutMs: number;
   /** Payload bytes moved by this rank since creation (count exchanges excluded). */
   readonly traffic: TrafficCounters = zeroTraffic();
+  private readonly perKind: GroupStats = zeroStats();
   private closed = false;
 
-  /** @internal use the create* functions */
-  constructor(private readonly native: NativeGroup, options: GroupOptions = {}) {
+  /** @internal use the create* functions; `addon` is the addon that made `native` (its buffers go back there). */
+  constructor(
+    private readonly native: NativeGroup,
+    options: GroupOptions = {},
+    private readonly addon: GroupAddon = loadAddon() as GroupAddon,
+  ) {
     this.rank = native.rank;
     this.size = native.size;
     this.ranksPerNode = native.ranksPerNode;
@@ -109,12 +151,33 @@ export class ProcessGroup {
     return this.native;
   }
 
-  private count(peer: number, bytes: number, dir: 'sent' | 'recv', opts?: CollectiveOptions): void {
+  private count(kind: CollectiveKind, peer: number, bytes: number, dir: 'sent' | 'recv', opts?: CollectiveOptions): void {
     if (bytes === 0 || opts?.uncounted) return;
+    const extra = opts?.counters;
     if (peer === this.rank) {
-      if (dir === 'sent') this.traffic.local += bytes;
-    } else if (this.nodeOf(peer) === this.nodeOf(this.rank)) this.traffic[dir === 'sent' ? 'sentIntra' : 'recvIntra'] += bytes;
-    else this.traffic[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
+      if (dir === 'sent') {
+        this.traffic.local += bytes;
+        if (extra) extra.local += bytes;
+      }
+      return;
+    }
+    const k = this.perKind[kind];
+    k[dir] += bytes;
+    const field = this.nodeOf(peer) === this.nodeOf(this.rank) ? (dir === 'sent' ? 'sentIntra' : 'recvIntra') : dir === 'sent' ? 'sentInter' : 'recvInter';
+    this.traffic[field] += bytes;
+    if (extra) extra[field] += bytes;
+    if (field === 'sentInter' || field === 'recvInter') k[dir === 'sent' ? 'sentInter' : 'recvInter'] += bytes;
+  }
+
+  /**
+   * Payload bytes this rank sent to and received from other ranks since the group was created, per
+   * collective kind, with the part that crossed nodes (a copy; count exchanges and `uncounted` calls are
+   * left out of the bytes, not of `calls`).
+   */
+  stats(): GroupStats {
+    const out = zeroStats();
+    for (const k of COLLECTIVE_KINDS) out[k] = { ...this.perKind[k] };
+    return out;
   }
 
   /**
@@ -140,10 +203,11 @@ export class ProcessGroup {
     if (total !== send.length)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
     const r = await g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV'));
+    this.perKind.allToAllV.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
-      this.count(p, bytes[p]!, 'sent', opts);
-      this.count(p, r.counts[p]!, 'recv', opts);
+      this.count('allToAllV', p, bytes[p]!, 'sent', opts);
+      this.count('allToAllV', p, r.counts[p]!, 'recv', opts);
       if (r.counts[p]! % bpe !== 0)
         throw new EmbshardError('COMM_FAILED', `allToAllV: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
       counts.push(r.counts[p]! / bpe);
@@ -157,12 +221,13 @@ export class ProcessGroup {
     if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
     const bpe = send.BYTES_PER_ELEMENT;
     const r = await g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'));
+    this.perKind.allGather.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
       // an all-gather has no self message
       if (p !== this.rank) {
-        this.count(p, send.byteLength, 'sent', opts);
-        this.count(p, r.counts[p]!, 'recv', opts);
+        this.count('allGather', p, send.byteLength, 'sent', opts);
+        this.count('allGather', p, r.counts[p]!, 'recv', opts);
       }
       if (r.counts[p]! % bpe !== 0)
         throw new EmbshardError('COMM_FAILED', `allGather: rank ${p} sent ${r.counts[p]} bytes, not whole ${bpe}-byte elements`);
@@ -172,18 +237,31 @@ export class ProcessGroup {
   }
 
   /**
-   * All-reduce in place (and returns `data`). Deterministic: every rank combines the contributions in rank
-   * order, so all ranks hold bitwise the same result. Sizes must agree (COMM_FAILED otherwise).
+   * All-reduce in place (and returns `data`); sizes must agree (COMM_FAILED otherwise). By default the
+   * transport's bandwidth-optimal collective: every rank holds the same result, summed in an order the
+   * transport picks. Counted as reduce-scatter + all-gather: chunk p (elements ⌊p·n/W⌋ … ⌊(p+1)·n/W⌋) goes
+   * to rank p and each rank's reduced chunk to every peer, 2(W−1)/W × the buffer each way. With
+   * `{ deterministic: true }` every rank gathers every whole buffer and sums in rank order (bitwise equal
+   * across transports; (W−1)× the buffer each way).
    */
-  async allReduce<T extends Reducible>(data: T, op: ReduceOp = 'sum', opts?: CollectiveOptions): Promise<T> {
+  async allReduce<T extends Reducible>(data: T, op: ReduceOp = 'sum', opts?: AllReduceOptions): Promise<T> {
     const g = this.live();
     if (op !== 'sum' && op !== 'max' && op !== 'min')
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
-    await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts));
-    for (let p = 0; p < this.size; p++) {
+    const deterministic = opts?.deterministic ?? false;
+    if (typeof deterministic !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'allReduce: deterministic must be a boolean');
+    await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic);
+    this.perKind.allReduce.calls++;
+    const bpe = data.BYTES_PER_ELEMENT;
+    const n = data.length;
+    const W = this.size;
+    const chunkBytes = (p: number): number => (Math.floor((n * (p + 1)) / W) - Math.floor((n * p) / W)) * bpe;
+    for (let p = 0; p < W; p++) {
       if (p === this.rank) continue;
-      this.count(p, data.byteLength, 'sent', opts);
-      this.count(p, data.byteLength, 'recv', opts);
+      const out = deterministic ? data.byteLength : chunkBytes(p) + chunkBytes(this.rank);
+      const back = deterministic ? data.byteLength : chunkBytes(this.rank) + chunkBytes(p);
+      this.count('allReduce', p, out, 'sent', opts);
+      this.count('allReduce', p, back, 'recv', opts);
     }
     return data;
   }
@@ -195,8 +273,9 @@ export class ProcessGroup {
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
     await g.broadcast(data, root, this.timeout(opts));
-    if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count(p, data.byteLength, 'sent', opts);
-    if (this.rank !== root) this.count(root, data.byteLength, 'recv', opts);
+    this.perKind.broadcast.calls++;
+    if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count('broadcast', p, data.byteLength, 'sent', opts);
+    if (this.rank !== root) this.count('broadcast', root, data.byteLength, 'recv', opts);
     return data;
   }
 
@@ -210,12 +289,17 @@ export class ProcessGroup {
    * it reads as empty afterwards. Arrays that did not come from a collective are left alone.
    */
   release(...arrays: CommArray[]): void {
-    (loadAddon() as GroupAddon).releaseBuffers(...arrays);
+    this.addon.releaseBuffers(...arrays);
   }
 
   /** MPI only: a plain MPI_Alltoallv of the same layout, for benchmarks; resolves to its seconds. */
   rawAllToAllV(send: CommArray, sendBytes: Float64Array, recv: CommArray, recvBytes: Float64Array): Promise<number> {
     return this.live().rawAllToAllV(send, sendBytes, recv, recvBytes);
+  }
+
+  /** MPI only: a plain MPI_Allreduce (sum, in place), for benchmarks; resolves to its seconds. */
+  rawAllReduce(data: Float32Array): Promise<number> {
+    return this.live().rawAllReduce(data);
   }
 
   /**
@@ -252,7 +336,7 @@ export function createInProcessGroups(n: number, options: InProcessOptions = {})
   if (!Number.isInteger(rpn) || rpn < 1 || n % rpn !== 0)
     throw new EmbshardError('INVALID_ARGUMENT', `createInProcessGroups: ranksPerNode must divide the size ${n} (got ${rpn})`);
   const addon = loadAddon() as GroupAddon;
-  return addon.createInProcessGroups(n, rpn).map((g) => new ProcessGroup(g, options));
+  return addon.createInProcessGroups(n, rpn).map((g) => new ProcessGroup(g, options, addon));
 }
 
 /** True when this build has the MPI process group. */
@@ -273,7 +357,15 @@ export async function createMpiGroup(options: GroupOptions = {}): Promise<Proces
   const timeout = checkTimeout(options.timeoutMs ?? 60_000, 'timeoutMs');
   const g = addon.createMpiGroup(timeout);
   await g.ready();
-  return new ProcessGroup(g, options);
+  return new ProcessGroup(g, options, addon);
+}
+
+/**
+ * 'cuda:local' → the GPU of this rank's local rank on its node (`cuda:${rank mod ranksPerNode}`), so each
+ * MPI rank of a node takes its own GPU; any other device string is returned as it is.
+ */
+export function localDevice(device: string, rank: number, ranksPerNode: number): string {
+  return device === 'cuda:local' ? `cuda:${rank % ranksPerNode}` : device;
 }
 
 export interface NcclOptions extends GroupOptions {
@@ -283,19 +375,12 @@ export interface NcclOptions extends GroupOptions {
   device?: number;
 }
 
+/** The CUDA addon, through the child-process probe (lib/backends.ts), when it was built with NCCL. */
 function loadNcclAddon(): GroupAddon {
-  const reasons: string[] = [];
-  for (const file of cudaAddonCandidates()) {
-    if (!existsSync(file)) continue;
-    try {
-      const a = loadAddonFile(file) as GroupAddon;
-      if (a.ncclAvailable && a.createNcclGroup && a.ncclUniqueId) return a;
-      reasons.push(`${file}: built without NCCL (set NCCL_ROOT when building)`);
-    } catch (e) {
-      reasons.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
-    }
-  }
-  throw new EmbshardError('BACKEND_UNAVAILABLE', `no CUDA addon with NCCL could be loaded${reasons.length ? `:\n  ${reasons.join('\n  ')}` : ' (none was built)'}`);
+  const a: Partial<GroupAddon> = probedCudaAddon('createNcclGroup');
+  if (!a.ncclAvailable || !a.createNcclGroup || !a.ncclUniqueId || !a.releaseBuffers)
+    throw new EmbshardError('BACKEND_UNAVAILABLE', 'createNcclGroup: the CUDA addon was built without NCCL (set NCCL_ROOT when building)');
+  return a as GroupAddon;
 }
 
 /**
@@ -326,5 +411,5 @@ export async function createNcclGroup(options: NcclOptions): Promise<ProcessGrou
   await boot.broadcast(id, 0, { timeoutMs: timeout });
   const g = addon.createNcclGroup!(id, boot.rank, boot.size, boot.ranksPerNode, device, timeout);
   await g.ready();
-  return new ProcessGroup(g, options);
+  return new ProcessGroup(g, options, addon);
 }

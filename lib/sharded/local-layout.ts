@@ -68,6 +68,11 @@ export type Segment =
   | { kind: 'rb'; t: number; f: string; g: number }
   | { kind: 'ub'; t: number; g: number };
 
+/** The map key of a (segment, column shard): built from its typed fields, never parsed back. */
+function segmentKey(s: Segment, c0: number): string {
+  return s.kind === 'rb' ? `rb\u0000${s.t}\u0000${s.f}\u0000${s.g}\u0000${c0}` : s.kind === 'ub' ? `ub\u0000${s.t}\u0000${s.g}\u0000${c0}` : `node\u0000${s.t}`;
+}
+
 export class LocalLayout {
   readonly W: number;
   readonly rpn: number;
@@ -77,7 +82,7 @@ export class LocalLayout {
   readonly localTables: LocalTable[] = [];
   readonly localFeatures: LocalFeature[] = [];
   readonly localPooledDim: number;
-  /** local feature index by key */
+  /** the local feature serving each (segment, column shard) this rank holds (segmentKey) */
   private readonly byKey = new Map<string, number>();
   private readonly segCache = new Map<string, Segment[]>();
 
@@ -109,14 +114,14 @@ export class LocalLayout {
         const part = rt.cluster === 'dp' ? 'dp' : 'rep';
         const rows = rt.cluster === 'dp' ? t.rows : rt.R;
         const lt = addTable({ name: `${t.name}#${part}`, rows, dim: t.dim, t: rt.index, part, r0: 0, c0: 0, c1: t.dim });
-        for (const f of rt.features) this.addFeature({ name: `${f}@${part}`, table: lt, pooling: localPool(t.pooling), dim: t.dim, kind: 'loc', t: rt.index, f }, `loc:${f}`);
-        this.addFeature({ name: `${t.name}#${part}@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'upd', t: rt.index }, `upd:${rt.index}`);
+        for (const f of rt.features) this.addFeature({ name: `${f}@${part}`, table: lt, pooling: localPool(t.pooling), dim: t.dim, kind: 'loc', t: rt.index, f });
+        this.addFeature({ name: `${t.name}#${part}@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'upd', t: rt.index });
       }
       const held = this.nodeRowsHeld(rt, rank);
       if (held > 0) {
         const lt = addTable({ name: `${t.name}#node`, rows: held, dim: t.dim, t: rt.index, part: 'node', r0: rt.R, c0: 0, c1: t.dim });
-        this.addFeature({ name: `${t.name}#node@u`, table: lt, pooling: 'none', dim: t.dim, kind: 'node', t: rt.index }, `node:${rt.index}`);
-        this.addFeature({ name: `${t.name}#node@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'nodeupd', t: rt.index }, `nodeupd:${rt.index}`);
+        this.addFeature({ name: `${t.name}#node@u`, table: lt, pooling: 'none', dim: t.dim, kind: 'node', t: rt.index }, segmentKey({ kind: 'node', t: rt.index }, 0));
+        this.addFeature({ name: `${t.name}#node@upd`, table: lt, pooling: 'none', dim: t.dim, kind: 'nodeupd', t: rt.index });
       }
       rt.groups.forEach((g, gi) => {
         for (const s of g.shards) {
@@ -125,15 +130,15 @@ export class LocalLayout {
           const lt = addTable({ name: sid, rows: g.b - g.a, dim: s.c1 - s.c0, t: rt.index, part: 'shard', r0: g.a, c0: s.c0, c1: s.c1 });
           if (rt.cluster === 'rb')
             for (const f of rt.features)
-              this.addFeature({ name: `${f}@${sid}`, table: lt, pooling: localPool(t.pooling), dim: s.c1 - s.c0, kind: 'rb', t: rt.index, f, g: gi, shard: s }, `rb:${f}:${gi}:${s.c0}`);
-          else this.addFeature({ name: `${sid}@u`, table: lt, pooling: 'none', dim: s.c1 - s.c0, kind: 'ub', t: rt.index, g: gi, shard: s }, `ub:${rt.index}:${gi}:${s.c0}`);
+              this.addFeature({ name: `${f}@${sid}`, table: lt, pooling: localPool(t.pooling), dim: s.c1 - s.c0, kind: 'rb', t: rt.index, f, g: gi, shard: s }, segmentKey({ kind: 'rb', t: rt.index, f, g: gi }, s.c0));
+          else this.addFeature({ name: `${sid}@u`, table: lt, pooling: 'none', dim: s.c1 - s.c0, kind: 'ub', t: rt.index, g: gi, shard: s }, segmentKey({ kind: 'ub', t: rt.index, g: gi }, s.c0));
         }
       });
     }
     if (this.localTables.length === 0) {
       // a rank that holds nothing still runs an engine (every collective step calls it): one idle row
       this.localTables.push({ name: '#idle', rows: 1, dim: 1, t: 0, part: 'idle', r0: 0, c0: 0, c1: 1 });
-      this.addFeature({ name: '#idle@none', table: 0, pooling: 'none', dim: 1, kind: 'idle', t: 0 }, 'idle');
+      this.addFeature({ name: '#idle@none', table: 0, pooling: 'none', dim: 1, kind: 'idle', t: 0 });
     }
     let lc = 0;
     for (const lf of this.localFeatures) {
@@ -145,14 +150,15 @@ export class LocalLayout {
     this.localPooledDim = lc;
   }
 
-  private addFeature(f: Omit<LocalFeature, 'col'>, key: string): void {
-    this.byKey.set(key, this.localFeatures.push({ ...f, col: -1 }) - 1);
+  private addFeature(f: Omit<LocalFeature, 'col'>, key?: string): void {
+    const i = this.localFeatures.push({ ...f, col: -1 }) - 1;
+    if (key !== undefined) this.byKey.set(key, i);
   }
 
-  /** Index of a local feature by key (loc:f, upd:t, node:t, nodeupd:t, rb:f:g:c0, ub:t:g:c0). */
-  feature(key: string): number {
-    const i = this.byKey.get(key);
-    if (i === undefined) throw new Error(`internal: no local feature ${key}`);
+  /** The local feature serving segment `s` on this rank: the node-tier lookup, or the shard at column c0. */
+  featureOf(s: Segment, c0: number): number {
+    const i = this.byKey.get(segmentKey(s, c0));
+    if (i === undefined) throw new Error(`internal: this rank serves no ${s.kind} segment of table ${s.t} at column ${c0}`);
     return i;
   }
 

@@ -7,20 +7,32 @@
 //   backward: gradients to the owners (rb: pooled, ub: per unique row), all-gathers of dp / replicated
 //             row gradients, node-tier sync between nodes; then ONE fused optimizer update per row per
 //             rank, with every rank's contributions summed in rank order first.
-// Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward).
+// Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward). The stages live beside it:
+// routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
+// schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
+// row-access.ts (rows by global id), reshard.ts (checkpoints).
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
 import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
-import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
+import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig, type ResolvedTable } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
+import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { kernels, wireArray, type Segmented, type Uniq, type Wire, type WireArray } from './kernels.js';
-import { LocalLayout, type Segment } from './local-layout.js';
+import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
+import { LocalLayout } from './local-layout.js';
+import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
+import { exchangeInput, type Received } from './input-exchange.js';
+import { ownerBatch } from './owner.js';
+import { concat } from './arrays.js';
+import { syncNodeTiers, syncReplicated } from './replica-sync.js';
+import { ownerSchedule, requesterSchedule, type Schedule } from './schedule.js';
+import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
+import { loadSharded, saveSharded } from './reshard.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -64,35 +76,12 @@ export interface ShardedForwardOutput {
   batch: JaggedBatch;
 }
 
-interface SegView {
-  seg: Segmented;
-  starts: number[];
-}
-interface Part {
-  ids: BigInt64Array;
-  pos: Int32Array;
-  weights: Float32Array | null;
-  lengths: Int32Array;
-  n: number;
-}
-interface UniqT {
-  uq: Uniq;
-  /** offset of each feature's ids in the concatenation */
-  featOff: number[];
-  /** per residue (node tier holders): start in values */
-  starts: number[];
-}
-interface Received {
-  B: number;
-  hasW: boolean;
-  /** per canonical segment: ids, lengths (rb), weights (rb) */
-  entries: { seg: Segment; ids: BigInt64Array; lengths: Int32Array | null; weights: Float32Array | null }[];
-}
 interface StepCtx {
   batch: JaggedBatch;
   B: number;
   segs: Map<string, SegView>;
-  ub: Map<string, UniqT>;
+  /** distinct ids per ub table and row group: ub[t][g] */
+  ub: UniqT[][];
   node: Map<number, UniqT>;
   recv: Received[];
   Btot: number;
@@ -102,50 +91,23 @@ interface StepCtx {
   idOff: number[][];
   /** ids of each local feature in the owner batch */
   featIds: number[];
-  /** wire elements this rank sent each source in the forward output (= what each sends back in backward) */
-  outCounts: number[];
-  /** wire elements of each destination's forward output (= the gradients this rank sends it) */
-  expOut: number[];
-  /** the received ids (the recv entries view them), given back to the group after backward */
-  idsIn: BigInt64Array;
+  /** the step's exchange schedule as the owner (outputs out, gradients in) and as the requester (outputs in, gradients out) */
+  own: Schedule;
+  req: Schedule;
   used: boolean;
+}
+
+interface Prepared {
+  batch: JaggedBatch;
+  routed: Routed;
+  recv: Promise<Received[]>;
+  /** the forward's byte counters, from its input exchange on */
+  counters: TrafficCounters;
 }
 
 const STEP = Symbol('embshard.sharded.step');
 type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
 
-function concat<T extends BigInt64Array | Int32Array | Float32Array | Float64Array | Uint16Array>(parts: T[], Ctor: new (n: number) => T): T {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Ctor(n);
-  let o = 0;
-  for (const p of parts) {
-    (out as unknown as { set(a: T, o: number): void }).set(p, o);
-    o += p.length;
-  }
-  return out;
-}
-
-function part(v: SegView, s: number, B: number): Part {
-  const a = v.starts[s]!, n = v.seg.counts[s]!;
-  return {
-    ids: v.seg.ids.subarray(a, a + n),
-    pos: v.seg.pos.subarray(a, a + n),
-    weights: v.seg.weights ? v.seg.weights.subarray(a, a + n) : null,
-    lengths: v.seg.lengths.subarray(s * B, (s + 1) * B),
-    n,
-  };
-}
-
-function delta(after: TrafficCounters, before: TrafficCounters): TrafficCounters {
-  return {
-    sentIntra: after.sentIntra - before.sentIntra,
-    sentInter: after.sentInter - before.sentInter,
-    recvIntra: after.recvIntra - before.recvIntra,
-    recvInter: after.recvInter - before.recvInter,
-    local: after.local - before.local,
-  };
-}
 
 export class ShardedEmbeddingCollection {
   readonly plan: ShardPlan;
@@ -162,6 +124,8 @@ export class ShardedEmbeddingCollection {
   readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
   private engine: NativeEngine | undefined;
   private readonly calls = new CallQueue();
+  /** the batch given to prepare(), its routing and its input exchange under way */
+  private prepared: Prepared | undefined;
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     if (group.size !== plan.topology.worldSize)
@@ -199,7 +163,7 @@ export class ShardedEmbeddingCollection {
 
   /** Fills every local table with exactly the values a single collection starts with there. */
   private initializeShards(): void {
-    const K = kernels();
+    const K = exchangeOps();
     const e = this.live();
     const chunk = 1 << 14;
     // the whole collection's init parameters (defaults resolved against the whole table's rows)
@@ -243,6 +207,117 @@ export class ShardedEmbeddingCollection {
     return this.live();
   }
 
+  get tables(): readonly ResolvedTable[] {
+    return this.config.tables;
+  }
+  /** 'cpu' or 'cuda:N': where this rank's engine lives. */
+  get device(): string {
+    return this.config.device;
+  }
+  get learningRate(): number {
+    return this.config.optimizer.lr;
+  }
+  /** Changes the learning rate of this rank's shards for the following steps; every rank applies the same schedule. */
+  setLearningRate(lr: number): void {
+    this.live().setLearningRate(lr);
+    this.config.optimizer.lr = lr;
+  }
+  /** Bytes of table storage and optimizer state of this rank's engine. */
+  get memory(): { weightBytes: number; stateBytes: number } {
+    const e = this.live();
+    return { weightBytes: e.weightBytes, stateBytes: e.stateBytes };
+  }
+  /** CUDA: device time of this rank's last forward / backward kernels (null on the CPU). */
+  kernelTimes(): { forwardMs: number; backwardMs: number } | null {
+    return this.live().kernelTimes();
+  }
+  /** Floats of optimizer state per row of a table. */
+  stateWidth(table: string): number {
+    const t = checkCells(this, table, []).t;
+    return cellWidth(this, t, 'state');
+  }
+
+  private readAt(table: string, ids: Ids, kind: CellKind): Promise<Float32Array> {
+    return this.rejecting(() => {
+      const c = checkCells(this, table, ids);
+      return this.enqueue(() => readCells(this, c.t, c.ids, kind));
+    });
+  }
+  private writeAt(table: string, ids: Ids, values: Float32Array, kind: CellKind): Promise<void> {
+    return this.rejecting(() => {
+      const c = checkCells(this, table, ids);
+      const width = cellWidth(this, c.t, kind);
+      if (!(values instanceof Float32Array) || values.length !== c.ids.length * width)
+        throw new EmbshardError('LENGTH_MISMATCH', `values must be a Float32Array of ids.length × ${width} = ${c.ids.length * width} floats`);
+      return this.enqueue(async () => writeCells(this, c.t, c.ids, values, kind));
+    });
+  }
+  /**
+   * Rows of a table by global row id, wherever they live: [ids.length × dim] fp32 on every rank. A
+   * collective (every rank passes the same ids); runs after the steps queued before it.
+   */
+  readRows(table: string, ids: Ids): Promise<Float32Array> {
+    return this.readAt(table, ids, 'rows');
+  }
+  /** Overwrites rows by global row id (values [ids.length × dim], rounded to the dtype; duplicates: last wins) in every copy. Every rank passes the same arguments. */
+  writeRows(table: string, ids: Ids, values: Float32Array): Promise<void> {
+    return this.writeAt(table, ids, values, 'rows');
+  }
+  /** Optimizer state of rows by global row id: [ids.length × stateWidth] (adam: m then v). A collective. */
+  readState(table: string, ids: Ids): Promise<Float32Array> {
+    return this.readAt(table, ids, 'state');
+  }
+  /** Overwrites optimizer state by global row id in every copy. Every rank passes the same arguments. */
+  writeState(table: string, ids: Ids, values: Float32Array): Promise<void> {
+    return this.writeAt(table, ids, values, 'state');
+  }
+
+  /**
+   * Writes one EmbeddingCollection checkpoint of the whole collection to `dir` (rank 0 writes, atomically;
+   * every rank waits). Any world size and plan can load it (load), so can EmbeddingCollection.load. A collective.
+   */
+  save(dir: string, extra?: Record<string, unknown>): Promise<void> {
+    return this.enqueue(() => saveSharded(this, dir, extra));
+  }
+
+  /** Reads a checkpoint of save() or EmbeddingCollection.save onto `plan` and `group` (any world size). */
+  static load(dir: string, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}): Promise<ShardedEmbeddingCollection> {
+    return loadSharded(dir, plan, group, config);
+  }
+
+  /**
+   * Lets go of a forward output once the calls queued before it are done: its arrays are detached (length 0
+   * afterwards) and the step's routing is dropped, so it can no longer go through backward. Resolves to
+   * the number of arrays released.
+   */
+  release(out: ShardedForwardOutput): Promise<number> {
+    return this.rejecting(() => {
+      if (!out || !(out.pooled instanceof Float32Array))
+        throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
+      const ctx = (out as Out)[STEP];
+      const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)];
+      return this.enqueue(async () => {
+        if (ctx) ctx.used = true;
+        let n = 0;
+        for (const a of arrays)
+          if (a.buffer.byteLength > 0) {
+            structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] }); // detaches it
+            n++;
+          }
+        return n;
+      });
+    });
+  }
+
+  /** Async APIs report argument errors as rejections, never as synchronous throws. */
+  private rejecting<T>(f: () => Promise<T>): Promise<T> {
+    try {
+      return f();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
   dispose(): void {
     const e = this.engine;
     this.engine = undefined;
@@ -261,13 +336,42 @@ export class ShardedEmbeddingCollection {
     });
   }
 
-  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
-  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+  private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     const planFeatures = new Set(this.featureInfo.map((f) => f.name));
     for (const f of batch.features) if (!planFeatures.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has feature '${f}', which no table of the plan reads`);
     for (const f of planFeatures) if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch lacks feature '${f}'`);
-    return this.enqueue(() => this.forwardStep(batch));
+  }
+
+  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
+  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+    const pre = this.prepared;
+    if (pre && pre.batch !== batch)
+      throw new EmbshardError('INVALID_ARGUMENT', 'forward() must take the batch given to prepare() first (its ids are already on their way to the owners)');
+    if (!pre) this.checkBatch(batch);
+    this.prepared = undefined;
+    return this.enqueue(() => this.forwardStep(batch, pre));
+  }
+
+  /**
+   * Starts the table-independent part of the next forward now: routes `batch`'s ids and sends them to
+   * their owners (the metadata and input exchanges, queued after the calls before it), so the exchange
+   * overlaps the caller's compute until its next call on this collection (the Trainer prepares right after
+   * the current forward, so the next batch's ids travel during the dense forward / backward). A
+   * collective: every rank prepares at the same point of its step. The next forward must take this batch;
+   * the result is bitwise the same as without prepare().
+   */
+  prepare(batch: JaggedBatch): void {
+    if (this.prepared) throw new EmbshardError('INVALID_ARGUMENT', 'a prepared batch is already waiting for its forward()');
+    this.live();
+    this.checkBatch(batch);
+    const routed = route(this.layout, batch);
+    const counters = zeroTraffic();
+    // queued like every call of this collection, so every rank issues the collectives in the same order;
+    // the calls queued after it (the current backward) wait for it, the caller's own compute does not
+    const recv = this.enqueue(() => exchangeInput(this.layout, this.group, routed, batch.batchSize, batch.weights !== undefined, counters));
+    recv.catch(() => undefined); // surfaced by the forward that consumes it
+    this.prepared = { batch, routed, recv, counters };
   }
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
@@ -293,176 +397,45 @@ export class ShardedEmbeddingCollection {
   }
 
   // ---------------------------------------------------------------- forward
-  private async forwardStep(batch: JaggedBatch): Promise<ShardedForwardOutput> {
-    const K = kernels();
-    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn;
+  private async forwardStep(batch: JaggedBatch, pre: Prepared | undefined): Promise<ShardedForwardOutput> {
+    const K = exchangeOps();
+    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
-    const before = { ...g.traffic };
-    // 1. route every feature's ids to its ranges
-    const segs = new Map<string, SegView>();
-    for (const rt of L.tables)
-      for (const f of rt.features) {
-        const fv = batch.feature(f);
-        const seg = K.segment(fv.ids, fv.lengths, fv.weights ?? null, rt.bounds, `feature '${f}' (table '${rt.table.name}', ${rt.table.rows} rows)`);
-        const starts = [0];
-        for (let s = 0; s < seg.counts.length; s++) starts.push(starts[s]! + seg.counts[s]!);
-        segs.set(f, { seg, starts });
-      }
-    const uniqOver = (rt: (typeof L.tables)[number], s: number, m: number): UniqT => {
-      const parts = rt.features.map((f) => part(segs.get(f)!, s, B).ids);
-      const featOff = [0];
-      for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
-      const uq = K.unique(concat(parts, BigInt64Array), m);
-      const starts = [0];
-      for (let j = 0; j < m; j++) starts.push(starts[j]! + uq.counts[j]!);
-      return { uq, featOff, starts };
-    };
-    const ub = new Map<string, UniqT>();
-    const node = new Map<number, UniqT>();
-    for (const rt of L.tables) {
-      if (rt.cluster === 'ub') rt.groups.forEach((_, gi) => ub.set(`${rt.index}:${gi}`, uniqOver(rt, 2 + gi, 1)));
-      if (rt.N > 0) node.set(rt.index, uniqOver(rt, 1, rpn));
-    }
-    // 2. input messages, one per destination, in canonical segment order
-    const meta: Float64Array[] = [], idsOut: BigInt64Array[] = [], lenOut: Int32Array[] = [], wOut: Float32Array[] = [];
-    const metaCounts: number[] = [], idsCounts: number[] = [], lenCounts: number[] = [], wCounts: number[] = [];
-    for (let d = 0; d < W; d++) {
-      const m: number[] = [B, weighted ? 1 : 0];
-      const ip: BigInt64Array[] = [], lp: Int32Array[] = [], wp: Float32Array[] = [];
-      for (const s of L.segments(r, d)) {
-        if (s.kind === 'node') {
-          const u = node.get(s.t)!, j = d % rpn;
-          const ids = K.divideIds(u.uq.values.subarray(u.starts[j]!, u.starts[j + 1]!), rpn);
-          ip.push(ids);
-          m.push(ids.length);
-        } else if (s.kind === 'rb') {
-          const p = part(segs.get(s.f)!, 2 + s.g, B);
-          lp.push(p.lengths);
-          ip.push(p.ids);
-          if (p.weights) wp.push(p.weights);
-          m.push(p.n);
-        } else {
-          const u = ub.get(`${s.t}:${s.g}`)!.uq.values;
-          ip.push(u);
-          m.push(u.length);
-        }
-      }
-      const mm = Float64Array.from(m), ii = concat(ip, BigInt64Array), ll = concat(lp, Int32Array), ww = concat(wp, Float32Array);
-      meta.push(mm), idsOut.push(ii), lenOut.push(ll), wOut.push(ww);
-      metaCounts.push(mm.length), idsCounts.push(ii.length), lenCounts.push(ll.length), wCounts.push(ww.length);
-    }
-    const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length);
-    const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true, recvCounts: expMeta });
-    // the segment counts say what every source sends next, so the payload exchanges skip their count phase
-    const expIds: number[] = [], expLen: number[] = [], expW: number[] = [];
-    {
-      let mo = 0;
-      for (let p = 0; p < W; p++) {
-        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-        let ni = 0, nl = 0, nw = 0, k = mo + 2;
-        for (const s of L.segments(p, r)) {
-          const n = metaIn.data[k++]!;
-          ni += n;
-          if (s.kind === 'rb') {
-            nl += Bp;
-            if (hasW) nw += n;
-          }
-        }
-        expIds.push(ni), expLen.push(nl), expW.push(nw);
-        mo += metaIn.counts[p]!;
-      }
-    }
-    const idsIn = await g.allToAllV(concat(idsOut, BigInt64Array), idsCounts, { recvCounts: expIds });
-    const lenIn = await g.allToAllV(concat(lenOut, Int32Array), lenCounts, { recvCounts: expLen });
-    const wIn = await g.allToAllV(concat(wOut, Float32Array), wCounts, { recvCounts: expW });
-    // 3. parse what every source sent this rank
-    const recv: Received[] = [];
-    {
-      let mo = 0, io = 0, lo = 0, wo = 0;
-      for (let p = 0; p < W; p++) {
-        const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-        let k = mo + 2;
-        const entries: Received['entries'] = [];
-        for (const s of L.segments(p, r)) {
-          const n = metaIn.data[k++]!;
-          const ids = idsIn.data.subarray(io, io + n);
-          io += n;
-          let lengths: Int32Array | null = null, weights: Float32Array | null = null;
-          if (s.kind === 'rb') {
-            lengths = lenIn.data.subarray(lo, lo + Bp);
-            lo += Bp;
-            if (hasW) {
-              weights = wIn.data.subarray(wo, wo + n);
-              wo += n;
-            }
-          }
-          entries.push({ seg: s, ids, lengths, weights });
-        }
-        mo += metaIn.counts[p]!;
-        recv.push({ B: Bp, hasW, entries });
-      }
-    }
+    const counters = pre?.counters ?? zeroTraffic();
+    // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
+    const { segs, ub, node } = pre?.routed ?? route(L, batch);
+    // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
+    const recv = await (pre?.recv ?? exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
-    // 4. the owner batch: every local feature, Btot bags
-    const owner = this.ownerBatch(recv, Btot);
-    // the owner batch holds copies: the metadata, lengths and weights buffers can be reused now
-    g.release(metaIn.data, lenIn.data, wIn.data);
+    // 4. one engine call: the owner batch (every source's ids for this rank's shards and tiers, Btot bags)
+    // with this rank's own lookups (dp tables, replicated tiers) in its first B bags
+    const owner = ownerBatch(L, recv, Btot, segs, B, weighted);
     const e = this.live();
-    const ownerOut = L.localFeatures.some((f) => f.kind === 'rb' || f.kind === 'ub' || f.kind === 'node') ? await e.forward(owner.batch) : null;
-    const local = this.localBatch(segs, B, weighted);
-    const localOut = L.localFeatures.some((f) => f.kind === 'loc') ? await e.forward(local) : null;
-    // 5. outputs back to every source
+    const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
+    const ownerOut = engineOut, localOut = engineOut;
+    // 5. outputs back to every source, slot by slot of the owner schedule
     const fw = this.wire.forward;
-    const outCounts: number[] = [];
-    for (let p = 0; p < W; p++) outCounts.push(this.outputSize(recv[p]!, r));
-    const outBuf = wireArray(fw, outCounts.reduce((a, b) => a + b, 0));
-    {
-      let o = 0;
-      for (let p = 0; p < W; p++) {
-        for (const en of recv[p]!.entries) {
-          const s = en.seg;
-          if (s.kind === 'node') {
-            const lf = L.feature(`node:${s.t}`), dim = L.localFeatures[lf]!.dim;
-            K.pack(ownerOut!.sequences[lf]!, dim, null, owner.idOff[lf]![p]!, en.ids.length, 0, dim, fw, outBuf, o);
-            o += en.ids.length * dim;
-          } else {
-            for (const sh of L.shardsOn(s.t, s.g, r)) {
-              const cols = sh.c1 - sh.c0;
-              const lf = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${sh.c0}` : `ub:${s.t}:${s.g}:${sh.c0}`);
-              const f = L.localFeatures[lf]!;
-              if (f.pooling !== 'none') {
-                K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, recv[p]!.B, f.col, f.col + cols, fw, outBuf, o);
-                o += recv[p]!.B * cols;
-              } else {
-                K.pack(ownerOut!.sequences[lf]!, cols, null, owner.idOff[lf]![p]!, en.ids.length, 0, cols, fw, outBuf, o);
-                o += en.ids.length * cols;
-              }
-            }
-          }
-        }
+    const own = ownerSchedule(L, recv);
+    const outBuf = wireArray(fw, own.total);
+    for (let p = 0; p < W; p++)
+      for (const sl of own.slots[p]!) {
+        const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
+        if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
+        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![p]!, sl.rows, 0, cols, fw, outBuf, sl.at);
       }
-    }
     // what every owner sends back is known here: the rows / bags this rank asked for
-    const expOut: number[] = [];
-    for (let d = 0; d < W; d++) {
-      let n = 0;
-      for (const s of L.segments(r, d)) {
-        const rt = L.tables[s.t]!;
-        if (s.kind === 'node') {
-          const u = node.get(s.t)!, j = d % rpn;
-          n += (u.starts[j + 1]! - u.starts[j]!) * rt.table.dim;
-        } else
-          for (const sh of L.shardsOn(s.t, s.g, d)) {
-            const rows = s.kind === 'rb' ? (rt.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n) : ub.get(`${s.t}:${s.g}`)!.uq.values.length;
-            n += rows * (sh.c1 - sh.c0);
-          }
+    const req = requesterSchedule(L, (s, d) => {
+      if (s.kind === 'node') {
+        const u = node.get(s.t)!, j = d % rpn;
+        return u.starts[j + 1]! - u.starts[j]!;
       }
-      expOut.push(n);
-    }
-    const back = await g.allToAllV(outBuf, outCounts, { recvCounts: expOut });
+      if (s.kind === 'ub') return ub[s.t]![s.g]!.uq.values.length;
+      return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
+    });
+    const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
     const pooled = new Float32Array(B * P);
@@ -486,40 +459,15 @@ export class ShardedEmbeddingCollection {
     }
     const nodeRows = new Map<number, Float32Array>();
     for (const [t, u] of node) nodeRows.set(t, new Float32Array(u.uq.values.length * L.tables[t]!.table.dim));
-    const ubRows = new Map<string, Float32Array>();
-    for (const [key, u] of ub) ubRows.set(key, new Float32Array(u.uq.values.length * L.tables[Number(key.split(':')[0])]!.table.dim));
-    {
-      let o = 0;
-      for (let d = 0; d < W; d++) {
-        for (const s of L.segments(r, d)) {
-          const rt = L.tables[s.t]!, dim = rt.table.dim;
-          if (s.kind === 'node') {
-            const u = node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
-            K.unpack(back.data, o, fw, n, dim, nodeRows.get(s.t)!, dim, null, u.starts[j]!, 0, false);
-            o += n * dim;
-          } else if (s.kind === 'rb') {
-            const k = rt.features.indexOf(s.f), p = part(segs.get(s.f)!, 2 + s.g, B);
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              if (rt.pooling !== 'none') {
-                K.unpack(back.data, o, fw, B, cols, pooled, P, null, 0, rt.pooledCol[k]! + sh.c0, true);
-                o += B * cols;
-              } else {
-                K.unpack(back.data, o, fw, p.n, cols, seqOut.get(s.f)!, dim, p.pos, 0, sh.c0, false);
-                o += p.n * cols;
-              }
-            }
-          } else {
-            const key = `${s.t}:${s.g}`, n = ub.get(key)!.uq.values.length;
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              K.unpack(back.data, o, fw, n, cols, ubRows.get(key)!, dim, null, 0, sh.c0, false);
-              o += n * cols;
-            }
-          }
-        }
+    const ubRows = ub.map((groups, t) => groups.map((u) => new Float32Array(u.uq.values.length * L.tables[t]!.table.dim)));
+    for (let d = 0; d < W; d++)
+      for (const sl of req.slots[d]!) {
+        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim, cols = sl.c1 - sl.c0;
+        if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
+        else if (s.kind === 'ub') K.unpack(back.data, sl.at, fw, sl.rows, cols, ubRows[s.t]![s.g]!, dim, null, 0, sl.c0, false);
+        else if (rt.pooling !== 'none') K.unpack(back.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
+        else K.unpack(back.data, sl.at, fw, sl.rows, cols, seqOut.get(s.f)!, dim, part(segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.c0, false);
       }
-    }
     const poolFrom = (rows: Float32Array, u: UniqT, rt: (typeof L.tables)[number], s: number) => {
       rt.features.forEach((f, k) => {
         const p = part(segs.get(f)!, s, B);
@@ -529,18 +477,15 @@ export class ShardedEmbeddingCollection {
       });
     };
     for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
-    for (const [key, u] of ub) {
-      const [t, gi] = key.split(':').map(Number) as [number, number];
-      poolFrom(ubRows.get(key)!, u, L.tables[t]!, 2 + gi);
-    }
+    ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
     for (const rt of L.tables)
       if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
     g.release(back.data);
-    this.traffic.forward = delta(g.traffic, before);
+    this.traffic.forward = counters;
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, outCounts, expOut, idsIn: idsIn.data, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -548,79 +493,11 @@ export class ShardedEmbeddingCollection {
     return this.featureInfo.find((x) => x.name === feature)!.dim;
   }
 
-  /** Payload elements this rank sends source p in the forward output (= the gradients p sends back). */
-  private outputSize(rx: Received, d: number): number {
-    const L = this.layout;
-    let n = 0;
-    for (const en of rx.entries) {
-      const s = en.seg;
-      if (s.kind === 'node') n += en.ids.length * L.tables[s.t]!.table.dim;
-      else
-        for (const sh of L.shardsOn(s.t, s.g, d)) {
-          const cols = sh.c1 - sh.c0;
-          n += (s.kind === 'rb' && L.tables[s.t]!.pooling !== 'none' ? rx.B : en.ids.length) * cols;
-        }
-    }
-    return n;
-  }
-
-  /** The batch of this rank's own lookups (dp tables, replicated tiers); other features empty. */
-  private localBatch(segs: Map<string, SegView>, B: number, weighted: boolean): NativeBatch {
-    const L = this.layout;
-    const lengths = new Int32Array(L.localFeatures.length * B);
-    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
-    L.localFeatures.forEach((lf, i) => {
-      if (lf.kind !== 'loc') return;
-      const p = part(segs.get(lf.f!)!, 0, B);
-      lengths.set(p.lengths, i * B);
-      ids.push(p.ids);
-      if (weighted) w.push(p.weights!);
-    });
-    return { batchSize: B, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array), ...(weighted ? { weights: concat(w, Float32Array) } : {}) };
-  }
-
-  /** The owner batch: rb features with every source's bags (source order), ub / node features with one bag of every source's ids. */
-  private ownerBatch(recv: Received[], Btot: number): { batch: NativeBatch; idOff: number[][]; featIds: number[] } {
-    const L = this.layout, W = L.W;
-    const F = L.localFeatures.length;
-    const lengths = new Int32Array(F * Btot);
-    const ids: BigInt64Array[] = [], w: Float32Array[] = [];
-    const anyW = recv.some((x) => x.hasW);
-    const idOff: number[][] = [];
-    const featIds: number[] = [];
-    const find = (p: number, pred: (s: Segment) => boolean) => recv[p]!.entries.find((en) => pred(en.seg));
-    L.localFeatures.forEach((lf, i) => {
-      const offs: number[] = [];
-      let n = 0;
-      let bag = i * Btot;
-      for (let p = 0; p < W; p++) {
-        offs.push(n);
-        let en: Received['entries'][number] | undefined;
-        if (lf.kind === 'rb') en = find(p, (s) => s.kind === 'rb' && s.f === lf.f && s.g === lf.g);
-        else if (lf.kind === 'ub') en = find(p, (s) => s.kind === 'ub' && s.t === lf.t && s.g === lf.g);
-        else if (lf.kind === 'node') en = find(p, (s) => s.kind === 'node' && s.t === lf.t);
-        if (lf.kind === 'rb') {
-          if (en) lengths.set(en.lengths!, bag);
-          bag += recv[p]!.B;
-        } else if (en) lengths[i * Btot] += en.ids.length;
-        if (!en) continue;
-        ids.push(en.ids);
-        n += en.ids.length;
-        if (anyW) w.push(en.weights ?? new Float32Array(en.ids.length).fill(1));
-      }
-      idOff.push(offs);
-      featIds.push(n);
-    });
-    const batch: NativeBatch = { batchSize: Btot, features: L.localFeatures.map((f) => f.name), lengths, ids: concat(ids, BigInt64Array) };
-    if (anyW) batch.weights = concat(w, Float32Array);
-    return { batch, idOff, featIds };
-  }
-
   // ---------------------------------------------------------------- backward
   private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
-    const K = kernels();
-    const L = this.layout, g = this.group, W = L.W, r = g.rank, rpn = L.rpn, B = ctx.B;
-    const before = { ...g.traffic };
+    const K = exchangeOps();
+    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
+    const counters = zeroTraffic();
     const bw = this.wire.backward;
     const P = this.pooledDim;
     const G = grads.pooled ?? new Float32Array(0);
@@ -645,75 +522,26 @@ export class ShardedEmbeddingCollection {
     };
     const nodeGrad = new Map<number, Float32Array>();
     for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
-    const ubGrad = new Map<string, Float32Array>();
-    for (const [key, u] of ctx.ub) ubGrad.set(key, gradOver(u, L.tables[Number(key.split(':')[0])]!, 2 + Number(key.split(':')[1])));
-    // 1. gradients to the owners, in the forward output's layout (so the sizes are the forward's)
-    const counts = ctx.expOut;
-    const sendBuf = wireArray(bw, counts.reduce((a, b) => a + b, 0));
-    {
-      let o = 0;
-      for (let d = 0; d < W; d++)
-        for (const s of L.segments(r, d)) {
-          const rt = L.tables[s.t]!, dim = rt.table.dim;
-          if (s.kind === 'node') {
-            const u = ctx.node.get(s.t)!, j = d % rpn, n = u.starts[j + 1]! - u.starts[j]!;
-            K.pack(nodeGrad.get(s.t)!, dim, null, u.starts[j]!, n, 0, dim, bw, sendBuf, o);
-            o += n * dim;
-          } else if (s.kind === 'rb') {
-            const k = rt.features.indexOf(s.f), p = part(ctx.segs.get(s.f)!, 2 + s.g, B);
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              const cols = sh.c1 - sh.c0;
-              if (rt.pooling !== 'none') {
-                K.pack(Gs, P, null, 0, B, rt.pooledCol[k]! + sh.c0, rt.pooledCol[k]! + sh.c1, bw, sendBuf, o);
-                o += B * cols;
-              } else {
-                K.pack(seqG(s.f), dim, p.pos, 0, p.n, sh.c0, sh.c1, bw, sendBuf, o);
-                o += p.n * cols;
-              }
-            }
-          } else {
-            const key = `${s.t}:${s.g}`, n = ctx.ub.get(key)!.uq.values.length;
-            for (const sh of L.shardsOn(s.t, s.g, d)) {
-              K.pack(ubGrad.get(key)!, dim, null, 0, n, sh.c0, sh.c1, bw, sendBuf, o);
-              o += n * (sh.c1 - sh.c0);
-            }
-          }
-        }
-    }
-    const gin = await g.allToAllV(sendBuf, counts, { recvCounts: ctx.outCounts });
-    // 2. dp tables and replicated tiers: every rank's per-row gradient sums, all-gathered
+    const ubGrad = ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
+    // 1. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
+    const sendBuf = wireArray(bw, ctx.req.total);
+    for (let d = 0; d < W; d++)
+      for (const sl of ctx.req.slots[d]!) {
+        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
+        if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
+        else if (s.kind === 'ub') K.pack(ubGrad[s.t]![s.g]!, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
+        else if (rt.pooling !== 'none') {
+          const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
+          K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
+        } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
+      }
+    const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
+    // 2. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    let gathered: { counts: Float64Array; ids: BigInt64Array; idCounts: number[]; grads: WireArray } | undefined;
-    if (repTables.length > 0) {
-      const ids: BigInt64Array[] = [], gr: WireArray[] = [], cnt: number[] = [];
-      for (const rt of repTables) {
-        const dim = rt.table.dim;
-        const parts = rt.features.map((f) => part(ctx.segs.get(f)!, 0, B).ids);
-        const featOff = [0];
-        for (const p of parts) featOff.push(featOff[featOff.length - 1]! + p.length);
-        const u: UniqT = { uq: K.unique(concat(parts, BigInt64Array), 1), featOff, starts: [] };
-        const rows = gradOver(u, rt, 0);
-        const wv = wireArray(bw, rows.length);
-        K.pack(rows, dim, null, 0, u.uq.values.length, 0, dim, bw, wv, 0);
-        ids.push(u.uq.values);
-        gr.push(wv);
-        cnt.push(u.uq.values.length);
-      }
-      const c = await g.allGather(Float64Array.from(cnt), { uncounted: true, recvCounts: new Array(W).fill(cnt.length) });
-      const nIds: number[] = [], nGr: number[] = [];
-      for (let p = 0; p < W; p++) {
-        let a = 0, b = 0;
-        repTables.forEach((rt, k) => {
-          const n = c.data[p * cnt.length + k]!;
-          a += n;
-          b += n * rt.table.dim;
-        });
-        nIds.push(a), nGr.push(b);
-      }
-      const gi = await g.allGather(concat(ids, BigInt64Array), { recvCounts: nIds });
-      const gg = await g.allGather(bw === 'fp32' ? concat(gr as Float32Array[], Float32Array) : concat(gr as Uint16Array[], Uint16Array), { recvCounts: nGr });
-      gathered = { counts: c.data, ids: gi.data, idCounts: gi.counts, grads: gg.data };
-    }
+    const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
+      const u = uniqOver(ctx.segs, rt, 0, 1, B);
+      return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
+    }), counters);
     // 3. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
@@ -722,163 +550,31 @@ export class ShardedEmbeddingCollection {
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
     const pooledGrad = new Float32Array(Btot * L.localPooledDim);
-    // per-source offsets into the received gradients
-    const gOff: number[] = [];
-    {
-      let o = 0;
-      for (let p = 0; p < W; p++) gOff.push(o), (o += gin.counts[p]!);
-    }
     // node tier: sum the node's contributions per row (source order), then sync across nodes
-    const nodeUpd = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
-    const srcOffsets = (p: number, fn: (s: Segment, o: number, rows: number) => void) => {
-      let o = gOff[p]!;
-      for (const en of ctx.recv[p]!.entries) {
-        const s = en.seg, rt = L.tables[s.t]!;
-        if (s.kind === 'node') {
-          fn(s, o, en.ids.length);
-          o += en.ids.length * rt.table.dim;
-        } else
-          for (const sh of L.shardsOn(s.t, s.g, r)) {
-            const rows = s.kind === 'rb' && rt.pooling !== 'none' ? ctx.recv[p]!.B : en.ids.length;
-            fn({ ...s, c0: sh.c0 } as unknown as Segment, o, rows);
-            o += rows * (sh.c1 - sh.c0);
-          }
-      }
-    };
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    for (let p = 0; p < W; p++) {
-      srcOffsets(p, (s, o, rows) => {
-        const rt = L.tables[s.t]!;
+    // the received gradients, slot by slot of the owner schedule
+    for (let p = 0; p < W; p++)
+      for (const sl of ctx.own.slots[p]!) {
+        const s = sl.seg;
         if (s.kind === 'node') {
-          const dim = rt.table.dim;
-          const en = ctx.recv[p]!.entries.find((x) => x.seg.kind === 'node' && x.seg.t === s.t)!;
-          const gr = new Float32Array(rows * dim);
-          K.unpack(gin.data, o, bw, rows, dim, gr, dim, null, 0, 0, false);
+          const dim = L.tables[s.t]!.table.dim;
+          const gr = new Float32Array(sl.rows * dim);
+          K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
-          np.ids.push(en.ids);
+          np.ids.push(ctx.recv[p]!.entries[sl.entry]!.ids);
           np.grads.push(gr);
-          return;
-        }
-        const c0 = (s as Segment & { c0: number }).c0;
-        const lfi = L.feature(s.kind === 'rb' ? `rb:${s.f}:${s.g}:${c0}` : `ub:${s.t}:${s.g}:${c0}`);
-        const lf = L.localFeatures[lfi]!;
-        if (lf.pooling !== 'none') K.unpack(gin.data, o, bw, rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
-        else {
-          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
-          K.unpack(gin.data, o, bw, rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
-        }
-      });
-    }
-    const nodeTables = L.tables.filter((rt) => rt.N > 0);
-    if (nodeTables.length > 0) {
-      // node sums, rounded to the wire dtype so every node's replica sums identical inputs
-      const sums = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
-      for (const rt of nodeTables) {
-        const dim = rt.table.dim;
-        const np = nodeParts.get(rt.index);
-        if (!np) continue;
-        const allIds = concat(np.ids, BigInt64Array), allG = concat(np.grads, Float32Array);
-        const uq = K.unique(allIds, 1);
-        const sum = new Float32Array(uq.values.length * dim);
-        K.gradUnique(allG, dim, 0, dim, uq.inverse, new Int32Array(allIds.length).fill(1), null, null, false, null, sum);
-        const wv = wireArray(bw, sum.length);
-        K.pack(sum, dim, null, 0, uq.values.length, 0, dim, bw, wv, 0);
-        sums.set(rt.index, { ids: uq.values, wire: wv });
-      }
-      const nodes = W / rpn, myNode = L.nodeOf(r);
-      const peers = (d: number) => d % rpn === r % rpn && L.nodeOf(d) !== myNode;
-      const idParts: BigInt64Array[] = [], grParts: WireArray[] = [], metaParts: Float64Array[] = [];
-      const idC: number[] = [], grC: number[] = [], mC: number[] = [];
-      for (let d = 0; d < W; d++) {
-        if (!peers(d)) {
-          idC.push(0), grC.push(0), mC.push(0);
           continue;
         }
-        const m: number[] = [];
-        let ni = 0, ng = 0;
-        for (const rt of nodeTables) {
-          const s = sums.get(rt.index);
-          m.push(s ? s.ids.length : 0);
-          if (s) idParts.push(s.ids), grParts.push(s.wire), (ni += s.ids.length), (ng += s.wire.length);
+        const lfi = sl.feature, lf = L.localFeatures[lfi]!;
+        if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
+        else {
+          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
+          K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
         }
-        metaParts.push(Float64Array.from(m));
-        idC.push(ni), grC.push(ng), mC.push(m.length);
       }
-      let mIn: { data: Float64Array; counts: number[] } = { data: new Float64Array(0), counts: new Array(W).fill(0) };
-      let iIn: { data: BigInt64Array; counts: number[] } = { data: new BigInt64Array(0), counts: new Array(W).fill(0) };
-      let gIn: { data: WireArray; counts: number[] } = { data: wireArray(bw, 0), counts: new Array(W).fill(0) };
-      if (nodes > 1) {
-        mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true, recvCounts: mC });
-        const eI: number[] = [], eG: number[] = [];
-        {
-          let mo = 0;
-          for (let d = 0; d < W; d++) {
-            let a = 0, b = 0;
-            if (mIn.counts[d]! > 0)
-              nodeTables.forEach((rt, k) => {
-                const n = mIn.data[mo + k]!;
-                a += n;
-                b += n * rt.table.dim;
-              });
-            mo += mIn.counts[d]!;
-            eI.push(a), eG.push(b);
-          }
-        }
-        iIn = await g.allToAllV(concat(idParts, BigInt64Array), idC, { recvCounts: eI });
-        gIn = await g.allToAllV(bw === 'fp32' ? concat(grParts as Float32Array[], Float32Array) : concat(grParts as Uint16Array[], Uint16Array), grC, { recvCounts: eG });
-      }
-      // per table: every node's list in node order (this node's own sums included)
-      const at = { m: 0, i: 0, g: 0 };
-      const fromPeer: Map<number, { ids: BigInt64Array; wire: WireArray }>[] = [];
-      for (let d = 0; d < W; d++) {
-        const per = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
-        if (peers(d) && nodes > 1) {
-          nodeTables.forEach((rt, k) => {
-            const n = mIn.data[at.m + k]!, dim = rt.table.dim;
-            per.set(rt.index, { ids: iIn.data.subarray(at.i, at.i + n), wire: gIn.data.subarray(at.g, at.g + n * dim) as WireArray });
-            at.i += n;
-            at.g += n * dim;
-          });
-          at.m += nodeTables.length;
-        }
-        fromPeer.push(per);
-      }
-      for (const rt of nodeTables) {
-        if (this.layout.nodeRowsHeld(rt, r) === 0) continue;
-        const dim = rt.table.dim;
-        const ids: BigInt64Array[] = [], gr: Float32Array[] = [];
-        for (let m = 0; m < nodes; m++) {
-          const src = m === myNode ? sums.get(rt.index) : fromPeer[m * rpn + (r % rpn)]!.get(rt.index);
-          if (!src || src.ids.length === 0) continue;
-          const f = new Float32Array(src.ids.length * dim);
-          K.unpack(src.wire, 0, bw, src.ids.length, dim, f, dim, null, 0, 0, false);
-          ids.push(src.ids);
-          gr.push(f);
-        }
-        nodeUpd.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
-      }
-      if (nodes > 1) g.release(mIn.data, iIn.data, gIn.data);
-    }
+    const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
-    const updIds = new Map<number, { ids: BigInt64Array; grads: Float32Array }>();
-    if (gathered) {
-      // gathered: per rank p, counts per rep table; ids and grads in (rank, table) order
-      const nT = repTables.length;
-      const perTable = repTables.map(() => ({ ids: [] as BigInt64Array[], grads: [] as Float32Array[] }));
-      let io = 0, go = 0;
-      for (let p = 0; p < W; p++)
-        repTables.forEach((rt, k) => {
-          const n = gathered!.counts[p * nT + k]!, dim = rt.table.dim;
-          perTable[k]!.ids.push(gathered!.ids.subarray(io, io + n));
-          const f = new Float32Array(n * dim);
-          K.unpack(gathered!.grads, go, bw, n, dim, f, dim, null, 0, 0, false);
-          perTable[k]!.grads.push(f);
-          io += n;
-          go += n * dim;
-        });
-      repTables.forEach((rt, k) => updIds.set(rt.index, { ids: concat(perTable[k]!.ids, BigInt64Array), grads: concat(perTable[k]!.grads, Float32Array) }));
-    }
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
     L.localFeatures.forEach((lf, i) => {
@@ -906,8 +602,8 @@ export class ShardedEmbeddingCollection {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
     // everything received this step has been copied out: give the buffers back for the next step
-    g.release(ctx.idsIn, gin.data, ...(gathered ? [gathered.counts, gathered.ids, gathered.grads] : []));
-    this.traffic.backward = delta(g.traffic, before);
+    g.release(gin.data);
+    this.traffic.backward = counters;
     return res;
   }
 }

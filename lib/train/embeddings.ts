@@ -1,5 +1,5 @@
-// embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or a sharded
-// collection with the same forward/backward surface), and a helper that builds an EmbeddingCollection
+// embeddings.ts — what the Trainer needs from an embedding module (EmbeddingCollection, or lib/sharded's
+// ShardedEmbeddingCollection, which has the same surface), and a helper that builds an EmbeddingCollection
 // with one table per feature of a data source.
 import { EmbeddingCollection } from '../collection.js';
 import type { OptimizerConfig, TableConfig } from '../config.js';
@@ -13,7 +13,7 @@ export interface EmbeddingOutput {
   pooled: Float32Array;
 }
 
-/** The forward/backward surface shared by EmbeddingCollection and lib/sharded's sharded collection. */
+/** The surface the Trainer uses, shared by EmbeddingCollection and ShardedEmbeddingCollection. */
 export interface EmbeddingModule {
   /** Width of `pooled` per sample (Σ dims of the pooled features). */
   readonly pooledDim: number;
@@ -24,6 +24,8 @@ export interface EmbeddingModule {
   forward(batch: JaggedBatch): Promise<EmbeddingOutput>;
   backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
+  /** Starts the table-independent work of the next forward (a sharded collection's id exchange); optional. */
+  prepare?(batch: JaggedBatch): void;
   /** Recycles an output the trainer is done with (its arrays become empty); optional. */
   release?(out: EmbeddingOutput): Promise<number>;
   dispose?(): void;

@@ -9,7 +9,6 @@ export type { DenseBuffer, DenseModelSpec, DenseModelOptions, DenseOptimizerConf
 export { lrFactor, resolveSchedule } from './schedule.js';
 export type { LrSchedule, ResolvedSchedule } from './schedule.js';
 export { embeddingsFor } from './embeddings.js';
-export { ShardedEmbeddings } from './sharded.js';
 export type { EmbeddingModule, EmbeddingOutput, TablesForOptions } from './embeddings.js';
 export { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
 export { RankSplitSource, rankBatchIndices, rankSplit } from './rank-split.js';

@@ -12,7 +12,7 @@ import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
 import type { Precision } from './binding.js';
-import { ShardedEmbeddings } from './sharded.js';
+import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
@@ -41,7 +41,10 @@ export interface StepTimes {
   embeddingForward: number;
   denseForward: number;
   denseBackward: number;
+  /** Exposed communication: time the step was blocked on the dense-gradient all-reduce. */
   communication: number;
+  /** The dense-gradient all-reduce from start to completion (with `overlap`, partly hidden behind the embedding backward). */
+  communicationTotal: number;
   embeddingBackward: number;
   denseUpdate: number;
   total: number;
@@ -97,6 +100,14 @@ export interface TrainerOptions {
   onMetrics?: (m: StepMetrics) => void;
   /** What the model takes as input, saved with checkpoints (default: derived from the tables, modulo hashing). */
   inputs?: ModelInputs;
+  /**
+   * Start the dense-gradient all-reduce before the embedding backward and wait for it only before the
+   * dense update, so it runs while the embedding backward computes; and with step(batch, next), start the
+   * next batch's routing and id exchange during this step's dense compute (default true). The result is
+   * bitwise the same either way: the collectives are issued in the same order on every rank and nothing
+   * they touch is read in between.
+   */
+  overlap?: boolean;
 }
 
 export interface TrainerLoadOptions {
@@ -111,7 +122,7 @@ export interface TrainerLoadOptions {
 
 const LOAD_FIELDS = fieldsOf<TrainerLoadOptions>({ group: true, onMetrics: true, loadEmbeddings: true, device: true, precision: true });
 const TRAINER_FIELDS = fieldsOf<TrainerOptions>({
-  model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true,
+  model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true, overlap: true,
 });
 
 export class Trainer {
@@ -127,6 +138,8 @@ export class Trainer {
   lastTimes: StepTimes | undefined;
   /** The model's inputs (feature names, dense width, table rows, hashing); undefined for sharded tables unless given. */
   readonly inputs: ModelInputs | undefined;
+  /** Whether the dense-gradient all-reduce overlaps the embedding backward (TrainerOptions.overlap). */
+  readonly overlap: boolean;
 
   private steps = 0;
   private readonly calls = new CallQueue();
@@ -144,7 +157,7 @@ export class Trainer {
       const preset = isPresetName(o.model) ? PRESETS[o.model] : undefined;
       const denseOpt = o.optimizer ?? preset?.optimizer;
       const embOpt: OptimizerConfig = o.embeddingOptimizer ?? { type: denseOpt?.type ?? 'adagrad', lr: preset?.embeddingLr ?? denseOpt?.lr ?? 0.01 };
-      emb = ShardedEmbeddings.create(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
+      emb = new ShardedEmbeddingCollection(o.plan, g, { optimizer: embOpt, seed: o.seed ?? 0, ...(o.device && o.device !== 'cpu' ? { device: o.device } : {}) });
     } else if (o.embeddings === undefined) throw new EmbshardError('INVALID_CONFIG', 'embeddings (an EmbeddingCollection or a sharded collection) or plan is required');
     else emb = o.embeddings;
     if (o.model instanceof DenseModel) {
@@ -178,6 +191,8 @@ export class Trainer {
       throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
     this.group = o.group;
     this.onMetrics = o.onMetrics;
+    if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
+    this.overlap = o.overlap ?? true;
     this.steps = this.dense.step;
   }
 
@@ -186,10 +201,15 @@ export class Trainer {
     return this.steps;
   }
 
-  /** One training step on a batch; resolves to its mean BCE loss (this rank's samples). */
-  step(batch: Batch): Promise<number> {
+  /**
+   * One training step on a batch; resolves to its mean BCE loss (this rank's samples). `next` (optional): the batch of the following step, whose table-independent work
+   * (a sharded collection's routing and id exchange, `prepare`) then overlaps this step's dense compute;
+   * the following call must be step(next). Every rank passes `next` or none alike.
+   */
+  step(batch: Batch, next?: Batch): Promise<number> {
     this.checkBatch(batch);
-    return this.enqueue(() => this.runStep(batch));
+    if (next !== undefined) this.checkBatch(next);
+    return this.enqueue(() => this.runStep(batch, next));
   }
 
   /**
@@ -248,7 +268,7 @@ export class Trainer {
    * Writes dense weights, dense optimizer state, embeddings (with their optimizer state), the step count
    * and the schedule to `dir`, replacing it atomically. Sharded: a collective — every rank calls it with
    * the same `dir`, rank 0 writes one checkpoint (tables gathered), which Trainer.load reads back on any
-   * world size with `loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, group)`.
+   * world size with `loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, group)`.
    */
   save(dir: string): Promise<void> {
     return this.enqueue(() =>
@@ -317,7 +337,7 @@ export class Trainer {
       throw new EmbshardError('LENGTH_MISMATCH', `batch.sparse.batchSize (${b.sparse?.batchSize}) must equal batch.size (${B})`);
   }
 
-  private async runStep(b: Batch): Promise<number> {
+  private async runStep(b: Batch, next?: Batch): Promise<number> {
     const t0 = performance.now();
     const factor = lrFactor(this.schedule, this.steps);
     const denseLr = this.denseBaseLr * factor, embLr = this.embeddingBaseLr * factor;
@@ -327,19 +347,36 @@ export class Trainer {
     if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
 
     const out = await this.embeddings.forward(b.sparse);
+    if (next && this.overlap) this.embeddings.prepare?.(next.sparse);
     const t1 = performance.now();
     const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
-    if (this.group && world > 1) {
-      const g = this.dense.grads; // CPU: the live buffer; GPU: a host copy, written back after the sum
-      await this.group.allReduce(g, 'sum');
-      this.dense.setGrads(g);
+    // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
+    let reduced: Promise<void> | undefined;
+    let arStart = 0, arEnd = 0;
+    const g = this.group && world > 1 ? this.dense.grads : undefined; // CPU: the live buffer; GPU: a host copy, written back after the sum
+    if (g) {
+      arStart = performance.now();
+      reduced = this.group!.allReduce(g, 'sum').then(() => {
+        arEnd = performance.now();
+      });
+      if (!this.overlap) await reduced;
     }
     const t3 = performance.now();
-    await this.embeddings.backward(out, { pooled: this.sparseGrad });
-    if (this.embeddings.release) await this.embeddings.release(out);
+    try {
+      await this.embeddings.backward(out, { pooled: this.sparseGrad });
+      if (this.embeddings.release) await this.embeddings.release(out);
+    } catch (e) {
+      await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer
+      throw e;
+    }
     const t4 = performance.now();
+    if (reduced) {
+      await reduced;
+      this.dense.setGrads(g!);
+    }
+    const t4w = performance.now();
     await this.dense.update(denseLr);
     const t5 = performance.now();
     this.steps += 1;
@@ -347,9 +384,10 @@ export class Trainer {
       embeddingForward: t1 - t0,
       denseForward: r.forwardMs,
       denseBackward: t2 - t1 - r.forwardMs,
-      communication: t3 - t2,
+      communication: t3 - t2 + (t4w - t4),
+      communicationTotal: reduced ? arEnd - arStart : 0,
       embeddingBackward: t4 - t3,
-      denseUpdate: t5 - t4,
+      denseUpdate: t5 - t4w,
       total: t5 - t0,
     };
     this.lastTimes = times;

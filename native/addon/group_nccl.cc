@@ -26,13 +26,6 @@ Napi::Value UniqueId(const Napi::CallbackInfo& info) {
   });
 }
 
-int int_arg(Napi::Env env, Napi::Value v, const char* what, int lo, int hi) {
-  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", format("createNcclGroup: %s must be a number", what));
-  double x = v.As<Napi::Number>().DoubleValue();
-  if (x != std::floor(x) || x < lo || x > hi)
-    throw_error(env, "INVALID_ARGUMENT", format("createNcclGroup: %s must be an integer in [%d, %d] (got %g)", what, lo, hi, x));
-  return static_cast<int>(x);
-}
 
 Napi::Value CreateNcclGroup(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -40,10 +33,10 @@ Napi::Value CreateNcclGroup(const Napi::CallbackInfo& info) {
     Bytes id = typed_bytes(env, info[0], "createNcclGroup: uniqueId");
     if (id.size != NCCL_UNIQUE_ID_BYTES)
       throw_error(env, "INVALID_ARGUMENT", format("createNcclGroup: uniqueId must hold %d bytes", NCCL_UNIQUE_ID_BYTES));
-    int size = int_arg(env, info[2], "size", 1, 1 << 20);
-    int rank = int_arg(env, info[1], "rank", 0, size - 1);
-    int rpn = int_arg(env, info[3], "ranksPerNode", 1, size);
-    int device = int_arg(env, info[4], "device", 0, 1 << 16);
+    int size = static_cast<int>(int_arg(env, info[2], "createNcclGroup: size", 1, 1 << 20));
+    int rank = static_cast<int>(int_arg(env, info[1], "createNcclGroup: rank", 0, size - 1));
+    int rpn = static_cast<int>(int_arg(env, info[3], "createNcclGroup: ranksPerNode", 1, size));
+    int device = static_cast<int>(int_arg(env, info[4], "createNcclGroup: device", 0, 1 << 16));
     double timeout = timeout_arg(env, info[5], "createNcclGroup");
     auto idCopy = std::make_shared<std::vector<uint8_t>>(id.data, id.data + id.size);
     return GroupWrap::Create(env, nullptr, [idCopy, rank, size, rpn, device, timeout] {

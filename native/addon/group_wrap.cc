@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "addon/errors.h"
+#include "addon/output_pool.h"
 #include "addon/registry.h"
 #include "core/errors.h"
 
@@ -37,129 +38,39 @@ void CallJs(Napi::Env env, Napi::Function, std::nullptr_t*, GroupJob* job) {
 std::mutex g_ctor_mu;
 std::map<napi_env, Napi::FunctionReference*> g_ctors;
 
-// Receive buffers are recycled: a fresh multi-megabyte malloc is a fresh mmap, and first-touch page
-// faults cost more than the copy itself. A buffer handed to JS comes back when its owner releases it
-// (releaseBuffers: the ArrayBuffer is detached first, so JS can no longer reach the memory) or when
-// the ArrayBuffer is collected; up to kRetain bytes are kept, best fit within 2x of the request.
-struct Handed {
-  int64_t cap;
-  bool released = false;
-};
-
-class RecvPool {
- public:
-  uint8_t* take(int64_t bytes, int64_t& cap) {
-    const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 1);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = free_.lower_bound(want);
-      if (it != free_.end() && it->first <= 2 * want) {
-        cap = static_cast<int64_t>(it->first);
-        uint8_t* p = it->second;
-        retained_ -= it->first;
-        free_.erase(it);
-        return p;
-      }
-    }
-    cap = static_cast<int64_t>(want);
-    auto* p = static_cast<uint8_t*>(std::malloc(want));
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  void give(uint8_t* p, int64_t cap) {
-    std::lock_guard<std::mutex> lk(mu_);
-    give_locked(p, cap);
-  }
-  Handed* handed(uint8_t* p, int64_t cap) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto* h = new Handed{cap};
-    live_[p] = h;
-    return h;
-  }
-  // The ArrayBuffer was collected.
-  void finalized(uint8_t* p, Handed* h) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!h->released) {
-      live_.erase(p);
-      give_locked(p, h->cap);
-    }
-    delete h;
-  }
-  bool owns(uint8_t* p) {
-    std::lock_guard<std::mutex> lk(mu_);
-    return live_.count(p) > 0;
-  }
-  // Returns the capacity when p is a live handed buffer (now released), 0 otherwise.
-  int64_t release(uint8_t* p) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = live_.find(p);
-    if (it == live_.end()) return 0;
-    it->second->released = true;
-    int64_t cap = it->second->cap;
-    live_.erase(it);
-    give_locked(p, cap);
-    return cap;
-  }
-
- private:
-  void give_locked(uint8_t* p, int64_t cap) {
-    if (retained_ + static_cast<size_t>(cap) > kRetain) {
-      std::free(p);
-      return;
-    }
-    free_.emplace(static_cast<size_t>(cap), p);
-    retained_ += static_cast<size_t>(cap);
-  }
-  static constexpr size_t kRetain = size_t(256) << 20;
-  std::mutex mu_;
-  std::multimap<size_t, uint8_t*> free_;
-  std::map<uint8_t*, Handed*> live_;
-  size_t retained_ = 0;
-};
-
-RecvPool& recv_pool() {
-  static RecvPool* pool = new RecvPool();  // never destroyed: finalizers may run during teardown
-  return *pool;
-}
-
-// A pooled receive buffer handed to JS as an external ArrayBuffer once the call succeeded.
+// A receive buffer from the addon's one pool (output_pool.h: a fresh multi-megabyte buffer costs page
+// faults that exceed the copy itself), handed to JS as an external ArrayBuffer once the call succeeded;
+// it returns to the pool on releaseBuffers() or when collected.
 struct Owned {
-  uint8_t* p = nullptr;
+  float* p = nullptr;
   int64_t n = 0;
-  int64_t cap = 0;
+  size_t cap = 0;
   bool handed = false;
   ~Owned() {
-    if (p && !handed) recv_pool().give(p, cap);
+    if (p && !handed) OutputPool::get().give(p, cap);
   }
   void alloc(int64_t bytes) {
     n = bytes;
-    p = recv_pool().take(bytes, cap);
+    p = OutputPool::get().take_at_least(static_cast<size_t>(bytes), cap);
   }
   Napi::ArrayBuffer hand(Napi::Env env) {
     handed = true;
-    Handed* h = recv_pool().handed(p, cap);
-    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d, Handed* hh) {
-      recv_pool().finalized(static_cast<uint8_t*>(d), hh);
-    }, h);
+    OutputPool::Adopted* a = OutputPool::get().adopted(p, cap);
+    return Napi::ArrayBuffer::New(env, p, static_cast<size_t>(n), [](Napi::Env, void* d, OutputPool::Adopted* h) {
+      OutputPool::get().finalize(static_cast<float*>(d), h);
+    }, a);
   }
 };
 
 // releaseBuffers(...buffers: ArrayBuffer | TypedArray): gives receive buffers back for reuse now. Each
-// is detached (its views read as empty from then on); buffers that did not come from a collective are
-// left alone.
+// is detached (its views read as empty from then on); buffers that did not come from the pool are left
+// alone.
 Napi::Value ReleaseBuffers(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   for (size_t i = 0; i < info.Length(); ++i) {
     Napi::Value v = info[i];
-    Napi::ArrayBuffer ab;
-    if (v.IsArrayBuffer()) ab = v.As<Napi::ArrayBuffer>();
-    else if (v.IsTypedArray()) ab = v.As<Napi::TypedArray>().ArrayBuffer();
-    else continue;
-    if (ab.IsDetached() || ab.ByteLength() == 0) continue;
-    auto* p = static_cast<uint8_t*>(ab.Data());
-    if (!recv_pool().owns(p)) continue;
-    ab.Detach();  // first: JS can no longer reach the memory
-    recv_pool().release(p);
+    if (v.IsArrayBuffer()) release_buffer(v.As<Napi::ArrayBuffer>());
+    else if (v.IsTypedArray()) release_buffer(v.As<Napi::TypedArray>().ArrayBuffer());
   }
   return env.Undefined();
 }
@@ -207,23 +118,6 @@ void InitBuffers(Napi::Env env, Napi::Object exports) {
 Part buffersPart("group_buffers", &InitBuffers);
 }  // namespace
 
-Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsTypedArray()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + " must be a typed array");
-  auto ta = v.As<Napi::TypedArray>();
-  Bytes b;
-  b.data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-  b.size = static_cast<int64_t>(ta.ByteLength());
-  return b;
-}
-
-double timeout_arg(Napi::Env env, Napi::Value v, const char* what) {
-  if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": timeoutMs must be a number");
-  double t = v.As<Napi::Number>().DoubleValue();
-  if (!(t > 0) || !std::isfinite(t))
-    throw_error(env, "INVALID_ARGUMENT", format("%s: timeoutMs must be a positive finite number (got %g)", what, t));
-  return t;
-}
-
 Napi::Function GroupWrap::Constructor(Napi::Env env) {
   std::lock_guard<std::mutex> lk(g_ctor_mu);
   auto it = g_ctors.find(env);
@@ -241,6 +135,7 @@ Napi::Function GroupWrap::Constructor(Napi::Env env) {
                                        InstanceMethod<&GroupWrap::Broadcast>("broadcast"),
                                        InstanceMethod<&GroupWrap::Barrier>("barrier"),
                                        InstanceMethod<&GroupWrap::RawAllToAllV>("rawAllToAllV"),
+                                       InstanceMethod<&GroupWrap::RawAllReduce>("rawAllReduce"),
                                        InstanceMethod<&GroupWrap::Close>("close"),
                                    });
   auto* ref = new Napi::FunctionReference(Napi::Persistent(cls));
@@ -399,7 +294,7 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);
       auto so = prefix(sendBytes), ro = prefix(*recvBytes);
-      g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv->p, recvBytes->data(), ro.data(), d);
+      g->all_to_all_v(send.data, sendBytes.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), ro.data(), d);
     };
     job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
       Napi::Object o = Napi::Object::New(e);
@@ -434,7 +329,7 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
       int64_t total = 0;
       for (int64_t c : *recvBytes) total += c;
       recv->alloc(total);
-      g->all_gather_v(send.data, send.size, recv->p, recvBytes->data(), d);
+      g->all_gather_v(send.data, send.size, reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), d);
     };
     job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
       Napi::Object o = Napi::Object::New(e);
@@ -446,7 +341,8 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
   });
 }
 
-// allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs), in place.
+// allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs,
+// deterministic: boolean), in place.
 Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -457,13 +353,15 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
     comm::ElemType t = comm::parse_elem_type(info[1].As<Napi::String>().Utf8Value());
     comm::ReduceOp op = comm::parse_reduce_op(info[2].As<Napi::String>().Utf8Value());
     double timeout = timeout_arg(env, info[3], "allReduce");
+    if (!info[4].IsBoolean()) throw_error(env, "INVALID_ARGUMENT", "allReduce: deterministic must be a boolean");
+    const bool deterministic = info[4].As<Napi::Boolean>().Value();
     if (data.size % static_cast<int64_t>(comm::elem_size(t)) != 0)
       throw_error(env, "LENGTH_MISMATCH", "allReduce: the data's byte length is not a whole number of elements");
     auto job = std::make_unique<GroupJob>();
     job->Keep(info[0]);
     int64_t count = data.size / static_cast<int64_t>(comm::elem_size(t));
-    job->run = [data, count, t, op, timeout](comm::Group* g) {
-      g->all_reduce(data.data, count, t, op, comm::Deadline::after(timeout));
+    job->run = [data, count, t, op, deterministic, timeout](comm::Group* g) {
+      g->all_reduce(data.data, count, t, op, deterministic, comm::Deadline::after(timeout));
     };
     return Submit(env, std::move(job));
   });
@@ -501,6 +399,30 @@ Napi::Value GroupWrap::Barrier(const Napi::CallbackInfo& info) {
   });
 }
 
+#if defined(EMBSHARD_WITH_MPI)
+namespace {
+// The MPI group behind a handle, for the benchmark references; other groups reject with BACKEND_UNAVAILABLE.
+std::shared_ptr<comm::MpiGroup> mpi_reference(Napi::Env env, const std::shared_ptr<comm::Group>& g, const std::string& kind,
+                                              const char* what) {
+  auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(g);
+  if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", std::string(what) + " is the MPI group's reference; this group is " + kind);
+  return mpi;
+}
+// A job that runs `call` on the worker thread, timed around it, and resolves to its seconds.
+std::unique_ptr<GroupJob> timed_job(std::function<void()> call) {
+  auto job = std::make_unique<GroupJob>();
+  auto secs = std::make_shared<double>(0);
+  job->run = [call, secs](comm::Group*) {
+    auto t0 = comm::Clock::now();
+    call();
+    *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
+  };
+  job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
+  return job;
+}
+}  // namespace
+#endif
+
 // rawAllToAllV(send, sendBytes: Float64Array, recv, recvBytes: Float64Array) -> Promise<seconds>: the
 // MPI group's plain blocking MPI_Alltoallv of the same layout, timed around the MPI call only (the
 // benchmark's reference). Other groups reject with BACKEND_UNAVAILABLE.
@@ -509,26 +431,40 @@ Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
 #if defined(EMBSHARD_WITH_MPI)
-    auto mpi = std::dynamic_pointer_cast<comm::MpiGroup>(group_);
-    if (!mpi) throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV is the MPI group's reference; this group is " + kind_);
+    auto mpi = mpi_reference(env, group_, kind_, "rawAllToAllV");
     Bytes send = typed_bytes(env, info[0], "rawAllToAllV: send");
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "rawAllToAllV");
     Bytes recv = typed_bytes(env, info[2], "rawAllToAllV: recv");
     auto recvBytes = byte_counts(env, info[3], size_, recv.size, "rawAllToAllV");
-    auto job = std::make_unique<GroupJob>();
+    auto so = prefix(sendBytes), ro = prefix(recvBytes);
+    auto job = timed_job([mpi, send, sendBytes, so, recv, recvBytes, ro] {
+      mpi->raw_all_to_all_v(send.data, sendBytes.data(), so.data(), recv.data, recvBytes.data(), ro.data());
+    });
     job->Keep(info[0]);
     job->Keep(info[2]);
-    auto secs = std::make_shared<double>(0);
-    job->run = [mpi, send, sendBytes, recv, recvBytes, secs](comm::Group*) {
-      auto so = prefix(sendBytes), ro = prefix(recvBytes);
-      auto t0 = comm::Clock::now();
-      mpi->raw_all_to_all_v(send.data, sendBytes.data(), so.data(), recv.data, recvBytes.data(), ro.data());
-      *secs = std::chrono::duration<double>(comm::Clock::now() - t0).count();
-    };
-    job->result = [secs](Napi::Env e) -> Napi::Value { return Napi::Number::New(e, *secs); };
     return Submit(env, std::move(job));
 #else
     throw_error(env, "BACKEND_UNAVAILABLE", "rawAllToAllV needs the MPI group, which this build does not have");
+#endif
+  });
+}
+
+// rawAllReduce(data: Float32Array) -> Promise<seconds>: the MPI group's plain blocking MPI_Allreduce (sum,
+// in place), timed around the MPI call only (the benchmark's reference). Other groups reject with
+// BACKEND_UNAVAILABLE.
+Napi::Value GroupWrap::RawAllReduce(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+#if defined(EMBSHARD_WITH_MPI)
+    auto mpi = mpi_reference(env, group_, kind_, "rawAllReduce");
+    float* data = typed_array<float>(env, info[0], napi_float32_array, "rawAllReduce: data", 0);
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    auto job = timed_job([mpi, data, n] { mpi->raw_all_reduce(data, n); });
+    job->Keep(info[0]);
+    return Submit(env, std::move(job));
+#else
+    throw_error(env, "BACKEND_UNAVAILABLE", "rawAllReduce needs the MPI group, which this build does not have");
 #endif
   });
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "addon/js_args.h"
 #include "comm/executor.h"
 #include "comm/group.h"
 
@@ -45,6 +46,7 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value Broadcast(const Napi::CallbackInfo& info);
   Napi::Value Barrier(const Napi::CallbackInfo& info);
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
+  Napi::Value RawAllReduce(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   // Settles a job's promise on the JS thread (called through the thread-safe function).
@@ -85,12 +87,5 @@ struct GroupJob {
   void Keep(Napi::Value v) { keep.push_back(Napi::Persistent(v)); }
 };
 
-// A JS typed array's bytes, in place.
-struct Bytes {
-  uint8_t* data = nullptr;
-  int64_t size = 0;
-};
-Bytes typed_bytes(Napi::Env env, Napi::Value v, const char* what);
-double timeout_arg(Napi::Env env, Napi::Value v, const char* what);
 
 }  // namespace embshard::addon

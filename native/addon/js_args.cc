@@ -176,4 +176,42 @@ const int64_t* i64_array(Napi::Env env, const Napi::Value& v, const char* what, 
   return a.Data();
 }
 
+Bytes typed_bytes(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsTypedArray()) bad(env, "INVALID_ARGUMENT", std::string(what) + " must be a typed array");
+  auto ta = v.As<Napi::TypedArray>();
+  Bytes b;
+  b.data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+  b.size = static_cast<int64_t>(ta.ByteLength());
+  return b;
+}
+
+void* typed_elems(Napi::Env env, const Napi::Value& v, napi_typedarray_type type, const char* what, int64_t need,
+                  bool nullable) {
+  if (nullable && (v.IsNull() || v.IsUndefined())) return nullptr;
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type)
+    bad(env, "INVALID_ARGUMENT", std::string(what) + " has the wrong array type");
+  auto ta = v.As<Napi::TypedArray>();
+  if (static_cast<int64_t>(ta.ElementLength()) < need)
+    bad(env, "LENGTH_MISMATCH",
+        format("%s holds %zu elements; %lld are needed", what, ta.ElementLength(), static_cast<long long>(need)));
+  return static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+}
+
+int64_t int_arg(Napi::Env env, const Napi::Value& v, const char* what, int64_t lo, int64_t hi) {
+  if (!v.IsNumber()) bad(env, "INVALID_ARGUMENT", std::string(what) + " must be a number");
+  double x = v.As<Napi::Number>().DoubleValue();
+  if (x != std::floor(x) || x < static_cast<double>(lo) || x > static_cast<double>(hi))
+    bad(env, "INVALID_ARGUMENT",
+        format("%s must be an integer in [%lld, %lld] (got %g)", what, static_cast<long long>(lo), static_cast<long long>(hi), x));
+  return static_cast<int64_t>(x);
+}
+
+double timeout_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) bad(env, "INVALID_ARGUMENT", std::string(what) + ": timeoutMs must be a number");
+  double t = v.As<Napi::Number>().DoubleValue();
+  if (!(t > 0) || !std::isfinite(t))
+    bad(env, "INVALID_ARGUMENT", format("%s: timeoutMs must be a positive finite number (got %g)", what, t));
+  return t;
+}
+
 }  // namespace embshard::addon

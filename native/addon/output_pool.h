@@ -1,5 +1,6 @@
-// output_pool.h — output buffers handed to JS without a copy. They are left uninitialised (kernels write
-// every element) and come back to the pool either when JS releases them explicitly (release(): the
+// output_pool.h — the addon's one pool of buffers handed to JS without a copy: engine outputs and the
+// receive buffers of collectives. They are left uninitialised (kernels and transports write every
+// element) and come back to the pool either when JS releases them explicitly (release(): the
 // ArrayBuffer is detached, so JS can no longer reach the memory) or when they are garbage-collected.
 // A loop that releases its outputs reuses the same few buffers and never pays page faults; a fresh
 // large buffer is mapped with huge pages, so a miss costs a few faults rather than thousands.
@@ -43,6 +44,27 @@ class OutputPool {
         }
     }
     return allocate(n);
+  }
+  // A buffer of at least `bytes` (the best fit within 2x of the request, else a fresh one), for sizes
+  // that vary from call to call (receive buffers of collectives); its capacity in floats goes to `cap`.
+  float* take_at_least(size_t bytes, size_t& cap) {
+    const size_t want = (bytes + 3) / 4 > 0 ? (bytes + 3) / 4 : 1;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      size_t best = free_.size();
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i].second >= want && free_[i].second <= 2 * want && (best == free_.size() || free_[i].second < free_[best].second))
+          best = i;
+      if (best < free_.size()) {
+        float* p = free_[best].first;
+        cap = free_[best].second;
+        cached_ -= cap * 4;
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+        return p;
+      }
+    }
+    cap = want;
+    return allocate(want);
   }
   void give(float* p, size_t n) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -157,21 +179,23 @@ class OutBuf {
   size_t n_ = 0;
 };
 
-// Detaches the ArrayBuffer of each array that holds a live pool buffer and returns the memory to the
-// pool; returns how many were released (arrays embshard did not make are left alone).
+// Returns the memory of an ArrayBuffer that holds a live pool buffer to the pool and detaches it; false
+// (and nothing done) for buffers embshard did not make. Marking the buffer released and detaching its
+// ArrayBuffer happen together on this (the JS) thread, so no JS code can reach the memory once the pool
+// reuses it.
+inline bool release_buffer(Napi::ArrayBuffer ab) {
+  if (ab.IsDetached() || ab.ByteLength() == 0) return false;
+  if (!OutputPool::get().release(static_cast<float*>(ab.Data()))) return false;
+  ab.Detach();
+  return true;
+}
+
+// Releases every typed array of `arrays` that holds a live pool buffer (release_buffer); returns how many.
 inline uint32_t release_outputs(Napi::Env env, const Napi::Array& arrays) {
   uint32_t released = 0;
   for (uint32_t i = 0; i < arrays.Length(); ++i) {
     Napi::Value v = arrays.Get(i);
-    if (!v.IsTypedArray()) continue;
-    Napi::TypedArray ta = v.As<Napi::TypedArray>();
-    Napi::ArrayBuffer ab = ta.ArrayBuffer();
-    if (ab.IsDetached() || ab.ByteLength() == 0) continue;
-    // Only buffers this pool handed out. Marking one released and detaching its ArrayBuffer happen
-    // together on this (the JS) thread, so no JS code can reach the memory once the pool reuses it.
-    if (!OutputPool::get().release(static_cast<float*>(ab.Data()))) continue;
-    ab.Detach();
-    ++released;
+    if (v.IsTypedArray() && release_buffer(v.As<Napi::TypedArray>().ArrayBuffer())) ++released;
   }
   return released;
 }

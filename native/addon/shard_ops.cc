@@ -1,12 +1,13 @@
-// shard_ops.cc — bindings of the sharded runtime's per-id kernels (native/shard/kernels.h). They are
+// shard_ops.cc — bindings of the sharded runtime's per-id kernels (native/shard/exchange_ops.h). They are
 // single linear passes over one step's ids, called synchronously on typed arrays in place; every size is
 // checked against the arrays before any memory is touched (INVALID_ARGUMENT / LENGTH_MISMATCH).
 #include <cstring>
 #include <string>
 
 #include "addon/errors.h"
+#include "addon/js_args.h"
 #include "addon/registry.h"
-#include "shard/kernels.h"
+#include "shard/exchange_ops.h"
 
 namespace embshard::addon {
 namespace {
@@ -15,23 +16,6 @@ using shard::Wire;
 
 [[noreturn]] void bad(Napi::Env env, const std::string& msg) { throw_error(env, "INVALID_ARGUMENT", msg); }
 
-int64_t int_arg(Napi::Env env, const Napi::Value& v, const char* what) {
-  if (!v.IsNumber()) bad(env, std::string(what) + " must be a number");
-  double d = v.As<Napi::Number>().DoubleValue();
-  if (d < 0 || d != static_cast<double>(static_cast<int64_t>(d))) bad(env, std::string(what) + " must be a non-negative integer");
-  return static_cast<int64_t>(d);
-}
-
-template <typename T>
-T* arr(Napi::Env env, const Napi::Value& v, napi_typedarray_type type, const char* what, int64_t need, bool nullable = false) {
-  if (nullable && (v.IsNull() || v.IsUndefined())) return nullptr;
-  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != type) bad(env, std::string(what) + " has the wrong array type");
-  auto ta = v.As<Napi::TypedArray>();
-  if (static_cast<int64_t>(ta.ElementLength()) < need)
-    throw_error(env, "LENGTH_MISMATCH", format("%s holds %zu elements; %lld are needed", what, ta.ElementLength(), static_cast<long long>(need)));
-  return reinterpret_cast<T*>(static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset());
-}
-
 Wire wire_arg(Napi::Env env, const Napi::Value& v) {
   if (!v.IsString()) bad(env, "wire must be 'fp32' | 'fp16' | 'bf16'");
   return shard::parse_wire(v.As<Napi::String>().Utf8Value().c_str());
@@ -39,8 +23,8 @@ Wire wire_arg(Napi::Env env, const Napi::Value& v) {
 
 // A wire buffer: Float32Array for fp32, Uint16Array for fp16 / bf16; returns the element pointer at `off`.
 void* wire_buf(Napi::Env env, const Napi::Value& v, Wire w, int64_t off, int64_t need, const char* what) {
-  if (w == Wire::F32) return arr<float>(env, v, napi_float32_array, what, off + need) + off;
-  return arr<uint16_t>(env, v, napi_uint16_array, what, off + need) + off;
+  if (w == Wire::F32) return typed_array<float>(env, v, napi_float32_array, what, off + need) + off;
+  return typed_array<uint16_t>(env, v, napi_uint16_array, what, off + need) + off;
 }
 
 template <typename T, typename A>
@@ -66,12 +50,12 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
     const int64_t n = static_cast<int64_t>(ids.ElementLength());
     if (!info[1].IsTypedArray()) bad(env, "segment: lengths must be an Int32Array");
     const int64_t B = static_cast<int64_t>(info[1].As<Napi::TypedArray>().ElementLength());
-    const int32_t* lengths = arr<int32_t>(env, info[1], napi_int32_array, "segment: lengths", B);
-    const float* weights = arr<float>(env, info[2], napi_float32_array, "segment: weights", n, true);
+    const int32_t* lengths = typed_array<int32_t>(env, info[1], napi_int32_array, "segment: lengths", B);
+    const float* weights = typed_array<float>(env, info[2], napi_float32_array, "segment: weights", n, true);
     if (!info[3].IsTypedArray()) bad(env, "segment: bounds must be a Float64Array");
     const int64_t nb = static_cast<int64_t>(info[3].As<Napi::TypedArray>().ElementLength());
     if (nb < 2) bad(env, "segment: bounds needs at least 2 entries");
-    const double* bounds = arr<double>(env, info[3], napi_float64_array, "segment: bounds", nb);
+    const double* bounds = typed_array<double>(env, info[3], napi_float64_array, "segment: bounds", nb);
     std::string what = info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : std::string("ids");
     for (int64_t b = 0; b < B; ++b)
       if (lengths[b] < 0) throw_error(env, "NEGATIVE_LENGTH", format("%s: bag %lld has a negative length", what.c_str(), static_cast<long long>(b)));
@@ -95,7 +79,7 @@ Napi::Value Unique(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsTypedArray()) bad(env, "unique: ids must be a BigInt64Array");
     const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const int64_t* ids = arr<int64_t>(env, info[0], napi_bigint64_array, "unique: ids", n);
+    const int64_t* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "unique: ids", n);
     const int64_t m = int_arg(env, info[1], "unique: m");
     if (m < 1) bad(env, "unique: m must be >= 1");
     for (int64_t i = 0; i < n; ++i)
@@ -117,7 +101,7 @@ Napi::Value DivideIds(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsTypedArray()) bad(env, "divideIds: src must be a BigInt64Array");
     const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const int64_t* src = arr<int64_t>(env, info[0], napi_bigint64_array, "divideIds: src", n);
+    const int64_t* src = typed_array<int64_t>(env, info[0], napi_bigint64_array, "divideIds: src", n);
     const int64_t m = int_arg(env, info[1], "divideIds: m");
     if (m < 1) bad(env, "divideIds: m must be >= 1");
     auto out = Napi::BigInt64Array::New(env, static_cast<size_t>(n));
@@ -134,10 +118,10 @@ Napi::Value Pack(const Napi::CallbackInfo& info) {
     const int64_t r0 = int_arg(env, info[3], "pack: r0"), nRows = int_arg(env, info[4], "pack: nRows");
     const int64_t c0 = int_arg(env, info[5], "pack: c0"), c1 = int_arg(env, info[6], "pack: c1");
     if (c1 < c0 || c1 > stride) bad(env, "pack: columns outside the matrix");
-    const int32_t* idx = arr<int32_t>(env, info[2], napi_int32_array, "pack: idx", nRows, true);
+    const int32_t* idx = typed_array<int32_t>(env, info[2], napi_int32_array, "pack: idx", nRows, true);
     if (!info[0].IsTypedArray()) bad(env, "pack: src must be a Float32Array");
     const int64_t srcLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const float* src = arr<float>(env, info[0], napi_float32_array, "pack: src", 0);
+    const float* src = typed_array<float>(env, info[0], napi_float32_array, "pack: src", 0);
     const int64_t srcRows = stride > 0 ? srcLen / stride : 0;
     if (idx) {
       for (int64_t r = 0; r < nRows; ++r)
@@ -162,10 +146,10 @@ Napi::Value Unpack(const Napi::CallbackInfo& info) {
     const int64_t stride = int_arg(env, info[6], "unpack: stride");
     const int64_t r0 = int_arg(env, info[8], "unpack: r0"), col = int_arg(env, info[9], "unpack: col");
     if (col + cols > stride) bad(env, "unpack: columns outside the destination");
-    const int32_t* idx = arr<int32_t>(env, info[7], napi_int32_array, "unpack: idx", nRows, true);
+    const int32_t* idx = typed_array<int32_t>(env, info[7], napi_int32_array, "unpack: idx", nRows, true);
     if (!info[5].IsTypedArray()) bad(env, "unpack: dst must be a Float32Array");
     const int64_t dstLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
-    float* dst = arr<float>(env, info[5], napi_float32_array, "unpack: dst", 0);
+    float* dst = typed_array<float>(env, info[5], napi_float32_array, "unpack: dst", 0);
     const int64_t dstRows = stride > 0 ? dstLen / stride : 0;
     if (idx) {
       for (int64_t r = 0; r < nRows; ++r)
@@ -204,18 +188,18 @@ Napi::Value PoolUnique(const Napi::CallbackInfo& info) {
     const int64_t dim = int_arg(env, info[1], "poolUnique: dim");
     if (!info[3].IsTypedArray() || !info[0].IsTypedArray() || !info[5].IsTypedArray()) bad(env, "poolUnique: arrays expected");
     const int64_t B = static_cast<int64_t>(info[3].As<Napi::TypedArray>().ElementLength());
-    const int32_t* lengths = arr<int32_t>(env, info[3], napi_int32_array, "poolUnique: lengths", B);
+    const int32_t* lengths = typed_array<int32_t>(env, info[3], napi_int32_array, "poolUnique: lengths", B);
     const int64_t n = sum_lengths(env, lengths, B);
-    const int32_t* inverse = arr<int32_t>(env, info[2], napi_int32_array, "poolUnique: inverse", n);
+    const int32_t* inverse = typed_array<int32_t>(env, info[2], napi_int32_array, "poolUnique: inverse", n);
     const int64_t rowsLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const float* rows = arr<float>(env, info[0], napi_float32_array, "poolUnique: rows", 0);
+    const float* rows = typed_array<float>(env, info[0], napi_float32_array, "poolUnique: rows", 0);
     check_inverse(env, inverse, n, dim > 0 ? rowsLen / dim : 0);
-    const float* weights = arr<float>(env, info[4], napi_float32_array, "poolUnique: weights", n, true);
+    const float* weights = typed_array<float>(env, info[4], napi_float32_array, "poolUnique: weights", n, true);
     const int64_t stride = int_arg(env, info[6], "poolUnique: stride"), col = int_arg(env, info[7], "poolUnique: col");
     if (col + dim > stride) bad(env, "poolUnique: columns outside the destination");
-    const int32_t* seqPos = arr<int32_t>(env, info[8], napi_int32_array, "poolUnique: seqPos", n, true);
+    const int32_t* seqPos = typed_array<int32_t>(env, info[8], napi_int32_array, "poolUnique: seqPos", n, true);
     const int64_t dstLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
-    float* dst = arr<float>(env, info[5], napi_float32_array, "poolUnique: dst", 0);
+    float* dst = typed_array<float>(env, info[5], napi_float32_array, "poolUnique: dst", 0);
     if (seqPos) check_rows(env, seqPos, n, dstLen / stride);
     else if (B * stride > dstLen) throw_error(env, "LENGTH_MISMATCH", "poolUnique: dst is smaller than B × stride");
     shard::pool_unique(rows, dim, inverse, lengths, B, weights, dst, stride, col, seqPos);
@@ -232,19 +216,19 @@ Napi::Value GradUnique(const Napi::CallbackInfo& info) {
     if (col + dim > stride) bad(env, "gradUnique: columns outside the gradient");
     if (!info[5].IsTypedArray() || !info[0].IsTypedArray() || !info[10].IsTypedArray()) bad(env, "gradUnique: arrays expected");
     const int64_t B = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
-    const int32_t* lengths = arr<int32_t>(env, info[5], napi_int32_array, "gradUnique: lengths", B);
+    const int32_t* lengths = typed_array<int32_t>(env, info[5], napi_int32_array, "gradUnique: lengths", B);
     const int64_t n = sum_lengths(env, lengths, B);
-    const int32_t* inverse = arr<int32_t>(env, info[4], napi_int32_array, "gradUnique: inverse", n);
+    const int32_t* inverse = typed_array<int32_t>(env, info[4], napi_int32_array, "gradUnique: inverse", n);
     const int64_t outLen = static_cast<int64_t>(info[10].As<Napi::TypedArray>().ElementLength());
-    float* out = arr<float>(env, info[10], napi_float32_array, "gradUnique: out", 0);
+    float* out = typed_array<float>(env, info[10], napi_float32_array, "gradUnique: out", 0);
     check_inverse(env, inverse, n, dim > 0 ? outLen / dim : 0);
-    const float* weights = arr<float>(env, info[6], napi_float32_array, "gradUnique: weights", n, true);
-    const int32_t* fullLen = arr<int32_t>(env, info[7], napi_int32_array, "gradUnique: fullLen", B, true);
+    const float* weights = typed_array<float>(env, info[6], napi_float32_array, "gradUnique: weights", n, true);
+    const int32_t* fullLen = typed_array<int32_t>(env, info[7], napi_int32_array, "gradUnique: fullLen", B, true);
     const bool mean = info[8].ToBoolean().Value();
     if (mean && !fullLen) bad(env, "gradUnique: mean pooling needs the full bag lengths");
-    const int32_t* seqPos = arr<int32_t>(env, info[9], napi_int32_array, "gradUnique: seqPos", n, true);
+    const int32_t* seqPos = typed_array<int32_t>(env, info[9], napi_int32_array, "gradUnique: seqPos", n, true);
     const int64_t gradLen = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const float* grad = arr<float>(env, info[0], napi_float32_array, "gradUnique: grad", 0);
+    const float* grad = typed_array<float>(env, info[0], napi_float32_array, "gradUnique: grad", 0);
     if (seqPos) check_rows(env, seqPos, n, gradLen / stride);
     else if (B * stride > gradLen) throw_error(env, "GRAD_SIZE_MISMATCH", "gradUnique: the gradient is smaller than B × stride");
     shard::grad_unique(grad, stride, col, dim, inverse, lengths, B, weights, fullLen, mean, seqPos, out);
@@ -261,8 +245,8 @@ Napi::Value DivideBags(const Napi::CallbackInfo& info) {
     if (col + dim > stride) bad(env, "divideBags: columns outside the matrix");
     if (!info[4].IsTypedArray()) bad(env, "divideBags: lengths must be an Int32Array");
     const int64_t B = static_cast<int64_t>(info[4].As<Napi::TypedArray>().ElementLength());
-    const int32_t* lengths = arr<int32_t>(env, info[4], napi_int32_array, "divideBags: lengths", B);
-    float* m = arr<float>(env, info[0], napi_float32_array, "divideBags: m", B * stride);
+    const int32_t* lengths = typed_array<int32_t>(env, info[4], napi_int32_array, "divideBags: lengths", B);
+    float* m = typed_array<float>(env, info[0], napi_float32_array, "divideBags: m", B * stride);
     shard::divide_bags(m, stride, col, dim, lengths, B);
     return env.Undefined();
   });
@@ -282,7 +266,7 @@ Napi::Value InitSlice(const Napi::CallbackInfo& info) {
     const int64_t nRows = int_arg(env, info[7], "initSlice: nRows");
     const int64_t c0 = int_arg(env, info[8], "initSlice: c0"), c1 = int_arg(env, info[9], "initSlice: c1");
     if (c1 < c0 || c1 > dim) bad(env, "initSlice: columns outside the table");
-    float* out = arr<float>(env, info[10], napi_float32_array, "initSlice: out", nRows * (c1 - c0));
+    float* out = typed_array<float>(env, info[10], napi_float32_array, "initSlice: out", nRows * (c1 - c0));
     shard::init_slice(kind, a, b, static_cast<uint64_t>(seed), static_cast<uint64_t>(table), dim, r0, nRows, c0, c1, out);
     return env.Undefined();
   });

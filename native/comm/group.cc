@@ -1,5 +1,5 @@
 // group.cc — the parts of the process-group interface shared by every implementation (see group.h):
-// element types, deadlines, and the deterministic all-reduce built on all-gather.
+// element types, deadlines, and the all-reduces built on all-to-all-v / all-gather-v.
 #include "comm/group.h"
 
 #include <algorithm>
@@ -58,12 +58,36 @@ void reduce_in_rank_order(const void* src, int n, int64_t count, ElemType t, Red
   }
 }
 
-void Group::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d) {
-  const int64_t bytes = count * static_cast<int64_t>(elem_size(t));
-  std::vector<int64_t> each(static_cast<size_t>(size_), bytes);
-  std::vector<uint8_t> all(static_cast<size_t>(bytes) * static_cast<size_t>(size_));
-  all_gather_v(static_cast<const uint8_t*>(data), bytes, all.data(), each.data(), d);
-  reduce_in_rank_order(all.data(), size_, count, t, op, data);
+void Group::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
+  const int64_t es = static_cast<int64_t>(elem_size(t));
+  const int64_t bytes = count * es;
+  const size_t n = static_cast<size_t>(size_);
+  if (deterministic) {
+    std::vector<int64_t> each(n, bytes);
+    std::vector<uint8_t> all(static_cast<size_t>(bytes) * n);
+    all_gather_v(static_cast<const uint8_t*>(data), bytes, all.data(), each.data(), d);
+    reduce_in_rank_order(all.data(), size_, count, t, op, data);
+    return;
+  }
+  // Reduce-scatter: chunk p of every rank goes to rank p, which reduces the contributions in rank order.
+  auto* buf = static_cast<uint8_t*>(data);
+  const Chunk mine = chunk_of(count, size_, rank_);
+  const int64_t mineBytes = (mine.end - mine.begin) * es;
+  std::vector<int64_t> sendBytes(n), sendOff(n), recvBytes(n), recvOff(n), chunkBytes(n);
+  for (size_t p = 0; p < n; ++p) {
+    const Chunk c = chunk_of(count, size_, static_cast<int>(p));
+    sendBytes[p] = (c.end - c.begin) * es;
+    sendOff[p] = c.begin * es;
+    recvBytes[p] = mineBytes;
+    recvOff[p] = static_cast<int64_t>(p) * mineBytes;
+    chunkBytes[p] = sendBytes[p];
+  }
+  std::vector<uint8_t> parts(static_cast<size_t>(mineBytes) * n);
+  all_to_all_v(buf, sendBytes.data(), sendOff.data(), parts.data(), recvBytes.data(), recvOff.data(), d);
+  std::vector<uint8_t> reduced(static_cast<size_t>(mineBytes));
+  reduce_in_rank_order(parts.data(), size_, mine.end - mine.begin, t, op, reduced.data());
+  // All-gather: every rank's reduced chunk lands at its place in `data` (chunks are contiguous in rank order).
+  all_gather_v(reduced.data(), mineBytes, buf, chunkBytes.data(), d);
 }
 
 }  // namespace embshard::comm

@@ -32,6 +32,14 @@ struct Deadline {
 // in rank order, so every rank computes bitwise the same result.
 void reduce_in_rank_order(const void* src, int n, int64_t count, ElemType t, ReduceOp op, void* dst);
 
+// Chunk p of a reduce-scatter over n ranks of `count` elements: elements [begin, end).
+struct Chunk {
+  int64_t begin, end;
+};
+inline Chunk chunk_of(int64_t count, int n, int p) {
+  return Chunk{count * p / n, count * (p + 1) / n};
+}
+
 class Group {
  public:
   virtual ~Group() = default;
@@ -51,8 +59,12 @@ class Group {
   virtual void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) = 0;
   virtual void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                             const Deadline& d) = 0;
-  // In place; deterministic: contributions are combined in rank order on every rank.
-  virtual void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d);
+  // In place. The default (`deterministic` false) is the transport's bandwidth-optimal collective; this
+  // base implementation is reduce-scatter + all-gather over all_to_all_v / all_gather_v (each rank sends
+  // and receives 2(W-1)/W of the buffer; chunk p, see chunk_of, is reduced on rank p in rank order).
+  // `deterministic` gathers every rank's whole buffer and combines the contributions in rank order on
+  // every rank: bitwise the same result on every transport, at (W-1)x the buffer received per rank.
+  virtual void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d);
   virtual void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) = 0;
   virtual void barrier(const Deadline& d) = 0;
   // Breaks the group (every pending and later call on every rank fails with COMM_FAILED where the

@@ -1,8 +1,9 @@
 // Process groups over in-process threads: every collective against closed-form results for 1–4 ranks,
 // the byte counters, argument checks, and failures (missing rank, mismatched call, a rank that left).
 import { describe, it, expect } from 'vitest';
-import { createInProcessGroups, type ProcessGroup } from '../../lib/sharded/group.js';
+import { createInProcessGroups, localDevice, type ProcessGroup } from '../../lib/sharded/group.js';
 import { EmbshardError } from '../../lib/errors.js';
+import { allReduceBytes, exactInputOf, inputOf, naiveSum, rankOrderSumF32 } from './allreduce-oracle.mjs';
 
 function closeAll(gs: ProcessGroup[]): void {
   for (const g of gs) g.close();
@@ -102,6 +103,33 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
     let acc = 0.1;
     for (let r = 1; r < n; r++) acc += 0.1 * (r + 1); // rank order, the documented reduction order
     for (const a of d) expect(a[0]).toBe(acc);
+    closeAll(gs);
+  });
+
+  it('allReduce, bandwidth-optimal and deterministic, equals the rank-order sum and counts its bytes in stats()', async () => {
+    const rpn = n === 4 ? 2 : n;
+    const gs = createInProcessGroups(n, { ranksPerNode: rpn });
+    for (const len of [0, 1, 3, 1000, 4099]) {
+      for (const deterministic of [false, true]) {
+        const before = gs.map((g) => g.stats().allReduce);
+        const bufs = gs.map((g) => inputOf(g.rank, len));
+        await Promise.all(gs.map((g, r) => g.allReduce(bufs[r]!, 'sum', { deterministic })));
+        const inputs = gs.map((g) => inputOf(g.rank, len));
+        // in-process both ways reduce each element in rank order: bitwise the naive fp32 loop
+        const ref = rankOrderSumF32(inputs);
+        for (const b of bufs) expect(b).toEqual(ref);
+        const ref64 = naiveSum(inputs);
+        for (let i = 0; i < len; i++) expect(Math.abs(bufs[0]![i]! - ref64[i]!)).toBeLessThanOrEqual(1e-3 * Math.max(1, Math.abs(ref64[i]!)));
+        gs.forEach((g, r) => {
+          const a = g.stats().allReduce, b = before[r]!;
+          const exp = allReduceBytes(len, 4, n, r, rpn, deterministic);
+          expect({ sent: a.sent - b.sent, recv: a.recv - b.recv, sentInter: a.sentInter - b.sentInter, recvInter: a.recvInter - b.recvInter, calls: a.calls - b.calls }).toEqual({ ...exp, calls: 1 });
+        });
+        const ex = gs.map((g) => exactInputOf(g.rank, len));
+        await Promise.all(gs.map((g, r) => g.allReduce(ex[r]!, 'sum', { deterministic })));
+        for (const e of ex) expect(e).toEqual(Float32Array.from(naiveSum(gs.map((g) => exactInputOf(g.rank, len)))));
+      }
+    }
     closeAll(gs);
   });
 
@@ -221,5 +249,14 @@ describe('in-process group accounting and failures', () => {
     g.close();
     await expect(g.barrier()).rejects.toMatchObject({ code: 'COMM_FAILED' });
     closeAll(gs);
+  });
+});
+
+describe('localDevice', () => {
+  it("'cuda:local' is the GPU of the local rank on its node; other devices pass through", () => {
+    // 2 nodes of 4 ranks: ranks 0..7 → GPUs 0 1 2 3 0 1 2 3
+    expect(Array.from({ length: 8 }, (_, r) => localDevice('cuda:local', r, 4))).toEqual(['cuda:0', 'cuda:1', 'cuda:2', 'cuda:3', 'cuda:0', 'cuda:1', 'cuda:2', 'cuda:3']);
+    expect(localDevice('cpu', 5, 4)).toBe('cpu');
+    expect(localDevice('cuda:2', 5, 4)).toBe('cuda:2');
   });
 });

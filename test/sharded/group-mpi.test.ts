@@ -17,6 +17,15 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
     });
   }
 
+  for (const [np, rpn] of [[2, undefined], [4, undefined], [4, '2']] as const) {
+    it(`allReduce (MPI_Allreduce and deterministic) matches a naive sum and counts its bytes (${np} ranks${rpn ? `, ${rpn} per node` : ''})`, async () => {
+      const r = await mpirun(np, 'test/sharded/mpi/allreduce.mjs', [], rpn ? { env: { EMBSHARD_RANKS_PER_NODE: rpn } } : {});
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: np }, (_, i) => i));
+      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np });
+    });
+  }
+
   it('counts intra- and inter-node bytes with two modelled nodes (EMBSHARD_RANKS_PER_NODE=2, 4 ranks)', async () => {
     const r = await mpirun(4, 'test/sharded/mpi/collectives.mjs', [], { env: { EMBSHARD_RANKS_PER_NODE: '2' } });
     expect(r.code, r.stderr + r.stdout).toBe(0);

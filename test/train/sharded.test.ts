@@ -9,9 +9,8 @@ import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { collectionConfigOf } from '../../lib/sharded/sharded.js';
-import { gatherTable } from '../../lib/sharded/reshard.js';
 import { Trainer } from '../../lib/train/trainer.js';
-import { ShardedEmbeddings } from '../../lib/train/sharded.js';
+import { ShardedEmbeddingCollection } from '../../lib/sharded/sharded.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,8 +86,10 @@ describe('Trainer with a sharding plan', () => {
     expect(ref.worstRatio(ranks[0]!.dense.params, oracle.dense.params, 1e-5, 1e-4)).toBeLessThanOrEqual(1);
     for (const t of plan.tables) {
       const ids = Array.from({ length: t.rows }, (_, i) => i);
-      const [g0] = await Promise.all(ranks.map((tr) => gatherTable((tr.embeddings as unknown as { collection: Parameters<typeof gatherTable>[0] }).collection, t.name)));
-      expect(ref.worstRatio(g0!.weights, oracleEmb.readRows(t.name, ids), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
+      // the Trainer holds the sharded collection itself (no adapter)
+      expect(ranks[0]!.embeddings).toBeInstanceOf(ShardedEmbeddingCollection);
+      const [g0] = await Promise.all(ranks.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, ids)));
+      expect(ref.worstRatio(g0!, oracleEmb.readRows(t.name, ids), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
     }
   });
 
@@ -111,13 +112,35 @@ describe('Trainer with a sharding plan', () => {
       const got = await run(b.ranks, 0, 2);
       await Promise.all(b.ranks.map((t) => t.save(join(dir, 'ck'))));
       const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
-      const c = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddings.load(d, plan, g) })));
+      const c = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, g) })));
       expect(c.map((t) => t.stepCount)).toEqual([2, 2]);
       got.push(...(await run(c, 2, 5)));
       expect(got).toEqual(want);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('overlapping the dense all-reduce with the embedding backward and the next batch\'s id exchange with the dense compute is bitwise equal to not overlapping', async () => {
+    const embOpt = { type: 'adagrad' as const, lr: 0.1 };
+    const run = async (overlap: boolean) => {
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, embeddingOptimizer: embOpt, seed: 7, overlap }));
+      const losses: number[] = [];
+      // with overlap, each step also hands over the next batch (its ids travel during the dense compute)
+      const batches = [0, 1, 2, 3].map((step) => [0, 1].map((r) => localBatch(r, step)));
+      for (let step = 0; step < 3; step++) losses.push(...(await Promise.all(ranks.map((t, r) => (overlap && step < 2 ? t.step(batches[step]![r]!, batches[step + 1]![r]!) : t.step(batches[step]![r]!))))));
+      const params = Float32Array.from(ranks[0]!.dense.params);
+      const rows: Float32Array[] = [];
+      for (const t of plan.tables) rows.push(...(await Promise.all(ranks.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, Array.from({ length: t.rows }, (_, i) => i))))));
+      expect(ranks[0]!.overlap).toBe(overlap);
+      for (const g of groups) g.close();
+      return { losses, params, rows };
+    };
+    const a = await run(true), b = await run(false);
+    expect(a.losses).toEqual(b.losses);
+    expect(Buffer.compare(Buffer.from(a.params.buffer), Buffer.from(b.params.buffer))).toBe(0);
+    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
   });
 
   it('a plan without a group is refused with INVALID_CONFIG', () => {

@@ -274,11 +274,30 @@ void MpiGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, c
   wait(req, d, "allGather");
 }
 
-void MpiGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d) {
+void MpiGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
   check_usable();
-  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)), static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op),
-                  true, d, "allReduce (signature)");
-  Group::all_reduce(data, count, t, op, d);
+  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)),
+                  static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op) * 2 + (deterministic ? 1 : 0), true, d,
+                  "allReduce (signature)");
+  if (deterministic) {
+    Group::all_reduce(data, count, t, op, true, d);
+    return;
+  }
+  // MPI's own all-reduce (Open MPI picks ring / Rabenseifner / recursive doubling by size).
+  MPI_Datatype type = t == ElemType::F32 ? MPI_FLOAT : t == ElemType::F64 ? MPI_DOUBLE : t == ElemType::I32 ? MPI_INT32_T : MPI_INT64_T;
+  MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : op == ReduceOp::Max ? MPI_MAX : MPI_MIN;
+  if (count > INT_MAX) fail("INVALID_SIZE", "allReduce: %lld elements exceed what one MPI call carries", static_cast<long long>(count));
+  MPI_Request req;
+  int e = MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, mop, comm_, &req);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allReduce: %s", rank_, mpi_error_string(e).c_str());
+  wait(req, d, "allReduce");
+}
+
+void MpiGroup::raw_all_reduce(float* data, int64_t count) {
+  check_usable();
+  if (count > INT_MAX) fail("INVALID_SIZE", "allReduce: %lld elements exceed what one MPI call carries", static_cast<long long>(count));
+  int e = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_);
+  if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: MPI_Allreduce: %s", rank_, mpi_error_string(e).c_str());
 }
 
 void MpiGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) {

@@ -36,7 +36,7 @@ class MpiGroup : public Group {
   void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) override;
   void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                     const Deadline& d) override;
-  void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d) override;
+  void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) override;
   void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) override;
   void barrier(const Deadline& d) override;
   void abort(const std::string& why) override;
@@ -45,6 +45,8 @@ class MpiGroup : public Group {
   // the benchmark compares the group's all-to-all bandwidth against.
   void raw_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                         const int64_t* recvBytes, const int64_t* recvOffsets);
+  // Plain blocking MPI_Allreduce (sum, f32, in place): the reference for the all-reduce bandwidth.
+  void raw_all_reduce(float* data, int64_t count);
 
   MpiGroup(MPI_Comm comm, int rank, int size, int ranksPerNode);
 

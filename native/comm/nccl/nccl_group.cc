@@ -245,11 +245,24 @@ void NcclGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, 
   wait(d, "allGather");
 }
 
-void NcclGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, const Deadline& d) {
+void NcclGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
   check_usable();
-  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)), static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op), d,
+  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)),
+                  static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op) * 2 + (deterministic ? 1 : 0), d,
                   "allReduce (signature)");
-  Group::all_reduce(data, count, t, op, d);
+  if (deterministic) {
+    Group::all_reduce(data, count, t, op, true, d);
+    return;
+  }
+  const int64_t bytes = count * static_cast<int64_t>(elem_size(t));
+  ncclDataType_t type = t == ElemType::F32 ? ncclFloat32 : t == ElemType::F64 ? ncclFloat64 : t == ElemType::I32 ? ncclInt32 : ncclInt64;
+  ncclRedOp_t rop = op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin;
+  uint8_t* ds = dev_send(bytes);
+  if (bytes > 0) cuda_check(cudaMemcpyAsync(ds, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_), "allReduce: upload");
+  ncclResult_t r = ncclAllReduce(ds, ds, static_cast<size_t>(count), type, rop, comm_, stream_);
+  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: allReduce: %s", rank_, ncclGetErrorString(r)));
+  if (bytes > 0) cuda_check(cudaMemcpyAsync(data, ds, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_), "allReduce: download");
+  wait(d, "allReduce");
 }
 
 void NcclGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) {

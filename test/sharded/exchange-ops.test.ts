@@ -1,12 +1,12 @@
 // The sharded runtime's native per-id kernels against naive TypeScript references written from their
-// definitions (lib/sharded/kernels.ts): range segmentation, dedup, wire packing (fp16 / bf16 rounding on
+// definitions (lib/sharded/exchange-ops.ts): range segmentation, dedup, wire packing (fp16 / bf16 rounding on
 // closed-form cases), pooling and gradient reduction over unique rows, and their argument checks.
 import { describe, it, expect } from 'vitest';
-import { kernels } from '../../lib/sharded/kernels.js';
+import { exchangeOps } from '../../lib/sharded/exchange-ops.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import { rng } from './scenario.mjs';
 
-const K = kernels();
+const K = exchangeOps();
 
 describe('shard kernels', () => {
   it('segment: stable split by row range, relative ids, per-range bag lengths', () => {

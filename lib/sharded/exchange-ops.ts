@@ -1,4 +1,4 @@
-// kernels.ts — typed access to the sharded runtime's native per-id kernels (native/shard/kernels.h via
+// exchange-ops.ts — typed access to the sharded runtime's native per-id work around its exchanges (native/shard/exchange_ops.h via
 // native/addon/shard_ops.cc). Synchronous: each is one linear pass over a step's ids.
 import type { IdArray } from '../binding.js';
 import { loadAddon } from '../native.js';
@@ -25,7 +25,7 @@ export interface Uniq {
   counts: Float64Array;
 }
 
-export interface ShardKernels {
+export interface ExchangeOps {
   segment(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, bounds: Float64Array, what: string): Segmented;
   unique(ids: BigInt64Array, m: number): Uniq;
   divideIds(src: BigInt64Array, m: number): BigInt64Array;
@@ -37,9 +37,9 @@ export interface ShardKernels {
   initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;
 }
 
-let cached: ShardKernels | undefined;
-export function kernels(): ShardKernels {
-  return (cached ??= (loadAddon() as unknown as { shard: ShardKernels }).shard);
+let cached: ExchangeOps | undefined;
+export function exchangeOps(): ExchangeOps {
+  return (cached ??= (loadAddon() as unknown as { shard: ExchangeOps }).shard);
 }
 
 export function wireArray(wire: Wire, n: number): WireArray {

@@ -1,5 +1,5 @@
-// kernels.cc — the sharded runtime's per-id kernels (see kernels.h).
-#include "shard/kernels.h"
+// exchange_ops.cc — the per-id work around the sharded runtime's exchanges (see exchange_ops.h).
+#include "shard/exchange_ops.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-// kernels.h — the per-id work of the sharded runtime (lib/sharded/sharded.ts), so the TypeScript side never
+// exchange_ops.h — the per-id work around the sharded runtime's exchanges (lib/sharded/sharded.ts), so the TypeScript side never
 // loops over ids or values: routing ids to row ranges, deduplication, packing rows into wire buffers
 // (fp32 / fp16 / bf16, core/half.h rounding) and unpacking them, pooling unique rows into bags and
 // reducing bag gradients onto unique rows. Every loop runs in a fixed order (deterministic).

@@ -1,0 +1,229 @@
+// ShardedEmbeddingCollection has EmbeddingCollection's surface: rows and optimizer state addressed by
+// global row id wherever they live (dp tables, replicated and node tiers, row / column / table shards),
+// learning rate, save / load, release — each checked against one EmbeddingCollection given the same
+// calls, on 4 in-process ranks in two modelled nodes; bad arguments are typed errors that change nothing.
+import { describe, it, expect } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { JaggedBatch } from '../../lib/batch.js';
+import { EmbeddingCollection } from '../../lib/collection.js';
+import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { measureTraffic } from '../../lib/plan/traffic.js';
+import { createInProcessGroups } from '../../lib/sharded/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/sharded/sharded.js';
+import * as S from './scenario.mjs';
+
+const lib = { JaggedBatch, ShardPlan };
+const W = 4, RPN = 2;
+
+function setup(optimizer: ShardedConfig['optimizer']) {
+  const plan: ShardPlan = S.makePlan(lib, W, RPN, {});
+  const cfg: ShardedConfig = { optimizer, seed: 5 };
+  const groups = createInProcessGroups(W, { ranksPerNode: RPN, timeoutMs: 30_000 });
+  const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
+  const oracle = new EmbeddingCollection(collectionConfigOf(plan, cfg));
+  const close = () => {
+    for (const sc of ranks) sc.dispose();
+    for (const g of groups) g.close();
+    oracle.dispose();
+  };
+  return { plan, groups, ranks, oracle, close };
+}
+
+/** One step on the sharded ranks (each its local batch) and on the oracle (the global batch). */
+async function stepBoth(ranks: ShardedEmbeddingCollection[], oracle: EmbeddingCollection, plan: ShardPlan, step: number) {
+  const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, step));
+  const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+  const gout = await oracle.forward(S.globalBatch(lib, batches));
+  const grads = outs.map((o, r) => S.gradsFor(o, r, step));
+  await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
+  await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+  return { outs, grads };
+}
+
+/** Every row of the table, shuffled, with some ids twice. */
+function idsOf(rows: number, seed: number): number[] {
+  const r = S.rng(seed);
+  const ids = Array.from({ length: rows }, (_, i) => i);
+  for (let i = rows - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [ids[i], ids[j]] = [ids[j]!, ids[i]!];
+  }
+  return [...ids, ids[0]!, ids[rows >> 1]!];
+}
+
+describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', () => {
+  it('readRows / readState by global row id equal one collection, on every rank, for every table', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'adam', lr: 0.01 });
+    try {
+      // a step so the state is not all zeros
+      await stepBoth(ranks, oracle, plan, 0);
+      for (const t of plan.tables) {
+        const ids = idsOf(t.rows, t.rows);
+        expect(ranks[0]!.stateWidth(t.name)).toBe(oracle.stateWidth(t.name));
+        const w = await Promise.all(ranks.map((sc) => sc.readRows(t.name, ids)));
+        const st = await Promise.all(ranks.map((sc) => sc.readState(t.name, ids)));
+        const refW = oracle.readRows(t.name, ids), refS = oracle.readState(t.name, ids);
+        for (let r = 0; r < W; r++) {
+          expect(S.relErr(w[r], refW), `${t.name} rows on rank ${r}`).toBeLessThanOrEqual(1e-5);
+          expect(S.relErr(st[r], refS), `${t.name} state on rank ${r}`).toBeLessThanOrEqual(1e-5);
+          expect(w[r]).toEqual(w[0]);
+        }
+      }
+    } finally {
+      close();
+    }
+  });
+
+  it('writeRows / writeState by global row id land in every copy: reads and the next step equal one collection', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 });
+    try {
+      for (const t of plan.tables) {
+        const ids = idsOf(t.rows, 7 * t.rows).slice(0, Math.max(1, t.rows >> 1));
+        const rnd = S.rng(t.rows);
+        const vals = Float32Array.from({ length: ids.length * t.dim }, () => rnd() - 0.5);
+        const sw = oracle.stateWidth(t.name);
+        const st = Float32Array.from({ length: ids.length * sw }, () => rnd());
+        await Promise.all(ranks.map((sc) => sc.writeRows(t.name, ids, vals)));
+        await Promise.all(ranks.map((sc) => sc.writeState(t.name, ids, st)));
+        oracle.writeRows(t.name, ids, vals);
+        oracle.writeState(t.name, ids, st);
+        const all = Array.from({ length: t.rows }, (_, i) => i);
+        const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
+        const gotS = await Promise.all(ranks.map((sc) => sc.readState(t.name, all)));
+        // written values round to the table dtype the same way in both
+        expect(got[0]).toEqual(oracle.readRows(t.name, all));
+        expect(gotS[0]).toEqual(oracle.readState(t.name, all));
+      }
+      // the new learning rate and the written rows drive the next step on every replica
+      for (const sc of ranks) sc.setLearningRate(0.2);
+      oracle.setLearningRate(0.2);
+      expect(ranks[0]!.learningRate).toBe(0.2);
+      await stepBoth(ranks, oracle, plan, 1);
+      for (const t of plan.tables) {
+        const all = Array.from({ length: t.rows }, (_, i) => i);
+        const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
+        expect(S.relErr(got[0], oracle.readRows(t.name, all)), t.name).toBeLessThanOrEqual(1e-5);
+      }
+    } finally {
+      close();
+    }
+  });
+
+  it('a step is a fixed, small set of exchanges: forward 3 all-to-alls, backward 1 gradient all-to-all plus the replica syncs', async () => {
+    const { plan, groups, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      const calls = () => groups.map((g) => ({ a2a: g.stats().allToAllV.calls, ag: g.stats().allGather.calls }));
+      const c0 = calls();
+      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0));
+      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+      const c1 = calls();
+      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r], r, 0))));
+      const c2 = calls();
+      for (let r = 0; r < W; r++) {
+        // forward: segment counts, ids + lengths + weights in one message, outputs
+        expect({ a2a: c1[r]!.a2a - c0[r]!.a2a, ag: c1[r]!.ag - c0[r]!.ag }).toEqual({ a2a: 3, ag: 0 });
+        // backward: gradients; dp / replicated rows: counts + one all-gather of ids and gradients;
+        // node tiers across the two nodes: counts + one all-to-all of ids and gradients
+        expect({ a2a: c2[r]!.a2a - c1[r]!.a2a, ag: c2[r]!.ag - c1[r]!.ag }).toEqual({ a2a: 3, ag: 2 });
+      }
+    } finally {
+      close();
+    }
+  });
+
+  it('prepare(next) during the current step (routing + id exchange overlapped) is bitwise equal to not preparing, and bytes = measureTraffic', async () => {
+    const run = async (prepare: boolean) => {
+      const { plan, ranks, close } = setup({ type: 'adagrad', lr: 0.05 });
+      try {
+        const pooled: Float32Array[] = [];
+        const traffic: string[] = [];
+        let outs = await Promise.all(ranks.map((sc, r) => sc.forward(S.localBatch(lib, plan, r, 0))));
+        for (let step = 0; step < 3; step++) {
+          const next = ranks.map((_, r) => S.localBatch(lib, plan, r, step + 1));
+          // every rank prepares the next batch before the current backward, at the same point
+          if (prepare) ranks.forEach((sc, r) => sc.prepare(next[r]!));
+          await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r], r, step))));
+          traffic.push(JSON.stringify(ranks.map((sc) => sc.traffic.backward)));
+          outs = await Promise.all(ranks.map((sc, r) => sc.forward(next[r]!)));
+          traffic.push(JSON.stringify(ranks.map((sc) => sc.traffic.forward)));
+          expect(JSON.parse(traffic[traffic.length - 1]!)).toEqual(measureTraffic(plan, next).perRank.map((x) => x.forward));
+          pooled.push(...outs.map((o) => Float32Array.from(o.pooled)));
+        }
+        const rows: Float32Array[] = [];
+        for (const t of plan.tables) rows.push((await Promise.all(ranks.map((sc) => sc.readRows(t.name, Array.from({ length: t.rows }, (_, i) => i)))))[0]!);
+        return { pooled, rows, traffic };
+      } finally {
+        close();
+      }
+    };
+    const a = await run(true), b = await run(false);
+    expect(a.traffic).toEqual(b.traffic);
+    a.pooled.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.pooled[i]!.buffer))).toBe(0));
+    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+    // a forward of another batch than the prepared one is refused before anything is sent
+    const { plan, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      ranks.forEach((sc, r) => sc.prepare(S.localBatch(lib, plan, r, 0)));
+      expect(() => ranks[0]!.forward(S.localBatch(lib, plan, 0, 0))).toThrow(/prepare/);
+      expect(() => ranks[0]!.prepare(S.localBatch(lib, plan, 0, 1))).toThrow(/already waiting/);
+    } finally {
+      close();
+    }
+  });
+
+  it('bad arguments are typed errors and change nothing', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      const t = plan.tables[0]!;
+      const sc = ranks[0]!;
+      await expect(sc.readRows('nope', [0])).rejects.toMatchObject({ code: 'UNKNOWN_TABLE' });
+      await expect(sc.writeRows(t.name, [0, t.rows], new Float32Array(2 * t.dim))).rejects.toMatchObject({ code: 'ID_OUT_OF_RANGE' });
+      await expect(sc.writeRows(t.name, [0, -1], new Float32Array(2 * t.dim))).rejects.toMatchObject({ code: 'ID_OUT_OF_RANGE' });
+      await expect(sc.writeRows(t.name, [0, 1], new Float32Array(t.dim))).rejects.toMatchObject({ code: 'LENGTH_MISMATCH' });
+      await expect(sc.writeRows(t.name, [0.5], new Float32Array(t.dim))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      const all = Array.from({ length: t.rows }, (_, i) => i);
+      const got = await Promise.all(ranks.map((x) => x.readRows(t.name, all)));
+      expect(got[0]).toEqual(oracle.readRows(t.name, all));
+    } finally {
+      close();
+    }
+  });
+
+  it('save writes one checkpoint EmbeddingCollection.load reads; load reshards it onto 2 ranks; release detaches the output', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 });
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-surface-'));
+    try {
+      const { outs, grads } = await stepBoth(ranks, oracle, plan, 0);
+      const released = await Promise.all(ranks.map((sc, r) => sc.release(outs[r]!)));
+      expect(released[0]).toBe(1 + oracle.sequenceFeatures.length);
+      expect(outs[0]!.pooled.length).toBe(0);
+      expect(() => ranks[0]!.backward(outs[0]!, grads[0]!)).toThrow(/already been through backward/);
+      await Promise.all(ranks.map((sc) => sc.save(join(dir, 'ck'), { note: 'surface' })));
+      const back = await EmbeddingCollection.load(join(dir, 'ck'));
+      const plan2: ShardPlan = S.makePlan(lib, 2, 2, {});
+      const g2 = createInProcessGroups(2, { timeoutMs: 30_000 });
+      const re = await Promise.all(g2.map((g) => ShardedEmbeddingCollection.load(join(dir, 'ck'), plan2, g)));
+      try {
+        expect(back.step).toBe(oracle.step);
+        for (const t of plan.tables) {
+          const all = Array.from({ length: t.rows }, (_, i) => i);
+          const ref = oracle.readRows(t.name, all);
+          expect(S.relErr(back.readRows(t.name, all), ref)).toBeLessThanOrEqual(1e-5);
+          const r2 = await Promise.all(re.map((sc) => sc.readRows(t.name, all)));
+          expect(r2[1]).toEqual(back.readRows(t.name, all));
+          const s2 = await Promise.all(re.map((sc) => sc.readState(t.name, all)));
+          expect(s2[0]).toEqual(back.readState(t.name, all));
+        }
+      } finally {
+        back.dispose();
+        for (const sc of re) sc.dispose();
+        for (const g of g2) g.close();
+      }
+    } finally {
+      close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
