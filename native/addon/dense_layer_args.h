@@ -6,7 +6,9 @@
 #include <napi.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "addon/dense_js_readers.h"
 #include "addon/errors.h"
@@ -19,6 +21,13 @@ namespace da = dense_js_readers;
 using Napi::Float32Array;
 
 inline Float32Array make(Napi::Env env, int64_t n) { return Float32Array::New(env, static_cast<size_t>(n)); }
+
+// { name: array, ... }: what a backward op returns.
+inline Napi::Object named(Napi::Env env, std::initializer_list<std::pair<const char*, Napi::Value>> fields) {
+  Napi::Object o = Napi::Object::New(env);
+  for (const auto& f : fields) o.Set(f.first, f.second);
+  return o;
+}
 
 // gemm(transA, transB, M, N, K, alpha, A, B, beta, C, ...): C [M×N] is updated in place; M, N, K >= minDim;
 // A, B and C hold `batch` matrices each, back to back.
@@ -44,6 +53,13 @@ inline GemmArgs read_gemm(const Napi::CallbackInfo& info, int64_t minDim, int64_
   return a;
 }
 
+// A linear layer's B, in, out from info[at], info[at + 1], info[at + 2].
+inline void read_linear_dims(const Napi::CallbackInfo& info, size_t at, int64_t& B, int64_t& in, int64_t& out) {
+  B = da::integer(info.Env(), info[at], "B", 1, 1 << 20);
+  in = da::integer(info.Env(), info[at + 1], "in", 1, 1 << 20);
+  out = da::integer(info.Env(), info[at + 2], "out", 1, 1 << 20);
+}
+
 // linearForward(x, B, in, out, W, b | null, ...) -> y [B×out]
 struct LinearForwardArgs {
   int64_t B = 0, in = 0, out = 0;
@@ -53,9 +69,7 @@ struct LinearForwardArgs {
 inline LinearForwardArgs read_linear_forward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   LinearForwardArgs a;
-  a.B = da::integer(env, info[1], "B", 1, 1 << 20);
-  a.in = da::integer(env, info[2], "in", 1, 1 << 20);
-  a.out = da::integer(env, info[3], "out", 1, 1 << 20);
+  read_linear_dims(info, 1, a.B, a.in, a.out);
   a.x = da::f32(env, info[0], "x", a.B * a.in);
   a.W = da::f32(env, info[4], "W", a.out * a.in);
   a.b = info[5].IsNull() || info[5].IsUndefined() ? nullptr : da::f32(env, info[5], "b", a.out).Data();
@@ -67,20 +81,12 @@ inline LinearForwardArgs read_linear_forward(const Napi::CallbackInfo& info) {
 struct LinearBackwardArgs {
   int64_t B = 0, in = 0, out = 0;
   Float32Array x, dy, W, dW, db, dx;
-  Napi::Object result(Napi::Env env) const {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("dW", dW);
-    o.Set("db", db);
-    o.Set("dx", dx);
-    return o;
-  }
+  Napi::Object result(Napi::Env env) const { return named(env, {{"dW", dW}, {"db", db}, {"dx", dx}}); }
 };
 inline LinearBackwardArgs read_linear_backward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   LinearBackwardArgs a;
-  a.B = da::integer(env, info[2], "B", 1, 1 << 20);
-  a.in = da::integer(env, info[3], "in", 1, 1 << 20);
-  a.out = da::integer(env, info[4], "out", 1, 1 << 20);
+  read_linear_dims(info, 2, a.B, a.in, a.out);
   a.x = da::f32(env, info[0], "x", a.B * a.in);
   a.dy = da::f32(env, info[1], "dy", a.B * a.out);
   a.W = da::f32(env, info[5], "W", a.out * a.in);
@@ -95,10 +101,7 @@ struct ElementwiseArgs {
   int64_t n = 0;
   Float32Array first, second, out;
   Napi::Object loss_result(Napi::Env env, double loss) const {  // bce's { loss, dz }
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("loss", loss);
-    o.Set("dz", out);
-    return o;
+    return named(env, {{"loss", Napi::Number::New(env, loss)}, {"dz", out}});
   }
 };
 inline ElementwiseArgs read_elementwise(const Napi::CallbackInfo& info, const char* first, const char* second) {
@@ -111,6 +114,18 @@ inline ElementwiseArgs read_elementwise(const Napi::CallbackInfo& info, const ch
   return a;
 }
 
+// The dot interaction's B, d, F from info[dims .. dims + 2], then its inputs x [B × d], e [B × F·d] from
+// info[0], info[1].
+template <typename Args>
+inline void read_dot_inputs(const Napi::CallbackInfo& info, size_t dims, Args& a) {
+  Napi::Env env = info.Env();
+  a.B = da::integer(env, info[dims], "B", 1, 1 << 20);
+  a.d = da::integer(env, info[dims + 1], "d", 1, 1 << 16);
+  a.F = da::integer(env, info[dims + 2], "F", 0, 4096);
+  a.x = da::f32(env, info[0], "x", a.B * a.d);
+  a.e = da::f32(env, info[1], "e", a.B * a.F * a.d);
+}
+
 // dotInteractionForward(x, e, B, d, F) -> out [B × dot_interaction_width(d, F)]
 struct DotForwardArgs {
   int64_t B = 0, d = 0, F = 0;
@@ -119,11 +134,7 @@ struct DotForwardArgs {
 inline DotForwardArgs read_dot_forward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   DotForwardArgs a;
-  a.B = da::integer(env, info[2], "B", 1, 1 << 20);
-  a.d = da::integer(env, info[3], "d", 1, 1 << 16);
-  a.F = da::integer(env, info[4], "F", 0, 4096);
-  a.x = da::f32(env, info[0], "x", a.B * a.d);
-  a.e = da::f32(env, info[1], "e", a.B * a.F * a.d);
+  read_dot_inputs(info, 2, a);
   a.out = make(env, a.B * dense::dot_interaction_width(a.d, a.F));
   return a;
 }
@@ -132,21 +143,12 @@ inline DotForwardArgs read_dot_forward(const Napi::CallbackInfo& info) {
 struct DotBackwardArgs {
   int64_t B = 0, d = 0, F = 0;
   Float32Array x, e, dout, dx, de;
-  Napi::Object result(Napi::Env env) const {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("dx", dx);
-    o.Set("de", de);
-    return o;
-  }
+  Napi::Object result(Napi::Env env) const { return named(env, {{"dx", dx}, {"de", de}}); }
 };
 inline DotBackwardArgs read_dot_backward(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   DotBackwardArgs a;
-  a.B = da::integer(env, info[3], "B", 1, 1 << 20);
-  a.d = da::integer(env, info[4], "d", 1, 1 << 16);
-  a.F = da::integer(env, info[5], "F", 0, 4096);
-  a.x = da::f32(env, info[0], "x", a.B * a.d);
-  a.e = da::f32(env, info[1], "e", a.B * a.F * a.d);
+  read_dot_inputs(info, 3, a);
   a.dout = da::f32(env, info[2], "dout", a.B * dense::dot_interaction_width(a.d, a.F));
   a.dx = make(env, a.B * a.d);
   a.de = make(env, a.B * a.F * a.d);

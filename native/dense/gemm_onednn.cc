@@ -2,6 +2,7 @@
 #include "dense/gemm_onednn.h"
 
 #if defined(EMBSHARD_WITH_DNNL)
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
@@ -10,6 +11,8 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "core/parallel.h"
 #endif
 
 namespace embshard::dense {
@@ -18,7 +21,7 @@ namespace embshard::dense {
 namespace {
 
 using dnnl::memory;
-using Key = std::array<int64_t, 17>;
+using Key = std::array<int64_t, 18>;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -39,13 +42,13 @@ Cache& cache() {
   return c;
 }
 
-Key key_of(const GemmCall& g) {
+Key key_of(const GemmCall& g, int threads) {
   uint32_t alpha = 0, beta = 0;  // baked into the primitive's attributes: keyed by their bits
   std::memcpy(&alpha, &g.alpha, 4);
   std::memcpy(&beta, &g.beta, 4);
   return {g.transA, g.transB, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.bias != nullptr, g.relu,
           static_cast<int64_t>(g.precision), g.batch, g.strideA, g.strideB, g.strideC,
-          static_cast<int64_t>(alpha), static_cast<int64_t>(beta)};
+          static_cast<int64_t>(alpha), static_cast<int64_t>(beta), threads};
 }
 
 // A [rows × cols] operand (or a batch of them) with row stride ld, as op() sees it: op(X)[r][c].
@@ -92,11 +95,15 @@ int64_t extent(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_
 bool onednn_built() { return true; }
 
 bool onednn_gemm(const GemmCall& g) {
+  // oneDNN's OpenMP team follows embshard's thread count (setThreads / --threads). The count is per calling
+  // thread in OpenMP, and a primitive's blocking is chosen for the count it was created with: part of the key.
+  const int threads = pool_threads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   Entry e;
   {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
-    Key k = key_of(g);
+    Key k = key_of(g, threads);
     auto it = c.prims.find(k);
     if (it == c.prims.end()) it = c.prims.emplace(k, make_primitive(g)).first;
     e = it->second;

@@ -3,6 +3,7 @@
 // Tolerances: float32 kernels vs float64 math, atol 2e-4 + rtol 2e-4 (FD error at h = 1e-6 is ~1e-9).
 import { describe, it, expect } from 'vitest';
 import { denseAddon } from '../../lib/train/binding.js';
+import { loadAddon } from '../../lib/native.js';
 import { EmbshardError } from '../../lib/errors.js';
 import * as ref from './reference.js';
 
@@ -92,6 +93,25 @@ describe('gemm', () => {
         expect(ref.worstRatio(C, exact, 1e-6, 1e-6)).toBeGreaterThan(1); // bf16 really is coarser than fp32
       }
     });
+
+  it('follows the thread pool size: 1 thread and the default both give the naive product, each repeatably', () => {
+    const M = 300, N = 200, K = 150;
+    const A = ref.randArray(r, M * K), B = ref.randArray(r, K * N);
+    const want = naiveGemm(false, true, M, N, K, 1, A, B, 0, new Float64Array(M * N));
+    const addon = loadAddon(), before = addon.threads();
+    try {
+      for (const n of [1, before]) {
+        addon.setThreads(n);
+        const C1 = new Float32Array(M * N), C2 = new Float32Array(M * N);
+        ops.gemm(false, true, M, N, K, 1, A, B, 0, C1);
+        ops.gemm(false, true, M, N, K, 1, A, B, 0, C2);
+        expect(ref.worstRatio(C1, want, 1e-4, 1e-4)).toBeLessThanOrEqual(1);
+        expect(Buffer.compare(Buffer.from(C1.buffer), Buffer.from(C2.buffer))).toBe(0);
+      }
+    } finally {
+      addon.setThreads(before);
+    }
+  });
 
   it('bf16 rounding is round-to-nearest-even at the 8th significant bit (closed form)', () => {
     // 1 + 2⁻⁸ is a tie between 1 and 1 + 2⁻⁷: the even neighbour 1; 1 + 3·2⁻⁸ rounds up to 1 + 2⁻⁶.
