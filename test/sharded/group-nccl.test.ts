@@ -88,7 +88,8 @@ describe('NCCL process group', () => {
       }
 
       // all-reduce: the fp32 sum is the left-to-right sum in rank order, rounded after every addition
-      const vals = (r: number) => [0.1 * (r + 1), 1e8 * (r === 1 ? -1 : 1), 3 + r / 7, -(2 ** -20) * (r + 3)];
+      // (1 + 1e8 - 1e8 is 0 in that order, 1 in another)
+      const vals = (r: number) => [0.1 * (r + 1), r === 0 ? 1 : r === 1 ? 1e8 : -1e8, 3 + r / 7, -(2 ** -20) * (r + 3)];
       const sums = await Promise.all(g.map((x) => x.allReduce(Float32Array.from(vals(x.rank)), 'sum')));
       const naive = vals(0).map((_, i) => {
         let acc = Math.fround(vals(0)[i]!);
