@@ -96,7 +96,6 @@ struct Clique {
   // collective number -> the ranks' posts (slot erased once every rank has taken its result)
   struct Slot {
     std::vector<Post> posts;
-    std::vector<bool> posted;
     int postedCount = 0;
     int taken = 0;
   };
@@ -219,14 +218,10 @@ inline ncclResult_t collective(Comm* c, Post mine, const void* send, size_t send
       return true;
     }
     auto& slot = clique->slots[seq];
-    if (slot.posts.empty()) {
-      slot.posts.resize(static_cast<size_t>(clique->size));
-      slot.posted.assign(static_cast<size_t>(clique->size), false);
-    }
+    if (slot.posts.empty()) slot.posts.resize(static_cast<size_t>(clique->size));
     if (!*posted) {
       state->data.assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + sendBytes);
       slot.posts[static_cast<size_t>(rank)] = *state;
-      slot.posted[static_cast<size_t>(rank)] = true;
       slot.postedCount++;
       *posted = true;
     }
@@ -363,6 +358,7 @@ inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   std::shared_ptr<Clique> clique;
   {
     std::lock_guard<std::mutex> lk(registry_mu());
+    for (auto it = registry().begin(); it != registry().end();) it = it->second.expired() ? registry().erase(it) : std::next(it);
     auto& slot = registry()[key];
     clique = slot.lock();
     if (!clique) {
