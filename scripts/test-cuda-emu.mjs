@@ -15,13 +15,14 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const out = process.env.EMBSHARD_BUILD_DIR ?? 'build';
 const jobs = process.env.EMBSHARD_JOBS ?? String(cpus().length);
 
-// The suites that skip without a CUDA device (their CUDA parts), run against the emulated one.
+// The suites that skip without a CUDA device (their CUDA parts, the NCCL group), run against the emulated one.
 const SUITES = [
   'test/cuda/parity.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
+  'test/sharded/group-nccl.test.ts',
 ];
 
 const args = process.argv.slice(2);

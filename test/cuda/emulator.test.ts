@@ -4,7 +4,8 @@
 // the correct kernels pass under every schedule, that the two deliberately planted bugs (a copy of
 // rows.cu's gather kernel with a wrong index, a block reduction without its __syncthreads) are caught
 // under every schedule, that misuse a GPU would hang on or leave undefined is reported as a launch
-// failure, and that a seed really changes the order in which threads run.
+// failure, and that a seed really changes the order in which threads run. It also builds and runs
+// test/fixtures/native/emu_nccl_check.cc, the emulated NCCL's checks (ranks as threads), which must all pass.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,24 +16,24 @@ import { packageRoot } from '../../lib/native.js';
 const gxx = spawnSync('g++', ['--version'], { encoding: 'utf8' }).status === 0;
 const SEEDS = ['0', '1', '2', '3'];
 
-function build(): Promise<string> {
-  const exe = join(mkdtempSync(join(tmpdir(), 'embshard-emu-check-')), 'emu_check');
+function build(name: string): Promise<string> {
+  const exe = join(mkdtempSync(join(tmpdir(), 'embshard-emu-check-')), name);
   const native = join(packageRoot, 'native');
   const args = ['-O1', '-std=c++17', '-ffp-contract=off', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter', '-Wno-unknown-pragmas',
     '-DEMBSHARD_CUDA_EMU=1', '-I', join(native, 'cuda', 'emu', 'include'), '-I', native, '-o', exe,
-    join(packageRoot, 'test', 'fixtures', 'native', 'emu_check.cc')];
+    join(packageRoot, 'test', 'fixtures', 'native', `${name}.cc`)];
   return new Promise((resolve, reject) => {
     const p = spawn('g++', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     p.stderr.on('data', (d) => (err += d));
-    p.on('close', (code) => (code === 0 ? resolve(exe) : reject(new Error(`g++ emu_check failed:\n${err}`))));
+    p.on('close', (code) => (code === 0 ? resolve(exe) : reject(new Error(`g++ ${name} failed:\n${err}`))));
   });
 }
 
 /** The driver's `name: result` lines under one schedule seed. */
 function runUnder(exe: string, seed: string): Map<string, string> {
   const r = spawnSync(exe, [], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, EMBSHARD_CUDA_EMU_SEED: seed } });
-  expect(r.status, `emu_check (seed ${seed}) exited with ${r.status} ${r.signal ?? ''}: ${r.stderr}`).toBe(0);
+  expect(r.status, `${exe} (seed ${seed}) exited with ${r.status} ${r.signal ?? ''}: ${r.stderr}`).toBe(0);
   const lines = new Map<string, string>();
   for (const line of r.stdout.split('\n')) {
     const at = line.indexOf(': ');
@@ -43,9 +44,11 @@ function runUnder(exe: string, seed: string): Map<string, string> {
 
 describe.runIf(gxx)('the CUDA emulator', () => {
   const runs = new Map<string, Map<string, string>>();
+  let nccl = new Map<string, string>();
   beforeAll(async () => {
-    const exe = await build();
+    const [exe, ncclExe] = await Promise.all([build('emu_check'), build('emu_nccl_check')]);
     for (const seed of SEEDS) runs.set(seed, runUnder(exe, seed));
+    nccl = runUnder(ncclExe, '0');
   }, 180_000);
 
   const CORRECT = [
@@ -70,6 +73,17 @@ describe.runIf(gxx)('the CUDA emulator', () => {
     it(`${name}: caught under every schedule`, () => {
       for (const seed of SEEDS) expect(runs.get(seed)!.get(name), `seed ${seed}`).toMatch(/^WRONG /);
     });
+  }
+
+  for (const name of [
+    'nccl collectives (fp32 sum in rank order, max, all-gather, reduce-scatter, broadcast)',
+    'nccl send / recv in a group',
+    'nccl a stream waits for a late peer',
+    'nccl mismatched collectives are ncclInvalidUsage',
+    'nccl an aborted peer ends waiting operations with ncclRemoteError',
+    'nccl host pointers are ncclInvalidArgument',
+  ]) {
+    it(`${name}: right`, () => expect(nccl.get(name)).toBe('ok'));
   }
 
   it('seed 0 runs threads in index order; other seeds run them in other orders', () => {

@@ -1,19 +1,44 @@
-// The NCCL group: where a GPU exists, a one-rank group (bootstrapped through the in-process group) runs
-// every collective exactly; without a GPU or without an NCCL build, createNcclGroup refuses with
-// BACKEND_UNAVAILABLE (never a crash or a hang) and the bootstrap group stays usable.
+// The NCCL group: where a CUDA device exists (a GPU, or the CUDA emulation under `npm run test:cuda-emu`),
+// a one-rank group (bootstrapped through the in-process group) runs every collective exactly; where
+// several ranks can each have a device (one GPU per rank, or the emulator, whose one device every rank
+// may share), three ranks as threads of this process run every collective against a naive oracle, and a
+// rank that never arrives fails its peer with COMM_TIMEOUT within the deadline, never a hang. Without a
+// device or without an NCCL build, createNcclGroup refuses with BACKEND_UNAVAILABLE and the bootstrap
+// group stays usable.
 import { describe, it, expect } from 'vitest';
-import { spawnSync } from 'node:child_process';
+import { cudaBackend } from '../../lib/backends.js';
 import { createInProcessGroups, createNcclGroup } from '../../lib/sharded/group.js';
+import type { ProcessGroup } from '../../lib/sharded/group.js';
 
-const gpu = spawnSync('nvidia-smi', ['-L'], { stdio: 'ignore' }).status === 0;
+const cuda = cudaBackend();
+const gpu = cuda.available;
+const emulated = process.env.EMBSHARD_CUDA_EMU === '1';
+const N = 3;
+const multi = gpu && (emulated || (cuda.devices?.length ?? 0) >= N);
+
+async function ncclGroups(n: number): Promise<{ boot: ProcessGroup[]; g: ProcessGroup[] }> {
+  const boot = createInProcessGroups(n);
+  const g = await Promise.all(boot.map((b) => createNcclGroup({ bootstrap: b, device: emulated ? 0 : b.rank, timeoutMs: 60_000 })));
+  return { boot, g };
+}
+
+function closeAll(...groups: ProcessGroup[][]): void {
+  for (const list of groups) for (const g of list) g.close();
+}
+
+// What rank `src` sends to rank `dst` in the all-to-all: (src + 2 dst) mod 4 elements, each naming both.
+function payload(src: number, dst: number): number[] {
+  return Array.from({ length: (src + 2 * dst) % 4 }, (_, i) => src * 100 + dst * 10 + i + 0.5);
+}
 
 describe('NCCL process group', () => {
-  it.skipIf(gpu)('without a GPU (or an NCCL build) createNcclGroup rejects with BACKEND_UNAVAILABLE', async () => {
-    const [boot] = createInProcessGroups(1);
-    await expect(createNcclGroup({ bootstrap: boot!, timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
-    await boot!.barrier();
-    boot!.close();
-  });
+  if (!gpu)
+    it('without a GPU (or an NCCL build) createNcclGroup rejects with BACKEND_UNAVAILABLE', async () => {
+      const [boot] = createInProcessGroups(1);
+      await expect(createNcclGroup({ bootstrap: boot!, timeoutMs: 10_000 })).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      await boot!.barrier();
+      boot!.close();
+    });
 
   it.runIf(gpu)('a one-rank group on GPU 0: every collective exact', async () => {
     const [boot] = createInProcessGroups(1);
@@ -32,5 +57,74 @@ describe('NCCL process group', () => {
     await g.barrier();
     g.close();
     boot!.close();
+  });
+
+  describe.runIf(multi)(`${N} ranks, one device each${emulated ? ' (the emulator: all on its one device)' : ''}`, () => {
+    it('all-to-all-v, all-gather-v, all-reduce, broadcast and barrier against a naive oracle', async () => {
+      const { boot, g } = await ncclGroups(N);
+      expect(g.map((x) => [x.kind, x.rank, x.size])).toEqual(Array.from({ length: N }, (_, r) => ['nccl', r, N]));
+
+      // all-to-all-v (counts differ per pair, some are zero), twice so that staging buffers are reused
+      for (let round = 0; round < 2; round++) {
+        const res = await Promise.all(
+          g.map((x) => {
+            const parts = Array.from({ length: N }, (_, p) => payload(x.rank, p));
+            return x.allToAllV(Float64Array.from(parts.flat()), parts.map((p) => p.length));
+          }),
+        );
+        res.forEach((r, dst) => {
+          const from = Array.from({ length: N }, (_, src) => payload(src, dst));
+          expect(r.counts).toEqual(from.map((p) => p.length));
+          expect(Array.from(r.data)).toEqual(from.flat());
+        });
+      }
+
+      // all-gather-v: rank r contributes r + 1 elements
+      const ag = await Promise.all(g.map((x) => x.allGather(Int32Array.from({ length: x.rank + 1 }, (_, i) => x.rank * 1000 + i))));
+      const want = Array.from({ length: N }, (_, r) => Array.from({ length: r + 1 }, (_, i) => r * 1000 + i));
+      for (const r of ag) {
+        expect(r.counts).toEqual(want.map((w) => w.length));
+        expect(Array.from(r.data)).toEqual(want.flat());
+      }
+
+      // all-reduce: the fp32 sum is the left-to-right sum in rank order, rounded after every addition
+      // (1 + 1e8 - 1e8 is 0 in that order, 1 in another)
+      const vals = (r: number) => [0.1 * (r + 1), r === 0 ? 1 : r === 1 ? 1e8 : -1e8, 3 + r / 7, -(2 ** -20) * (r + 3)];
+      const sums = await Promise.all(g.map((x) => x.allReduce(Float32Array.from(vals(x.rank)), 'sum')));
+      const naive = vals(0).map((_, i) => {
+        let acc = Math.fround(vals(0)[i]!);
+        for (let r = 1; r < N; r++) acc = Math.fround(acc + Math.fround(vals(r)[i]!));
+        return acc;
+      });
+      for (const s of sums) expect(Array.from(s)).toEqual(naive);
+      const maxes = await Promise.all(g.map((x) => x.allReduce(Int32Array.from([x.rank, -x.rank, 5]), 'max')));
+      for (const m of maxes) expect(Array.from(m)).toEqual([N - 1, 0, 5]);
+      const mins = await Promise.all(g.map((x) => x.allReduce(Float64Array.from([x.rank + 0.25, -x.rank]), 'min')));
+      for (const m of mins) expect(Array.from(m)).toEqual([0.25, -(N - 1)]);
+
+      // broadcast from rank 1: every rank ends with the root's data
+      const bc = await Promise.all(g.map((x) => x.broadcast(Uint16Array.from(x.rank === 1 ? [9, 10, 11] : [0, 0, 0]), 1)));
+      for (const b of bc) expect(Array.from(b)).toEqual([9, 10, 11]);
+
+      await Promise.all(g.map((x) => x.barrier()));
+      closeAll(g, boot);
+    });
+
+    it('mismatched collectives fail with COMM_FAILED on every rank', async () => {
+      const { boot, g } = await ncclGroups(2);
+      const out = await Promise.allSettled([g[0]!.broadcast(Float32Array.from([1, 2]), 0, { timeoutMs: 10_000 }), g[1]!.barrier({ timeoutMs: 10_000 })]);
+      for (const o of out) expect(o).toMatchObject({ status: 'rejected', reason: { code: 'COMM_FAILED' } });
+      closeAll(g, boot);
+    });
+
+    it('a rank that never arrives: its peer fails with COMM_TIMEOUT within the deadline, and the group stays broken', async () => {
+      const { boot, g } = await ncclGroups(2);
+      await expect(g[0]!.allReduce(Float32Array.from([1, 2, 3]), 'sum', { timeoutMs: 300 })).rejects.toMatchObject({ code: 'COMM_TIMEOUT' });
+      await expect(g[0]!.barrier({ timeoutMs: 300 })).rejects.toMatchObject({ code: 'COMM_FAILED' });
+      // the late rank finds its peer gone: failed (the communicator was aborted) or timed out, never a hang
+      const late = await g[1]!.allReduce(Float32Array.from([1, 2, 3]), 'sum', { timeoutMs: 300 }).catch((e: { code: string }) => e.code);
+      expect(['COMM_FAILED', 'COMM_TIMEOUT']).toContain(late);
+      closeAll(g, boot);
+    });
   });
 });

@@ -1,9 +1,10 @@
 // launch.h — a kernel launch in the CUDA emulator (what EMB_LAUNCH in cuda/kernel_launch.h expands to
 // when compiled with g++): checks the launch configuration against the GPU's limits (an invalid one is
 // cudaErrorInvalidConfiguration, reported by cudaGetLastError and nothing runs), binds the arguments by
-// value as the GPU does, and runs the grid (grid.h) at once on the launching host thread: the stream
-// order is the order of the calls. A kernel that deadlocks or misuses a warp intrinsic is
-// cudaErrorLaunchFailure, with what happened printed on stderr.
+// value as the GPU does, and runs the grid (grid.h) on the launching host thread, at once (after any
+// work still waiting ahead of it on the stream, runtime.h): the stream order is the order of the calls.
+// A kernel that deadlocks or misuses a warp intrinsic is cudaErrorLaunchFailure, with what happened
+// printed on stderr.
 #pragma once
 #include <cstdio>
 #include <tuple>
@@ -22,12 +23,13 @@ inline bool valid_launch(dim3 g, dim3 b, size_t smem) {
 }
 
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t, A&&... args) {
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "a kernel launch passes one argument per kernel parameter");
   if (!valid_launch(grid, block, smem)) {
     fail(cudaErrorInvalidConfiguration);
     return;
   }
+  drain(stream);  // behind an NCCL operation that waits for its peers, the kernel waits too
   struct Bound {
     void (*kernel)(P...);
     std::tuple<std::decay_t<P>...> params;

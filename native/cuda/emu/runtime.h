@@ -11,8 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 
 enum cudaError_t {
   cudaSuccess = 0,
@@ -76,9 +79,34 @@ constexpr uint64_t kDeviceMemory = 64ull << 20;  // small on purpose: "60 % of t
 constexpr size_t kMaxSharedPerBlock = 48 << 10;
 constexpr const char* kDeviceName = "embshard CUDA emulator (CPU)";
 
+// A stream's work runs when it is enqueued, except behind an operation that cannot finish yet (an
+// emulated NCCL operation waiting for its peers, nccl.h): such an operation and everything enqueued after
+// it wait in `pending`, in order, and run as cudaStreamQuery / cudaStreamSynchronize find it ready.
+// A step returns true once it has finished. A stream is driven by one host thread at a time.
 struct Stream {
   unsigned flags = 0;
+  std::deque<std::function<bool()>> pending;
 };
+
+// Runs the stream's waiting steps in order; true when none is left.
+inline bool progress(Stream* s) {
+  while (!s->pending.empty()) {
+    if (!s->pending.front()()) return false;
+    s->pending.pop_front();
+  }
+  return true;
+}
+// Enqueues a step: it runs now when nothing waits ahead of it (the null stream never waits).
+inline void enqueue(Stream* s, std::function<bool()> step) {
+  if (!s || progress(s)) {
+    if (step() || !s) return;
+  }
+  s->pending.push_back(std::move(step));
+}
+// Blocks the host until the stream has nothing waiting (cudaStreamSynchronize).
+inline void drain(Stream* s) {
+  while (s && !progress(s)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
 struct Event {
   unsigned flags = 0;
   bool recorded = false;
@@ -98,7 +126,8 @@ inline cudaError_t fail(cudaError_t e) {
 // Streams and events are plain host objects.
 template <typename H>
 cudaError_t create_handle(H** out, unsigned flags) {
-  *out = new H{flags};
+  *out = new H;
+  (*out)->flags = flags;
   return cudaSuccess;
 }
 template <typename H>
@@ -272,7 +301,9 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) {
   a->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every operation ran when enqueued
+// Every operation ran when enqueued, except on streams behind a waiting NCCL operation (only the NCCL
+// group's own stream, which it synchronizes itself).
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 // ---- memory ---------------------------------------------------------------------------------------
 inline cudaError_t cudaMalloc(void** p, size_t bytes) { return embshard::emu::Memory::get().alloc_into(p, bytes, false); }
@@ -294,23 +325,29 @@ inline cudaError_t cudaMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
 }
 // Copies check that their device side lies inside one device allocation (what would be an illegal
 // address on the GPU), then run at once: the stream order is the order of the calls.
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr) {
   if (bytes == 0) return cudaSuccess;
   const auto& m = embshard::emu::Memory::get();
   const bool dstDev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool srcDev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (kind > cudaMemcpyDefault) return embshard::emu::fail(cudaErrorInvalidMemcpyDirection);
   if ((dstDev && !m.is_device(dst, bytes)) || (srcDev && !m.is_device(src, bytes))) return embshard::emu::fail(cudaErrorInvalidValue);
-  std::memmove(dst, src, bytes);
+  embshard::emu::enqueue(s, [=] {
+    std::memmove(dst, src, bytes);
+    return true;
+  });
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
-inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s = nullptr) {
   if (bytes == 0) return cudaSuccess;
   if (!embshard::emu::Memory::get().is_device(dst, bytes)) return embshard::emu::fail(cudaErrorInvalidValue);
-  std::memset(dst, value, bytes);
+  embshard::emu::enqueue(s, [=] {
+    std::memset(dst, value, bytes);
+    return true;
+  });
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return cudaMemsetAsync(dst, value, bytes, nullptr); }
@@ -319,13 +356,17 @@ inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) { return cudaM
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return embshard::emu::create_handle(s, flags); }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return embshard::emu::destroy_handle(s); }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  embshard::emu::drain(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t s) { return !s || embshard::emu::progress(s) ? cudaSuccess : cudaErrorNotReady; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) { return embshard::emu::create_handle(e, flags); }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { return embshard::emu::destroy_handle(e); }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
   if (!e) return embshard::emu::fail(cudaErrorInvalidResourceHandle);
+  embshard::emu::drain(s);  // the event's time is when the stream's earlier work has finished
   e->recorded = true;
   e->at = std::chrono::steady_clock::now();
   return cudaSuccess;
