@@ -359,9 +359,12 @@ export class ShardedEmbeddingCollection {
    * overlaps the caller's compute until its next call on this collection (the Trainer prepares right after
    * the current forward, so the next batch's ids travel during the dense forward / backward). A
    * collective: every rank prepares at the same point of its step. The next forward must take this batch;
-   * the result is bitwise the same as without prepare().
+   * the result is bitwise the same as without prepare(). The returned promise resolves once the exchange is
+   * done (it never rejects: a failure surfaces in the forward that consumes the batch); a caller that issues
+   * other collectives on the same group (the Trainer's dense all-reduce) waits for it first, so every rank
+   * issues them in the same order whatever the timing.
    */
-  prepare(batch: JaggedBatch): void {
+  prepare(batch: JaggedBatch): Promise<void> {
     if (this.prepared) throw new EmbshardError('INVALID_ARGUMENT', 'a prepared batch is already waiting for its forward()');
     this.live();
     this.checkBatch(batch);
@@ -370,8 +373,8 @@ export class ShardedEmbeddingCollection {
     // queued like every call of this collection, so every rank issues the collectives in the same order;
     // the calls queued after it (the current backward) wait for it, the caller's own compute does not
     const recv = this.enqueue(() => exchangeInput(this.layout, this.group, routed, batch.batchSize, batch.weights !== undefined, counters));
-    recv.catch(() => undefined); // surfaced by the forward that consumes it
     this.prepared = { batch, routed, recv, counters };
+    return recv.then(() => undefined, () => undefined); // a failure is surfaced by the forward that consumes it
   }
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */

@@ -24,8 +24,11 @@ export interface EmbeddingModule {
   forward(batch: JaggedBatch): Promise<EmbeddingOutput>;
   backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
-  /** Starts the table-independent work of the next forward (a sharded collection's id exchange); optional. */
-  prepare?(batch: JaggedBatch): void;
+  /**
+   * Starts the table-independent work of the next forward (a sharded collection's id exchange); optional.
+   * Resolves once that work's collectives are done (it never rejects: a failure surfaces in the forward).
+   */
+  prepare?(batch: JaggedBatch): Promise<void>;
   /** Recycles an output the trainer is done with (its arrays become empty); optional. */
   release?(out: EmbeddingOutput): Promise<number>;
   dispose?(): void;

@@ -347,7 +347,9 @@ export class Trainer {
     if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
 
     const out = await this.embeddings.forward(b.sparse);
-    if (next && this.overlap) this.embeddings.prepare?.(next.sparse);
+    // the next batch's id exchange runs during the dense compute; it is waited for before the dense
+    // all-reduce is issued, so every rank issues its collectives in one order whatever the timing
+    const prepared = next && this.overlap ? this.embeddings.prepare?.(next.sparse) : undefined;
     const t1 = performance.now();
     const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
     const t2 = performance.now();
@@ -356,6 +358,7 @@ export class Trainer {
     let reduced: Promise<void> | undefined;
     let arStart = 0, arEnd = 0;
     const g = this.group && world > 1 ? this.dense.grads : undefined; // CPU: the live buffer; GPU: a host copy, written back after the sum
+    await prepared;
     if (g) {
       arStart = performance.now();
       reduced = this.group!.allReduce(g, 'sum').then(() => {
