@@ -1,11 +1,13 @@
-// js_args.h — reading engine configs and batches from JS values: typed arrays are taken zero-copy
-// (their memory is used in place; callers Keep() them alive for async calls).
+// js_args.h — reading N-API arguments: engine configs, batches, gradients, typed arrays, numbers and
+// strings. Typed arrays are taken zero-copy (their memory is used in place; callers Keep() them alive
+// for async calls). Every reader throws EmbshardError INVALID_ARGUMENT (or the code named) naming `what`.
 #pragma once
 #include <napi.h>
 
 #include <string>
 
 #include "core/batch.h"
+#include "core/gradients.h"
 #include "core/types.h"
 
 namespace embshard::addon {
@@ -21,5 +23,16 @@ const float* float_array(Napi::Env env, const Napi::Value& v, const char* what, 
 float* float_array_mut(Napi::Env env, const Napi::Value& v, const char* what, size_t* size);
 // A BigInt64Array argument.
 const int64_t* i64_array(Napi::Env env, const Napi::Value& v, const char* what, size_t* size);
+
+// The pooled gradient (Float32Array or null) and one sequence-gradient slot per feature (an array of
+// Float32Array or null).
+GradientView parse_gradients(Napi::Env env, const Napi::Value& pooled, const Napi::Value& seq);
+
+// A string argument.
+std::string string_arg(Napi::Env env, const Napi::Value& v, const char* what);
+// A finite number in [lo, hi].
+double number_arg(Napi::Env env, const Napi::Value& v, const char* what, double lo, double hi);
+// An integer index in [0, count), else `code`.
+uint32_t index_arg(Napi::Env env, const Napi::Value& v, const char* what, size_t count, const char* code);
 
 }  // namespace embshard::addon
