@@ -165,19 +165,16 @@ struct SlotRows {
   bool modulo;
 };
 
-// keys[i] = rowBase + row of id i, the gradient row and scale of id i, for the bags [lo, hi). Id = void
-// reads rows prepare_batch resolved; otherwise raw ids are resolved and range-checked here. Returns the
-// first position whose id is out of range, or -1.
-template <typename Id, typename Key>
-int64_t linearise_bags(const PreparedBatch& b, const SlotRows* slot, const GradSource* grad, Key* keys, uint32_t* vals,
-                       const float** gptr, float* gscale, int64_t lo, int64_t hi) {
+// fn(bag, i, key) for every id i of the bags [lo, hi) in order, key = its table's rowBase + its row.
+// Id = void reads the rows prepare_batch resolved; otherwise raw ids are resolved and range-checked here
+// (an id out of range gets row 0). Returns the first position whose id is out of range, or -1.
+template <typename Id, typename Fn>
+int64_t for_each_id(const PreparedBatch& b, const SlotRows* slot, int64_t lo, int64_t hi, Fn&& fn) {
   const int64_t B = b.B;
   const int64_t* off = b.offsets.data();
   int64_t firstBad = -1;
   for (int64_t bag = lo; bag < hi; ++bag) {
     const SlotRows& sr = slot[bag / B];
-    const GradSource& g = grad[bag / B];
-    const int64_t len = off[bag + 1] - off[bag];
     for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
       uint64_t row;
       if constexpr (std::is_void_v<Id>) {
@@ -186,30 +183,43 @@ int64_t linearise_bags(const PreparedBatch& b, const SlotRows* slot, const GradS
         if (firstBad < 0) firstBad = i;
         row = 0;
       }
-      keys[i] = static_cast<Key>(sr.base + row);
-      vals[i] = static_cast<uint32_t>(i);
-      if (g.pooling == Pooling::None) {
-        gptr[i] = g.base + (i - g.begin) * g.stride;
-        gscale[i] = 1.0f;
-      } else {
-        gptr[i] = g.base + (bag % B) * g.stride;
-        gscale[i] = grad_scale(g.pooling, b.weights, i, len);
-      }
+      fn(bag, i, sr.base + row);
     }
   }
   return firstBad;
 }
 
+template <typename Fn>
+int64_t for_each_id_of(const PreparedBatch& b, const SlotRows* slot, int64_t lo, int64_t hi, Fn&& fn) {
+  if (!b.rows.empty()) return for_each_id<void>(b, slot, lo, hi, fn);
+  switch (b.idType) {
+    case IdType::I64: return for_each_id<int64_t>(b, slot, lo, hi, fn);
+    case IdType::I32: return for_each_id<int32_t>(b, slot, lo, hi, fn);
+    case IdType::U32: return for_each_id<uint32_t>(b, slot, lo, hi, fn);
+  }
+  return -1;
+}
+
+// The gradient row of id i (in bag `bag`) and its pooling scale.
+inline void gradient_of(const PreparedBatch& b, const GradSource& g, int64_t bag, int64_t i, const float** ptr, float* scale) {
+  if (g.pooling == Pooling::None) {
+    *ptr = g.base + (i - g.begin) * g.stride;
+    *scale = 1.0f;
+  } else {
+    *ptr = g.base + (bag % b.B) * g.stride;
+    *scale = grad_scale(g.pooling, b.weights, i, b.offsets[bag + 1] - b.offsets[bag]);
+  }
+}
+
+// The radix-sort path's pass over bags [lo, hi): key, position, gradient row and scale of every id.
 template <typename Key>
 int64_t linearise_range(const PreparedBatch& b, const SlotRows* slot, const GradSource* grad, Key* keys, uint32_t* vals,
                         const float** gptr, float* gscale, int64_t lo, int64_t hi) {
-  if (!b.rows.empty()) return linearise_bags<void>(b, slot, grad, keys, vals, gptr, gscale, lo, hi);
-  switch (b.idType) {
-    case IdType::I64: return linearise_bags<int64_t>(b, slot, grad, keys, vals, gptr, gscale, lo, hi);
-    case IdType::I32: return linearise_bags<int32_t>(b, slot, grad, keys, vals, gptr, gscale, lo, hi);
-    case IdType::U32: return linearise_bags<uint32_t>(b, slot, grad, keys, vals, gptr, gscale, lo, hi);
-  }
-  return -1;
+  return for_each_id_of(b, slot, lo, hi, [&](int64_t bag, int64_t i, uint64_t key) {
+    keys[i] = static_cast<Key>(key);
+    vals[i] = static_cast<uint32_t>(i);
+    gradient_of(b, grad[bag / b.B], bag, i, &gptr[i], &gscale[i]);
+  });
 }
 
 // Where each table's rows and state are (tables are contiguous in the key space), the update context
@@ -250,61 +260,24 @@ constexpr int kMaxRangeBits = 16;
 
 using cpu::Contribution;
 
-// Pass A over bags [lo, hi): keys[i] for every id (raw ids resolved and range-checked), counts per
-// partition. Returns the first position whose id is out of range, or -1.
-template <typename Id>
-int64_t count_bags(const PreparedBatch& b, const SlotRows* slot, uint32_t* keys, uint32_t* count, int shift, int64_t lo,
-                   int64_t hi) {
-  const int64_t B = b.B;
-  const int64_t* off = b.offsets.data();
-  int64_t firstBad = -1;
-  for (int64_t bag = lo; bag < hi; ++bag) {
-    const SlotRows& sr = slot[bag / B];
-    for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
-      uint64_t row;
-      if constexpr (std::is_void_v<Id>) {
-        row = b.rows[i];
-      } else if (!resolve_id(static_cast<int64_t>(static_cast<const Id*>(b.rawIds)[i]), sr.rows, sr.modulo, &row)) {
-        if (firstBad < 0) firstBad = i;
-        row = 0;
-      }
-      const uint32_t key = static_cast<uint32_t>(sr.base + row);
-      keys[i] = key;
-      ++count[key >> shift];
-    }
-  }
-  return firstBad;
-}
-
+// Pass A over bags [lo, hi): keys[i] for every id, counts per partition.
 int64_t count_range(const PreparedBatch& b, const SlotRows* slot, uint32_t* keys, uint32_t* count, int shift, int64_t lo, int64_t hi) {
-  if (!b.rows.empty()) return count_bags<void>(b, slot, keys, count, shift, lo, hi);
-  switch (b.idType) {
-    case IdType::I64: return count_bags<int64_t>(b, slot, keys, count, shift, lo, hi);
-    case IdType::I32: return count_bags<int32_t>(b, slot, keys, count, shift, lo, hi);
-    case IdType::U32: return count_bags<uint32_t>(b, slot, keys, count, shift, lo, hi);
-  }
-  return -1;
+  return for_each_id_of(b, slot, lo, hi, [&](int64_t, int64_t i, uint64_t key) {
+    keys[i] = static_cast<uint32_t>(key);
+    ++count[keys[i] >> shift];
+  });
 }
 
 // Pass B over bags [lo, hi): each contribution to out[cursor[its partition]++].
 void scatter_bags(const PreparedBatch& b, const GradSource* grad, const uint32_t* keys, uint32_t* cursor, Contribution* out,
                   int shift, int64_t lo, int64_t hi) {
-  const int64_t B = b.B;
   const int64_t* off = b.offsets.data();
   for (int64_t bag = lo; bag < hi; ++bag) {
-    const GradSource& g = grad[bag / B];
-    const int64_t len = off[bag + 1] - off[bag];
+    const GradSource& g = grad[bag / b.B];
     for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
-      const uint32_t key = keys[i];
-      Contribution& c = out[cursor[key >> shift]++];
-      c.key = key;
-      if (g.pooling == Pooling::None) {
-        c.g = g.base + (i - g.begin) * g.stride;
-        c.scale = 1.0f;
-      } else {
-        c.g = g.base + (bag % B) * g.stride;
-        c.scale = grad_scale(g.pooling, b.weights, i, len);
-      }
+      Contribution& c = out[cursor[keys[i] >> shift]++];
+      c.key = keys[i];
+      gradient_of(b, g, bag, i, &c.g, &c.scale);
     }
   }
 }
