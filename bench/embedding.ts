@@ -1,5 +1,5 @@
 // embedding.ts — `npm run bench [-- --device cuda:0] [--quick]`: the embedding engine's speed.
-// Config (issue #2): 8 tables × 1,000,000 rows, dim 64 fp32, batch 8192, 20 ids per bag, sum pooling;
+// Config: 8 tables × 1,000,000 rows, dim 64 fp32, batch 8192, 20 ids per bag, sum pooling;
 // ids uniform and Zipf α = 1.05 / 1.2. Reports forward and forward+backward+update per optimizer (rows/s,
 // effective GB/s = row bytes gathered / time), and, in the same run, probes of this machine's random
 // 256-byte row-gather, sequential-read and sorted row read-modify-write bandwidth, from which it derives
