@@ -55,11 +55,16 @@ export interface NativeBatch {
   weights?: Float32Array | undefined;
 }
 
+/** The engine's prepared batch of one forward (validated, ids resolved where the engine needs it). */
+export type NativePreparedBatch = { readonly __brand: 'NativePreparedBatch' };
+
 export interface NativeForwardResult {
   /** [B × pooledDim] */
   pooled: Float32Array;
   /** Per collection feature (declared order): [Σlen × dim] for pooling 'none', null otherwise. */
   sequences: (Float32Array | null)[];
+  /** Handed to the backward of the same batch, which then skips validating it again. */
+  prepared: NativePreparedBatch;
 }
 
 export interface NativeBackwardResult {
@@ -76,8 +81,12 @@ export interface NativeEngine {
   setLearningRate(lr: number): void;
   forward(batch: NativeBatch): Promise<NativeForwardResult>;
   forwardSync(batch: NativeBatch): NativeForwardResult;
-  backward(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[]): Promise<NativeBackwardResult>;
-  backwardSync(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[]): NativeBackwardResult;
+  /**
+   * `prepared`: the handle of this batch's forward; used once, and only when `batch` holds the very
+   * arrays that forward read (otherwise the batch is validated again).
+   */
+  backward(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[], prepared?: NativePreparedBatch): Promise<NativeBackwardResult>;
+  backwardSync(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[], prepared?: NativePreparedBatch): NativeBackwardResult;
   /** Table-local row ids; out / values are [n × dim] (rows) or [n × statePerRow] (state). */
   readRows(table: number, ids: BigInt64Array, out: Float32Array): void;
   writeRows(table: number, ids: BigInt64Array, values: Float32Array): void;

@@ -1,6 +1,8 @@
 // collection.ts — EmbeddingCollection: a set of embedding tables in one fused storage on one device,
 // with fused forward, backward + optimizer update, row access and checkpoints. Async calls run off the
-// event loop and are queued per collection (never interleaved); sync twins exist for pipelines.
+// event loop and are queued per collection (never interleaved); sync twins exist for pipelines. A
+// forward output remembers its engine-side prepared batch; its backward reuses that and then hands the
+// output's memory back to the engine, so a plain forward → backward loop reuses the same buffers.
 import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
@@ -9,7 +11,7 @@ import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from '.
 import { CallQueue } from './call-queue.js';
 import { rejectUnknownFields } from './fields.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig, type ResolvedTable } from './config.js';
-import type { NativeBatch, NativeEngine, NativeForwardResult } from './binding.js';
+import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -18,6 +20,11 @@ export interface SequenceOutput {
   lengths: Int32Array;
 }
 
+/**
+ * A forward's result. `backward(out, …)` consumes it: once the update is done, `pooled` and every
+ * sequence's `values` are detached (length 0) and their memory is reused by the next forward. Copy what
+ * you need before backward, or pass `{ keepOutput: true }` to backward and `release(out)` later.
+ */
 export interface ForwardOutput {
   /** [batchSize × pooledDim], features in `pooledFeatures` order */
   pooled: Float32Array;
@@ -32,6 +39,15 @@ export interface Gradients {
   pooled?: Float32Array;
   /** per sequence feature: [Σ lengths × dim] */
   sequences?: Record<string, Float32Array>;
+}
+
+export interface BackwardOptions {
+  /**
+   * Keep the output's arrays readable after backward (default false: they are detached and their memory
+   * reused by the next forward). A kept output's memory comes back on `release(out)` or when it is
+   * garbage-collected.
+   */
+  keepOutput?: boolean;
 }
 
 export interface BackwardResult {
@@ -76,6 +92,8 @@ export class EmbeddingCollection {
   private engine: NativeEngine | undefined;
   private readonly calls = new CallQueue();
   private readonly tableIndex = new Map<string, number>();
+  /** what forward() left for the backward of each output it returned: the native batch and its prepared handle */
+  private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch }>();
 
   constructor(config: CollectionConfig);
   /** @internal used by load(): an engine with zeroed tables */
@@ -134,20 +152,22 @@ export class EmbeddingCollection {
   forward(batch: JaggedBatch): Promise<ForwardOutput> {
     return this.rejecting(() => {
       const nb = this.nativeBatch(batch);
-      return this.enqueue(async () => this.wrapForward(batch, await this.live().forward(nb)));
+      return this.enqueue(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
     });
   }
 
   forwardSync(batch: JaggedBatch): ForwardOutput {
-    return this.wrapForward(batch, this.live().forwardSync(this.nativeBatch(batch)));
+    const nb = this.nativeBatch(batch);
+    return this.wrapForward(batch, nb, this.live().forwardSync(nb));
   }
 
   /**
    * Hands a forward output's arrays back for reuse once no call still needs them (it waits for the calls
    * queued before it). The arrays are detached: afterwards they have length 0 and the output must not
-   * be used again. Optional — unreleased outputs are recycled when garbage-collected — but a loop that
-   * releases its outputs reuses the same few buffers instead of faulting in fresh memory every step.
-   * Resolves to the number of arrays released.
+   * be used again. backward() does this by itself; release() is for outputs that never go through
+   * backward (evaluation) or were kept (`keepOutput`). Optional — unreleased outputs are recycled when
+   * garbage-collected — but such a loop that releases its outputs reuses the same few buffers instead of
+   * faulting in fresh memory every step. Resolves to the number of arrays released.
    */
   release(out: ForwardOutput): Promise<number> {
     return this.rejecting(() => {
@@ -160,18 +180,28 @@ export class EmbeddingCollection {
 
   /**
    * Applies the gradients of a forward output: sums every contribution per row (fixed order), then one
-   * optimizer update per row. On any error nothing changes.
+   * optimizer update per row. On any error nothing changes (and the output stays readable). When it
+   * succeeds, the output of this collection's forward is consumed: its arrays are detached and their
+   * memory reused (see ForwardOutput; `{ keepOutput: true }` keeps them).
    */
-  backward(out: ForwardOutput, grads: Gradients): Promise<BackwardResult> {
+  backward(out: ForwardOutput, grads: Gradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     return this.rejecting(() => {
-      const [nb, pooled, seq] = this.backwardArgs(out, grads);
-      return this.enqueue(() => this.live().backward(nb, pooled, seq));
+      const a = this.backwardArgs(out, grads, options);
+      return this.enqueue(async () => {
+        const engine = this.live();
+        const r = await engine.backward(a.native, a.pooled, a.seq, a.prepared);
+        this.consumed(engine, out, a.consume);
+        return r;
+      });
     });
   }
 
-  backwardSync(out: ForwardOutput, grads: Gradients): BackwardResult {
-    const [nb, pooled, seq] = this.backwardArgs(out, grads);
-    return this.live().backwardSync(nb, pooled, seq);
+  backwardSync(out: ForwardOutput, grads: Gradients, options: BackwardOptions = {}): BackwardResult {
+    const a = this.backwardArgs(out, grads, options);
+    const engine = this.live();
+    const r = engine.backwardSync(a.native, a.pooled, a.seq, a.prepared);
+    this.consumed(engine, out, a.consume);
+    return r;
   }
 
   /** Rows of a table in fp32: [ids.length × dim]. Waits for a running step. */
@@ -294,22 +324,43 @@ export class EmbeddingCollection {
     return batch.toNative();
   }
 
-  private wrapForward(batch: JaggedBatch, r: NativeForwardResult): ForwardOutput {
+  private wrapForward(batch: JaggedBatch, native: NativeBatch, r: NativeForwardResult): ForwardOutput {
     const sequences: Record<string, SequenceOutput> = {};
     this.featureInfo.forEach((f, i) => {
       if (f.pooling === 'none') sequences[f.name] = { values: r.sequences[i]!, lengths: batch.feature(f.name).lengths };
     });
-    return { pooled: r.pooled, sequences, batch };
+    const out: ForwardOutput = { pooled: r.pooled, sequences, batch };
+    this.pending.set(out, { batch, native, prepared: r.prepared });
+    return out;
   }
 
-  private backwardArgs(out: ForwardOutput, grads: Gradients): [NativeBatch, Float32Array | null, (Float32Array | null)[]] {
+  private backwardArgs(out: ForwardOutput, grads: Gradients, options: BackwardOptions) {
     if (!out || !(out.batch instanceof JaggedBatch))
       throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of forward()');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
+    if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
+    for (const key of Object.keys(options))
+      if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
     const seq = this.featureInfo.map((f) => (f.pooling === 'none' ? grads.sequences?.[f.name] ?? null : null));
     for (const name of Object.keys(grads.sequences ?? {}))
       if (!this.sequenceFeatures.includes(name))
         throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
-    return [this.nativeBatch(out.batch), grads.pooled ?? null, seq];
+    // the output exactly as this collection's forward returned it (same batch): reuse its prepared batch
+    const p = this.pending.get(out);
+    const own = p !== undefined && p.batch === out.batch;
+    return {
+      native: own ? p.native : this.nativeBatch(out.batch),
+      prepared: own ? p.prepared : undefined,
+      pooled: grads.pooled ?? null,
+      seq,
+      consume: own && options.keepOutput !== true,
+    };
+  }
+
+  /** After a successful backward: the output has been used; unless kept, its memory goes back to the engine. */
+  private consumed(engine: NativeEngine, out: ForwardOutput, release: boolean): void {
+    if (!release) return;
+    this.pending.delete(out);
+    engine.releaseOutputs([out.pooled, ...Object.values(out.sequences).map((s) => s.values)]);
   }
 }

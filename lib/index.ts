@@ -1,6 +1,6 @@
 // index.ts — the public API of embshard.
 export { EmbeddingCollection } from './collection.js';
-export type { ForwardOutput, Gradients, BackwardResult, SequenceOutput, FeatureInfo } from './collection.js';
+export type { ForwardOutput, Gradients, BackwardOptions, BackwardResult, SequenceOutput, FeatureInfo } from './collection.js';
 export type { CollectionConfig, TableConfig, OptimizerConfig, InitConfig } from './config.js';
 export { JaggedBatch } from './batch.js';
 export type { JaggedBatchInit } from './batch.js';

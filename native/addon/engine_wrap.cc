@@ -1,6 +1,8 @@
 // engine_wrap.cc — `Engine`, the ObjectWrap over one collection's backend engine: forward / backward
 // (async AsyncWorkers and sync twins), row and state access, checkpoint payload I/O, dispose. Calls on
 // one engine never interleave (a mutex per engine); dispose() frees memory once in-flight calls finish.
+// A forward returns, beside its outputs, the handle of its prepared batch, which the backward of the
+// same output reuses. Arguments are read with js_args.h.
 #include <napi.h>
 
 #include <memory>
@@ -26,7 +28,11 @@ namespace {
 
 struct Guarded {
   std::unique_ptr<Engine> engine;
+  EngineCapabilities caps;
   std::mutex mu;
+  // Storage of a prepared batch whose backward is done, reused by the next forward (no fresh vectors
+  // per step). Guarded by mu.
+  std::unique_ptr<PreparedBatch> spare;
 };
 using EnginePtr = std::shared_ptr<Guarded>;
 
@@ -46,19 +52,42 @@ std::unique_ptr<Engine> create_engine(Napi::Env env, const std::string& device, 
   throw embshard::Error("BACKEND_UNAVAILABLE", "unknown device '" + device + "' (expected 'cpu' or 'cuda:N')");
 }
 
+// The prepared batch of one forward, handed to JS as an External next to the outputs: the backward of
+// the same output takes it instead of validating (and, for engines that need it, resolving) the batch
+// again. It is used only by the engine that made it and only for the very same batch arrays; otherwise
+// the backward prepares the batch itself.
+struct PreparedHandle {
+  std::weak_ptr<Guarded> owner;
+  BatchView view;                       // the arrays the batch was prepared from
+  std::unique_ptr<PreparedBatch> batch; // null once a backward took it
+};
+
+bool same_arrays(const BatchView& a, const BatchView& b) {
+  return a.batchSize == b.batchSize && a.lengths == b.lengths && a.numLengths == b.numLengths && a.ids == b.ids &&
+         a.idType == b.idType && a.numIds == b.numIds && a.weights == b.weights && a.numWeights == b.numWeights &&
+         a.features == b.features;
+}
+
+// Prepares `view` for g's engine into recycled storage (call under g.mu).
+std::unique_ptr<PreparedBatch> prepare(Guarded& g, const BatchView& view) {
+  std::unique_ptr<PreparedBatch> b = g.spare ? std::move(g.spare) : std::make_unique<PreparedBatch>();
+  prepare_batch(g.engine->spec(), view, *b, /*resolveIds=*/!g.caps.resolvesIds);
+  return b;
+}
+
 struct ForwardOut {
   OutBuf pooled;
   std::vector<OutBuf> seq;  // per feature; empty for pooled features
   std::vector<bool> isSeq;
+  std::unique_ptr<PreparedBatch> prepared;
 };
 
 void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
   std::lock_guard<std::mutex> lk(g.mu);
   PhaseTimer timer("forward");
   Engine& e = *g.engine;
-  PreparedBatch b;
-  // the CPU kernel resolves and checks ids as it reads them (one pass); other backends get them resolved
-  prepare_batch(e.spec(), view, b, /*resolveIds=*/e.device() != "cpu");
+  out.prepared = prepare(g, view);
+  const PreparedBatch& b = *out.prepared;
   timer.mark("prepare");
   out.pooled = OutBuf(static_cast<size_t>(b.B * e.layout().pooledDim));
   const size_t nf = e.spec().features.size();
@@ -76,58 +105,39 @@ void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
   timer.mark("kernel");
 }
 
-Napi::Object forward_result(Napi::Env env, ForwardOut& out) {
+Napi::Object forward_result(Napi::Env env, const EnginePtr& owner, const BatchView& view, ForwardOut& out) {
   Napi::Object r = Napi::Object::New(env);
   r.Set("pooled", out.pooled.adopt(env));
   Napi::Array seq = Napi::Array::New(env, out.seq.size());
   for (uint32_t f = 0; f < out.seq.size(); ++f) seq.Set(f, out.isSeq[f] ? Napi::Value(out.seq[f].adopt(env)) : env.Null());
   r.Set("sequences", seq);
+  auto* h = new PreparedHandle{owner, view, std::move(out.prepared)};
+  r.Set("prepared", Napi::External<PreparedHandle>::New(env, h, [](Napi::Env, PreparedHandle* p) { delete p; }));
   return r;
 }
 
-struct Grads {
-  const float* pooled = nullptr;
-  size_t pooledSize = 0;
-  std::vector<const float*> seq;
-  std::vector<size_t> seqSize;
-};
-
-Grads parse_grads(Napi::Env env, const Napi::Value& pooled, const Napi::Value& seq) {
-  Grads g;
-  g.pooled = float_array(env, pooled, "the pooled gradient", true, &g.pooledSize);
-  if (!seq.IsArray()) throw_error(env, "INVALID_ARGUMENT", "sequence gradients must be an array");
-  Napi::Array a = seq.As<Napi::Array>();
-  for (uint32_t i = 0; i < a.Length(); ++i) {
-    size_t n;
-    g.seq.push_back(float_array(env, a.Get(i), "a sequence gradient", true, &n));
-    g.seqSize.push_back(n);
-  }
-  return g;
+// The prepared batch of `handle` when it belongs to this engine and to these batch arrays (it is
+// taken: one backward per forward reuses it), else null.
+std::unique_ptr<PreparedBatch> take_prepared(const Guarded& g, const BatchView& view, const Napi::Value& handle) {
+  if (!handle.IsExternal()) return nullptr;
+  PreparedHandle* h = handle.As<Napi::External<PreparedHandle>>().Data();
+  if (!h || h->owner.lock().get() != &g || !h->batch || !same_arrays(h->view, view)) return nullptr;
+  return std::move(h->batch);
 }
 
-BackwardResult run_backward(Guarded& g, const BatchView& view, const Grads& grads) {
+BackwardResult run_backward(Guarded& g, const BatchView& view, std::unique_ptr<PreparedBatch> prepared, const GradientView& grads) {
   std::lock_guard<std::mutex> lk(g.mu);
   PhaseTimer timer("backward");
   Engine& e = *g.engine;
-  PreparedBatch b;
-  prepare_batch(e.spec(), view, b);
+  if (!prepared) prepared = prepare(g, view);
   timer.mark("prepare");
-  const int64_t wantPooled = b.B * e.layout().pooledDim;
-  if (wantPooled > 0 && (grads.pooled == nullptr || static_cast<int64_t>(grads.pooledSize) != wantPooled))
-    fail("GRAD_SIZE_MISMATCH", "the pooled gradient has %lld values; expected batchSize × pooledDim = %lld × %lld = %lld",
-         static_cast<long long>(grads.pooled ? grads.pooledSize : 0), static_cast<long long>(b.B),
-         static_cast<long long>(e.layout().pooledDim), static_cast<long long>(wantPooled));
-  const auto& feats = e.spec().features;
-  if (grads.seq.size() != feats.size())
-    fail("GRAD_SIZE_MISMATCH", "expected %zu sequence-gradient slots (one per feature), got %zu", feats.size(), grads.seq.size());
-  for (uint32_t f = 0; f < feats.size(); ++f) {
-    if (feats[f].pooling != Pooling::None) continue;
-    int64_t want = sequence_values(e.spec(), b, f);
-    if (want > 0 && (grads.seq[f] == nullptr || static_cast<int64_t>(grads.seqSize[f]) != want))
-      fail("GRAD_SIZE_MISMATCH", "the gradient of sequence feature '%s' has %lld values; expected %lld (ids × dim)",
-           feats[f].name.c_str(), static_cast<long long>(grads.seq[f] ? grads.seqSize[f] : 0), static_cast<long long>(want));
-  }
-  return e.backward(b, grads.pooled, grads.seq.data());
+  struct Recycle {  // the storage goes back for the next forward, whatever the outcome
+    Guarded& g;
+    std::unique_ptr<PreparedBatch>& b;
+    ~Recycle() { g.spare = std::move(b); }
+  } recycle{g, prepared};
+  check_gradient_sizes(e.spec(), e.layout(), *prepared, grads);
+  return e.backward(*prepared, grads.pooled, grads.seq.data());
 }
 
 Napi::Object backward_result(Napi::Env env, const BackwardResult& r) {
@@ -144,7 +154,7 @@ class ForwardWorker : public PromiseWorker {
     Keep(batch);
   }
   void Run() override { run_forward(*e_, view_, out_); }
-  Napi::Value Result(Napi::Env env) override { return forward_result(env, out_); }
+  Napi::Value Result(Napi::Env env) override { return forward_result(env, e_, view_, out_); }
 
  private:
   EnginePtr e_;
@@ -154,19 +164,25 @@ class ForwardWorker : public PromiseWorker {
 
 class BackwardWorker : public PromiseWorker {
  public:
-  BackwardWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch, const Napi::Value& pooled, const Napi::Value& seq)
-      : PromiseWorker(env), e_(std::move(e)), view_(parse_batch(env, batch)), grads_(parse_grads(env, pooled, seq)) {
+  BackwardWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch, const Napi::Value& pooled, const Napi::Value& seq,
+                 const Napi::Value& prepared)
+      : PromiseWorker(env),
+        e_(std::move(e)),
+        view_(parse_batch(env, batch)),
+        grads_(parse_gradients(env, pooled, seq)),
+        prepared_(take_prepared(*e_, view_, prepared)) {
     Keep(batch);
     Keep(pooled);
     Keep(seq);
   }
-  void Run() override { result_ = run_backward(*e_, view_, grads_); }
+  void Run() override { result_ = run_backward(*e_, view_, std::move(prepared_), grads_); }
   Napi::Value Result(Napi::Env env) override { return backward_result(env, result_); }
 
  private:
   EnginePtr e_;
   BatchView view_;
-  Grads grads_;
+  GradientView grads_;
+  std::unique_ptr<PreparedBatch> prepared_;
   BackwardResult result_;
 };
 
@@ -227,13 +243,14 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   explicit EngineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<EngineWrap>(info) {
     Napi::Env env = info.Env();
     guard(env, [&] {
-      if (!info[0].IsObject() || !info[1].IsString())
-        throw_error(env, "INVALID_ARGUMENT", "new Engine(config, device) expects an object and a device string");
+      if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "new Engine(config, device) expects a config object");
+      const std::string device = string_arg(env, info[1], "the device");
       bool initialize = true;
       CollectionSpec spec = parse_collection(env, info[0].As<Napi::Object>(), &initialize);
       Layout layout = make_layout(spec);
       auto g = std::make_shared<Guarded>();
-      g->engine = create_engine(env, info[1].As<Napi::String>().Utf8Value(), spec, layout, initialize);
+      g->engine = create_engine(env, device, spec, layout, initialize);
+      g->caps = g->engine->capabilities();
       engine_ = g;
       return 0;
     });
@@ -266,15 +283,13 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   }
   void SetStep(const Napi::CallbackInfo& info, const Napi::Value& v) {
     Guarded& g = live(info.Env());
-    if (!v.IsNumber() || v.As<Napi::Number>().DoubleValue() < 0)
-      throw_error(info.Env(), "INVALID_ARGUMENT", "step must be a number >= 0");
+    const double t = number_arg(info.Env(), v, "step", 0, 9007199254740991.0);
     std::lock_guard<std::mutex> lk(g.mu);
-    g.engine->set_step(v.As<Napi::Number>().Int64Value());
+    g.engine->set_step(static_cast<int64_t>(t));
   }
   Napi::Value SetLearningRate(const Napi::CallbackInfo& info) {
     Guarded& g = live(info.Env());
-    double lr = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
-    if (!(lr >= 0 && lr < 1e30)) throw_error(info.Env(), "INVALID_ARGUMENT", "learning rate must be a finite number >= 0");
+    const double lr = number_arg(info.Env(), info[0], "the learning rate", 0, 1e30);
     std::lock_guard<std::mutex> lk(g.mu);
     g.engine->set_learning_rate(static_cast<float>(lr));
     return info.Env().Undefined();
@@ -291,20 +306,20 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       BatchView view = parse_batch(env, info[0]);
       ForwardOut out;
       run_forward(*e, view, out);
-      return forward_result(env, out);
+      return forward_result(env, e, view, out);
     });
   }
   Napi::Value Backward(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    return guard(env, [&] { return (new BackwardWorker(env, live_ptr(env), info[0], info[1], info[2]))->Start(); });
+    return guard(env, [&] { return (new BackwardWorker(env, live_ptr(env), info[0], info[1], info[2], info[3]))->Start(); });
   }
   Napi::Value BackwardSync(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     return guard(env, [&]() -> Napi::Value {
       EnginePtr e = live_ptr(env);
       BatchView view = parse_batch(env, info[0]);
-      Grads grads = parse_grads(env, info[1], info[2]);
-      return backward_result(env, run_backward(*e, view, grads));
+      GradientView grads = parse_gradients(env, info[1], info[2]);
+      return backward_result(env, run_backward(*e, view, take_prepared(*e, view, info[3]), grads));
     });
   }
 
@@ -315,9 +330,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     return guard(env, [&]() -> Napi::Value {
       Guarded& g = live(env);
       const CollectionSpec& spec = g.engine->spec();
-      double t = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
-      if (!(t >= 0 && t < static_cast<double>(spec.tables.size()))) throw_error(env, "UNKNOWN_TABLE", "no such table index");
-      uint32_t table = static_cast<uint32_t>(t);
+      const uint32_t table = index_arg(env, info[0], "the table index", spec.tables.size(), "UNKNOWN_TABLE");
       size_t n, m;
       const int64_t* ids = i64_array(env, info[1], "ids", &n);
       float* vals = float_array_mut(env, info[2], "values", &m);
@@ -353,36 +366,31 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value SavePayload(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     return guard(env, [&] {
-      if (!info[0].IsString()) throw_error(env, "INVALID_ARGUMENT", "savePayload(path) expects a string");
-      return (new SaveWorker(env, live_ptr(env), info[0].As<Napi::String>().Utf8Value()))->Start();
+      return (new SaveWorker(env, live_ptr(env), string_arg(env, info[0], "savePayload: the path")))->Start();
     });
   }
   Napi::Value LoadPayload(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     return guard(env, [&] {
-      if (!info[0].IsString() || !info[1].IsNumber() || !info[2].IsNumber())
-        throw_error(env, "INVALID_ARGUMENT", "loadPayload(path, bytes, crc32c)");
-      PayloadInfo expect{static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()), info[2].As<Napi::Number>().Uint32Value()};
-      return (new LoadWorker(env, live_ptr(env), info[0].As<Napi::String>().Utf8Value(), expect))->Start();
+      std::string path = string_arg(env, info[0], "loadPayload: the path");
+      PayloadInfo expect{static_cast<uint64_t>(number_arg(env, info[1], "loadPayload: bytes", 0, 9007199254740991.0)),
+                         static_cast<uint32_t>(number_arg(env, info[2], "loadPayload: crc32c", 0, 4294967295.0))};
+      return (new LoadWorker(env, live_ptr(env), std::move(path), expect))->Start();
     });
   }
-  // Device time of the last forward / backward kernels (CUDA engines; null elsewhere), for benchmarks.
+  // Device time of the last forward / backward kernels (engines with the kernelTimes capability that
+  // have run one; null elsewhere), for benchmarks.
   Napi::Value KernelTimes(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Guarded& g = live(env);
-#if defined(EMBSHARD_WITH_CUDA)
+    if (!g.caps.kernelTimes) return env.Null();
     std::lock_guard<std::mutex> lk(g.mu);
-    CudaKernelTimes t;
-    if (cuda_kernel_times(*g.engine, &t)) {
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("forwardMs", t.forwardMs);
-      o.Set("backwardMs", t.backwardMs);
-      return o;
-    }
-#else
-    (void)g;
-#endif
-    return env.Null();
+    const embshard::KernelTimes t = g.engine->kernel_times();
+    if (t.forwardMs < 0 && t.backwardMs < 0) return env.Null();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("forwardMs", t.forwardMs);
+    o.Set("backwardMs", t.backwardMs);
+    return o;
   }
 
   // Gives forward outputs back to this addon's output pool now (their ArrayBuffers are detached).

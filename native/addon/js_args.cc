@@ -2,6 +2,7 @@
 #include "addon/js_args.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "addon/errors.h"
 
@@ -166,6 +167,41 @@ const float* float_array(Napi::Env env, const Napi::Value& v, const char* what, 
 
 float* float_array_mut(Napi::Env env, const Napi::Value& v, const char* what, size_t* size) {
   return const_cast<float*>(float_array(env, v, what, false, size));
+}
+
+GradientView parse_gradients(Napi::Env env, const Napi::Value& pooled, const Napi::Value& seq) {
+  GradientView g;
+  g.pooled = float_array(env, pooled, "the pooled gradient", true, &g.pooledSize);
+  if (!seq.IsArray()) bad(env, "INVALID_ARGUMENT", "sequence gradients must be an array");
+  Napi::Array a = seq.As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    size_t n;
+    g.seq.push_back(float_array(env, a.Get(i), "a sequence gradient", true, &n));
+    g.seqSize.push_back(n);
+  }
+  return g;
+}
+
+std::string string_arg(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsString()) bad(env, "INVALID_ARGUMENT", std::string(what) + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+double number_arg(Napi::Env env, const Napi::Value& v, const char* what, double lo, double hi) {
+  const double x = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : std::nan("");
+  if (!(x >= lo && x <= hi)) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "%s must be a number in [%g, %g]", what, lo, hi);
+    bad(env, "INVALID_ARGUMENT", msg);
+  }
+  return x;
+}
+
+uint32_t index_arg(Napi::Env env, const Napi::Value& v, const char* what, size_t count, const char* code) {
+  const double x = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(x >= 0 && x < static_cast<double>(count) && std::floor(x) == x))
+    bad(env, code, std::string(what) + " must be an index in [0, " + std::to_string(count) + ")");
+  return static_cast<uint32_t>(x);
 }
 
 const int64_t* i64_array(Napi::Env env, const Napi::Value& v, const char* what, size_t* size) {

@@ -1,12 +1,13 @@
-// js_args.h — reading N-API arguments: engine configs and batches, typed arrays (taken zero-copy: their
-// memory is used in place; callers Keep() them alive for async calls), integers and timeouts. Every
-// reader throws EmbshardError naming the argument.
+// js_args.h — reading N-API arguments: engine configs, batches, gradients, typed arrays (taken zero-copy:
+// their memory is used in place; callers Keep() them alive for async calls), numbers, integers, timeouts and
+// strings. Every reader throws EmbshardError INVALID_ARGUMENT (or the code named) naming `what`.
 #pragma once
 #include <napi.h>
 
 #include <string>
 
 #include "core/batch.h"
+#include "core/gradients.h"
 #include "core/types.h"
 
 namespace embshard::addon {
@@ -42,5 +43,16 @@ T* typed_array(Napi::Env env, const Napi::Value& v, napi_typedarray_type type, c
 int64_t int_arg(Napi::Env env, const Napi::Value& v, const char* what, int64_t lo = 0, int64_t hi = int64_t(1) << 53);
 // A positive finite number of milliseconds.
 double timeout_arg(Napi::Env env, const Napi::Value& v, const char* what);
+
+// The pooled gradient (Float32Array or null) and one sequence-gradient slot per feature (an array of
+// Float32Array or null).
+GradientView parse_gradients(Napi::Env env, const Napi::Value& pooled, const Napi::Value& seq);
+
+// A string argument.
+std::string string_arg(Napi::Env env, const Napi::Value& v, const char* what);
+// A finite number in [lo, hi].
+double number_arg(Napi::Env env, const Napi::Value& v, const char* what, double lo, double hi);
+// An integer index in [0, count), else `code`.
+uint32_t index_arg(Napi::Env env, const Napi::Value& v, const char* what, size_t count, const char* code);
 
 }  // namespace embshard::addon

@@ -1,7 +1,8 @@
 // engine.h — the interface both backends implement (native/cpu/cpu_engine, native/cuda/cuda_engine).
 // All pointers are host pointers; a device backend stages them itself. Every method either completes
 // or throws embshard::Error before changing any state. Methods are called from worker threads, one at
-// a time per engine (the addon serialises calls).
+// a time per engine (the addon serialises calls). What a backend can do beyond the interface is told
+// by capabilities(), never inferred from its device string.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,22 @@ struct BackwardResult {
   int64_t uniqueRows = 0;    // rows updated
 };
 
+// What an engine can do, queried by its callers instead of testing the device string.
+struct EngineCapabilities {
+  // The kernels take raw ids (PreparedBatch::rows left empty) and resolve and range-check them while
+  // they read them: forward reports a bad id after its pass (it changes no state), backward before any
+  // row changes. Engines without it need prepare_batch to resolve the ids first.
+  bool resolvesIds = false;
+  // kernel_times() reports device time of the last forward / backward kernels.
+  bool kernelTimes = false;
+};
+
+// Device time of the last forward / backward kernels (staging excluded); -1 when not measured.
+struct KernelTimes {
+  double forwardMs = -1;   // the fused forward kernel
+  double backwardMs = -1;  // linearise + sort + run-length + update kernels
+};
+
 // Raw access to the fused arenas, used by checkpoints (core/checkpoint.cc) on either backend.
 enum class Arena : uint8_t { Weights = 0, State = 1 };
 
@@ -26,6 +43,8 @@ class Engine {
  public:
   virtual ~Engine() = default;
   virtual std::string device() const = 0;
+  virtual EngineCapabilities capabilities() const = 0;
+  virtual KernelTimes kernel_times() const { return {}; }
   const CollectionSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
   int64_t step() const { return step_; }
@@ -35,8 +54,10 @@ class Engine {
   // pooled: [B × pooledDim] (may be null when pooledDim == 0); seq[f]: [Σlen_f × dim] for each
   // collection feature f with pooling none (null entries for pooled features).
   virtual void forward(const PreparedBatch& b, float* pooled, float* const* seq) = 0;
-  // Gradients laid out like forward's outputs. Sums all contributions per row in a fixed order, then
-  // applies one optimizer update per row. Increments step() unless skipped.
+  // Gradients laid out like forward's outputs, their sizes already checked (check_gradient_sizes in
+  // core/gradients.h). Rejects non-finite gradients (core/gradients.h decides: error or skip) before
+  // any write, sums all contributions per row in a fixed order, then applies one optimizer update per
+  // row. Increments step() unless skipped.
   virtual BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) = 0;
 
   // Row access in fp32 (rows already validated by the caller). State: statePerRow floats per row.

@@ -11,10 +11,29 @@
 
 namespace embshard {
 
+namespace cpu {
+// One id's share of the gradient, as the owner-partitioned backward groups them.
+struct Contribution {
+  uint32_t key;    // global row
+  float scale;     // pooling scale
+  const float* g;  // gradient row
+};
+
+// One thread's scratch for the owner-partitioned backward (backward.cc), kept between calls.
+struct PartitionScratch {
+  std::vector<uint64_t> seen;      // bitmap of the partition's rows touched
+  std::vector<uint32_t> slot;      // accumulator slot of each touched row
+  std::vector<float> acc;          // slots × widest row
+  std::vector<uint32_t> touched;   // touched rows in ascending order
+};
+}  // namespace cpu
+
 class CpuEngine : public Engine {
  public:
   CpuEngine(const CollectionSpec& spec, const Layout& layout, bool initialize);
   std::string device() const override { return "cpu"; }
+  // Forward and backward resolve raw ids themselves, in their own pass over the ids.
+  EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/true, /*kernelTimes=*/false}; }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
@@ -33,7 +52,9 @@ class CpuEngine : public Engine {
 
  private:
   void initialize_tables();
-  // backward.cc: sort, then one update per unique row
+  // backward.cc: one update per unique row, contributions grouped by owner partition (collections of
+  // at most 2^28 rows) or by a radix sort
+  int64_t partitioned_update(int shift, int64_t parts);
   template <typename Key>
   int64_t sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer);
 
@@ -45,6 +66,10 @@ class CpuEngine : public Engine {
   std::vector<uint32_t> vals_, tmpVals_;     // id positions
   std::vector<const float*> gptr_;           // gradient row of each id
   std::vector<float> gscale_;                // its scale (weight, 1/len for mean)
+  std::vector<uint32_t> counts_;             // per (bag chunk, partition): ids, then write cursors
+  std::vector<uint32_t> partStart_;          // first contribution of each partition
+  std::vector<cpu::Contribution> contrib_;       // contributions grouped by partition, in id order
+  std::vector<cpu::PartitionScratch> partScratch_;  // per pool thread
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize);

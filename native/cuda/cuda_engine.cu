@@ -15,6 +15,7 @@
 
 #include "core/batch.h"
 #include "core/errors.h"
+#include "core/gradients.h"
 #include "core/init.h"
 #include "core/parallel.h"
 #include "cuda/buffers.h"
@@ -34,9 +35,8 @@ using cuda::TableDesc;
 
 uint64_t align256(uint64_t x) { return (x + 255) & ~255ull; }
 
-// The kernels read resolved rows (PreparedBatch::rows); the CPU engine alone accepts raw ids, so a
-// caller that prepared the batch for it must not reach this engine (the row copy would read past an
-// empty vector).
+// The kernels read resolved rows (PreparedBatch::rows; capabilities().resolvesIds is false), so a batch
+// prepared without them must not reach this engine (the row copy would read past an empty vector).
 void require_resolved(const PreparedBatch& b) {
   if (static_cast<int64_t>(b.rows.size()) != b.numIds())
     fail("INTERNAL", "the CUDA engine needs resolved ids (prepare_batch with resolveIds = true): %zu rows for %lld ids",
@@ -63,6 +63,9 @@ class CudaEngine final : public Engine {
   CudaEngine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize);
   ~CudaEngine() override;
   std::string device() const override { return "cuda:" + std::to_string(device_); }
+  // The kernels read resolved rows (prepare_batch resolves them); cudaEvent kernel timing.
+  EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/true}; }
+  KernelTimes kernel_times() const override { return times_; }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
@@ -72,7 +75,6 @@ class CudaEngine final : public Engine {
   void write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
   void read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) override;
   void write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) override;
-  CudaKernelTimes kernel_times() const { return times_; }
 
  private:
   void use_device() const { EMB_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -106,7 +108,7 @@ class CudaEngine final : public Engine {
   DeviceScratch rowsScratch_{"row access"};
   // cudaEvent pairs around the forward kernel and the two backward kernel phases
   cudaEvent_t ev_[4] = {nullptr, nullptr, nullptr, nullptr};
-  CudaKernelTimes times_;
+  KernelTimes times_;
 };
 
 CudaEngine::CudaEngine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize)
@@ -266,12 +268,8 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   if (numBags > int64_t(INT_MAX))
     fail("INVALID_SIZE", "the CUDA backend takes at most 2^31 - 1 bags (features × batchSize) per backward (got %lld)",
          static_cast<long long>(numBags));
+  // every input is checked before the first copy is enqueued (gradient sizes: check_gradient_sizes, by the caller)
   require_resolved(b);
-  if (pooledFloats > 0 && pooledGrad == nullptr) fail("GRAD_SIZE_MISMATCH", "the pooled gradient is missing");
-  // every input is checked before the first copy is enqueued
-  for (size_t f = 0; f < spec_.features.size(); ++f)
-    if (spec_.features[f].pooling == Pooling::None && sequence_values(spec_, b, static_cast<uint32_t>(f)) > 0 && seqGrad[f] == nullptr)
-      fail("GRAD_SIZE_MISMATCH", "the gradient of feature '%s' is missing", spec_.features[f].name.c_str());
   int64_t seqTotal = 0;
   std::vector<SlotDesc> slots = slots_of(b, &seqTotal);
 
@@ -308,10 +306,7 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   EMB_CUDA_CHECK(cudaEventRecord(ev_[1], stream_));
   uint32_t counters[4] = {0, 0, 0, 0};
   stager_->d2h(counters, sb.counters, 16, stream_);
-  if (counters[1] != 0) {
-    if (opt.nonFinite == NonFinite::Skip) return BackwardResult{true, 0};
-    fail("NON_FINITE_GRADIENT", "the gradients contain NaN or Inf; no table was changed");
-  }
+  if (counters[1] != 0) return non_finite_outcome(opt);
   if (N == 0) {
     ++step_;
     return BackwardResult{false, 0};
@@ -497,13 +492,6 @@ void CudaEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void*
 }
 
 }  // namespace
-
-bool cuda_kernel_times(const Engine& e, CudaKernelTimes* out) {
-  const auto* c = dynamic_cast<const CudaEngine*>(&e);
-  if (!c) return false;
-  *out = c->kernel_times();
-  return out->forwardMs >= 0 || out->backwardMs >= 0;
-}
 
 std::unique_ptr<Engine> make_cuda_engine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize) {
   return std::make_unique<CudaEngine>(spec, layout, device, initialize);

@@ -33,15 +33,6 @@ struct CudaInfo {
 // Never throws: every failure becomes `reason` (no driver, driver too old, no device, …).
 CudaInfo cuda_probe();
 
-// Device time of the last forward / backward kernels of a CUDA engine (cudaEvent timing: host↔device
-// staging excluded), for benchmarks that report HBM bandwidth. False when `e` is not a CUDA engine or
-// has not run that call yet.
-struct CudaKernelTimes {
-  double forwardMs = -1;   // the fused forward kernel
-  double backwardMs = -1;  // linearise + sort + run-length + update kernels (the host read of the run count excluded)
-};
-bool cuda_kernel_times(const Engine& e, CudaKernelTimes* out);
-
 // The CUDA engine on device `device` (BACKEND_UNAVAILABLE when that device does not exist).
 // Tables are zero unless `initialize`, then filled exactly as the CPU engine fills them.
 std::unique_ptr<Engine> make_cuda_engine(const CollectionSpec& spec, const Layout& layout, int device, bool initialize);

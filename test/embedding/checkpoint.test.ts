@@ -28,7 +28,7 @@ async function train(ec: EmbeddingCollection, steps: number, seed: number): Prom
   for (let s = 0; s < steps; s++) {
     const { batch, ob } = randomBatch(ec, r, { B: 5, maxLen: 4 });
     const out = await ec.forward(batch);
-    outs.push(out.pooled);
+    outs.push(out.pooled.slice()); // backward consumes the output (its arrays are detached)
     const g = randomGrads(ec, ob, r);
     await ec.backward(out, { pooled: g.pooled, sequences: g.sequences });
   }
