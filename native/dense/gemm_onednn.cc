@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -29,6 +30,9 @@ dnnl::engine& cpu_engine() {
 }
 
 // One matmul primitive per distinct call shape; created on first use (creation costs far more than a run).
+// Two dense models of one shape (the ranks of an in-process group, each on its own worker thread) run the
+// same primitive at once, so its scratchpad is the caller's (user mode, one per calling thread): with the
+// library's scratchpad, private to the primitive, concurrent runs would overwrite each other's partial sums.
 struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;  // empty when oneDNN has no kernel for the call here
@@ -75,6 +79,7 @@ Entry make_primitive(const GemmCall& g) {
   if (g.beta != 0.0f) po.append_sum(g.beta);
   if (g.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
   dnnl::matmul::desc d = g.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
   try {
@@ -83,6 +88,15 @@ Entry make_primitive(const GemmCall& g) {
   } catch (const dnnl::error&) {
     return {};
   }
+}
+
+// This thread's scratchpad for a primitive that needs `bytes` of it, page-aligned (grows, never shrinks).
+void* thread_scratchpad(size_t bytes) {
+  constexpr size_t kAlign = 4096;
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes + kAlign) buf.resize(bytes + kAlign);
+  auto p = reinterpret_cast<uintptr_t>(buf.data());
+  return reinterpret_cast<void*>((p + kAlign - 1) & ~(uintptr_t{kAlign} - 1));
 }
 
 // Elements spanned by a (batch of) stored [rows × cols] operand(s) with row stride ld.
@@ -128,6 +142,8 @@ bool onednn_gemm(const GemmCall& g) {
                                        {DNNL_ARG_WEIGHTS, memory(e.pd.weights_desc(), eng, const_cast<void*>(B))},
                                        {DNNL_ARG_DST, memory(e.pd.dst_desc(), eng, g.C)}};
   if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(e.pd.bias_desc(), eng, const_cast<float*>(g.bias)));
+  const memory::desc scratch = e.pd.scratchpad_desc();
+  if (scratch.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, eng, thread_scratchpad(scratch.get_size())));
   e.prim.execute(stream, args);
   stream.wait();
   return true;
