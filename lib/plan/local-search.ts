@@ -18,13 +18,13 @@
 // Every move keeps every rank within its memory limit. The neighbourhoods are bounded (ranks and tables per
 // round), so a round costs the same on 2 ranks or 128. Deterministic: fixed orders, ties by index.
 import { tableWiseLayout } from './baselines.js';
-import { addLayoutMemory, cloneLayout, NO_TIERS, type TableLayout } from './layout.js';
+import { addLayoutMemory, cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { Load } from './load.js';
 import { objective, stageTimes, STAGES } from './simulator.js';
 import { better, type PlanState, type Score } from './state.js';
 
 /** least-loaded ranks a table or shard may be relocated to */
-const TARGET_RANKS = 16;
+const TARGET_RANKS = 8;
 /** tables per critical rank whose relocations are tried */
 const TABLES_PER_RANK = 8;
 /** least-loaded ranks whose shards may be swapped with a shard on a critical rank */
@@ -59,7 +59,7 @@ export function criticalRanks(st: PlanState, per: Float64Array): number[] {
   return out;
 }
 
-/** Scores and memory checks of several tables changed at once, against the state's committed plan. */
+/** Scores and memory checks of one or two tables changed at once, against the state's committed plan. */
 class Trials {
   private readonly scratch: Load;
   private readonly times: Float64Array;
@@ -71,7 +71,7 @@ class Trials {
     this.delta = new Float64Array(st.W);
   }
 
-  /** Whether every rank stays within its memory limit after the changes (tables distinct). */
+  /** Whether every rank stays within its memory limit after the changes (distinct tables, all placed). */
   fits(changes: readonly Change[]): boolean {
     const { st, delta } = this;
     delta.fill(0);
@@ -87,11 +87,14 @@ class Trials {
 
   score(changes: readonly Change[]): Score {
     const { st, scratch } = this;
-    scratch.data.set(st.total.data);
-    for (const c of changes) {
-      const old = st.contrib[c.ti];
-      if (old) scratch.addLoad(old, -1);
-      scratch.addLoad(c.load);
+    const d = scratch.data, t = st.total.data;
+    // scratch = total + Σ (new − old), in one pass
+    const a = changes[0]!, b = changes[1];
+    const na = a.load.data, oa = st.contrib[a.ti]!.data;
+    if (!b) for (let i = 0; i < d.length; i++) d[i] = t[i]! + na[i]! - oa[i]!;
+    else {
+      const nb = b.load.data, ob = st.contrib[b.ti]!.data;
+      for (let i = 0; i < d.length; i++) d[i] = t[i]! + na[i]! - oa[i]! + nb[i]! - ob[i]!;
     }
     const o = objective(scratch, st.ctx.topo, this.times);
     return { time: o.time, spread: o.spread };
@@ -138,6 +141,8 @@ class Round {
   private readonly cur: Score;
   /** expected loads of whole-table placements, by table and placement (valid for the whole search) */
   private readonly loads: Map<string, Load>;
+  /** single-shard moves evaluated this round, by shard and target rank */
+  private readonly shardMoves = new Map<string, Change>();
 
   constructor(private readonly st: PlanState, trials: Trials, loads: Map<string, Load>) {
     this.trials = trials;
@@ -149,10 +154,11 @@ class Round {
     return this.best?.changes;
   }
 
-  /** The load of a whole-table placement (cached) or of any other layout (computed). */
-  change(ti: number, l: TableLayout, whole: boolean): Change {
-    if (!whole) return { ti, l, load: this.st.loadOf(ti, l) };
+  /** The change to layout l of table ti: a whole-table placement's load comes from the search-wide cache. */
+  change(ti: number, l: TableLayout): Change {
     const g = l.groups[0];
+    const whole = l.cluster === 'dp' || (l.groups.length === 1 && g!.shards.length === 1 && tierEnd(l) === 0);
+    if (!whole) return { ti, l, load: this.st.loadOf(ti, l) };
     const key = `${ti}|${l.cluster}|${g ? g.shards[0]!.rank : -1}`;
     let load = this.loads.get(key);
     if (!load) {
@@ -161,6 +167,17 @@ class Round {
       this.loads.set(key, load);
     }
     return { ti, l, load };
+  }
+
+  /** Table ti with one shard moved to rank q (cached for the round: relocations and swaps share it). */
+  moved(a: ShardRef, q: number): Change {
+    const key = `${a.ti}|${a.gi}|${a.si}|${q}`;
+    let c = this.shardMoves.get(key);
+    if (!c) {
+      c = this.change(a.ti, withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }]));
+      this.shardMoves.set(key, c);
+    }
+    return c;
   }
 
   consider(changes: Change[]): void {
@@ -172,39 +189,37 @@ class Round {
   /** Relocations of one table: whole-table placements, its shards on `from` to each target, rb ↔ ub. */
   relocate(ti: number, from: readonly number[], targets: readonly number[]): void {
     const l = this.st.layouts[ti]!;
-    for (const o of wholeOptions(this.st, ti, targets)) if (!sameLayout(o, l)) this.consider([this.change(ti, o, true)]);
+    for (const o of wholeOptions(this.st, ti, targets)) if (!sameLayout(o, l)) this.consider([this.change(ti, o)]);
     if (l.cluster === 'dp') return;
-    const whole = l.groups.length === 1 && l.groups[0]!.shards.length === 1 && l.tiers.replicated + l.tiers.node === 0;
-    if (whole) return; // its shard moves and cluster switch are whole-table placements, tried above
+    if (l.groups.length === 1 && l.groups[0]!.shards.length === 1 && tierEnd(l) === 0) return; // its shard moves and cluster switch are whole-table placements, tried above
     l.groups.forEach((g, gi) =>
       g.shards.forEach((s, si) => {
         if (!from.includes(s.rank)) return;
-        for (const q of targets) if (q !== s.rank) this.consider([this.change(ti, withRanks(l, [{ gi, si, rank: q }]), false)]);
+        for (const q of targets) if (q !== s.rank) this.consider([this.moved({ ti, gi, si }, q)]);
       }),
     );
-    this.consider([this.change(ti, { ...cloneLayout(l), cluster: l.cluster === 'rb' ? 'ub' : 'rb' }, false)]);
+    this.consider([this.change(ti, { ...cloneLayout(l), cluster: l.cluster === 'rb' ? 'ub' : 'rb' })]);
   }
 
-  /** Swaps of a shard on rank r with each shard on the `partners` ranks (other tables or the same one). */
-  swap(a: ShardRef, r: number, onRank: readonly ShardRef[][], partners: readonly number[]): void {
+  /**
+   * Swaps of a shard on rank r with each shard on the `partners` ranks (other tables or the same one) whose
+   * table puts less time on its rank than a's table puts on r (a swap with a heavier one only moves the peak).
+   */
+  swap(a: ShardRef, r: number, onRank: readonly ShardRef[][], partners: readonly number[], times: readonly Float64Array[]): void {
+    const ta = times[a.ti]![r]!;
     for (const q of partners) {
       if (q === r) continue;
       for (const b of onRank[q]!) {
-        if (b.ti === a.ti) {
-          const l = withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }, { gi: b.gi, si: b.si, rank: r }]);
-          this.consider([this.change(a.ti, l, false)]);
-        } else {
-          const la = withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }]);
-          const lb = withRanks(this.st.layouts[b.ti]!, [{ gi: b.gi, si: b.si, rank: r }]);
-          this.consider([this.change(a.ti, la, false), this.change(b.ti, lb, false)]);
-        }
+        if (times[b.ti]![q]! >= ta) continue;
+        if (b.ti === a.ti) this.consider([this.change(a.ti, withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }, { gi: b.gi, si: b.si, rank: r }]))]);
+        else this.consider([this.moved(a, q), this.moved(b, r)]);
       }
     }
   }
 
   /** Both tables of each pair relocated at once to whole-table placements on `ranks`. */
   pairs(tables: readonly number[], ranks: readonly number[]): void {
-    const opts = tables.map((ti) => wholeOptions(this.st, ti, ranks).filter((o) => !sameLayout(o, this.st.layouts[ti]!)).map((o) => this.change(ti, o, true)));
+    const opts = tables.map((ti) => wholeOptions(this.st, ti, ranks).filter((o) => !sameLayout(o, this.st.layouts[ti]!)).map((o) => this.change(ti, o)));
     for (let i = 0; i < tables.length; i++)
       for (let j = i + 1; j < tables.length; j++) for (const a of opts[i]!) for (const b of opts[j]!) this.consider([a, b]);
   }
@@ -253,7 +268,7 @@ export function refine(st: PlanState, maxMoves: number, deadline: number): numbe
     for (const ti of chosen) round.relocate(ti, critical, targets);
     for (const r of critical) {
       const partners = ascending.filter((q) => q !== r).slice(0, SWAP_RANKS);
-      for (const a of onRank[r]!) if (chosen.includes(a.ti)) round.swap(a, r, onRank, partners);
+      for (const a of onRank[r]!) if (chosen.includes(a.ti)) round.swap(a, r, onRank, partners, times);
     }
     if (!round.result) round.pairs(chosen.slice(0, PAIR_TABLES), ascending.slice(0, PAIR_RANKS));
     const changes = round.result;
