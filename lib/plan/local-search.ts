@@ -10,13 +10,15 @@
 //             per-rank time; the TABLES_PER_RANK most loading on each) to every whole-table placement: dp, and
 //             rb or ub on one of the TARGET_RANKS least-loaded ranks; each of its shards on a critical rank to
 //             each target rank; its cluster switched rb ↔ ub keeping its shards;
-//   swap      a shard on a critical rank exchanged with a shard on one of the SWAP_RANKS least-loaded ranks;
+//   swap      a shard on a critical rank exchanged with a shard on one of the SWAP_RANKS least-loaded ranks
+//             whose table puts less time there than the first one's table puts on the critical rank;
 // and applies the best one that is strictly better (critical-path time, ties: Σ per-rank time², as the
 // greedy step); only when none is, it tries
 //   pair      two of the PAIR_TABLES tables loading the critical ranks most, both relocated at once to
 //             whole-table placements (dp, rb or ub on the PAIR_RANKS least-loaded ranks).
 // Every move keeps every rank within its memory limit. The neighbourhoods are bounded (ranks and tables per
-// round), so a round costs the same on 2 ranks or 128. Deterministic: fixed orders, ties by index.
+// round), so the number of moves a round tries does not grow with the model or the cluster. Deterministic:
+// fixed orders, ties by index.
 import { tableWiseLayout } from './baselines.js';
 import { addLayoutMemory, cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { Load } from './load.js';

@@ -1,10 +1,12 @@
-// planner.ts — planShards: EMBark-style greedy search over clusters and 3D shards. From each start (an
-// EMBark-style cluster assignment placed table-wise, and the best baseline under the cost model) it
-// repeatedly takes the most loaded rank and tries the moves that could unload it — move a shard, split a
-// row group (at half the rows or half the access mass) or a shard's columns, switch a table's cluster
-// (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the best move
-// that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's memory
-// limit, until no move helps. The result is never worse than the best baseline under the cost model.
+// planner.ts — planShards: EMBark-style search over clusters and 3D shards. From each start (an EMBark-style
+// cluster assignment placed table-wise, the same without dp tables, and the best baseline under the cost
+// model) a greedy descent repeatedly takes the most loaded rank and tries the moves that could unload it —
+// move a shard, split a row group (at half the rows or half the access mass) or a shard's columns, switch a
+// table's cluster (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the
+// best move that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's
+// memory limit, until no move helps. The best result is then refined by the local search of local-search.ts
+// (relocate, swap and pair moves), alternating with the greedy descent until neither improves it. The result
+// is never worse than the best baseline under the cost model.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { accessModel } from './access.js';
@@ -28,7 +30,7 @@ export interface PlanOptions {
   /** per-rank batch size */
   batchSize: number;
   wire?: Partial<WireDtypes>;
-  /** greedy steps per start (default 5000) */
+  /** search steps per start: greedy moves, then local-search and greedy moves from the best start with what it left (default 5000) */
   maxIterations?: number;
   /** wall-clock budget of the whole search in ms (default 8000) */
   timeBudgetMs?: number;
