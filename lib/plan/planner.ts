@@ -346,33 +346,32 @@ export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table
     const big = tables.slice().sort((x, y) => tableBytes(y) - tableBytes(x))[0]!;
     throw new EmbshardError('PLAN_INFEASIBLE', `table '${big.name}' and the rest cannot be packed within ${topology.memoryLimitBytes} bytes per rank (short by ${short} bytes overall; ${reasons})`, { table: big.name, shortfallBytes: short });
   }
-  // the greedy descent from every start (the budget split evenly over the starts still to run, half of it
-  // kept for the local search), then the local search from the best result, alternating with the greedy
-  // descent until neither finds a better plan
+  // the greedy descent from every start (the budget split evenly over the starts still to run and the local
+  // search), then the local search from the best result, alternating with the greedy descent until neither
+  // finds a better plan
   let iterations = 0;
   let best: { name: string; st: PlanState; s: Score; left: number } | undefined;
   starts.forEach((s, k) => {
     const now = Date.now();
-    const share = now + (deadline - now) / 2 / (starts.length - k);
+    const share = now + (deadline - now) / (starts.length - k + 1);
     const g = improve(s.st, maxIter, share, allowTiers);
     iterations += g;
     const sc = s.st.score();
     if (!best || better(sc, best.s)) best = { ...s, s: sc, left: maxIter - g };
   });
-  for (let pass = 0, left = best!.left; left > 0; pass++) {
-    const m = refine(best!.st, left, deadline);
+  const top = best!;
+  for (let left = top.left; left > 0; ) {
+    const m = refine(top.st, left, deadline);
     left -= m;
     iterations += m;
     if (m === 0) break;
-    const g = improve(best!.st, left, deadline, allowTiers);
+    const g = improve(top.st, left, deadline, allowTiers);
     left -= g;
     iterations += g;
     if (g === 0) break;
   }
-  best!.s = best!.st.score();
-  const chosen = best!;
-  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, chosen.st.complete(), ctx.wire, { planner: 'embshard', start: chosen.name, ...options.meta });
-  return { plan, time: chosen.s.time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: chosen.name, iterations, elapsedMs: Date.now() - t0 };
+  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta });
+  return { plan, time: top.st.score().time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: top.name, iterations, elapsedMs: Date.now() - t0 };
 }
 
 /** The EMBark-style planner: a validated ShardPlan for `tables` on `topology` (see the header). */
