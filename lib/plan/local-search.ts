@@ -12,8 +12,8 @@
 //             each target rank; its cluster switched rb ↔ ub keeping its shards;
 //   swap      a shard on a critical rank exchanged with a shard on one of the SWAP_RANKS least-loaded ranks
 //             whose table puts less time there than the first one's table puts on the critical rank;
-// and applies the best one that is strictly better (critical-path time, ties: Σ per-rank time², as the
-// greedy step); only when none is, it tries
+// and applies the one with the lowest predicted time if that is lower than the plan's by at least MIN_GAIN
+// (relative); only when none is, it tries
 //   pair      two of the PAIR_TABLES tables loading the critical ranks most, both relocated at once to
 //             whole-table placements (dp, rb or ub on the PAIR_RANKS least-loaded ranks).
 // Every move keeps every rank within its memory limit. The neighbourhoods are bounded (ranks and tables per
@@ -23,7 +23,7 @@ import { tableWiseLayout } from './baselines.js';
 import { addLayoutMemory, cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { Load } from './load.js';
 import { objective, stageTimes, STAGES } from './simulator.js';
-import { better, type PlanState, type Score } from './state.js';
+import type { PlanState, Score } from './state.js';
 
 /** least-loaded ranks a table or shard may be relocated to */
 const TARGET_RANKS = 8;
@@ -34,6 +34,8 @@ const SWAP_RANKS = 4;
 /** tables whose pairs of relocations are tried together, and the ranks those go to */
 const PAIR_TABLES = 6;
 const PAIR_RANKS = 4;
+/** the least relative gain in predicted time a move must bring (many tiny gains cost more search than they give) */
+const MIN_GAIN = 1e-5;
 /** whole-table loads kept between rounds (each is 24 × worldSize numbers) */
 const MAX_CACHED_LOADS = 2048;
 
@@ -185,7 +187,7 @@ class Round {
   consider(changes: Change[]): void {
     if (!this.trials.fits(changes)) return;
     const s = this.trials.score(changes);
-    if (better(s, this.best ? this.best.s : this.cur)) this.best = { changes, s };
+    if (s.time < (this.best ? this.best.s.time : this.cur.time * (1 - MIN_GAIN))) this.best = { changes, s };
   }
 
   /** Relocations of one table: whole-table placements, its shards on `from` to each target, rb ↔ ub. */
