@@ -1,10 +1,12 @@
-// planner.ts — planShards: EMBark-style greedy search over clusters and 3D shards. From each start (an
-// EMBark-style cluster assignment placed table-wise, and the best baseline under the cost model) it
-// repeatedly takes the most loaded rank and tries the moves that could unload it — move a shard, split a
-// row group (at half the rows or half the access mass) or a shard's columns, switch a table's cluster
-// (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the best move
-// that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's memory
-// limit, until no move helps. The result is never worse than the best baseline under the cost model.
+// planner.ts — planShards: EMBark-style search over clusters and 3D shards. From each start (an EMBark-style
+// cluster assignment placed table-wise, the same without dp tables, and the best baseline under the cost
+// model) a greedy descent repeatedly takes the most loaded rank and tries the moves that could unload it —
+// move a shard, split a row group (at half the rows or half the access mass) or a shard's columns, switch a
+// table's cluster (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the
+// best move that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's
+// memory limit, until no move helps. The best result is then refined by the local search of local-search.ts
+// (relocate, swap and pair moves), alternating with the greedy descent until neither improves it. The result
+// is never worse than the best baseline under the cost model.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { accessModel } from './access.js';
@@ -12,9 +14,9 @@ import { BASELINES, baselineLayouts, rowBlocks, tableWiseLayout, type BaselineNa
 import { COL_ALIGN, DTYPE_BYTES, MIN_SHARD_COLS } from './constants.js';
 import type { CostContext } from './cost-model.js';
 import { cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
+import { criticalRanks, refine, sameLayout } from './local-search.js';
 import { EFF_BWD, EFF_FWD, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
 import { ShardPlan } from './shard-plan.js';
-import { stageTimes, STAGES } from './simulator.js';
 import { better, PlanState, type Score } from './state.js';
 import { idsPerSample, normalizeTables, rowBytes, tableBytes } from './tables.js';
 import { normalizeTopology } from './topology.js';
@@ -28,7 +30,7 @@ export interface PlanOptions {
   /** per-rank batch size */
   batchSize: number;
   wire?: Partial<WireDtypes>;
-  /** greedy steps per start (default 5000) */
+  /** search steps per start: greedy moves, then local-search and greedy moves from the best start with what it left (default 5000) */
   maxIterations?: number;
   /** wall-clock budget of the whole search in ms (default 8000) */
   timeBudgetMs?: number;
@@ -82,14 +84,35 @@ export function checkFeasible(tables: readonly Table[], topo: Topology): void {
   }
 }
 
-/** EMBark-style start: small tables dp, low-hotness / sequence tables ub, the rest rb; placed table-wise on the least-loaded rank, row-split when a table fits on no single rank. */
-function embarkStart(st: PlanState): boolean {
+/** Rows of table t over the ranks in proportion to their free memory (consecutive blocks, rank order): fits whenever the free memory of all ranks together holds the table row by row. */
+function rowsByFreeMemory(st: PlanState, t: Table): TableLayout['groups'] | undefined {
+  const rb = rowBytes(t, t.dim), lim = st.ctx.topo.memoryLimitBytes;
+  const cap = Array.from(st.mem, (m) => Math.max(0, Math.floor((lim - m) / rb)));
+  const sum = cap.reduce((a, b) => a + b, 0);
+  if (sum < t.rows) return undefined;
+  const n = cap.map((c) => Math.floor((t.rows * c) / sum));
+  for (let r = 0, left = t.rows - n.reduce((a, b) => a + b, 0); left > 0; r = (r + 1) % st.W) if (n[r]! < cap[r]!) (n[r]++, left--);
+  const groups: TableLayout['groups'] = [];
+  let a = 0;
+  n.forEach((k, rank) => {
+    if (k > 0) groups.push({ a, b: a + k, shards: [{ c0: 0, c1: t.dim, rank }] });
+    a += k;
+  });
+  return groups;
+}
+
+/**
+ * EMBark-style start: small tables dp (with `dp`), low-hotness / sequence tables ub, the rest rb; placed
+ * table-wise on the least-loaded rank, row-split when a table fits on no single rank (over the 2, 4, … ranks
+ * with the most free memory, then over all ranks in proportion to their free memory).
+ */
+function embarkStart(st: PlanState, dp: boolean): boolean {
   const topo = st.ctx.topo;
   const dpLimit = topo.worldSize > topo.ranksPerNode ? DP_THRESHOLD_MULTI_NODE : DP_THRESHOLD_ONE_NODE;
   const order = st.tables.map((t, i) => ({ i, c: tableBytes(t) * idsPerSample(t) })).sort((a, b) => b.c - a.c);
   for (const { i } of order) {
     const t = st.tables[i]!;
-    if (tableBytes(t) <= dpLimit) {
+    if (dp && tableBytes(t) <= dpLimit) {
       const l: TableLayout = { cluster: 'dp', tiers: NO_TIERS, groups: [] };
       if (st.fits(i, l)) {
         st.set(i, l);
@@ -117,12 +140,16 @@ function embarkStart(st: PlanState): boolean {
       }
     }
     if (!done) {
-      const l: TableLayout = { cluster, tiers: NO_TIERS, groups: rowBlocks(0, t.rows, Array.from({ length: st.W }, (_, r) => r), [0, t.dim]) };
-      if (!st.fits(i, l)) return false;
-      st.set(i, l);
+      const groups = rowsByFreeMemory(st, t);
+      if (!groups) return false;
+      st.set(i, { cluster, tiers: NO_TIERS, groups });
     }
   }
   return true;
+}
+
+function sameLayouts(a: readonly (TableLayout | undefined)[], b: readonly (TableLayout | undefined)[]): boolean {
+  return a.every((l, i) => l !== undefined && b[i] !== undefined && sameLayout(l, b[i]!));
 }
 
 /** Approximate time table ti puts on rank r (for choosing which tables to move). */
@@ -236,23 +263,6 @@ function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers:
   return out;
 }
 
-/** The ranks to unload: the one with the largest per-rank time, then each stage's slowest rank. */
-function criticalRanks(st: PlanState, per: Float64Array): number[] {
-  const W = st.W;
-  const t = stageTimes(st.total, st.ctx.topo);
-  const out: number[] = [];
-  let top = 0;
-  for (let r = 1; r < W; r++) if (per[r]! > per[top]!) top = r;
-  out.push(top);
-  const stages = Array.from({ length: STAGES.length }, (_, k) => {
-    let m = 0;
-    for (let r = 1; r < W; r++) if (t[k * W + r]! > t[k * W + m]!) m = r;
-    return { r: m, v: t[k * W + m]! };
-  }).sort((a, b) => b.v - a.v);
-  for (const { r, v } of stages) if (v > 0 && !out.includes(r)) out.push(r);
-  return out;
-}
-
 /** Greedy improvement of `st` in place; returns the number of moves applied. */
 function improve(st: PlanState, maxIter: number, deadline: number, allowTiers: boolean): number {
   let cur = st.score();
@@ -317,8 +327,12 @@ export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table
   const allowTiers = options.tiers ?? true;
   const baselines = options.fromBaselines === false ? [] : runBaselines(tables, topology, options);
   const starts: { name: string; st: PlanState }[] = [];
-  const a = new PlanState(tables, ctx);
-  if (embarkStart(a)) starts.push({ name: 'embark', st: a });
+  // the EMBark start, and the same without dp tables (from all-dp, leaving dp pays off only for several
+  // tables at once; from no dp, the search makes tables dp one at a time)
+  for (const dp of [true, false]) {
+    const a = new PlanState(tables, ctx);
+    if (embarkStart(a, dp) && !starts.some((s) => sameLayouts(s.st.layouts, a.layouts))) starts.push({ name: dp ? 'embark' : 'embark-no-dp', st: a });
+  }
   const feasible = baselines.filter((b) => b.time !== null).sort((x, y) => x.time! - y.time!);
   if (feasible.length > 0) {
     const b = new PlanState(tables, ctx);
@@ -332,19 +346,32 @@ export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table
     const big = tables.slice().sort((x, y) => tableBytes(y) - tableBytes(x))[0]!;
     throw new EmbshardError('PLAN_INFEASIBLE', `table '${big.name}' and the rest cannot be packed within ${topology.memoryLimitBytes} bytes per rank (short by ${short} bytes overall; ${reasons})`, { table: big.name, shortfallBytes: short });
   }
+  // the greedy descent from every start (the budget split evenly over the starts still to run and the local
+  // search), then the local search from the best result, alternating with the greedy descent until neither
+  // finds a better plan
   let iterations = 0;
-  let best: { name: string; st: PlanState; s: Score } | undefined;
+  let best: { name: string; st: PlanState; s: Score; left: number } | undefined;
   starts.forEach((s, k) => {
-    // split the remaining budget evenly over the starts still to run
     const now = Date.now();
-    const share = now + (deadline - now) / (starts.length - k);
-    iterations += improve(s.st, maxIter, share, allowTiers);
+    const share = now + (deadline - now) / (starts.length - k + 1);
+    const g = improve(s.st, maxIter, share, allowTiers);
+    iterations += g;
     const sc = s.st.score();
-    if (!best || better(sc, best.s)) best = { ...s, s: sc };
+    if (!best || better(sc, best.s)) best = { ...s, s: sc, left: maxIter - g };
   });
-  const chosen = best!;
-  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, chosen.st.complete(), ctx.wire, { planner: 'embshard', start: chosen.name, ...options.meta });
-  return { plan, time: chosen.s.time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: chosen.name, iterations, elapsedMs: Date.now() - t0 };
+  const top = best!;
+  for (let left = top.left; left > 0; ) {
+    const m = refine(top.st, left, deadline);
+    left -= m;
+    iterations += m;
+    if (m === 0) break;
+    const g = improve(top.st, left, deadline, allowTiers);
+    left -= g;
+    iterations += g;
+    if (g === 0) break;
+  }
+  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta });
+  return { plan, time: top.st.score().time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: top.name, iterations, elapsedMs: Date.now() - t0 };
 }
 
 /** The EMBark-style planner: a validated ShardPlan for `tables` on `topology` (see the header). */
