@@ -8,9 +8,9 @@ import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { JaggedBatch } from './batch.js';
 import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
-import { CallQueue } from './call-queue.js';
+import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
-import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig, type ResolvedTable } from './config.js';
+import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 
 export interface SequenceOutput {
@@ -79,7 +79,7 @@ function toBigIds(ids: Ids): BigInt64Array {
   return out;
 }
 
-export class EmbeddingCollection {
+export class EmbeddingCollection extends EngineOwner {
   readonly config: ResolvedConfig;
   readonly device: string;
   /** every feature in declared order (tables in order, each table's features in order) */
@@ -89,8 +89,6 @@ export class EmbeddingCollection {
   readonly sequenceFeatures: readonly string[];
   readonly pooledDim: number;
 
-  private engine: NativeEngine | undefined;
-  private readonly calls = new CallQueue();
   private readonly tableIndex = new Map<string, number>();
   /** what forward() left for the backward of each output it returned: the native batch and its prepared handle */
   private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch }>();
@@ -99,6 +97,7 @@ export class EmbeddingCollection {
   /** @internal used by load(): an engine with zeroed tables */
   constructor(config: CollectionConfig, internal: { initialize: boolean });
   constructor(config: CollectionConfig, internal?: { initialize: boolean }) {
+    super('EmbeddingCollection');
     this.config = resolveConfig(config);
     this.device = this.config.device;
     const native = toNativeConfig(this.config, internal?.initialize ?? true);
@@ -117,36 +116,6 @@ export class EmbeddingCollection {
     this.config.tables.forEach((t, i) => this.tableIndex.set(t.name, i));
   }
 
-  get tables(): readonly ResolvedTable[] {
-    return this.config.tables;
-  }
-
-  get disposed(): boolean {
-    return this.engine === undefined;
-  }
-
-  /** Optimizer steps applied so far (Adam's t). */
-  get step(): number {
-    return this.live().step;
-  }
-  set step(t: number) {
-    this.live().step = t;
-  }
-
-  get learningRate(): number {
-    return this.config.optimizer.lr;
-  }
-  /** Changes the optimizer's learning rate for the following steps (schedules). */
-  setLearningRate(lr: number): void {
-    this.live().setLearningRate(lr);
-    this.config.optimizer.lr = lr;
-  }
-
-  /** Bytes of table storage and of optimizer state on the device. */
-  get memory(): { weightBytes: number; stateBytes: number } {
-    const e = this.live();
-    return { weightBytes: e.weightBytes, stateBytes: e.stateBytes };
-  }
 
   /** Looks up every feature of the batch; resolves when done, off the event loop. */
   forward(batch: JaggedBatch): Promise<ForwardOutput> {
@@ -237,11 +206,6 @@ export class EmbeddingCollection {
     this.live().writeState(this.table(table), toBigIds(ids), values);
   }
 
-  /** CUDA: device time of the last forward / backward kernels, staging excluded (null on the CPU). */
-  kernelTimes(): { forwardMs: number; backwardMs: number } | null {
-    return this.live().kernelTimes();
-  }
-
   /** Writes a checkpoint (tables, optimizer state, step) atomically to `dir`. */
   save(dir: string, extra?: Record<string, unknown>): Promise<void> {
     return this.enqueue(() =>
@@ -282,40 +246,12 @@ export class EmbeddingCollection {
     return ec;
   }
 
-  /** Frees native memory now; any later use raises EmbshardError DISPOSED. */
-  dispose(): void {
-    const e = this.engine;
-    this.engine = undefined;
-    e?.dispose();
-  }
-
   // ---- internals ----
-
-  private live(): NativeEngine {
-    if (!this.engine) throw new EmbshardError('DISPOSED', 'this EmbeddingCollection has been disposed');
-    return this.engine;
-  }
 
   private table(name: string): number {
     const t = this.tableIndex.get(name);
     if (t === undefined) throw new EmbshardError('UNKNOWN_TABLE', `no table named '${name}'`);
     return t;
-  }
-
-  /** Async APIs report argument errors as rejections, never as synchronous throws. */
-  private rejecting<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return fn();
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  private enqueue<T>(op: () => Promise<T>): Promise<T> {
-    return this.calls.run(() => {
-      this.live();
-      return op();
-    });
   }
 
   private nativeBatch(batch: JaggedBatch): NativeBatch {

@@ -3,7 +3,8 @@
 // native step resolving) run in between. Order is the source's; errors surface after the batches that
 // preceded them; breaking out of the loop stops the pump and closes the source's iterator.
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { positiveInt, type Batch, type BatchSource } from './types.js';
+import { SourceView } from './source-view.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface PrefetchOptions {
@@ -13,37 +14,21 @@ export interface PrefetchOptions {
 
 const PREFETCH_FIELDS = fieldsOf<PrefetchOptions>({ depth: true });
 
-export class PrefetchSource implements BatchSource {
+export class PrefetchSource extends SourceView {
   readonly depth: number;
 
-  constructor(
-    readonly source: BatchSource,
-    options: PrefetchOptions = {},
-  ) {
+  constructor(source: BatchSource, options: PrefetchOptions = {}) {
     rejectUnknownFields(options, PREFETCH_FIELDS);
+    super(source);
     this.depth = positiveInt('depth', options.depth ?? 4);
   }
 
-  get features(): readonly string[] {
-    return this.source.features;
-  }
-  get numDense(): number {
-    return this.source.numDense;
-  }
-  get batchSize(): number {
-    return this.source.batchSize;
-  }
-  get tableRows(): readonly number[] | undefined {
-    return this.source.tableRows;
+  /** the source read ahead */
+  get source(): BatchSource {
+    return this.inner;
   }
   get numBatches(): number | undefined {
-    return this.source.numBatches;
-  }
-  report(): DataReport | undefined {
-    return this.source.report?.();
-  }
-  async close(): Promise<void> {
-    await this.source.close?.();
+    return this.inner.numBatches;
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {

@@ -14,9 +14,9 @@
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
-import { CallQueue } from '../call-queue.js';
+import { EngineOwner } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
-import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig, type ResolvedTable } from '../config.js';
+import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
@@ -109,7 +109,7 @@ const STEP = Symbol('embshard.sharded.step');
 type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
 
 
-export class ShardedEmbeddingCollection {
+export class ShardedEmbeddingCollection extends EngineOwner {
   readonly plan: ShardPlan;
   readonly group: ProcessGroup;
   /** the single-collection config these shards add up to */
@@ -122,12 +122,11 @@ export class ShardedEmbeddingCollection {
   readonly pooledDim: number;
   /** byte counters of the latest forward and backward of this rank (docs/wire-protocol.md §Counters) */
   readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
-  private engine: NativeEngine | undefined;
-  private readonly calls = new CallQueue();
   /** the batch given to prepare(), its routing and its input exchange under way */
   private prepared: Prepared | undefined;
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
+    super('ShardedEmbeddingCollection');
     if (group.size !== plan.topology.worldSize)
       throw new EmbshardError('INVALID_PLAN', `the plan is for ${plan.topology.worldSize} ranks but the group has ${group.size}`);
     if (group.ranksPerNode !== plan.topology.ranksPerNode)
@@ -191,45 +190,14 @@ export class ShardedEmbeddingCollection {
     });
   }
 
-  get disposed(): boolean {
-    return this.engine === undefined;
-  }
-  /** Optimizer steps applied so far. */
-  get step(): number {
-    return this.live().step;
-  }
-  set step(t: number) {
-    this.live().step = t;
-  }
-
   /** @internal the local engine (row access for gathers and checkpoints) */
   get localEngine(): NativeEngine {
     return this.live();
   }
 
-  get tables(): readonly ResolvedTable[] {
-    return this.config.tables;
-  }
   /** 'cpu' or 'cuda:N': where this rank's engine lives. */
   get device(): string {
     return this.config.device;
-  }
-  get learningRate(): number {
-    return this.config.optimizer.lr;
-  }
-  /** Changes the learning rate of this rank's shards for the following steps; every rank applies the same schedule. */
-  setLearningRate(lr: number): void {
-    this.live().setLearningRate(lr);
-    this.config.optimizer.lr = lr;
-  }
-  /** Bytes of table storage and optimizer state of this rank's engine. */
-  get memory(): { weightBytes: number; stateBytes: number } {
-    const e = this.live();
-    return { weightBytes: e.weightBytes, stateBytes: e.stateBytes };
-  }
-  /** CUDA: device time of this rank's last forward / backward kernels (null on the CPU). */
-  kernelTimes(): { forwardMs: number; backwardMs: number } | null {
-    return this.live().kernelTimes();
   }
   /** Floats of optimizer state per row of a table. */
   stateWidth(table: string): number {
@@ -306,33 +274,6 @@ export class ShardedEmbeddingCollection {
           }
         return n;
       });
-    });
-  }
-
-  /** Async APIs report argument errors as rejections, never as synchronous throws. */
-  private rejecting<T>(f: () => Promise<T>): Promise<T> {
-    try {
-      return f();
-    } catch (e) {
-      return Promise.reject(e);
-    }
-  }
-
-  dispose(): void {
-    const e = this.engine;
-    this.engine = undefined;
-    e?.dispose();
-  }
-
-  private live(): NativeEngine {
-    if (!this.engine) throw new EmbshardError('DISPOSED', 'this ShardedEmbeddingCollection has been disposed');
-    return this.engine;
-  }
-
-  private enqueue<T>(op: () => Promise<T>): Promise<T> {
-    return this.calls.run(() => {
-      this.live();
-      return op();
     });
   }
 

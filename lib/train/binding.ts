@@ -2,6 +2,7 @@
 // the typed loader for it. lib/train code never touches the addon untyped.
 import type { Addon } from '../binding.js';
 import { resolveBackend } from '../backends.js';
+import type { DenseModelSpec } from './dense.js';
 
 export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
 export type InteractionType = 'dot' | 'cross' | 'concat';
@@ -15,15 +16,7 @@ export interface NativeDenseOptimizer {
   weightDecay?: number;
 }
 
-export interface NativeDenseConfig {
-  denseIn: number;
-  bottom: number[];
-  top: number[];
-  numSparse: number;
-  embDim: number;
-  interaction: InteractionType;
-  crossLayers?: number;
-  crossRank?: number;
+export interface NativeDenseConfig extends DenseModelSpec {
   seed: number;
   optimizer: NativeDenseOptimizer;
   /** GEMM precision; default 'fp32'. */
@@ -45,13 +38,8 @@ export interface NativeForwardBackwardResult {
   backwardMs: number;
 }
 
-export interface NativeDenseModel {
-  /** All parameters, flat, in `tensors` order (JS-owned; written in place by update()). */
-  readonly params: Float32Array;
-  /** Gradients of the last forwardBackward (overwritten by each call). */
-  readonly grads: Float32Array;
-  /** Optimizer state: adagrad [n], adam [n] m then [n] v, sgd []. */
-  readonly state: Float32Array;
+/** What the CPU and the CUDA dense model share: the layout and the three calls, off the event loop. */
+export interface NativeDenseModelCalls {
   readonly tensors: NativeTensorInfo[];
   readonly sparseWidth: number;
   readonly interactionWidth: number;
@@ -68,29 +56,25 @@ export interface NativeDenseModel {
   update(lr?: number): Promise<void>;
 }
 
+export interface NativeDenseModel extends NativeDenseModelCalls {
+  /** All parameters, flat, in `tensors` order (JS-owned; written in place by update()). */
+  readonly params: Float32Array;
+  /** Gradients of the last forwardBackward (overwritten by each call). */
+  readonly grads: Float32Array;
+  /** Optimizer state: adagrad [n], adam [n] m then [n] v, sgd []. */
+  readonly state: Float32Array;
+}
+
 /** The whole dense model on one GPU (CUDA addon, native/addon/dense_cuda_model.cc): the same config,
  * tensors and calls as NativeDenseModel, but params/grads/state live on the device and move only
  * through read()/write() (synchronous whole-buffer copies). */
-export interface NativeCudaDenseModel {
-  readonly tensors: NativeTensorInfo[];
-  readonly sparseWidth: number;
-  readonly interactionWidth: number;
+export interface NativeCudaDenseModel extends NativeDenseModelCalls {
   readonly paramCount: number;
   readonly stateCount: number;
   /** The CUDA device index. */
   readonly device: number;
-  step: number;
   read(which: 'params' | 'grads' | 'state', dst: Float32Array): void;
   write(which: 'params' | 'grads' | 'state', src: Float32Array): void;
-  forward(dense: Float32Array, sparse: Float32Array | null, batchSize: number): Promise<Float32Array>;
-  forwardBackward(
-    dense: Float32Array,
-    sparse: Float32Array | null,
-    labels: Float32Array,
-    batchSize: number,
-    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number },
-  ): Promise<NativeForwardBackwardResult>;
-  update(lr?: number): Promise<void>;
 }
 
 export interface CrossLayerArrays {

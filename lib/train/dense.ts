@@ -5,7 +5,7 @@
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveBackend } from '../backends.js';
-import { denseAddon, type Precision, type DenseCudaAddon, type DenseOptimizerType, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
+import { denseAddon, type Precision, type DenseCudaAddon, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -100,14 +100,8 @@ export function resolveDenseSpec(model: PresetName | DenseModelSpec, overrides: 
   return s;
 }
 
-export interface DenseOptimizerConfig {
-  type: DenseOptimizerType;
-  lr: number;
-  eps?: number;
-  beta1?: number;
-  beta2?: number;
-  weightDecay?: number;
-}
+/** The dense optimizer: its type and hyper-parameters (defaults filled in by the model). */
+export type DenseOptimizerConfig = NativeDenseOptimizer;
 
 const SPEC_FIELDS = fieldsOf<DenseModelSpec>({
   denseIn: true, bottom: true, top: true, numSparse: true, embDim: true, interaction: true, crossLayers: true, crossRank: true,

@@ -258,6 +258,16 @@ Napi::Value GroupWrap::RanksPerNode(const Napi::CallbackInfo& info) {
 }
 Napi::Value GroupWrap::Kind(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), kind_); }
 
+template <class F>
+Napi::Value GroupWrap::OnReady(const Napi::CallbackInfo& info, F&& body) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+    return body(env);
+  });
+}
+
+namespace {
 // recvBytes: null, or a Float64Array of the bytes every rank sends here (known to the caller).
 std::shared_ptr<std::vector<int64_t>> known_counts(Napi::Env env, Napi::Value v, int n, const char* what) {
   if (v.IsUndefined() || v.IsNull()) return nullptr;
@@ -269,39 +279,55 @@ std::shared_ptr<std::vector<int64_t>> known_counts(Napi::Env env, Napi::Value v,
   return std::make_shared<std::vector<int64_t>>(byte_counts(env, v, n, total, what));
 }
 
+// A collective whose receive size varies: the per-rank byte counts (`known`, or `counts` on the worker
+// thread), a pooled buffer of their total, then `data` into it; resolves to { data, counts }.
+using CountsFn = std::function<void(comm::Group*, int64_t* recvBytes, const comm::Deadline&)>;
+using DataFn = std::function<void(comm::Group*, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline&)>;
+std::unique_ptr<GroupJob> varying_receive(int size, std::shared_ptr<std::vector<int64_t>> known, double timeout,
+                                          CountsFn counts, DataFn data) {
+  auto job = std::make_unique<GroupJob>();
+  auto recv = std::make_shared<Owned>();
+  auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size));
+  job->owned.push_back(recv);
+  const bool exchange = !known;
+  job->run = [recv, recvBytes, timeout, exchange, counts, data](comm::Group* g) {
+    auto d = comm::Deadline::after(timeout);
+    if (exchange) counts(g, recvBytes->data(), d);
+    int64_t total = 0;
+    for (int64_t c : *recvBytes) total += c;
+    recv->alloc(total);
+    data(g, reinterpret_cast<uint8_t*>(recv->p), *recvBytes, d);
+  };
+  job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
+    Napi::Object o = Napi::Object::New(e);
+    o.Set("data", recv->hand(e));
+    o.Set("counts", to_f64(e, *recvBytes));
+    return o;
+  };
+  return job;
+}
+}  // namespace
+
 // allToAllV(send: TypedArray, sendBytes: Float64Array, timeoutMs, recvBytes?: Float64Array)
 //   -> { data: ArrayBuffer, counts: Float64Array }
 // Two phases on the worker thread: the per-peer byte counts (skipped when the caller knows them), then
 // the data into a fresh buffer.
 Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     Bytes send = typed_bytes(env, info[0], "allToAllV: send");
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
     double timeout = timeout_arg(env, info[2], "allToAllV");
     auto known = known_counts(env, info[3], size_, "allToAllV");
-    auto job = std::make_unique<GroupJob>();
+    auto job = varying_receive(
+        size_, known, timeout,
+        [sendBytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) {
+          g->exchange_counts(sendBytes.data(), recvBytes, d);
+        },
+        [send, sendBytes](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+          auto so = prefix(sendBytes), ro = prefix(recvBytes);
+          g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv, recvBytes.data(), ro.data(), d);
+        });
     job->Keep(info[0]);
-    auto recv = std::make_shared<Owned>();
-    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
-    job->owned.push_back(recv);
-    const bool exchange = !known;
-    job->run = [send, sendBytes, recv, recvBytes, timeout, exchange](comm::Group* g) {
-      auto d = comm::Deadline::after(timeout);
-      if (exchange) g->exchange_counts(sendBytes.data(), recvBytes->data(), d);
-      int64_t total = 0;
-      for (int64_t c : *recvBytes) total += c;
-      recv->alloc(total);
-      auto so = prefix(sendBytes), ro = prefix(*recvBytes);
-      g->all_to_all_v(send.data, sendBytes.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), ro.data(), d);
-    };
-    job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
-      Napi::Object o = Napi::Object::New(e);
-      o.Set("data", recv->hand(e));
-      o.Set("counts", to_f64(e, *recvBytes));
-      return o;
-    };
     return Submit(env, std::move(job));
   });
 }
@@ -309,34 +335,19 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
 // allGather(send: TypedArray, timeoutMs, recvBytes?: Float64Array) -> { data: ArrayBuffer, counts: Float64Array }:
 // every rank's contribution in rank order (sizes may differ: counts first unless known, then data).
 Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     Bytes send = typed_bytes(env, info[0], "allGather: send");
     double timeout = timeout_arg(env, info[1], "allGather");
     auto known = known_counts(env, info[2], size_, "allGather");
     if (known && (*known)[static_cast<size_t>(rank_)] != send.size)
       throw_error(env, "LENGTH_MISMATCH", "allGather: recvCounts[rank] differs from this rank's contribution");
-    auto job = std::make_unique<GroupJob>();
+    auto job = varying_receive(
+        size_, known, timeout,
+        [send](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) { g->gather_counts(send.size, recvBytes, d); },
+        [send](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+          g->all_gather_v(send.data, send.size, recv, recvBytes.data(), d);
+        });
     job->Keep(info[0]);
-    auto recv = std::make_shared<Owned>();
-    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
-    job->owned.push_back(recv);
-    const bool exchange = !known;
-    job->run = [send, recv, recvBytes, timeout, exchange](comm::Group* g) {
-      auto d = comm::Deadline::after(timeout);
-      if (exchange) g->gather_counts(send.size, recvBytes->data(), d);
-      int64_t total = 0;
-      for (int64_t c : *recvBytes) total += c;
-      recv->alloc(total);
-      g->all_gather_v(send.data, send.size, reinterpret_cast<uint8_t*>(recv->p), recvBytes->data(), d);
-    };
-    job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
-      Napi::Object o = Napi::Object::New(e);
-      o.Set("data", recv->hand(e));
-      o.Set("counts", to_f64(e, *recvBytes));
-      return o;
-    };
     return Submit(env, std::move(job));
   });
 }
@@ -344,9 +355,7 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
 // allReduce(data: TypedArray, elemType: 'f32'|'f64'|'i32'|'i64', op: 'sum'|'max'|'min', timeoutMs,
 // deterministic: boolean), in place.
 Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     Bytes data = typed_bytes(env, info[0], "allReduce: data");
     if (!info[1].IsString() || !info[2].IsString())
       throw_error(env, "INVALID_ARGUMENT", "allReduce: elemType and op must be strings");
@@ -369,9 +378,7 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
 
 // broadcast(data: TypedArray, root, timeoutMs), in place.
 Napi::Value GroupWrap::Broadcast(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     Bytes data = typed_bytes(env, info[0], "broadcast: data");
     if (!info[1].IsNumber()) throw_error(env, "INVALID_ARGUMENT", "broadcast: root must be a rank number");
     double r = info[1].As<Napi::Number>().DoubleValue();
@@ -389,9 +396,7 @@ Napi::Value GroupWrap::Broadcast(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value GroupWrap::Barrier(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     double timeout = timeout_arg(env, info[0], "barrier");
     auto job = std::make_unique<GroupJob>();
     job->run = [timeout](comm::Group* g) { g->barrier(comm::Deadline::after(timeout)); };
@@ -427,9 +432,7 @@ std::unique_ptr<GroupJob> timed_job(std::function<void()> call) {
 // MPI group's plain blocking MPI_Alltoallv of the same layout, timed around the MPI call only (the
 // benchmark's reference). Other groups reject with BACKEND_UNAVAILABLE.
 Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
 #if defined(EMBSHARD_WITH_MPI)
     auto mpi = mpi_reference(env, group_, kind_, "rawAllToAllV");
     Bytes send = typed_bytes(env, info[0], "rawAllToAllV: send");
@@ -453,9 +456,7 @@ Napi::Value GroupWrap::RawAllToAllV(const Napi::CallbackInfo& info) {
 // in place), timed around the MPI call only (the benchmark's reference). Other groups reject with
 // BACKEND_UNAVAILABLE.
 Napi::Value GroupWrap::RawAllReduce(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!group_) throw_error(env, "COMM_FAILED", "the process group is not ready (await ready())");
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
 #if defined(EMBSHARD_WITH_MPI)
     auto mpi = mpi_reference(env, group_, kind_, "rawAllReduce");
     float* data = typed_array<float>(env, info[0], napi_float32_array, "rawAllReduce: data", 0);

@@ -48,6 +48,9 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
   Napi::Value RawAllReduce(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
+  // Runs body(env) under the addon's error guard once the group is ready (COMM_FAILED before).
+  template <class F>
+  Napi::Value OnReady(const Napi::CallbackInfo& info, F&& body);
 
   // Settles a job's promise on the JS thread (called through the thread-safe function).
  public:

@@ -84,6 +84,20 @@ class CudaEngine final : public Engine {
   void initialize_tables();
   // Slot descriptors of a batch, and where each sequence feature's values start in a packed buffer.
   std::vector<SlotDesc> slots_of(const PreparedBatch& b, int64_t* seqTotal) const;
+  // One batch on the device, carved from the batch buffer: ids, bag offsets, per-sample weights (null
+  // without), slot table (these four enqueued host-to-device), and room for the pooled and sequence
+  // floats (outputs in forward, gradients in backward).
+  struct StagedBatch {
+    std::vector<SlotDesc> slots;  // host copy
+    int64_t seqTotal = 0;
+    uint64_t* rows;
+    int64_t* offsets;
+    float* weights;
+    SlotDesc* slotsDev;
+    float* pooled;
+    float* seq;
+  };
+  StagedBatch stage_batch(const PreparedBatch& b);
   // Row-wise transfers in chunks of at most kChunkBytes of device scratch.
   template <typename Fn>
   void in_row_chunks(int64_t n, uint64_t bytesPerRow, Fn&& fn);
@@ -214,41 +228,48 @@ std::vector<SlotDesc> CudaEngine::slots_of(const PreparedBatch& b, int64_t* seqT
   return slots;
 }
 
+CudaEngine::StagedBatch CudaEngine::stage_batch(const PreparedBatch& b) {
+  const int64_t N = b.numIds();
+  const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
+  const int64_t pooledFloats = b.B * layout_.pooledDim;
+  StagedBatch d;
+  d.slots = slots_of(b, &d.seqTotal);
+  const uint64_t bytes = align256(N * 8ull) + align256((numBags + 1) * 8ull) + align256(b.weights ? N * 4ull : 0) +
+                         align256(d.slots.size() * sizeof(SlotDesc)) + align256(pooledFloats * 4ull) + align256(d.seqTotal * 4ull);
+  Carver carve(batch_.ensure(bytes, device_));
+  d.rows = carve.take<uint64_t>(N);
+  d.offsets = carve.take<int64_t>(numBags + 1);
+  d.weights = b.weights ? carve.take<float>(N) : nullptr;
+  d.slotsDev = carve.take<SlotDesc>(d.slots.size());
+  d.pooled = carve.take<float>(pooledFloats);
+  d.seq = carve.take<float>(d.seqTotal);
+
+  stager_->h2d(d.rows, b.rows.data(), N * 8ull, stream_);
+  stager_->h2d(d.offsets, b.offsets.data(), (numBags + 1) * 8ull, stream_);
+  if (d.weights) stager_->h2d(d.weights, b.weights, N * 4ull, stream_);
+  stager_->h2d(d.slotsDev, d.slots.data(), d.slots.size() * sizeof(SlotDesc), stream_);
+  return d;
+}
+
 void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
   use_device();
-  const int64_t N = b.numIds();
   const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
   const int64_t pooledFloats = b.B * layout_.pooledDim;
   if (pooledFloats > 0 && pooled == nullptr) fail("INVALID_ARGUMENT", "forward: no pooled output buffer");
   require_resolved(b);
-  int64_t seqTotal = 0;
-  std::vector<SlotDesc> slots = slots_of(b, &seqTotal);
+  const StagedBatch d = stage_batch(b);
+  const std::vector<SlotDesc>& slots = d.slots;
 
-  const uint64_t bytes = align256(N * 8ull) + align256((numBags + 1) * 8ull) + align256(b.weights ? N * 4ull : 0) +
-                         align256(slots.size() * sizeof(SlotDesc)) + align256(pooledFloats * 4ull) + align256(seqTotal * 4ull);
-  Carver carve(batch_.ensure(bytes, device_));
-  uint64_t* dRows = carve.take<uint64_t>(N);
-  int64_t* dOff = carve.take<int64_t>(numBags + 1);
-  float* dW = b.weights ? carve.take<float>(N) : nullptr;
-  SlotDesc* dSlots = carve.take<SlotDesc>(slots.size());
-  float* dPooled = carve.take<float>(pooledFloats);
-  float* dSeq = carve.take<float>(seqTotal);
-
-  stager_->h2d(dRows, b.rows.data(), N * 8ull, stream_);
-  stager_->h2d(dOff, b.offsets.data(), (numBags + 1) * 8ull, stream_);
-  if (dW) stager_->h2d(dW, b.weights, N * 4ull, stream_);
-  stager_->h2d(dSlots, slots.data(), slots.size() * sizeof(SlotDesc), stream_);
-
-  cuda::ForwardArgs a{weights(), dRows, dOff, dW, dSlots, b.B, numBags, layout_.pooledDim, dPooled, dSeq};
+  cuda::ForwardArgs a{weights(), d.rows, d.offsets, d.weights, d.slotsDev, b.B, numBags, layout_.pooledDim, d.pooled, d.seq};
   EMB_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
   cuda::launch_forward(a, cuda::forward_group_size(slots.data(), b.F), stream_);
   EMB_CUDA_CHECK(cudaEventRecord(ev_[1], stream_));
 
-  if (pooledFloats > 0) stager_->d2h(pooled, dPooled, pooledFloats * 4ull, stream_);
+  if (pooledFloats > 0) stager_->d2h(pooled, d.pooled, pooledFloats * 4ull, stream_);
   for (int32_t s = 0; s < b.F; ++s) {
     const uint32_t f = b.feature[s];
     if (slots[s].outCol >= 0) continue;
-    stager_->d2h(seq[f], dSeq + slots[s].seqOffset, sequence_values(spec_, b, f) * 4ull, stream_);
+    stager_->d2h(seq[f], d.seq + slots[s].seqOffset, sequence_values(spec_, b, f) * 4ull, stream_);
   }
   sync();
   float ms = 0;
@@ -270,25 +291,18 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
          static_cast<long long>(numBags));
   // every input is checked before the first copy is enqueued (gradient sizes: check_gradient_sizes, by the caller)
   require_resolved(b);
-  int64_t seqTotal = 0;
-  std::vector<SlotDesc> slots = slots_of(b, &seqTotal);
-
-  const uint64_t bytes = align256(N * 8ull) + align256((numBags + 1) * 8ull) + align256(b.weights ? N * 4ull : 0) +
-                         align256(slots.size() * sizeof(SlotDesc)) + align256(pooledFloats * 4ull) + align256(seqTotal * 4ull);
-  Carver carve(batch_.ensure(bytes, device_));
-  uint64_t* dRows = carve.take<uint64_t>(N);
-  int64_t* dOff = carve.take<int64_t>(numBags + 1);
-  float* dW = b.weights ? carve.take<float>(N) : nullptr;
-  SlotDesc* dSlots = carve.take<SlotDesc>(slots.size());
-  float* dPooledGrad = carve.take<float>(pooledFloats);
-  float* dSeqGrad = carve.take<float>(seqTotal);
+  const StagedBatch d = stage_batch(b);
+  const std::vector<SlotDesc>& slots = d.slots;
+  const int64_t seqTotal = d.seqTotal;
+  uint64_t* dRows = d.rows;
+  int64_t* dOff = d.offsets;
+  float* dW = d.weights;
+  SlotDesc* dSlots = d.slotsDev;
+  float* dPooledGrad = d.pooled;
+  float* dSeqGrad = d.seq;
   cuda::BackwardBuffers sb = cuda::carve_backward_buffers(sort_.ensure(cuda::backward_scratch_bytes(std::max<int64_t>(N, 1), endBit_), device_),
                                                           std::max<int64_t>(N, 1), endBit_);
 
-  stager_->h2d(dRows, b.rows.data(), N * 8ull, stream_);
-  stager_->h2d(dOff, b.offsets.data(), (numBags + 1) * 8ull, stream_);
-  if (dW) stager_->h2d(dW, b.weights, N * 4ull, stream_);
-  stager_->h2d(dSlots, slots.data(), slots.size() * sizeof(SlotDesc), stream_);
   if (pooledFloats > 0) stager_->h2d(dPooledGrad, pooledGrad, pooledFloats * 4ull, stream_);
   for (size_t f = 0; f < spec_.features.size(); ++f) {
     if (spec_.features[f].pooling != Pooling::None) continue;

@@ -51,6 +51,22 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// An all-to-all-v's per-peer byte counts and offsets as MPI's int counts and displacements (send, recv).
+struct IntLayout {
+  std::vector<int> sc, sd, rc, rd;
+};
+IntLayout int_layout(int size, const int64_t* sendBytes, const int64_t* sendOffsets, const int64_t* recvBytes,
+                     const int64_t* recvOffsets) {
+  const size_t n = static_cast<size_t>(size);
+  IntLayout l{std::vector<int>(n), std::vector<int>(n), std::vector<int>(n), std::vector<int>(n)};
+  for (size_t p = 0; p < n; ++p) {
+    l.sc[p] = to_int(sendBytes[p], "allToAllV");
+    l.sd[p] = to_int(sendOffsets[p], "allToAllV");
+    l.rc[p] = to_int(recvBytes[p], "allToAllV");
+    l.rd[p] = to_int(recvOffsets[p], "allToAllV");
+  }
+  return l;
+}
 }  // namespace
 
 bool mpi_initialized() {
@@ -205,16 +221,9 @@ void MpiGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, con
 void MpiGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                             const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) {
   check_usable();
-  const size_t n = static_cast<size_t>(size_);
-  std::vector<int> sc(n), sd(n), rc(n), rd(n);
-  for (size_t p = 0; p < n; ++p) {
-    sc[p] = to_int(sendBytes[p], "allToAllV");
-    sd[p] = to_int(sendOffsets[p], "allToAllV");
-    rc[p] = to_int(recvBytes[p], "allToAllV");
-    rd[p] = to_int(recvOffsets[p], "allToAllV");
-  }
+  const IntLayout l = int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets);
   MPI_Request req;
-  int e = MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_, &req);
+  int e = MPI_Ialltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_, &req);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV: %s", rank_, mpi_error_string(e).c_str());
   wait(req, d, "allToAllV");
 }
@@ -222,15 +231,8 @@ void MpiGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const
 void MpiGroup::raw_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
                                 uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) {
   check_usable();
-  const size_t n = static_cast<size_t>(size_);
-  std::vector<int> sc(n), sd(n), rc(n), rd(n);
-  for (size_t p = 0; p < n; ++p) {
-    sc[p] = to_int(sendBytes[p], "allToAllV");
-    sd[p] = to_int(sendOffsets[p], "allToAllV");
-    rc[p] = to_int(recvBytes[p], "allToAllV");
-    rd[p] = to_int(recvOffsets[p], "allToAllV");
-  }
-  int e = MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_);
+  const IntLayout l = int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets);
+  int e = MPI_Alltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: MPI_Alltoallv: %s", rank_, mpi_error_string(e).c_str());
 }
 
