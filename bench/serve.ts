@@ -127,7 +127,7 @@ async function main(): Promise<void> {
     `### Inference server: POST /v1/predict, ${meta.model}`,
     '',
     `${m.cores} × ${m.cpu}, Node ${m.node}; ${meta.tables} (${meta.tableRows.toLocaleString('en-US')} rows); autocannon in this process, the server in another; ${DURATION} s per run.`,
-    'The machine is shared with other builds while this runs: absolute numbers are noisy; the healthz probe beside them shows what HTTP alone reaches at that moment.',
+    'Absolute numbers depend on the machine and its load at the moment; the healthz probe beside them shows what HTTP alone reaches at that moment.',
     '',
     table(
       ['run', 'samples/request', 'connections', 'requests/s', 'samples/s', 'p50 (ms)', 'p99 (ms)', 'errors'],
