@@ -9,15 +9,20 @@ function closeAll(gs: ProcessGroup[]): void {
   for (const g of gs) g.close();
 }
 
+/** Rank s's send buffer: (s + d + 1) elements for each destination d, element k = s*1000 + d*10 + k. */
+function rankBlocks(s: number, n: number): { counts: number[]; vals: number[] } {
+  const counts = Array.from({ length: n }, (_, d) => s + d + 1);
+  const vals: number[] = [];
+  for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]!; k++) vals.push(s * 1000 + d * 10 + k);
+  return { counts, vals };
+}
+
 describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
   it('allToAllV delivers block (src → dst) of rank-specific sizes', async () => {
     const gs = createInProcessGroups(n);
-    // rank s sends (s + d + 1) elements to d, element k = s*1000 + d*10 + k
     const res = await Promise.all(
       gs.map((g) => {
-        const counts = Array.from({ length: n }, (_, d) => g.rank + d + 1);
-        const vals: number[] = [];
-        for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]!; k++) vals.push(g.rank * 1000 + d * 10 + k);
+        const { counts, vals } = rankBlocks(g.rank, n);
         return g.allToAllV(Float64Array.from(vals), counts);
       }),
     );
@@ -39,9 +44,7 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
     const gs = createInProcessGroups(n);
     const res = await Promise.all(
       gs.map((g) => {
-        const counts = Array.from({ length: n }, (_, d) => g.rank + d + 1);
-        const vals: number[] = [];
-        for (let d = 0; d < n; d++) for (let k = 0; k < counts[d]!; k++) vals.push(g.rank * 1000 + d * 10 + k);
+        const { counts, vals } = rankBlocks(g.rank, n);
         return g.allToAllV(Int32Array.from(vals), counts, { recvCounts: Array.from({ length: n }, (_, s) => s + g.rank + 1) });
       }),
     );
