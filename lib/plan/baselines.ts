@@ -51,7 +51,7 @@ function ranksOfNode(n: number, rpn: number): number[] {
 
 /** Sum of a table's stage times alone under a layout: used to order tables, largest first. */
 function aloneCost(st: PlanState, ti: number, l: TableLayout): { depth: number; total: number } {
-  const o = objective(st.loadOf(ti, l), st.ctx.topo);
+  const o = objective(st.loadOf(ti, l), st.ctx.topo, undefined, st.ctx.hierarchical);
   let total = 0;
   for (const v of o.perRank) total += v;
   return { depth: o.time, total };

@@ -7,7 +7,7 @@
 // all ranks are statistically identical, so a destination's expected bytes are the same from every source.
 import { accessModel } from './access.js';
 import { blockPenalty, DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
-import { groupHolders, type ShardCols, type TableLayout } from './layout.js';
+import { groupHolders, nodeColumns, type ShardCols, type TableLayout } from './layout.js';
 import { BWD, EFF_BWD, EFF_FWD, FWD_IN, FWD_OUT, HBM_BWD, HBM_FWD, Load, LOCAL, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA, SYNC } from './load.js';
 import { objective, simulate, type SimResult } from './simulator.js';
 import { elemBytes, idsPerSample, rowUpdateBytes } from './tables.js';
@@ -19,6 +19,8 @@ export interface CostContext {
   /** per-rank batch size */
   batchSize: number;
   wire: WireDtypes;
+  /** rb / ub exchanges use the hierarchical protocol (docs/wire-protocol.md) */
+  hierarchical: boolean;
 }
 
 /** Adds the expected Load of one table under `layout` to `out`. */
@@ -75,6 +77,8 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
 
   const xIn = new Float64Array(W), xOut = new Float64Array(W), xBwd = new Float64Array(W);
   const wBytes = t.weighted ? WEIGHT_BYTES : 0;
+  const hier = ctx.hierarchical && nodes > 1;
+  const F = t.features.length;
   for (const g of l.groups) {
     const m = am.mass(g.a, g.b);
     const U = am.expectedDistinct(W * N, g.a, g.b);
@@ -83,11 +87,21 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
       const nG = N * m;
       ranks.forEach((d, k) => {
         const c = cols[k]!;
-        xIn[d] += t.features.length * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
-        xOut[d] += (pooled ? t.features.length * B : nG) * c * fw;
-        xBwd[d] += (pooled ? t.features.length * B : nG) * c * bw;
+        xIn[d] += F * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
+        if (hier && pooled) {
+          // every source's partial sums go to d's node-mate with the source's local index: nodes × F·B·c to each
+          addToNodeMates(out, d, rpn, nodes * F * B * c * fw, nodes * F * B * c * bw);
+          return;
+        }
+        xOut[d] += (pooled ? F * B : nG) * c * fw;
+        xBwd[d] += (pooled ? F * B : nG) * c * bw;
       });
       addShardHbm(t, g.shards, W * nG, U, out);
+    } else if (hier) {
+      const u = am.expectedDistinct(N, g.a, g.b);
+      const uNode = am.expectedDistinct(rpn * N, g.a, g.b);
+      addUbHierGroup(out, ranks, cols, rpn, nodes, u, uNode, fw, bw);
+      addShardHbm(t, g.shards, rpn * u + (nodes - 1) * uNode, U, out);
     } else {
       const u = am.expectedDistinct(N, g.a, g.b);
       ranks.forEach((d, k) => {
@@ -99,10 +113,69 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
       addShardHbm(t, g.shards, W * u, U, out);
     }
   }
+  if (hier && pooled && l.cluster === 'rb') {
+    // one node-reduced vector per (source, feature, other node holding the table), rail-aligned, each way
+    const y = nodeColumns(l, rpn, nodes);
+    let total = 0;
+    for (let n = 0; n < nodes; n++) total += y[n]!;
+    for (let r = 0; r < W; r++) {
+      const own = y[Math.floor(r / rpn)]!;
+      const v = F * B, mine = (nodes - 1) * own * v, others = (total - own) * v;
+      out.add(metric(FWD_OUT, SENT_INTER), r, mine * fw);
+      out.add(metric(FWD_OUT, RECV_INTER), r, others * fw);
+      out.add(metric(BWD, SENT_INTER), r, others * bw);
+      out.add(metric(BWD, RECV_INTER), r, mine * bw);
+    }
+  }
   if (l.groups.length > 0) {
     out.allToOne(FWD_IN, xIn);
     out.allToOne(FWD_OUT, xOut, true);
     out.allToOne(BWD, xBwd);
+  }
+}
+
+/** d sends `fwd` bytes (forward output) to every rank of its node, itself included (local), and receives `bwd` from each (backward). */
+function addToNodeMates(out: Load, d: number, rpn: number, fwd: number, bwd: number): void {
+  const base = Math.floor(d / rpn) * rpn;
+  for (let q = base; q < base + rpn; q++) {
+    out.msg(FWD_OUT, d, q, fwd);
+    out.msg(BWD, q, d, bwd);
+  }
+}
+
+/**
+ * Expected bytes of one ub row group under the hierarchical protocol: sources reach holders on their own
+ * node directly; for a holder on another node they go through their node's rank with the holder's local
+ * index, which sends the node's distinct ids (uNode) across and relays rows and gradients back.
+ */
+function addUbHierGroup(out: Load, ranks: readonly number[], cols: readonly number[], rpn: number, nodes: number, u: number, uNode: number, fw: number, bw: number): void {
+  for (let m = 0; m < nodes; m++) {
+    const relay = new Float64Array(rpn); // columns the rank with local index j of node m relays
+    ranks.forEach((d, k) => {
+      const c = cols[k]!;
+      if (Math.floor(d / rpn) === m) {
+        for (let r = m * rpn; r < (m + 1) * rpn; r++) {
+          out.msg(FWD_IN, r, d, u * ID_BYTES);
+          out.msg(FWD_OUT, d, r, u * c * fw);
+          out.msg(BWD, r, d, u * c * bw);
+        }
+        return;
+      }
+      const a = m * rpn + (d % rpn);
+      relay[d % rpn] += c;
+      out.msg(FWD_IN, a, d, uNode * ID_BYTES);
+      out.msg(FWD_OUT, d, a, uNode * c * fw);
+      out.msg(BWD, a, d, uNode * c * bw);
+    });
+    for (let j = 0; j < rpn; j++) {
+      if (relay[j] === 0) continue;
+      const a = m * rpn + j;
+      for (let r = m * rpn; r < (m + 1) * rpn; r++) {
+        out.msg(FWD_IN, r, a, u * ID_BYTES);
+        out.msg(FWD_OUT, a, r, u * relay[j]! * fw);
+        out.msg(BWD, r, a, u * relay[j]! * bw);
+      }
+    }
   }
 }
 
@@ -141,9 +214,9 @@ export interface PlanEstimate extends SimResult {
 
 /** Cost-model estimate of a plan: expected per-rank bytes, per-stage critical path and per-rank time. */
 export function estimatePlan(plan: ShardPlan, batchSize = plan.batchSize): PlanEstimate {
-  const ctx: CostContext = { topo: plan.topology, batchSize, wire: plan.wire };
+  const ctx: CostContext = { topo: plan.topology, batchSize, wire: plan.wire, hierarchical: plan.hierarchical };
   const load = expectedLoad(plan.tables, plan.layouts, ctx);
-  return { ...simulate(load, plan.topology), load, memory: plan.memoryPerRank() };
+  return { ...simulate(load, plan.topology, plan.hierarchical), load, memory: plan.memoryPerRank() };
 }
 
 export { objective };

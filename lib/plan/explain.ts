@@ -88,7 +88,7 @@ export function planStats(plan: ShardPlan): PlanStats {
     predictedSeconds: est.perRank[r]!,
     shards: shardCount[r]!,
   }));
-  const ctx = { topo, batchSize: plan.batchSize, wire: plan.wire };
+  const ctx = { topo, batchSize: plan.batchSize, wire: plan.wire, hierarchical: plan.hierarchical };
   const tables = plan.tables.map((t, i): TableStats => {
     const l = plan.layouts[i]!;
     const tl = new Load(topo);

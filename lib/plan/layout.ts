@@ -71,3 +71,22 @@ export function groupHolders(g: GroupLayout): { ranks: number[]; cols: number[] 
   const ranks = [...m.keys()].sort((x, y) => x - y);
   return { ranks, cols: ranks.map((r) => m.get(r)!) };
 }
+
+/** Per node: how many of the table's columns its shards cover, over all row groups (the union of their column ranges). */
+export function nodeColumns(l: TableLayout, rpn: number, nodes: number): Float64Array {
+  const out = new Float64Array(nodes);
+  for (let m = 0; m < nodes; m++) out[m] = columnUnion(l, m, rpn).reduce((n, [c0, c1]) => n + c1 - c0, 0);
+  return out;
+}
+
+/** The column ranges [c0, c1) the shards of a table on node m cover, merged and ascending. */
+export function columnUnion(l: TableLayout, m: number, rpn: number): [number, number][] {
+  const iv = l.groups.flatMap((g) => g.shards.filter((s) => Math.floor(s.rank / rpn) === m).map((s) => [s.c0, s.c1] as [number, number])).sort((x, y) => x[0] - y[0]);
+  const out: [number, number][] = [];
+  for (const [a, b] of iv) {
+    const last = out[out.length - 1];
+    if (last && a <= last[1]) last[1] = Math.max(last[1], b);
+    else out.push([a, b]);
+  }
+  return out;
+}

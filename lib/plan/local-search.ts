@@ -49,7 +49,7 @@ export interface Change {
 /** The ranks to unload: the one with the largest per-rank time, then each stage's slowest rank. */
 export function criticalRanks(st: PlanState, per: Float64Array): number[] {
   const W = st.W;
-  const t = stageTimes(st.total, st.ctx.topo);
+  const t = stageTimes(st.total, st.ctx.topo, undefined, st.ctx.hierarchical);
   const out: number[] = [];
   let top = 0;
   for (let r = 1; r < W; r++) if (per[r]! > per[top]!) top = r;
@@ -100,7 +100,7 @@ class Trials {
       const nb = b.load.data, ob = st.contrib[b.ti]!.data;
       for (let i = 0; i < d.length; i++) d[i] = t[i]! + na[i]! - oa[i]! + nb[i]! - ob[i]!;
     }
-    const o = objective(scratch, st.ctx.topo, this.times);
+    const o = objective(scratch, st.ctx.topo, this.times, st.ctx.hierarchical);
     return { time: o.time, spread: o.spread };
   }
 }
@@ -235,7 +235,7 @@ function tableTimes(st: PlanState): Float64Array[] {
   return st.contrib.map((load) => {
     const per = new Float64Array(W);
     if (!load) return per;
-    stageTimes(load, st.ctx.topo, buf);
+    stageTimes(load, st.ctx.topo, buf, st.ctx.hierarchical);
     for (let k = 0; k < STAGES.length; k++) for (let r = 0; r < W; r++) per[r] += buf[k * W + r]!;
     return per;
   });

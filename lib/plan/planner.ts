@@ -19,7 +19,7 @@ import { EFF_BWD, EFF_FWD, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTR
 import { ShardPlan } from './shard-plan.js';
 import { better, PlanState, type Score } from './state.js';
 import { idsPerSample, normalizeTables, rowBytes, tableBytes } from './tables.js';
-import { normalizeTopology } from './topology.js';
+import { hierarchicalDefault, normalizeTopology } from './topology.js';
 import type { Table, TableSpec, Topology, WireDtypes } from './types.js';
 
 /** HugeCTR's MLPerf configs make a table dp below DP_SHARDING_THRESHOLD = 0.008 GiB (one node) / 0.0125 GiB (multi-node). */
@@ -38,6 +38,11 @@ export interface PlanOptions {
   tiers?: boolean;
   /** also start from the best baseline (default true) */
   fromBaselines?: boolean;
+  /**
+   * the hierarchical rb / ub protocol (node-level reduction / deduplication, rail-aligned across nodes);
+   * default: true when the topology has several nodes of more than one rank each; false forces the flat one
+   */
+  hierarchical?: boolean;
   meta?: Record<string, string>;
 }
 
@@ -287,7 +292,7 @@ function improve(st: PlanState, maxIter: number, deadline: number, allowTiers: b
 }
 
 const PLAN_OPTION_FIELDS = fieldsOf<PlanOptions>({
-  batchSize: true, wire: true, maxIterations: true, timeBudgetMs: true, tiers: true, fromBaselines: true, meta: true,
+  batchSize: true, wire: true, maxIterations: true, timeBudgetMs: true, tiers: true, fromBaselines: true, hierarchical: true, meta: true,
 });
 
 function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOptions): CostContext {
@@ -297,7 +302,8 @@ function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOption
   const wire: WireDtypes = { forward: options.wire?.forward ?? 'fp32', backward: options.wire?.backward ?? 'fp32' };
   if (!(wire.forward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.forward: must be fp32 | fp16 | bf16`);
   if (!(wire.backward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.backward: must be fp32 | fp16 | bf16`);
-  return { topo: topology, batchSize: options.batchSize, wire };
+  if (options.hierarchical !== undefined && typeof options.hierarchical !== 'boolean') throw new EmbshardError('INVALID_CONFIG', `hierarchical: must be true or false (got ${JSON.stringify(options.hierarchical)})`);
+  return { topo: topology, batchSize: options.batchSize, wire, hierarchical: options.hierarchical ?? hierarchicalDefault(topology) };
 }
 
 /** Runs every baseline and reports its predicted time under the cost model. */
@@ -370,7 +376,7 @@ export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table
     iterations += g;
     if (g === 0) break;
   }
-  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta });
+  const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta }, ctx.hierarchical);
   return { plan, time: top.st.score().time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: top.name, iterations, elapsedMs: Date.now() - t0 };
 }
 
@@ -386,5 +392,5 @@ export function baselinePlan(name: BaselineName, tablesIn: readonly TableSpec[] 
   const ctx = ctxOf(tables, topology, options);
   const r = baselineLayouts(name, tables, ctx);
   if (!r.ok) throw new EmbshardError('PLAN_INFEASIBLE', `baseline ${name}: ${r.reason}`);
-  return ShardPlan.fromLayouts(topology, options.batchSize, tables, r.layouts, ctx.wire, { planner: name });
+  return ShardPlan.fromLayouts(topology, options.batchSize, tables, r.layouts, ctx.wire, { planner: name }, ctx.hierarchical);
 }

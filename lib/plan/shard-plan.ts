@@ -32,6 +32,11 @@ export interface PlanJSON {
   /** per-rank batch size the plan was made for */
   batchSize: number;
   wire: WireDtypes;
+  /**
+   * rb / ub exchanges use the hierarchical protocol (node-level reduction and deduplication, rail-aligned
+   * across nodes; docs/wire-protocol.md). Absent: false (the flat protocol), so older plans load as flat.
+   */
+  hierarchical?: boolean;
   tables: TablePlanJSON[];
   /** free-form strings (planner name, model name, ...) */
   meta?: Record<string, string>;
@@ -42,6 +47,8 @@ export interface PlanInit {
   topology: Topology;
   batchSize: number;
   wire?: Partial<WireDtypes>;
+  /** the hierarchical rb / ub protocol (default false: flat; only meaningful with several nodes) */
+  hierarchical?: boolean;
   tables: { table: TableSpec | Table; cluster: Cluster; tiers?: HotTiers; shards?: { rows: readonly [number, number]; cols: readonly [number, number]; rank: number }[] }[];
   meta?: Record<string, string>;
 }
@@ -128,15 +135,18 @@ export class ShardPlan {
   readonly topology: Topology;
   readonly batchSize: number;
   readonly wire: WireDtypes;
+  /** rb / ub exchanges use the hierarchical protocol (false: flat) */
+  readonly hierarchical: boolean;
   readonly tables: readonly Table[];
   readonly layouts: readonly TableLayout[];
   readonly meta: Readonly<Record<string, string>>;
   private readonly index: Map<string, number>;
 
-  private constructor(topology: Topology, batchSize: number, wire: WireDtypes, tables: Table[], layouts: TableLayout[], meta: Record<string, string>) {
+  private constructor(topology: Topology, batchSize: number, wire: WireDtypes, hierarchical: boolean, tables: Table[], layouts: TableLayout[], meta: Record<string, string>) {
     this.topology = topology;
     this.batchSize = batchSize;
     this.wire = Object.freeze({ ...wire });
+    this.hierarchical = hierarchical;
     this.tables = Object.freeze(tables);
     this.layouts = Object.freeze(layouts);
     this.meta = Object.freeze({ ...meta });
@@ -156,7 +166,8 @@ export class ShardPlan {
     if (!isObject(v)) bad('$', 'must be an object');
     if (v.format !== PLAN_FORMAT) bad('$.format', `must be "${PLAN_FORMAT}" (got ${JSON.stringify(v.format)})`);
     if (v.version !== PLAN_VERSION) bad('$.version', `unsupported version ${JSON.stringify(v.version)} (this build reads version ${PLAN_VERSION})`);
-    rejectUnknownFields(v, ['format', 'version', 'topology', 'batchSize', 'wire', 'tables', 'meta'], '$', 'INVALID_PLAN');
+    rejectUnknownFields(v, ['format', 'version', 'topology', 'batchSize', 'wire', 'hierarchical', 'tables', 'meta'], '$', 'INVALID_PLAN');
+    if (v.hierarchical !== undefined && typeof v.hierarchical !== 'boolean') bad('$.hierarchical', `must be true or false (got ${JSON.stringify(v.hierarchical)})`);
     const topology = normalizeTopology(v.topology, '$.topology', 'INVALID_PLAN');
     if (!Number.isSafeInteger(v.batchSize) || (v.batchSize as number) <= 0) bad('$.batchSize', `must be a positive integer (got ${JSON.stringify(v.batchSize)})`);
     let wire: WireDtypes = { forward: 'fp32', backward: 'fp32' };
@@ -182,7 +193,7 @@ export class ShardPlan {
       for (const [k, x] of Object.entries(v.meta)) if (typeof x !== 'string') bad(`$.meta.${k}`, 'must be a string');
       meta = v.meta as Record<string, string>;
     }
-    return new ShardPlan(topology, v.batchSize as number, wire, tables, layouts, meta);
+    return new ShardPlan(topology, v.batchSize as number, wire, v.hierarchical === true, tables, layouts, meta);
   }
 
   /** Builds a plan from tables and placements; validated exactly like a plan file. */
@@ -193,6 +204,7 @@ export class ShardPlan {
       topology: init.topology,
       batchSize: init.batchSize,
       wire: { forward: init.wire?.forward ?? 'fp32', backward: init.wire?.backward ?? 'fp32' },
+      ...(init.hierarchical ? { hierarchical: true } : {}),
       tables: init.tables.map((e) => ({
         ...tableSpecJSON(e.table),
         cluster: e.cluster,
@@ -204,10 +216,11 @@ export class ShardPlan {
   }
 
   /** Builds a plan from internal layouts (used by the planner and baselines). */
-  static fromLayouts(topology: Topology, batchSize: number, tables: readonly Table[], layouts: readonly TableLayout[], wire?: Partial<WireDtypes>, meta?: Record<string, string>): ShardPlan {
+  static fromLayouts(topology: Topology, batchSize: number, tables: readonly Table[], layouts: readonly TableLayout[], wire?: Partial<WireDtypes>, meta?: Record<string, string>, hierarchical = false): ShardPlan {
     return ShardPlan.create({
       topology,
       batchSize,
+      hierarchical,
       ...(wire ? { wire } : {}),
       ...(meta ? { meta } : {}),
       tables: tables.map((t, i) => {
@@ -229,6 +242,7 @@ export class ShardPlan {
       topology: { ...this.topology },
       batchSize: this.batchSize,
       wire: { ...this.wire },
+      ...(this.hierarchical ? { hierarchical: true } : {}),
       tables: this.tables.map((t, i) => {
         const l = this.layouts[i]!;
         const out: TablePlanJSON = { ...tableSpecJSON(t), cluster: l.cluster, shards: [] };
@@ -238,6 +252,11 @@ export class ShardPlan {
       }),
       ...(Object.keys(this.meta).length ? { meta: { ...this.meta } } : {}),
     };
+  }
+
+  /** The same placement under the other protocol (true: hierarchical, false: flat). */
+  withProtocol(hierarchical: boolean): ShardPlan {
+    return ShardPlan.fromJSON({ ...this.toJSON(), hierarchical });
   }
 
   private idx(table: string): number {

@@ -8,6 +8,8 @@
 //       T = Σ_phase max_rank t(phase, rank).
 //   Within a communication phase a rank's NVLink and InfiniBand transfers proceed in parallel and links are
 //   full duplex: t = max(max(sentIntra, recvIntra) / intraBW, max(sentInter, recvInter) / interBW).
+//   Under the hierarchical protocol a phase's node-level step (reduction, deduplication, relay) and its
+//   rail-aligned cross-node step depend on each other, so they add instead: t = intra + inter.
 //   Compute phases: t = width-penalised HBM bytes / HBM bandwidth. Messages to self are free (no link), and
 //   per-message latency is not modelled.
 import { COMM_PHASES, EFF_BWD, EFF_FWD, HBM_BWD, HBM_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
@@ -28,7 +30,7 @@ export interface SimResult {
 }
 
 /** Time of each stage on each rank: out[stage * W + r], seconds. */
-export function stageTimes(load: Load, topo: Topology, out: Float64Array = new Float64Array(STAGES.length * load.W)): Float64Array {
+export function stageTimes(load: Load, topo: Topology, out: Float64Array = new Float64Array(STAGES.length * load.W), hierarchical = false): Float64Array {
   const W = load.W, d = load.data;
   const bi = 1 / topo.intraNodeBandwidth, bx = 1 / topo.interNodeBandwidth, bh = 1 / topo.hbmBandwidth;
   const comm = (phase: number, stage: number) => {
@@ -37,7 +39,7 @@ export function stageTimes(load: Load, topo: Topology, out: Float64Array = new F
     for (let r = 0; r < W; r++) {
       const a = Math.max(d[si + r]!, d[ri + r]!) * bi;
       const b = Math.max(d[sx + r]!, d[rx + r]!) * bx;
-      out[stage * W + r] = a > b ? a : b;
+      out[stage * W + r] = hierarchical ? a + b : a > b ? a : b;
     }
   };
   comm(0, 0);
@@ -50,9 +52,9 @@ export function stageTimes(load: Load, topo: Topology, out: Float64Array = new F
 }
 
 /** Predicted embedding-stage time of one iteration (see the overlap model above). */
-export function simulate(load: Load, topo: Topology): SimResult {
+export function simulate(load: Load, topo: Topology, hierarchical = false): SimResult {
   const W = load.W;
-  const t = stageTimes(load, topo);
+  const t = stageTimes(load, topo, undefined, hierarchical);
   const stages = {} as Record<Stage, number>;
   const perRank = new Float64Array(W);
   let time = 0;
@@ -72,9 +74,9 @@ export function simulate(load: Load, topo: Topology): SimResult {
 }
 
 /** Plan objective: critical-path time and Σ_r (per-rank time)², the tie-breaker that spreads load. */
-export function objective(load: Load, topo: Topology, scratch?: Float64Array): { time: number; spread: number; perRank: Float64Array } {
+export function objective(load: Load, topo: Topology, scratch?: Float64Array, hierarchical = false): { time: number; spread: number; perRank: Float64Array } {
   const W = load.W;
-  const t = stageTimes(load, topo, scratch);
+  const t = stageTimes(load, topo, scratch, hierarchical);
   const perRank = new Float64Array(W);
   let time = 0;
   for (let k = 0; k < STAGES.length; k++) {

@@ -62,7 +62,7 @@ export class PlanState {
   }
 
   score(): Score & { perRank: Float64Array } {
-    return objective(this.total, this.ctx.topo, this.times);
+    return objective(this.total, this.ctx.topo, this.times, this.ctx.hierarchical);
   }
 
   /** The score if table ti took layout l (with its precomputed load). */
@@ -72,7 +72,7 @@ export class PlanState {
     const old = this.contrib[ti];
     if (old) s.addLoad(old, -1);
     s.addLoad(load);
-    const o = objective(s, this.ctx.topo, this.times);
+    const o = objective(s, this.ctx.topo, this.times, this.ctx.hierarchical);
     return { time: o.time, spread: o.spread };
   }
 

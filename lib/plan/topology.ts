@@ -130,3 +130,7 @@ export function nodeOf(topo: Topology, rank: number): number {
 export function numNodes(topo: Topology): number {
   return topo.worldSize / topo.ranksPerNode;
 }
+/** Whether the hierarchical rb / ub protocol applies by default: several nodes of more than one rank each. */
+export function hierarchicalDefault(topo: Topology): boolean {
+  return topo.ranksPerNode > 1 && numNodes(topo) > 1;
+}

@@ -6,7 +6,7 @@ import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
 import { addFullRowHbm, addShardHbm } from './cost-model.js';
-import { groupHolders, type TableLayout } from './layout.js';
+import { groupHolders, nodeColumns, type TableLayout } from './layout.js';
 import { BWD, FWD_IN, FWD_OUT, Load, SYNC } from './load.js';
 import type { ShardPlan } from './shard-plan.js';
 import type { RankCounters, Table } from './types.js';
@@ -114,7 +114,7 @@ export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[])
   const ids = batches.map((b, r) => collect(plan, b, r));
   const load = new Load(topo);
   const fw = DTYPE_BYTES[plan.wire.forward], bw = DTYPE_BYTES[plan.wire.backward];
-  plan.tables.forEach((t, ti) => measureTable(t, plan.layouts[ti]!, ids.map((x) => x[ti]!), load, W, rpn, nodes, fw, bw));
+  plan.tables.forEach((t, ti) => measureTable(t, plan.layouts[ti]!, ids.map((x) => x[ti]!), load, W, rpn, nodes, fw, bw, plan.hierarchical && nodes > 1));
   const perRank = Array.from({ length: W }, (_, r) => load.counters(r));
   const totals = { forward: { intra: 0, inter: 0 }, backward: { intra: 0, inter: 0 }, local: 0 };
   for (const c of perRank) {
@@ -127,7 +127,7 @@ export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[])
   return { perRank, load, totals };
 }
 
-function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load, W: number, rpn: number, nodes: number, fw: number, bw: number): void {
+function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load, W: number, rpn: number, nodes: number, fw: number, bw: number, hier: boolean): void {
   const dim = t.dim;
   const rowGrad = ID_BYTES + dim * bw;
   if (l.cluster === 'dp') {
@@ -189,6 +189,11 @@ function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load,
   const G = l.groups.length;
   const holders = l.groups.map(groupHolders);
   const pooled = t.pooling !== 'none';
+  const nodeOf = (r: number) => Math.floor(r / rpn);
+  /** the rank of node m with r's local index (the rail-aligned peer) */
+  const hop = (m: number, r: number) => m * rpn + (r % rpn);
+  /** per node: the columns of the table its shards cover (the width of a node-reduced rb vector) */
+  const nodeCols = hier && l.cluster === 'rb' ? nodeColumns(l, rpn, nodes) : new Float64Array(nodes);
   // global distinct rows per group (backward updates) and lookups per shard
   const allUniq = uniqueOf(concatSorted(ids.map((x) => uniqueOf(x.all, lowerBound(x.all, te)))));
   const lookups = new Float64Array(G);
@@ -211,10 +216,25 @@ function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load,
           for (let k = 0; k < h.ranks.length; k++) {
             const d = h.ranks[k]!, c = h.cols[k]!;
             load.msg(FWD_IN, r, d, inBytes);
-            load.msg(FWD_OUT, d, r, rowsOut * c * fw);
-            load.msg(BWD, r, d, rowsOut * c * bw);
+            if (hier && pooled && nodeOf(d) !== nodeOf(r)) {
+              // hierarchical: the partial sums meet on the rail-aligned rank of d's node, which also fans the gradient out
+              const a = hop(nodeOf(d), r);
+              load.msg(FWD_OUT, d, a, B * c * fw);
+              load.msg(BWD, a, d, B * c * bw);
+            } else {
+              load.msg(FWD_OUT, d, r, rowsOut * c * fw);
+              load.msg(BWD, r, d, rowsOut * c * bw);
+            }
           }
         }
+        // hierarchical: one reduced vector per other node holding the table crosses, rail-aligned, each way
+        if (hier && pooled)
+          for (let m = 0; m < nodes; m++) {
+            if (m === nodeOf(r) || nodeCols[m] === 0) continue;
+            const a = hop(m, r);
+            load.msg(FWD_OUT, a, r, B * nodeCols[m]! * fw);
+            load.msg(BWD, r, a, B * nodeCols[m]! * bw);
+          }
       }
     } else {
       const a = x.all;
@@ -230,17 +250,54 @@ function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load,
           i++;
         }
         if (u === 0) continue;
-        lookups[g] += u;
         const h = holders[g]!;
+        if (!hier) lookups[g] += u;
+        // hierarchical: ids for other nodes go to the rail-aligned rank of this node (once per local index),
+        // which sends the node's distinct ids across (below); rows and gradients return the same way
+        const viaHop = new Float64Array(rpn);
         for (let k = 0; k < h.ranks.length; k++) {
           const d = h.ranks[k]!, c = h.cols[k]!;
+          if (hier && nodeOf(d) !== nodeOf(r)) {
+            viaHop[d % rpn] += c;
+            continue;
+          }
+          if (hier) lookups[g] += u;
           load.msg(FWD_IN, r, d, u * ID_BYTES);
           load.msg(FWD_OUT, d, r, u * c * fw);
           load.msg(BWD, r, d, u * c * bw);
         }
+        for (let j = 0; j < rpn; j++) {
+          if (viaHop[j] === 0) continue;
+          const a = nodeOf(r) * rpn + j;
+          load.msg(FWD_IN, r, a, u * ID_BYTES);
+          load.msg(FWD_OUT, a, r, u * viaHop[j]! * fw);
+          load.msg(BWD, r, a, u * viaHop[j]! * bw);
+        }
       }
     }
   }
+  if (hier && l.cluster === 'ub')
+    for (let m = 0; m < nodes; m++) {
+      // the node's distinct ids per row group, sent once to each holder on another node by its rail peer
+      const nodeAll = uniqueOf(concatSorted(ids.slice(m * rpn, (m + 1) * rpn).map((x) => uniqueOf(x.all, lowerBound(x.all, te)))));
+      let i = 0;
+      for (let g = 0; g < G; g++) {
+        const e = lowerBound(nodeAll, l.groups[g]!.b, i);
+        const U = e - i;
+        i = e;
+        if (U === 0) continue;
+        const h = holders[g]!;
+        for (let k = 0; k < h.ranks.length; k++) {
+          const d = h.ranks[k]!, c = h.cols[k]!;
+          if (nodeOf(d) === m) continue;
+          const a = m * rpn + (d % rpn);
+          lookups[g] += U;
+          load.msg(FWD_IN, a, d, U * ID_BYTES);
+          load.msg(FWD_OUT, d, a, U * c * fw);
+          load.msg(BWD, a, d, U * c * bw);
+        }
+      }
+    }
   let i = 0;
   for (let g = 0; g < G; g++) {
     const { a, b, shards } = l.groups[g]!;

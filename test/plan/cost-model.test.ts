@@ -142,7 +142,8 @@ describe('cost model vs exact traffic', () => {
         { table: w.tables[3]!, cluster: 'rb', shards: [{ rows: [0, 40], cols: [0, 8], rank: 3 }] },
       ],
     });
-    for (const plan of [planned, mixed]) {
+    expect(planned.hierarchical).toBe(true); // two nodes of four ranks: the hierarchical protocol by default
+    for (const plan of [planned, planned.withProtocol(false), mixed, mixed.withProtocol(true)]) {
       const e = estimatePlan(plan);
       const sums = new Float64Array(COMM_PHASES.length);
       const steps = 6;

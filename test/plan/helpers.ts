@@ -49,10 +49,11 @@ function cuts(rng: Rng, lo: number, hi: number, k: number, align = 1): number[] 
 }
 
 /** A random valid plan for the tables: random clusters, tiers, row groups, column splits, ranks. */
-export function randomPlan(rng: Rng, tables: TableSpec[], topo: Topology, batchSize = 4): ShardPlan {
+export function randomPlan(rng: Rng, tables: TableSpec[], topo: Topology, batchSize = 4, hierarchical = false): ShardPlan {
   return ShardPlan.create({
     topology: topo,
     batchSize,
+    hierarchical,
     wire: { forward: (['fp32', 'fp16'] as const)[rng.int(0, 1)], backward: (['fp32', 'bf16'] as const)[rng.int(0, 1)] },
     tables: tables.map((t) => {
       const cluster = (['dp', 'rb', 'ub'] as Cluster[])[rng.int(0, 2)]!;
@@ -127,12 +128,21 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
   for (const t of plan.tables) {
     const cluster = plan.clusterOf(t.name);
     const { replicated: R, node: N } = plan.tiersOf(t.name);
-    const groups = new Map<string, { a: number; b: number; shards: { c: number; rank: number }[] }>();
+    const groups = new Map<string, { a: number; b: number; shards: { c: number; c0: number; rank: number }[] }>();
     for (const s of plan.shardsOf(t.name)) {
       const k = `${s.rows[0]}-${s.rows[1]}`;
       if (!groups.has(k)) groups.set(k, { a: s.rows[0], b: s.rows[1], shards: [] });
-      groups.get(k)!.shards.push({ c: s.cols[1] - s.cols[0], rank: s.rank });
+      groups.get(k)!.shards.push({ c: s.cols[1] - s.cols[0], c0: s.cols[0], rank: s.rank });
     }
+    const nodeOf = (x: number) => Math.floor(x / rpn);
+    const hier = plan.hierarchical && W / rpn > 1;
+    // hierarchical: the columns each node's shards of the table cover (one reduced rb vector's width)
+    const colsOnNode = new Map<number, Set<number>>();
+    for (const g of groups.values())
+      for (const s of g.shards) {
+        if (!colsOnNode.has(nodeOf(s.rank))) colsOnNode.set(nodeOf(s.rank), new Set());
+        for (let c = s.c0; c < s.c0 + s.c; c++) colsOnNode.get(nodeOf(s.rank))!.add(c);
+      }
     const grad = 8 + t.dim * bw;
     const nodeTouched = new Map<number, Set<number>>(); // node -> node-tier ids
     for (let r = 0; r < W; r++) {
@@ -164,6 +174,12 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
             const n = ids.filter((x) => x >= g.a && x < g.b).length;
             for (const d of holders) send('forward', r, d, B * 4 + n * 8 + (batch.weights ? n * 4 : 0));
             for (const s of g.shards) {
+              if (hier && t.pooling !== 'none' && nodeOf(s.rank) !== nodeOf(r)) {
+                const via = nodeOf(s.rank) * rpn + (r % rpn);
+                send('forward', s.rank, via, B * s.c * fw);
+                send('backward', via, s.rank, B * s.c * bw);
+                continue;
+              }
               const rowsBack = t.pooling === 'none' ? n : B;
               send('forward', s.rank, r, rowsBack * s.c * fw);
               send('backward', r, s.rank, rowsBack * s.c * bw);
@@ -171,14 +187,49 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
           }
         } else {
           const u = new Set(all.filter((x) => x >= g.a && x < g.b)).size;
-          for (const d of holders) send('forward', r, d, u * 8);
+          const viaCols = new Map<number, number>(); // rail peer on r's node -> columns it relays
+          for (const d of holders) if (!(hier && nodeOf(d) !== nodeOf(r))) send('forward', r, d, u * 8);
           for (const s of g.shards) {
+            if (hier && nodeOf(s.rank) !== nodeOf(r)) {
+              const via = nodeOf(r) * rpn + (s.rank % rpn);
+              viaCols.set(via, (viaCols.get(via) ?? 0) + s.c);
+              continue;
+            }
             send('forward', s.rank, r, u * s.c * fw);
             send('backward', r, s.rank, u * s.c * bw);
           }
+          for (const [via, c] of viaCols) {
+            send('forward', r, via, u * 8);
+            send('forward', via, r, u * c * fw);
+            send('backward', r, via, u * c * bw);
+          }
         }
       }
+      if (hier && cluster === 'rb' && t.pooling !== 'none')
+        for (let f = 0; f < t.features.length; f++)
+          for (const [m, cols] of colsOnNode) {
+            if (m === nodeOf(r)) continue;
+            const via = m * rpn + (r % rpn);
+            send('forward', via, r, B * cols.size * fw);
+            send('backward', r, via, B * cols.size * bw);
+          }
     }
+    // hierarchical ub: each node's distinct ids per row group cross once to every holder on another node
+    if (hier && cluster === 'ub')
+      for (let m = 0; m < W / rpn; m++)
+        for (const g of groups.values()) {
+          const ids = new Set<number>();
+          for (let r = m * rpn; r < (m + 1) * rpn; r++)
+            for (const f of t.features) for (const x of batches[r]!.feature(f).ids as ArrayLike<number | bigint>) if (Number(x) >= g.a && Number(x) < g.b) ids.add(Number(x));
+          const U = ids.size;
+          for (const d of new Set(g.shards.map((s) => s.rank))) if (nodeOf(d) !== m) send('forward', m * rpn + (d % rpn), d, U * 8);
+          for (const s of g.shards) {
+            if (nodeOf(s.rank) === m) continue;
+            const via = m * rpn + (s.rank % rpn);
+            send('forward', s.rank, via, U * s.c * fw);
+            send('backward', via, s.rank, U * s.c * bw);
+          }
+        }
     // node-tier replicas: each holder all-gathers its node's touched rows to the same local rank of every other node
     for (const [node, ids] of nodeTouched) {
       const perLocal = new Map<number, number>();

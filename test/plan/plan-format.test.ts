@@ -68,6 +68,18 @@ describe('ShardPlan format', () => {
     expect(() => p.shardsOf('zz')).toThrow(expect.objectContaining({ code: 'UNKNOWN_TABLE' }));
   });
 
+  it('records the protocol: absent means flat (older plans), true round-trips, anything else is rejected', () => {
+    const flat = ShardPlan.fromJSON(JSON.stringify(base()));
+    expect(flat.hierarchical).toBe(false);
+    expect('hierarchical' in flat.toJSON()).toBe(false);
+    const hier = ShardPlan.fromJSON(JSON.stringify({ ...base(), hierarchical: true }));
+    expect(hier.hierarchical).toBe(true);
+    expect(ShardPlan.fromJSON(JSON.stringify(hier.toJSON())).hierarchical).toBe(true);
+    expect(hier.withProtocol(false).toJSON()).toEqual(flat.toJSON());
+    expect(flat.withProtocol(true).toJSON()).toEqual(hier.toJSON());
+    expectPlanError((j) => (j.hierarchical = 'yes' as never), '$.hierarchical', 'true or false');
+  });
+
   it('names the bad path of an invalid plan', () => {
     expectPlanError((j) => (j.format = 'other' as never), '$.format');
     expectPlanError((j) => (j.version = 2 as never), '$.version', 'unsupported version');

@@ -153,6 +153,16 @@ describe('planShards', () => {
     expect(worse).toEqual([]);
   });
 
+  it('uses the hierarchical protocol by default on several nodes of several ranks, and flat when told or on one node', () => {
+    const tables: TableSpec[] = [{ name: 'a', rows: 5000, dim: 16, poolingFactors: [4] }, { name: 'b', rows: 300, dim: 8 }];
+    expect(planShards(tables, smallTopology(8, 4), { batchSize: 16, timeBudgetMs: 300 }).hierarchical).toBe(true);
+    expect(planShards(tables, smallTopology(8, 4), { batchSize: 16, timeBudgetMs: 300, hierarchical: false }).hierarchical).toBe(false);
+    expect(planShards(tables, smallTopology(8, 8), { batchSize: 16, timeBudgetMs: 300 }).hierarchical).toBe(false);
+    expect(planShards(tables, smallTopology(8, 1), { batchSize: 16, timeBudgetMs: 300 }).hierarchical).toBe(false);
+    expect(baselinePlan('table-wise', tables, smallTopology(8, 4), { batchSize: 16 }).hierarchical).toBe(true);
+    expect(() => planShards(tables, smallTopology(8, 4), { batchSize: 16, hierarchical: 1 as never })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringContaining('hierarchical') }));
+  });
+
   it('plans a single rank (every shard on rank 0)', () => {
     const plan = planShards([{ name: 't', rows: 10, dim: 4 }, { name: 'u', rows: 60, dim: 16, access: { zipf: 1.1 } }], smallTopology(1, 1), { batchSize: 2, timeBudgetMs: 500 });
     for (const t of plan.toJSON().tables) for (const s of t.shards) expect(s.rank).toBe(0);

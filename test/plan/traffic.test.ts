@@ -23,6 +23,16 @@ describe('measureTraffic', () => {
     }
   });
 
+  it('equals the brute-force per-id count under the hierarchical protocol on 60 random plans and batches', () => {
+    const rng = new Rng(11);
+    for (let trial = 0; trial < 60; trial++) {
+      const [W, rpn] = ([[4, 2], [8, 4], [6, 3], [8, 2], [6, 2]] as const)[trial % 5]!;
+      const plan = randomPlan(rng, randomTables(rng, rng.int(1, 4)), smallTopology(W, rpn), 4, true);
+      const batches = randomBatches(rng, plan, { weighted: trial % 3 === 0, int64: trial % 2 === 0 });
+      expect(measureTraffic(plan, batches).perRank).toEqual(bruteForceTraffic(plan, batches));
+    }
+  });
+
   it('counts a hand-computed rb row split: partial sums from both row groups', () => {
     // 2 ranks on 2 nodes; table 10 rows × 8 cols, rows [0,5) on rank 0, [5,10) on rank 1; fp32 wire
     const plan = ShardPlan.create({
