@@ -2,12 +2,14 @@
 // segment order (LocalLayout.segments), the per-segment id counts (uncounted metadata) and then one
 // message carrying the ids, the rb bags' lengths and the weights (docs/wire-protocol.md, Messages); and
 // reads what every source asked it for. The counts tell each side the size of everything that follows, so
-// no payload exchange needs a count phase.
+// no payload exchange needs a count phase. Under the hierarchical protocol the relays' gather step
+// (relay.ts) comes first, and a relay sends a ub holder on another node its node's distinct ids.
 import { concat } from './arrays.js';
 import { exchangeOps } from './exchange-ops.js';
 import { fuse, PartReader } from './fused.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout, Segment } from './local-layout.js';
+import { gatherRelayIds, unionOf, type RelayUnion } from './relay.js';
 import { part, type Routed } from './routing.js';
 
 /** What one source asked this rank for. */
@@ -18,11 +20,20 @@ export interface Received {
   entries: { seg: Segment; ids: BigInt64Array; lengths: Int32Array | null; weights: Float32Array | null }[];
 }
 
-/** Sends this rank's routed ids to their owners; returns, per source rank, what it asked this rank for. */
-export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Routed, B: number, weighted: boolean, counters: TrafficCounters): Promise<Received[]> {
+export interface InputResult {
+  /** per source rank, what it asked this rank for */
+  recv: Received[];
+  /** hierarchical: the ub row groups this rank relays, with its node's distinct ids (empty under the flat protocol) */
+  unions: RelayUnion[];
+}
+
+/** Sends this rank's routed ids to their owners (through the relays where the protocol says so). */
+export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Routed, B: number, weighted: boolean, counters: TrafficCounters): Promise<InputResult> {
   const K = exchangeOps();
   const W = L.W, r = L.rank, rpn = L.rpn;
   const { segs, ub, node } = routed;
+  // 1. hierarchical: the node's distinct ids of every ub row group gather on its relay
+  const unions = L.hier ? await gatherRelayIds(L, g, ub, counters) : [];
   // 2. input messages, one per destination, in canonical segment order: the segment counts (metadata),
   // then one message carrying the ids, the rb bags' lengths and the weights
   const meta: Float64Array[] = [], input: [BigInt64Array, Int32Array, Float32Array][] = [];
@@ -43,7 +54,7 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Rou
         if (p.weights) wp.push(p.weights);
         m.push(p.n);
       } else {
-        const u = ub[s.t]![s.g]!.uq.values;
+        const u = L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values : ub[s.t]![s.g]!.uq.values;
         ip.push(u);
         m.push(u.length);
       }
@@ -108,5 +119,5 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Rou
   }
   // the parts were copied out: the received buffers can be reused now
   g.release(metaIn.data, inputIn.data);
-  return recv;
+  return { recv, unions };
 }

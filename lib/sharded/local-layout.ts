@@ -3,7 +3,7 @@
 // global output layout (the one a single EmbeddingCollection over the same tables has), and the
 // canonical order of the segments a rank r exchanges with a rank d (docs/wire-protocol.md).
 import type { ShardPlan } from '../plan/shard-plan.js';
-import type { ShardCols } from '../plan/layout.js';
+import { columnUnion, type ShardCols } from '../plan/layout.js';
 import type { Cluster, Pooling, Table } from '../plan/types.js';
 
 export interface GroupRt {
@@ -73,10 +73,20 @@ function segmentKey(s: Segment, c0: number): string {
   return s.kind === 'rb' ? `rb\u0000${s.t}\u0000${s.f}\u0000${s.g}\u0000${c0}` : s.kind === 'ub' ? `ub\u0000${s.t}\u0000${s.g}\u0000${c0}` : `node\u0000${s.t}`;
 }
 
+/** A ub row group whose ids a rank relays across nodes (hierarchical protocol): the holders on other nodes with its local index. */
+export interface RelaySeg {
+  t: number;
+  g: number;
+  /** the group's shards on other nodes held by ranks with the relay's local index, in column order */
+  shards: ShardCols[];
+}
+
 export class LocalLayout {
   readonly W: number;
   readonly rpn: number;
   readonly rank: number;
+  /** rb / ub exchanges use the hierarchical protocol (the plan says so and there are several nodes) */
+  readonly hier: boolean;
   readonly tables: TableRt[];
   readonly pooledDim: number;
   readonly localTables: LocalTable[] = [];
@@ -85,11 +95,13 @@ export class LocalLayout {
   /** the local feature serving each (segment, column shard) this rank holds (segmentKey) */
   private readonly byKey = new Map<string, number>();
   private readonly segCache = new Map<string, Segment[]>();
+  private readonly relayCache = new Map<string, RelaySeg[]>();
 
   constructor(readonly plan: ShardPlan, rank: number) {
     this.W = plan.topology.worldSize;
     this.rpn = plan.topology.ranksPerNode;
     this.rank = rank;
+    this.hier = plan.hierarchical && this.W / this.rpn > 1;
     let col = 0;
     this.tables = plan.tables.map((table, index) => {
       const l = plan.layouts[index]!;
@@ -184,10 +196,54 @@ export class LocalLayout {
       if (rt.N > 0 && this.nodeOf(r) === this.nodeOf(d) && this.nodeRowsHeld(rt, d) > 0) out.push({ kind: 'node', t: rt.index });
       if (rt.cluster === 'rb') {
         for (const f of rt.features) rt.groups.forEach((g, gi) => g.holders.includes(d) && out.push({ kind: 'rb', t: rt.index, f, g: gi }));
-      } else rt.groups.forEach((g, gi) => g.holders.includes(d) && out.push({ kind: 'ub', t: rt.index, g: gi }));
+      } else rt.groups.forEach((g, gi) => g.holders.includes(d) && this.reachesDirect(r, d) && out.push({ kind: 'ub', t: rt.index, g: gi }));
     }
     this.segCache.set(key, out);
     return out;
+  }
+
+  /**
+   * Whether rank r sends its ub ids to a holder d itself: always under the flat protocol; under the
+   * hierarchical one only on its own node, or as the rail-aligned relay of its node (same local index),
+   * which then sends the node's distinct ids.
+   */
+  reachesDirect(r: number, d: number): boolean {
+    return !this.hier || this.nodeOf(r) === this.nodeOf(d) || r % this.rpn === d % this.rpn;
+  }
+
+  /** Whether this rank's ub segment to holder d carries its node's distinct ids as the relay (hierarchical, d on another node) rather than its own. */
+  relaysTo(d: number): boolean {
+    return this.hier && this.nodeOf(d) !== this.nodeOf(this.rank);
+  }
+
+  /** Whether the outputs and gradients of segment s between requester p and owner d go through a relay (hierarchical rb pooled across nodes). */
+  viaRelay(s: Segment, p: number, d: number): boolean {
+    return this.hier && s.kind === 'rb' && this.tables[s.t]!.pooling !== 'none' && this.nodeOf(p) !== this.nodeOf(d);
+  }
+
+  /** Hierarchical ub: the row groups rank a relays for its node (ids in, rows out, gradients in), in table and group order. */
+  relaySegs(a: number): RelaySeg[] {
+    const key = `relay${a}`;
+    const hit = this.relayCache.get(key);
+    if (hit) return hit;
+    const out: RelaySeg[] = [];
+    if (this.hier)
+      for (const rt of this.tables) {
+        if (rt.cluster !== 'ub') continue;
+        rt.groups.forEach((g, gi) => {
+          const shards = g.shards.filter((s) => s.rank % this.rpn === a % this.rpn && this.nodeOf(s.rank) !== this.nodeOf(a));
+          if (shards.length > 0) out.push({ t: rt.index, g: gi, shards });
+        });
+      }
+    this.relayCache.set(key, out);
+    return out;
+  }
+
+  /** Hierarchical rb: the column ranges of table t that node n's shards cover (one node-reduced vector per range). */
+  nodeCols(t: number, n: number): [number, number][] {
+    const rt = this.tables[t]!;
+    if (!this.hier || rt.cluster !== 'rb' || rt.pooling === 'none') return [];
+    return columnUnion(this.plan.layouts[t]!, n, this.rpn);
   }
 
   /** Shards of group g of table t held by rank d, in column order. */

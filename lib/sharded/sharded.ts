@@ -26,11 +26,12 @@ import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js
 import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
 import { LocalLayout } from './local-layout.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
-import { exchangeInput, type Received } from './input-exchange.js';
+import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
+import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { concat } from './arrays.js';
 import { syncNodeTiers, syncReplicated } from './replica-sync.js';
-import { ownerSchedule, requesterSchedule, type Schedule } from './schedule.js';
+import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, saveSharded } from './reshard.js';
 
@@ -94,13 +95,17 @@ interface StepCtx {
   /** the step's exchange schedule as the owner (outputs out, gradients in) and as the requester (outputs in, gradients out) */
   own: Schedule;
   req: Schedule;
+  /** hierarchical: the relay schedule as the relay (sends forward, receives backward) and as the requester, and the ub row groups this rank relays */
+  rsend: Schedule;
+  rrecv: Schedule;
+  unions: RelayUnion[];
   used: boolean;
 }
 
 interface Prepared {
   batch: JaggedBatch;
   routed: Routed;
-  recv: Promise<Received[]>;
+  recv: Promise<InputResult>;
   /** the forward's byte counters, from its input exchange on */
   counters: TrafficCounters;
 }
@@ -350,7 +355,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
     const { segs, ub, node } = pre?.routed ?? route(L, batch);
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
-    const recv = await (pre?.recv ?? exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
+    const { recv, unions } = await (pre?.recv ?? exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);
@@ -367,18 +372,19 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     for (let p = 0; p < W; p++)
       for (const sl of own.slots[p]!) {
         const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
-        if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[p]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
-        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![p]!, sl.rows, 0, cols, fw, outBuf, sl.at);
+        if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[sl.src]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
+        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![sl.src]!, sl.rows, 0, cols, fw, outBuf, sl.at);
       }
-    // what every owner sends back is known here: the rows / bags this rank asked for
+    // what every owner sends back is known here: the rows / bags this rank asked for (and, as a relay, the
+    // partial sums of the requesters it relays for)
     const req = requesterSchedule(L, (s, d) => {
       if (s.kind === 'node') {
         const u = node.get(s.t)!, j = d % rpn;
         return u.starts[j + 1]! - u.starts[j]!;
       }
-      if (s.kind === 'ub') return ub[s.t]![s.g]!.uq.values.length;
+      if (s.kind === 'ub') return L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values.length : ub[s.t]![s.g]!.uq.values.length;
       return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
-    });
+    }, (p) => recv[p]!.B);
     const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
@@ -404,14 +410,52 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const nodeRows = new Map<number, Float32Array>();
     for (const [t, u] of node) nodeRows.set(t, new Float32Array(u.uq.values.length * L.tables[t]!.table.dim));
     const ubRows = ub.map((groups, t) => groups.map((u) => new Float32Array(u.uq.values.length * L.tables[t]!.table.dim)));
+    // hierarchical: as a relay, the partial sums of requesters on other nodes (reduced here, in owner
+    // order) and the rows of the ub row groups this rank relays
+    const reduced = new Map<number, Float32Array>();
+    const unionRows = unions.map((u) => new Float32Array(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
     for (let d = 0; d < W; d++)
       for (const sl of req.slots[d]!) {
         const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim, cols = sl.c1 - sl.c0;
-        if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
-        else if (s.kind === 'ub') K.unpack(back.data, sl.at, fw, sl.rows, cols, ubRows[s.t]![s.g]!, dim, null, 0, sl.c0, false);
+        if (sl.src !== L.rank) {
+          let red = reduced.get(sl.src);
+          if (!red) reduced.set(sl.src, (red = new Float32Array(recv[sl.src]!.B * P)));
+          if (s.kind === 'rb') K.unpack(back.data, sl.at, fw, sl.rows, cols, red, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
+        } else if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
+        else if (s.kind === 'ub') {
+          const dst = L.relaysTo(d) ? unionRows[unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g)]! : ubRows[s.t]![s.g]!;
+          K.unpack(back.data, sl.at, fw, sl.rows, cols, dst, dim, null, 0, sl.c0, false);
+        }
         else if (rt.pooling !== 'none') K.unpack(back.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
         else K.unpack(back.data, sl.at, fw, sl.rows, cols, seqOut.get(s.f)!, dim, part(segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.c0, false);
       }
+    g.release(back.data);
+    // hierarchical: relays pass on the node-reduced rb vectors and the relayed ub rows (relay slots)
+    const idsOf = (rs: { t: number; g: number }) => ub[rs.t]![rs.g]!.uq.values.length;
+    const rsend = relaySendSchedule(L, (q) => recv[q]!.B, (q, rs) => unionOf(unions, rs.t, rs.g).count[q]!);
+    const rrecv = relayRecvSchedule(L, B, idsOf);
+    if (L.hier) {
+      const relayBuf = wireArray(fw, rsend.total);
+      for (let q = 0; q < W; q++)
+        for (const sl of rsend.slots[q]!) {
+          const s = sl.seg, rt = L.tables[s.t]!;
+          if (s.kind === 'rb') {
+            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
+            K.pack(reduced.get(q) ?? new Float32Array(sl.rows * P), P, null, 0, sl.rows, col + sl.c0, col + sl.c1, fw, relayBuf, sl.at);
+          } else if (s.kind === 'ub') {
+            const k = unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g), u = unions[k]!;
+            K.pack(unionRows[k]!, rt.table.dim, u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!), 0, sl.rows, sl.c0, sl.c1, fw, relayBuf, sl.at);
+          }
+        }
+      const passed = await g.allToAllV(relayBuf, rsend.sizes, { recvCounts: rrecv.sizes, counters });
+      for (let a = 0; a < W; a++)
+        for (const sl of rrecv.slots[a]!) {
+          const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+          if (s.kind === 'rb') K.unpack(passed.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
+          else if (s.kind === 'ub') K.unpack(passed.data, sl.at, fw, sl.rows, cols, ubRows[s.t]![s.g]!, rt.table.dim, null, 0, sl.c0, false);
+        }
+      g.release(passed.data);
+    }
     const poolFrom = (rows: Float32Array, u: UniqT, rt: (typeof L.tables)[number], s: number) => {
       rt.features.forEach((f, k) => {
         const p = part(segs.get(f)!, s, B);
@@ -424,12 +468,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
     for (const rt of L.tables)
       if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
-    g.release(back.data);
     this.traffic.forward = counters;
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -467,26 +510,63 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const nodeGrad = new Map<number, Float32Array>();
     for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
     const ubGrad = ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
-    // 1. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
+    // 1. hierarchical: gradients to the relays first (the relay slots reversed): rb bag gradients once per
+    // other node, ub row gradients to the node's relay, which sums them per distinct row in source order
+    const relayed = new Map<number, Float32Array>();
+    const unionGrad = ctx.unions.map((u) => new Float32Array(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
+    if (L.hier) {
+      const toRelays = wireArray(bw, ctx.rrecv.total);
+      for (let a = 0; a < W; a++)
+        for (const sl of ctx.rrecv.slots[a]!) {
+          const s = sl.seg, rt = L.tables[s.t]!;
+          if (s.kind === 'rb') {
+            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
+            K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, toRelays, sl.at);
+          } else if (s.kind === 'ub') K.pack(ubGrad[s.t]![s.g]!, rt.table.dim, null, 0, sl.rows, sl.c0, sl.c1, bw, toRelays, sl.at);
+        }
+      const atRelay = await g.allToAllV(toRelays, ctx.rrecv.sizes, { recvCounts: ctx.rsend.sizes, counters });
+      for (let q = 0; q < W; q++)
+        for (const sl of ctx.rsend.slots[q]!) {
+          const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+          if (s.kind === 'rb') {
+            let gq = relayed.get(q);
+            if (!gq) relayed.set(q, (gq = new Float32Array(ctx.recv[q]!.B * P)));
+            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, gq, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, false);
+          } else if (s.kind === 'ub') {
+            const k = ctx.unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g), u = ctx.unions[k]!;
+            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, unionGrad[k]!, rt.table.dim, u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!), 0, sl.c0, true);
+          }
+        }
+      g.release(atRelay.data);
+    }
+    // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
     const sendBuf = wireArray(bw, ctx.req.total);
     for (let d = 0; d < W; d++)
       for (const sl of ctx.req.slots[d]!) {
         const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
-        if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
-        else if (s.kind === 'ub') K.pack(ubGrad[s.t]![s.g]!, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
-        else if (rt.pooling !== 'none') {
+        if (sl.src !== L.rank) {
+          // a requester this rank relays for: its bag gradients, sliced to the owner's shard
+          if (s.kind === 'rb') {
+            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
+            K.pack(relayed.get(sl.src)!, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
+          }
+        } else if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
+        else if (s.kind === 'ub') {
+          const src = L.relaysTo(d) ? unionGrad[ctx.unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g)]! : ubGrad[s.t]![s.g]!;
+          K.pack(src, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
+        } else if (rt.pooling !== 'none') {
           const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
           K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
         } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
       }
     const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
-    // 2. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
+    // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
     const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
       const u = uniqOver(ctx.segs, rt, 0, 1, B);
       return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
     }), counters);
-    // 3. owner side: the update batch (one optimizer step for everything this rank holds)
+    // 4. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
     const lengths = own.lengths.slice();
@@ -499,22 +579,22 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // the received gradients, slot by slot of the owner schedule
     for (let p = 0; p < W; p++)
       for (const sl of ctx.own.slots[p]!) {
-        const s = sl.seg;
+        const s = sl.seg, src = sl.src;
         if (s.kind === 'node') {
           const dim = L.tables[s.t]!.table.dim;
           const gr = new Float32Array(sl.rows * dim);
           K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
-          np.ids.push(ctx.recv[p]!.entries[sl.entry]!.ids);
+          np.ids.push(ctx.recv[src]!.entries[sl.entry]!.ids);
           np.grads.push(gr);
           continue;
         }
         const lfi = sl.feature, lf = L.localFeatures[lfi]!;
-        if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[p]!, lf.col, false);
+        if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[src]!, lf.col, false);
         else {
           if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
-          K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![p]!, 0, false);
+          K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![src]!, 0, false);
         }
       }
     const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);

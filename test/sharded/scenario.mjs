@@ -80,8 +80,8 @@ export function topology(W, ranksPerNode) {
   return { name: 'test', worldSize: W, ranksPerNode, deviceMemoryBytes: 1e12, memoryLimitBytes: 1e12, hbmBandwidth: 1e12, intraNodeBandwidth: 1e11, interNodeBandwidth: 1e10 };
 }
 
-export function makePlan(lib, W, ranksPerNode, { B = 6, wire, variant } = {}) {
-  return lib.ShardPlan.create({ topology: topology(W, ranksPerNode), batchSize: B, ...(wire ? { wire } : {}), tables: scenarioTables(W, variant) });
+export function makePlan(lib, W, ranksPerNode, { B = 6, wire, variant, hierarchical = false } = {}) {
+  return lib.ShardPlan.create({ topology: topology(W, ranksPerNode), batchSize: B, ...(wire ? { wire } : {}), hierarchical, tables: scenarioTables(W, variant) });
 }
 
 /** The local batch of `rank` at `step`: skewed ids (hot rows are hit), 0–4 ids per bag. */

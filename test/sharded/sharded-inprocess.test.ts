@@ -26,10 +26,12 @@ interface RunOpts {
   variant?: string;
   /** rank r's local batch size is 3 + 2r instead of 6 */
   varyB?: boolean;
+  /** the hierarchical rb / ub protocol */
+  hier?: boolean;
 }
 
-async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; stateErr: number; trafficOk: boolean }> {
-  const plan: ShardPlan = S.makePlan(lib, o.W, o.rpn, { wire: o.wire, variant: o.variant });
+async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; stateErr: number; trafficOk: boolean; inter: number }> {
+  const plan: ShardPlan = S.makePlan(lib, o.W, o.rpn, { wire: o.wire, variant: o.variant, hierarchical: o.hier ?? false });
   const cfg: ShardedConfig = { optimizer: o.optimizer, seed: 11 };
   const groups = createInProcessGroups(o.W, { ranksPerNode: o.rpn, timeoutMs: 30_000 });
   const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
@@ -99,8 +101,8 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
     oracle.dispose();
     groups.forEach((g) => g.close());
   }
-  console.log(`errs W=${o.W} ${o.optimizer?.type} ${o.wire?.forward ?? "fp32"} out=${outErr.toExponential(2)} table=${tableErr.toExponential(2)} state=${stateErr.toExponential(2)} traffic=${trafficOk}`);
-  return { outErr, tableErr, stateErr, trafficOk };
+  console.log(`errs W=${o.W}${o.hier ? ' hier' : ''} ${o.optimizer?.type} ${o.wire?.forward ?? "fp32"} out=${outErr.toExponential(2)} table=${tableErr.toExponential(2)} state=${stateErr.toExponential(2)} traffic=${trafficOk}`);
+  return { outErr, tableErr, stateErr, trafficOk, inter };
 }
 
 describe('ShardedEmbeddingCollection (in-process ranks) equals one collection over the global batch', () => {
@@ -148,4 +150,41 @@ describe('ShardedEmbeddingCollection (in-process ranks) equals one collection ov
       expect(r.trafficOk).toBe(true);
     });
   }
+});
+
+describe('the hierarchical protocol (node-level rb reduction and ub deduplication, rail-aligned across nodes) equals one collection', () => {
+  for (const [W, rpn] of [[4, 2], [8, 2], [8, 4]] as const) {
+    for (const opt of [{ type: 'sgd', lr: 0.1 }, { type: 'adagrad', lr: 0.1 }, { type: 'adam', lr: 0.01 }] as const) {
+      it(`W=${W} (${W / rpn} nodes), ${opt.type}, 3 steps, fp32 wire: outputs, tables, state within 1e-5; bytes = measureTraffic`, async () => {
+        const r = await compare({ W, rpn, steps: 3, optimizer: opt, hier: true });
+        expect(r.outErr).toBeLessThanOrEqual(1e-5);
+        expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+        expect(r.stateErr).toBeLessThanOrEqual(1e-5);
+        expect(r.trafficOk).toBe(true);
+      });
+    }
+  }
+
+  it('weighted bags and different local batch sizes (W=4, two nodes, adagrad)', async () => {
+    for (const o of [{ weighted: true }, { varyB: true }]) {
+      const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adagrad', lr: 0.1 }, hier: true, ...o });
+      expect(r.outErr).toBeLessThanOrEqual(1e-5);
+      expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+      expect(r.trafficOk).toBe(true);
+    }
+  });
+
+  it('sends fewer inter-node bytes than the flat protocol for the same plan and batches (W=8, two nodes)', async () => {
+    const flat = await compare({ W: 8, rpn: 4, steps: 2, optimizer: { type: 'sgd', lr: 0.1 } });
+    const hier = await compare({ W: 8, rpn: 4, steps: 2, optimizer: { type: 'sgd', lr: 0.1 }, hier: true });
+    expect(flat.trafficOk && hier.trafficOk).toBe(true);
+    expect(hier.inter).toBeLessThan(flat.inter);
+  });
+
+  it('fp16 wire stays within the documented bound, exactly as predicted', async () => {
+    const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'sgd', lr: 0.1 }, wire: { forward: 'fp16', backward: 'fp16' }, hier: true });
+    expect(r.outErr).toBeLessThanOrEqual(2e-3);
+    expect(r.tableErr).toBeLessThanOrEqual(2e-3);
+    expect(r.trafficOk).toBe(true);
+  });
 });

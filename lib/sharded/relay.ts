@@ -1,0 +1,64 @@
+// relay.ts — the node-level step of the hierarchical protocol for ub tables: every rank sends its distinct
+// ids of each row group that a node-mate relays (the group has holders on other nodes with that
+// node-mate's local index) to that node-mate, which deduplicates them over its node; the node's distinct
+// ids are what crosses to the holders (input-exchange.ts), their rows come back to the relay once and are
+// handed to each requester (schedule.ts, relay slots), and in backward the relay sums its node's gradients
+// per distinct row before they cross (docs/wire-protocol.md, hierarchical protocol).
+import { concat } from './arrays.js';
+import { exchangeOps, type Uniq } from './exchange-ops.js';
+import { fuse, PartReader } from './fused.js';
+import type { ProcessGroup, TrafficCounters } from './group.js';
+import type { LocalLayout, RelaySeg } from './local-layout.js';
+import type { UniqT } from './routing.js';
+
+/** One row group this rank relays: its node's distinct ids, and where each node-mate's ids sit in them. */
+export interface RelayUnion {
+  rs: RelaySeg;
+  /** distinct ids of the node (ascending) and, for the concatenation of the node-mates' ids in rank order, each one's index in them */
+  uq: Uniq;
+  /** per rank of the group (0 for ranks of other nodes): offset and count of its ids in the concatenation */
+  off: number[];
+  count: number[];
+}
+
+/** The relay union of row group (t, g), which this rank relays. */
+export function unionOf(unions: readonly RelayUnion[], t: number, g: number): RelayUnion {
+  const u = unions.find((x) => x.rs.t === t && x.rs.g === g);
+  if (!u) throw new Error(`internal: this rank relays no row group ${g} of table ${t}`);
+  return u;
+}
+
+/** The gather step: this rank's distinct ub ids to the node-mates that relay them; returns the row groups this rank relays. */
+export async function gatherRelayIds(L: LocalLayout, g: ProcessGroup, ub: readonly UniqT[][], counters: TrafficCounters): Promise<RelayUnion[]> {
+  const W = L.W, base = L.nodeOf(L.rank) * L.rpn;
+  const mine = L.relaySegs(L.rank);
+  const meta: Float64Array[] = [], parts: BigInt64Array[][] = [];
+  for (let a = 0; a < W; a++) {
+    const segs = L.nodeOf(a) === L.nodeOf(L.rank) ? L.relaySegs(a) : [];
+    const ids = segs.map((rs) => ub[rs.t]![rs.g]!.uq.values);
+    meta.push(Float64Array.from(ids, (x) => x.length));
+    parts.push([concat(ids, BigInt64Array)]);
+  }
+  const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), {
+    uncounted: true,
+    recvCounts: Array.from({ length: W }, (_, q) => (q >= base && q < base + L.rpn ? mine.length : 0)),
+  });
+  const perSrc = Array.from({ length: W }, (_, q) => (q >= base && q < base + L.rpn ? Array.from(metaIn.data.subarray((q - base) * mine.length, (q - base + 1) * mine.length)) : []));
+  const sent = fuse(parts);
+  const got = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: perSrc.map((c) => c.reduce((a, b) => a + b, 0) * 8), counters });
+  const reader = new PartReader(got.data);
+  const byQ = perSrc.map((c) => c.map((n) => reader.take(BigInt64Array, n)));
+  g.release(metaIn.data, got.data);
+  return mine.map((rs, k) => {
+    const off: number[] = [], count: number[] = [], ids: BigInt64Array[] = [];
+    let n = 0;
+    for (let q = 0; q < W; q++) {
+      const x = byQ[q]![k] ?? new BigInt64Array(0);
+      off.push(n);
+      count.push(x.length);
+      ids.push(x);
+      n += x.length;
+    }
+    return { rs, uq: exchangeOps().unique(concat(ids, BigInt64Array), 1), off, count };
+  });
+}
