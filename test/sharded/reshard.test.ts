@@ -41,10 +41,11 @@ function readAll(ec: EmbeddingCollection, plan: ShardPlan) {
 describe('resharding checkpoints', () => {
   const cfg: ShardedConfig = { optimizer: { type: 'adam', lr: 0.01 }, seed: 5 };
 
-  it('4 ranks (2 nodes) -> 2 ranks -> 1 collection -> 4 ranks: tables, state and step identical', async () => {
+  for (const hierarchical of [false, true]) {
+  it(`4 ranks (2 nodes${hierarchical ? ', hierarchical protocol' : ''}) -> 2 ranks -> 1 collection -> 4 ranks: tables, state and step identical`, async () => {
     const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));
     try {
-      const plan4 = S.makePlan(lib, 4, 2);
+      const plan4 = S.makePlan(lib, 4, 2, { hierarchical });
       const g4 = createInProcessGroups(4, { ranksPerNode: 2 });
       const r4 = g4.map((g) => new ShardedEmbeddingCollection(plan4, g, cfg));
       await train(r4, plan4, 2);
@@ -102,6 +103,7 @@ describe('resharding checkpoints', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+  }
 
   it('refuses a missing, damaged or mismatched checkpoint', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));

@@ -37,6 +37,8 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
   const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
   const oracle = new EmbeddingCollection(collectionConfigOf(plan, cfg));
   let outErr = 0, tableErr = 0, stateErr = 0, trafficOk = true, inter = 0;
+  // Σ over the steps of measureTraffic's bytes per rank: what each group's stats() must have counted
+  const sentPred = new Float64Array(o.W), interPred = new Float64Array(o.W);
   try {
     for (let step = 0; step < o.steps; step++) {
       const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted, ...(o.varyB ? { B: 3 + 2 * r } : {}) }));
@@ -57,12 +59,24 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
       await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
       const predicted = measureTraffic(plan, batches).perRank;
       for (let r = 0; r < o.W; r++) {
+        const p = predicted[r]!;
+        sentPred[r] += p.forward.sentIntra + p.forward.sentInter + p.backward.sentIntra + p.backward.sentInter;
+        interPred[r] += p.forward.sentInter + p.backward.sentInter;
         const got = ranks[r]!.traffic;
         inter += got.forward.sentInter + got.backward.sentInter;
         if (JSON.stringify(got) !== JSON.stringify(predicted[r])) {
           trafficOk = false;
           console.error('traffic', r, JSON.stringify(got), JSON.stringify(predicted[r]));
         }
+      }
+    }
+    // the groups' own per-kind counters (stats(), crossed-node bytes included) saw exactly those bytes
+    for (let r = 0; r < o.W; r++) {
+      const st = groups[r]!.stats();
+      const kinds = Object.values(st);
+      if (kinds.reduce((n, k) => n + k.sent, 0) !== sentPred[r] || kinds.reduce((n, k) => n + k.sentInter, 0) !== interPred[r]) {
+        trafficOk = false;
+        console.error('stats', r, JSON.stringify(st), sentPred[r], interPred[r]);
       }
     }
     for (const t of plan.tables) {

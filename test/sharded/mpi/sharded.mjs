@@ -1,7 +1,8 @@
 // Run under mpirun (test/sharded/sharded-mpi.test.ts): a multi-step sharded training run on the MPI group,
 // every rank comparing its outputs, the gathered final tables and optimizer state with a single
 // EmbeddingCollection over the global batch it builds itself (the scenario is deterministic), and its
-// per-step byte counters with measureTraffic. Args: optimizer wire steps [weighted]. One JSON line per rank.
+// per-step byte counters with measureTraffic. Args: optimizer wire steps [weighted] [hier] (the hierarchical
+// protocol). One JSON line per rank.
 import { JaggedBatch } from '../../../dist/lib/batch.js';
 import { EmbeddingCollection } from '../../../dist/lib/collection.js';
 import { ShardPlan } from '../../../dist/lib/plan/shard-plan.js';
@@ -11,12 +12,12 @@ import { ShardedEmbeddingCollection, collectionConfigOf } from '../../../dist/li
 import { gatherTable } from '../../../dist/lib/sharded/reshard.js';
 import * as S from '../scenario.mjs';
 
-const [optName = 'adagrad', wireName = 'fp32', stepsArg = '3', weightedArg = ''] = process.argv.slice(2);
+const [optName = 'adagrad', wireName = 'fp32', stepsArg = '3', weightedArg = '', hierArg = ''] = process.argv.slice(2);
 const steps = Number(stepsArg);
 const lib = { JaggedBatch, ShardPlan };
 const g = await createMpiGroup({ timeoutMs: 60_000 });
 const W = g.size, r = g.rank;
-const plan = S.makePlan(lib, W, g.ranksPerNode, { wire: { forward: wireName, backward: wireName } });
+const plan = S.makePlan(lib, W, g.ranksPerNode, { wire: { forward: wireName, backward: wireName }, hierarchical: hierArg === 'hier' });
 const cfg = { optimizer: { type: optName, lr: optName === 'adam' ? 0.01 : 0.1 }, seed: 11 };
 const sc = new ShardedEmbeddingCollection(plan, g, cfg);
 const oracle = new EmbeddingCollection(collectionConfigOf(plan, cfg));
