@@ -85,14 +85,16 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
     const { ranks, cols } = groupHolders(g);
     if (l.cluster === 'rb') {
       const nG = N * m;
+      const inB = F * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
+      if (hier && pooled) addRelayedRequests(out, ranks, rpn, nodes, inB);
       ranks.forEach((d, k) => {
         const c = cols[k]!;
-        xIn[d] += F * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
         if (hier && pooled) {
-          // every source's partial sums go to d's node-mate with the source's local index: nodes × F·B·c to each
-          addToNodeMates(out, d, rpn, nodes * F * B * c * fw, nodes * F * B * c * bw);
+          // every source's request and partial sums pass d's node-mate with the source's local index: nodes × each
+          addToNodeMates(out, d, rpn, nodes * inB, nodes * F * B * c * fw, nodes * F * B * c * bw);
           return;
         }
+        xIn[d] += inB;
         xOut[d] += (pooled ? F * B : nG) * c * fw;
         xBwd[d] += (pooled ? F * B : nG) * c * bw;
       });
@@ -134,12 +136,26 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
   }
 }
 
-/** d sends `fwd` bytes (forward output) to every rank of its node, itself included (local), and receives `bwd` from each (backward). */
-function addToNodeMates(out: Load, d: number, rpn: number, fwd: number, bwd: number): void {
+/** d receives `req` (forward input) from every rank of its node, itself included (local), sends it `fwd` (forward output) and receives `bwd` (backward). */
+function addToNodeMates(out: Load, d: number, rpn: number, req: number, fwd: number, bwd: number): void {
   const base = Math.floor(d / rpn) * rpn;
   for (let q = base; q < base + rpn; q++) {
+    out.msg(FWD_IN, q, d, req);
     out.msg(FWD_OUT, d, q, fwd);
     out.msg(BWD, q, d, bwd);
+  }
+}
+
+/** Hierarchical rb: every rank's request for a row group crosses once to each other node holding it, to the rank with its local index. */
+function addRelayedRequests(out: Load, holders: readonly number[], rpn: number, nodes: number, inB: number): void {
+  const held = new Uint8Array(nodes);
+  for (const d of holders) held[Math.floor(d / rpn)] = 1;
+  let k = 0;
+  for (let n = 0; n < nodes; n++) k += held[n]!;
+  for (let r = 0; r < nodes * rpn; r++) {
+    const mine = held[Math.floor(r / rpn)]!;
+    out.add(metric(FWD_IN, SENT_INTER), r, (k - mine) * inB);
+    if (mine) out.add(metric(FWD_IN, RECV_INTER), r, (nodes - 1) * inB);
   }
 }
 

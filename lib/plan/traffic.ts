@@ -213,19 +213,24 @@ function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load,
           const h = holders[g]!;
           const inBytes = B * LENGTH_BYTES + n * (ID_BYTES + wb);
           const rowsOut = pooled ? B : n;
+          const viaNodes = new Set<number>();
           for (let k = 0; k < h.ranks.length; k++) {
             const d = h.ranks[k]!, c = h.cols[k]!;
-            load.msg(FWD_IN, r, d, inBytes);
             if (hier && pooled && nodeOf(d) !== nodeOf(r)) {
-              // hierarchical: the partial sums meet on the rail-aligned rank of d's node, which also fans the gradient out
+              // hierarchical: the request crosses once per node to the rank with r's local index there, which
+              // hands it to the holders; the partial sums meet on that rank, which also fans the gradient out
               const a = hop(nodeOf(d), r);
+              viaNodes.add(nodeOf(d));
+              load.msg(FWD_IN, a, d, inBytes);
               load.msg(FWD_OUT, d, a, B * c * fw);
               load.msg(BWD, a, d, B * c * bw);
             } else {
+              load.msg(FWD_IN, r, d, inBytes);
               load.msg(FWD_OUT, d, r, rowsOut * c * fw);
               load.msg(BWD, r, d, rowsOut * c * bw);
             }
           }
+          for (const m of viaNodes) load.msg(FWD_IN, r, hop(m, r), inBytes);
         }
         // hierarchical: one reduced vector per other node holding the table crosses, rail-aligned, each way
         if (hier && pooled)

@@ -34,90 +34,143 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Rou
   const { segs, ub, node } = routed;
   // 1. hierarchical: the node's distinct ids of every ub row group gather on its relay
   const unions = L.hier ? await gatherRelayIds(L, g, ub, counters) : [];
-  // 2. input messages, one per destination, in canonical segment order: the segment counts (metadata),
-  // then one message carrying the ids, the rb bags' lengths and the weights
+  // 2. input messages, one per destination: the segment counts (metadata: every segment of L.segments,
+  // then those the destination relays), then one message carrying the ids, the rb bags' lengths and the
+  // weights of L.sendList (hierarchical: pooled rb segments for another node go to the rail peer there)
+  const partsOf = (s: Segment, d: number): { ids: BigInt64Array; lengths: Int32Array | null; weights: Float32Array | null } => {
+    if (s.kind === 'node') {
+      const u = node.get(s.t)!, j = d % rpn;
+      return { ids: K.divideIds(u.uq.values.subarray(u.starts[j]!, u.starts[j + 1]!), rpn), lengths: null, weights: null };
+    }
+    if (s.kind === 'rb') {
+      const p = part(segs.get(s.f)!, 2 + s.g, B);
+      return { ids: p.ids, lengths: p.lengths, weights: p.weights };
+    }
+    return { ids: L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values : ub[s.t]![s.g]!.uq.values, lengths: null, weights: null };
+  };
   const meta: Float64Array[] = [], input: [BigInt64Array, Int32Array, Float32Array][] = [];
-  const metaCounts: number[] = [];
   for (let d = 0; d < W; d++) {
     const m: number[] = [B, weighted ? 1 : 0];
-    const ip: BigInt64Array[] = [], lp: Int32Array[] = [], wp: Float32Array[] = [];
-    for (const s of L.segments(r, d)) {
-      if (s.kind === 'node') {
-        const u = node.get(s.t)!, j = d % rpn;
-        const ids = K.divideIds(u.uq.values.subarray(u.starts[j]!, u.starts[j + 1]!), rpn);
-        ip.push(ids);
-        m.push(ids.length);
-      } else if (s.kind === 'rb') {
-        const p = part(segs.get(s.f)!, 2 + s.g, B);
-        lp.push(p.lengths);
-        ip.push(p.ids);
-        if (p.weights) wp.push(p.weights);
-        m.push(p.n);
-      } else {
-        const u = L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values : ub[s.t]![s.g]!.uq.values;
-        ip.push(u);
-        m.push(u.length);
-      }
-    }
-    const mm = Float64Array.from(m);
-    meta.push(mm);
-    input.push([concat(ip, BigInt64Array), concat(lp, Int32Array), concat(wp, Float32Array)]);
-    metaCounts.push(mm.length);
+    for (const s of [...L.segments(r, d), ...L.relayedInput(r, d)]) m.push(s.kind === 'rb' ? part(segs.get(s.f)!, 2 + s.g, B).n : partsOf(s, d).ids.length);
+    meta.push(Float64Array.from(m));
+    input.push(pack(L.sendList(r, d).map((s) => partsOf(s, d))));
   }
-  const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length);
-  const metaIn = await g.allToAllV(concat(meta, Float64Array), metaCounts, { uncounted: true, recvCounts: expMeta });
+  const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length + L.relayedInput(p, r).length);
+  const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), { uncounted: true, recvCounts: expMeta });
+  // per source: batch size, weights, and the id count of every segment it named (segments, then relayed)
+  const info: { B: number; hasW: boolean; count: Map<Segment, number>; relayed: Map<Segment, number> }[] = [];
+  {
+    let mo = 0;
+    for (let p = 0; p < W; p++) {
+      const d = metaIn.data;
+      let k = mo + 2;
+      const count = new Map<Segment, number>(), relayed = new Map<Segment, number>();
+      for (const s of L.segments(p, r)) count.set(s, d[k++]!);
+      for (const s of L.relayedInput(p, r)) relayed.set(s, d[k++]!);
+      info.push({ B: d[mo]!, hasW: d[mo + 1] === 1, count, relayed });
+      mo += metaIn.counts[p]!;
+    }
+  }
+  g.release(metaIn.data);
+  const countIn = (p: number, s: Segment) => info[p]!.count.get(s) ?? info[p]!.relayed.get(s)!;
   // the segment counts say what every source sends next, so the payload exchanges skip their count phase
-  const expIds: number[] = [], expLen: number[] = [], expW: number[] = [];
-  {
-    let mo = 0;
-    for (let p = 0; p < W; p++) {
-      const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-      let ni = 0, nl = 0, nw = 0, k = mo + 2;
-      for (const s of L.segments(p, r)) {
-        const n = metaIn.data[k++]!;
-        ni += n;
-        if (s.kind === 'rb') {
-          nl += Bp;
-          if (hasW) nw += n;
-        }
-      }
-      expIds.push(ni), expLen.push(nl), expW.push(nw);
-      mo += metaIn.counts[p]!;
-    }
-  }
   const sent = fuse(input);
-  const inBytes = expIds.map((n, p) => n * 8 + expLen[p]! * 4 + expW[p]! * 4);
-  const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: inBytes, counters });
+  const inputIn = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: Array.from({ length: W }, (_, p) => bytesOf(L.sendList(p, r), info[p]!, (s) => countIn(p, s))), counters });
   // 3. parse what every source sent this rank
-  const recv: Received[] = [];
-  {
-    const reader = new PartReader(inputIn.data);
-    let mo = 0;
-    for (let p = 0; p < W; p++) {
-      const Bp = metaIn.data[mo]!, hasW = metaIn.data[mo + 1] === 1;
-      const idsP = reader.take(BigInt64Array, expIds[p]!), lenP = reader.take(Int32Array, expLen[p]!), wP = reader.take(Float32Array, expW[p]!);
-      let k = mo + 2, io = 0, lo = 0, wo = 0;
-      const entries: Received['entries'] = [];
-      for (const s of L.segments(p, r)) {
-        const n = metaIn.data[k++]!;
-        const ids = idsP.subarray(io, io + n);
-        io += n;
-        let lengths: Int32Array | null = null, weights: Float32Array | null = null;
-        if (s.kind === 'rb') {
-          lengths = lenP.subarray(lo, lo + Bp);
-          lo += Bp;
-          if (hasW) {
-            weights = wP.subarray(wo, wo + n);
-            wo += n;
-          }
-        }
-        entries.push({ seg: s, ids, lengths, weights });
+  const reader = new PartReader(inputIn.data);
+  const direct = Array.from({ length: W }, (_, p) => unpackParts(reader, L.sendList(p, r), info[p]!, (s) => countIn(p, s)));
+  g.release(inputIn.data);
+  // 4. hierarchical: as a relay, hand every remote requester's relayed rb parts to the holders on this node
+  const forwarded: Map<Segment, Part>[] = Array.from({ length: W }, () => new Map());
+  if (L.hier) {
+    const base = L.nodeOf(r) * rpn;
+    const out = Array.from({ length: W }, (_, d) => {
+      if (L.nodeOf(d) !== L.nodeOf(r)) return pack([]);
+      const parts: Part[] = [];
+      for (let p = 0; p < W; p++) {
+        const rel = L.relayedInput(p, r);
+        rel.forEach((s, k) => {
+          if (s.kind === 'rb' && L.tables[s.t]!.groups[s.g]!.holders.includes(d)) parts.push(direct[p]![L.sendList(p, r).length - rel.length + k]!);
+        });
       }
-      mo += metaIn.counts[p]!;
-      recv.push({ B: Bp, hasW, entries });
+      return pack(parts);
+    });
+    // what this rank, as a holder, gets from each relay of its node: the relayed segments of remote requesters
+    const viaFrom = (a: number) => {
+      const list: [number, Segment][] = [];
+      if (L.nodeOf(a) !== L.nodeOf(r)) return list;
+      for (let p = 0; p < W; p++) if (L.nodeOf(p) !== L.nodeOf(r) && p % rpn === a % rpn) for (const s of L.segments(p, r)) if (L.viaRelay(s, p, r)) list.push([p, s]);
+      return list;
+    };
+    const fw = fuse(out);
+    const expect = Array.from({ length: W }, (_, a) => viaFrom(a).reduce((n, [p, s]) => n + partBytes(s, info[p]!, info[p]!.count.get(s)!), 0));
+    const relIn = await g.allToAllV(fw.bytes, fw.counts, { recvCounts: expect, counters });
+    const rd = new PartReader(relIn.data);
+    for (let a = base; a < base + rpn; a++) {
+      const list = viaFrom(a);
+      const parts = unpackParts(rd, list.map(([, s]) => s), null, (s, k) => info[list[k]![0]]!.count.get(s)!, (k) => info[list[k]![0]]!);
+      list.forEach(([p, s], k) => forwarded[p]!.set(s, parts[k]!));
     }
+    g.release(relIn.data);
   }
-  // the parts were copied out: the received buffers can be reused now
-  g.release(metaIn.data, inputIn.data);
+  const recv: Received[] = info.map((x, p) => {
+    const byDirect = new Map<Segment, Part>();
+    L.sendList(p, r).forEach((s, k) => byDirect.set(s, direct[p]![k]!));
+    return { B: x.B, hasW: x.hasW, entries: L.segments(p, r).map((s) => ({ seg: s, ...(L.viaRelay(s, p, r) ? forwarded[p]!.get(s)! : byDirect.get(s)!) })) };
+  });
   return { recv, unions };
+}
+
+interface Part {
+  ids: BigInt64Array;
+  lengths: Int32Array | null;
+  weights: Float32Array | null;
+}
+interface SourceInfo {
+  B: number;
+  hasW: boolean;
+}
+
+/** One message from parts: all ids, then the rb bags' lengths, then the weights. */
+function pack(parts: readonly Part[]): [BigInt64Array, Int32Array, Float32Array] {
+  return [concat(parts.map((x) => x.ids), BigInt64Array), concat(parts.flatMap((x) => (x.lengths ? [x.lengths] : [])), Int32Array), concat(parts.flatMap((x) => (x.weights ? [x.weights] : [])), Float32Array)];
+}
+
+/** Bytes of one segment's part: ids, and for rb the bag lengths and the weights. */
+function partBytes(s: Segment, src: SourceInfo, n: number): number {
+  return n * 8 + (s.kind === 'rb' ? src.B * 4 + (src.hasW ? n * 4 : 0) : 0);
+}
+
+function bytesOf(list: readonly Segment[], src: SourceInfo, count: (s: Segment) => number): number {
+  return list.reduce((n, s) => n + partBytes(s, src, count(s)), 0);
+}
+
+/** Reads one message of `list`'s parts (pack's layout); `srcOf(k)` gives the requester of part k when a message mixes requesters. */
+function unpackParts(reader: PartReader, list: readonly Segment[], src: SourceInfo | null, count: (s: Segment, k: number) => number, srcOf?: (k: number) => SourceInfo): Part[] {
+  const info = (k: number) => src ?? srcOf!(k);
+  let ni = 0, nl = 0, nw = 0;
+  list.forEach((s, k) => {
+    const n = count(s, k);
+    ni += n;
+    if (s.kind === 'rb') {
+      nl += info(k).B;
+      if (info(k).hasW) nw += n;
+    }
+  });
+  const ids = reader.take(BigInt64Array, ni), len = reader.take(Int32Array, nl), w = reader.take(Float32Array, nw);
+  let io = 0, lo = 0, wo = 0;
+  return list.map((s, k) => {
+    const n = count(s, k), x = info(k);
+    const part: Part = { ids: ids.subarray(io, io + n), lengths: null, weights: null };
+    io += n;
+    if (s.kind === 'rb') {
+      part.lengths = len.subarray(lo, lo + x.B);
+      lo += x.B;
+      if (x.hasW) {
+        part.weights = w.subarray(wo, wo + n);
+        wo += n;
+      }
+    }
+    return part;
+  });
 }

@@ -216,9 +216,36 @@ export class LocalLayout {
     return this.hier && this.nodeOf(d) !== this.nodeOf(this.rank);
   }
 
-  /** Whether the outputs and gradients of segment s between requester p and owner d go through a relay (hierarchical rb pooled across nodes). */
+  /** Whether the ids, outputs and gradients of segment s between requester p and owner d go through a relay (hierarchical rb pooled across nodes). */
   viaRelay(s: Segment, p: number, d: number): boolean {
     return this.hier && s.kind === 'rb' && this.tables[s.t]!.pooling !== 'none' && this.nodeOf(p) !== this.nodeOf(d);
+  }
+
+  /**
+   * Hierarchical rb: the segments requester p sends relay a (its rail peer on another node) for a to hand
+   * to the holders on a's node: every pooled rb (feature, row group) with a holder there, in segment order.
+   */
+  relayedInput(p: number, a: number): Segment[] {
+    if (!this.hier || this.nodeOf(p) === this.nodeOf(a) || p % this.rpn !== a % this.rpn) return [];
+    const key = `${p}>>${a}`;
+    const hit = this.segCache.get(key);
+    if (hit) return hit;
+    const n = this.nodeOf(a), out: Segment[] = [];
+    for (const rt of this.tables)
+      if (rt.cluster === 'rb' && rt.pooling !== 'none')
+        for (const f of rt.features) rt.groups.forEach((g, gi) => g.holders.some((d) => this.nodeOf(d) === n) && out.push({ kind: 'rb', t: rt.index, f, g: gi }));
+    this.segCache.set(key, out);
+    return out;
+  }
+
+  /** What rank p's input message to rank x carries, in order: its segments for x that do not go through a relay, then those x relays. */
+  sendList(p: number, x: number): Segment[] {
+    const key = `${p}>+${x}`;
+    const hit = this.segCache.get(key);
+    if (hit) return hit;
+    const out = [...this.segments(p, x).filter((s) => !this.viaRelay(s, p, x)), ...this.relayedInput(p, x)];
+    this.segCache.set(key, out);
+    return out;
   }
 
   /** Hierarchical ub: the row groups rank a relays for its node (ids in, rows out, gradients in), in table and group order. */

@@ -172,7 +172,15 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
         if (cluster === 'rb') {
           for (const ids of perFeature) {
             const n = ids.filter((x) => x >= g.a && x < g.b).length;
-            for (const d of holders) send('forward', r, d, B * 4 + n * 8 + (batch.weights ? n * 4 : 0));
+            const inBytes = B * 4 + n * 8 + (batch.weights ? n * 4 : 0);
+            const crossed = new Set<number>(); // nodes the request reaches through their rank with r's local index
+            for (const d of holders) {
+              if (hier && t.pooling !== 'none' && nodeOf(d) !== nodeOf(r)) {
+                crossed.add(nodeOf(d));
+                send('forward', nodeOf(d) * rpn + (r % rpn), d, inBytes);
+              } else send('forward', r, d, inBytes);
+            }
+            for (const m of crossed) send('forward', r, m * rpn + (r % rpn), inBytes);
             for (const s of g.shards) {
               if (hier && t.pooling !== 'none' && nodeOf(s.rank) !== nodeOf(r)) {
                 const via = nodeOf(s.rank) * rpn + (r % rpn);
