@@ -1,7 +1,9 @@
 // bench/plan.ts — `npm run bench:plan`: for each workload at 8, 64 and 128 GPUs of dgx-h100, embshard's plan
 // and every baseline: predicted embedding-stage time (cost model at the per-rank batch, and the simulator
 // on exact traffic of generated sample batches), bytes moved (exact), max / mean memory; then the project's
-// performance goals (targets). Writes bench/results/plan.json and bench/results/plan.md, and prints the markdown.
+// performance goals (targets); and, for the multi-node cases, the hierarchical rb / ub protocol against the flat
+// one for the same plan (exact inter-node bytes of one generated step, predicted step time both ways).
+// Writes bench/results/plan.json and bench/results/plan.md, and prints the markdown.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -104,7 +106,53 @@ function judge(model: string, gpus: number, name: string, plan: ShardPlan, sampl
   };
 }
 
+/** The same plan under both protocols: exact bytes of one generated step and the cost model's prediction. */
+interface ProtocolRow {
+  model: string;
+  gpus: number;
+  /** embshard's plan, or a baseline's */
+  plan: string;
+  sampleBatch: number;
+  flat: { interA2aMB: number; interMB: number; intraMB: number; expectedInterGB: number; predictedMs: number };
+  hier: { interA2aMB: number; interMB: number; intraMB: number; expectedInterGB: number; predictedMs: number };
+  /** 1 − hierarchical / flat inter-node bytes (all-to-alls and all-gathers) */
+  interReduction: number;
+  expectedInterReduction: number;
+  /** predicted step of the plan the planner makes when forced to the flat protocol (embshard rows) */
+  flatPlannedMs?: number;
+}
+const PROTOCOL_MODELS = ['dlrm-dcnv2', 't180', 't200', 't510'];
+/** ids per generated step (all ranks together) of the protocol comparison: node-level deduplication grows with the batch */
+const PROTOCOL_IDS = Number(process.env.EMBSHARD_BENCH_PROTOCOL_IDS ?? 24_000_000);
+
+function compareProtocols(model: string, gpus: number, name: string, plan: ShardPlan): ProtocolRow {
+  const w = workload(model);
+  const idsPerSample = w.tables.reduce((s, t) => s + (t.poolingFactors ?? [1]).reduce((a, b) => a + b, 0), 0);
+  const sampleB = Math.max(1, Math.min(BATCH, Math.floor(PROTOCOL_IDS / (gpus * idsPerSample))));
+  const batches = generateBatches(w, gpus, { batchSize: sampleB, seed: SEED });
+  const side = (p: ShardPlan) => {
+    const b = bytesOf(measureTraffic(p, batches).load, gpus);
+    const est = estimatePlan(p);
+    const e = bytesOf(est.load, gpus);
+    return { interA2aMB: b.a2aInter / 1e6, interMB: (b.a2aInter + b.allGatherInter) / 1e6, intraMB: (b.a2aIntra + b.allGatherIntra) / 1e6, expectedInterGB: (e.a2aInter + e.allGatherInter) / 1e9, predictedMs: est.time * 1e3 };
+  };
+  const hier = side(plan.withProtocol(true)), flat = side(plan.withProtocol(false));
+  const flatPlanned = name === 'embshard' ? planShardsReport(w.tables, plan.topology, { batchSize: BATCH, ...SEARCH, hierarchical: false, meta: { model } }) : undefined;
+  return {
+    model,
+    gpus,
+    plan: name,
+    sampleBatch: sampleB,
+    flat,
+    hier,
+    interReduction: 1 - hier.interMB / flat.interMB,
+    expectedInterReduction: 1 - hier.expectedInterGB / flat.expectedInterGB,
+    ...(flatPlanned ? { flatPlannedMs: flatPlanned.time * 1e3 } : {}),
+  };
+}
+
 const rows: Row[] = [];
+const protocolRows: ProtocolRow[] = [];
 /** embshard's plan for the planned batch of the sequence workload, per GPU count */
 const seqPlans = new Map<number, ShardPlan>();
 const t0 = Date.now();
@@ -124,6 +172,12 @@ for (const model of MODELS) {
     }
     rows.push({ ...judge(model, gpus, 'embshard', report.plan, sampleB, report.elapsedMs), planIterations: report.iterations });
     if (model === SEQ) seqPlans.set(gpus, report.plan);
+    if (PROTOCOL_MODELS.includes(model) && report.plan.hierarchical) {
+      protocolRows.push(compareProtocols(model, gpus, 'embshard', report.plan));
+      // HugeCTR's hierarchical placement: each table on one node, row-sharded over its GPUs
+      if (report.baselines.find((x) => x.name === 'table-row-wise')?.time !== null)
+        protocolRows.push(compareProtocols(model, gpus, 'table-row-wise', baselinePlan('table-row-wise', w.tables, topo, { batchSize: BATCH })));
+    }
     // the exact traffic is measured at a small sample batch; also judge a plan made for that batch
     const small = planShardsReport(w.tables, topo, { batchSize: sampleB, ...SEARCH, meta: { model } });
     rows.push(judge(model, gpus, 'embshard@sample', small.plan, sampleB, small.elapsedMs));
@@ -231,6 +285,7 @@ const targets = {
   seqSkewedVsRowWiseAtPlannedBatch: seqPlanned,
   seqSkewedVsRowWise: seq,
   planning500TablesAt128Ms: t510?.planMs ?? null,
+  hierarchicalInterReduction: protocolRows.map((x) => ({ model: x.model, gpus: x.gpus, plan: x.plan, exact: x.interReduction, expected: x.expectedInterReduction })),
 };
 
 const f = (x: number | undefined, d = 2) => (x === undefined || !Number.isFinite(x) ? '-' : x.toFixed(d));
@@ -272,9 +327,21 @@ for (const s of seq)
     `  - ${s.gpus} GPUs: exact at the sample batch: ${f(100 * s.a2aReduction, 1)}% less a2a bytes, ${f(100 * s.a2aInterReduction, 1)}% less inter-node a2a, ${f(100 * s.totalReduction, 1)}% less counting all-gathers, ${f(100 * s.interReduction, 1)}% less inter-node incl. all-gathers; expected at ${BATCH}/rank: ${f(100 * s.expectedA2aReduction, 1)}% less a2a, ${f(100 * s.expectedTotalReduction, 1)}% less incl. all-gathers, ${f(100 * s.expectedInterReduction, 1)}% less inter-node; memory ${s.memOk ? 'within limits' : 'OVER'}; plan made for the sample batch, exact: ${f(100 * s.sampleTunedA2aReduction, 1)}% less a2a, ${f(100 * s.sampleTunedTotalReduction, 1)}% less incl. all-gathers, memory ${s.sampleTunedMemOk ? 'within limits' : 'OVER'}`,
   );
 md.push(`- planning T510 (510 tables) for 128 ranks (target < 10 s): ${targets.planning500TablesAt128Ms === null ? '-' : f(targets.planning500TablesAt128Ms / 1e3, 2) + ' s'} to convergence (${t510?.planIterations ?? '-'} greedy steps; no time budget in this bench, so the wall time depends on the machine's load).`);
+md.push('');
+md.push('## Hierarchical vs flat protocol (same plan)');
+md.push('');
+md.push(`embshard's plan (made for ${BATCH}/rank; the hierarchical protocol is the default on several nodes) and the table-row-wise baseline (each table on one node, row-sharded over its GPUs) under both protocols. Exact = one generated step of ≈${PROTOCOL_IDS / 1e6}M ids over all ranks (B/rank column; seed ${SEED}; inter-node = bytes that cross nodes: all-to-alls plus the all-gathers, which the protocol does not change); expected = the cost model at ${BATCH}/rank; predicted = the cost model's step time (under the hierarchical protocol a phase's node-level and cross-node steps add). Flat-planned = the planner's own plan when told \`hierarchical: false\`.`);
+md.push('');
+md.push('| model | GPUs | plan | B/rank | inter-node MB flat | inter-node MB hier | less | intra-node MB flat / hier | expected inter GB flat / hier (less) | predicted ms flat / hier | flat-planned ms |');
+md.push('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+for (const x of protocolRows)
+  md.push(
+    `| ${x.model} | ${x.gpus} | ${x.plan} | ${x.sampleBatch} | ${f(x.flat.interMB, 1)} | ${f(x.hier.interMB, 1)} | **${f(100 * x.interReduction, 1)}%** | ${f(x.flat.intraMB, 1)} / ${f(x.hier.intraMB, 1)} | ${f(x.flat.expectedInterGB, 3)} / ${f(x.hier.expectedInterGB, 3)} (${f(100 * x.expectedInterReduction, 1)}%) | ${f(x.flat.predictedMs, 3)} / ${f(x.hier.predictedMs, 3)} | ${f(x.flatPlannedMs, 3)} |`,
+  );
+md.push('');
 md.push(`- bench wall time ${((Date.now() - t0) / 1e3).toFixed(0)} s.`);
 const text = md.join('\n') + '\n';
 mkdirSync(outDir, { recursive: true });
-writeFileSync(join(outDir, 'plan.json'), JSON.stringify({ date: new Date().toISOString(), batchPerRank: BATCH, sampleIds: SAMPLE_IDS, seed: SEED, search: { maxIterations: SEARCH.maxIterations, timeBudgetMs: null }, rows, targets }, null, 1) + '\n');
+writeFileSync(join(outDir, 'plan.json'), JSON.stringify({ date: new Date().toISOString(), batchPerRank: BATCH, sampleIds: SAMPLE_IDS, seed: SEED, search: { maxIterations: SEARCH.maxIterations, timeBudgetMs: null }, rows, protocols: protocolRows, targets }, null, 1) + '\n');
 writeFileSync(join(outDir, 'plan.md'), text);
 console.log(text);

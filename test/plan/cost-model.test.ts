@@ -5,7 +5,8 @@ import { estimatePlan } from '../../lib/plan/cost-model.js';
 import { planShards } from '../../lib/plan/planner.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { measureTraffic } from '../../lib/plan/traffic.js';
-import { COMM_PHASES, metric, SENT_INTER, SENT_INTRA } from '../../lib/plan/load.js';
+import { COMM_PHASES, FWD_OUT, Load, metric, RECV_INTER, SENT_INTER, SENT_INTRA } from '../../lib/plan/load.js';
+import { simulate } from '../../lib/plan/simulator.js';
 import { generateBatches } from '../../lib/workloads/generator.js';
 import type { Workload } from '../../lib/workloads/presets.js';
 import { smallTopology } from './helpers.js';
@@ -77,6 +78,15 @@ describe('cost model: hand-computed cases', () => {
     expect(e.load.get(21, 0)).toBeCloseTo(50 * (1 - Math.pow(0.99, 80)) * 64, 9);
     // an 8-wide shard gathers at TorchRec's quarter-block penalty (1.75)
     expect(e.stages.fwdLookup).toBeCloseTo((1280 * 1.75) / 1e12, 18);
+  });
+
+  it('simulator: a stage\'s intra- and inter-node transfers overlap under the flat protocol and add under the hierarchical one', () => {
+    const topo = smallTopology(4, 2); // intra 1e11 B/s, inter 1e10 B/s
+    const load = new Load(topo);
+    load.add(metric(FWD_OUT, SENT_INTRA), 0, 3e8); // 3 ms on NVLink
+    load.add(metric(FWD_OUT, RECV_INTER), 0, 2e7); // 2 ms on the network
+    expect(simulate(load, topo).stages.fwdOut).toBeCloseTo(3e-3, 12);
+    expect(simulate(load, topo, true).stages.fwdOut).toBeCloseTo(5e-3, 12);
   });
 
   it('dp table: sparse gradient all-gather of the unique rows', () => {
