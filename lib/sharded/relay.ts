@@ -21,11 +21,21 @@ export interface RelayUnion {
   count: number[];
 }
 
+/** The index of row group (t, g) among the row groups this rank relays. */
+export function unionIndex(unions: readonly RelayUnion[], t: number, g: number): number {
+  const k = unions.findIndex((x) => x.rs.t === t && x.rs.g === g);
+  if (k < 0) throw new Error(`internal: this rank relays no row group ${g} of table ${t}`);
+  return k;
+}
+
 /** The relay union of row group (t, g), which this rank relays. */
 export function unionOf(unions: readonly RelayUnion[], t: number, g: number): RelayUnion {
-  const u = unions.find((x) => x.rs.t === t && x.rs.g === g);
-  if (!u) throw new Error(`internal: this rank relays no row group ${g} of table ${t}`);
-  return u;
+  return unions[unionIndex(unions, t, g)]!;
+}
+
+/** Where requester q's ids of a relayed row group sit among the node's distinct ids. */
+export function inverseOf(u: RelayUnion, q: number): Int32Array {
+  return u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!);
 }
 
 /** The gather step: this rank's distinct ub ids to the node-mates that relay them; returns the row groups this rank relays. */

@@ -7,6 +7,8 @@
 //   backward: gradients to the owners (rb: pooled, ub: per unique row), all-gathers of dp / replicated
 //             row gradients, node-tier sync between nodes; then ONE fused optimizer update per row per
 //             rank, with every rank's contributions summed in rank order first.
+// Under the plan's hierarchical protocol, rb / ub traffic between nodes goes through rail-aligned relays
+// that reduce rb partial sums and deduplicate ub ids per node (relay slots of schedule.ts, relay.ts).
 // Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward). The stages live beside it:
 // routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
 // schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
@@ -27,7 +29,7 @@ import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
 import { LocalLayout } from './local-layout.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
-import { unionOf, type RelayUnion } from './relay.js';
+import { inverseOf, unionIndex, unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { concat } from './arrays.js';
 import { syncNodeTiers, syncReplicated } from './replica-sync.js';
@@ -423,7 +425,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           if (s.kind === 'rb') K.unpack(back.data, sl.at, fw, sl.rows, cols, red, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
         } else if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
         else if (s.kind === 'ub') {
-          const dst = L.relaysTo(d) ? unionRows[unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g)]! : ubRows[s.t]![s.g]!;
+          const dst = L.relaysTo(d) ? unionRows[unionIndex(unions, s.t, s.g)]! : ubRows[s.t]![s.g]!;
           K.unpack(back.data, sl.at, fw, sl.rows, cols, dst, dim, null, 0, sl.c0, false);
         }
         else if (rt.pooling !== 'none') K.unpack(back.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
@@ -443,8 +445,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
             const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
             K.pack(reduced.get(q) ?? new Float32Array(sl.rows * P), P, null, 0, sl.rows, col + sl.c0, col + sl.c1, fw, relayBuf, sl.at);
           } else if (s.kind === 'ub') {
-            const k = unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g), u = unions[k]!;
-            K.pack(unionRows[k]!, rt.table.dim, u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!), 0, sl.rows, sl.c0, sl.c1, fw, relayBuf, sl.at);
+            const k = unionIndex(unions, s.t, s.g), u = unions[k]!;
+            K.pack(unionRows[k]!, rt.table.dim, inverseOf(u, q), 0, sl.rows, sl.c0, sl.c1, fw, relayBuf, sl.at);
           }
         }
       const passed = await g.allToAllV(relayBuf, rsend.sizes, { recvCounts: rrecv.sizes, counters });
@@ -533,8 +535,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
             if (!gq) relayed.set(q, (gq = new Float32Array(ctx.recv[q]!.B * P)));
             K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, gq, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, false);
           } else if (s.kind === 'ub') {
-            const k = ctx.unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g), u = ctx.unions[k]!;
-            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, unionGrad[k]!, rt.table.dim, u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!), 0, sl.c0, true);
+            const k = unionIndex(ctx.unions, s.t, s.g), u = ctx.unions[k]!;
+            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, unionGrad[k]!, rt.table.dim, inverseOf(u, q), 0, sl.c0, true);
           }
         }
       g.release(atRelay.data);
@@ -552,7 +554,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           }
         } else if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
         else if (s.kind === 'ub') {
-          const src = L.relaysTo(d) ? unionGrad[ctx.unions.findIndex((u) => u.rs.t === s.t && u.rs.g === s.g)]! : ubGrad[s.t]![s.g]!;
+          const src = L.relaysTo(d) ? unionGrad[unionIndex(ctx.unions, s.t, s.g)]! : ubGrad[s.t]![s.g]!;
           K.pack(src, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
         } else if (rt.pooling !== 'none') {
           const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
