@@ -139,7 +139,7 @@ export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string 
     counts[l.cluster]++;
     if (l.tiers.replicated + l.tiers.node > 0) tiered++;
   });
-  out.push(`Clusters: dp ${counts.dp}, rb ${counts.rb}, ub ${counts.ub}; hot-row tiers on ${tiered} table(s); wire ${plan.wire.forward}/${plan.wire.backward}`);
+  out.push(`Clusters: dp ${counts.dp}, rb ${counts.rb}, ub ${counts.ub}; hot-row tiers on ${tiered} table(s); wire ${plan.wire.forward}/${plan.wire.backward}; ${plan.hierarchical ? 'hierarchical' : 'flat'} rb / ub protocol`);
   out.push('');
   const shown = Math.min(W, opts.maxRanks ?? W);
   const rows = st.ranks.slice(0, shown).map((r) => [
