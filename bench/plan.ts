@@ -21,6 +21,8 @@ import { workload } from '../lib/workloads/presets.js';
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
 const outDir = join(root, 'bench', 'results');
+/** base name of the result files (a run restricted to some models or GPU counts can write beside the full one) */
+const OUT_NAME = process.env.EMBSHARD_BENCH_NAME ?? 'plan';
 
 const MODELS = (process.env.EMBSHARD_BENCH_MODELS ?? 'dlrm-dcnv2,t180,t200,t510,seq-skewed,criteo-kaggle').split(',');
 const GPUS = (process.env.EMBSHARD_BENCH_GPUS ?? '8,64,128').split(',').map(Number);
@@ -342,6 +344,6 @@ md.push('');
 md.push(`- bench wall time ${((Date.now() - t0) / 1e3).toFixed(0)} s.`);
 const text = md.join('\n') + '\n';
 mkdirSync(outDir, { recursive: true });
-writeFileSync(join(outDir, 'plan.json'), JSON.stringify({ date: new Date().toISOString(), batchPerRank: BATCH, sampleIds: SAMPLE_IDS, seed: SEED, search: { maxIterations: SEARCH.maxIterations, timeBudgetMs: null }, rows, protocols: protocolRows, targets }, null, 1) + '\n');
-writeFileSync(join(outDir, 'plan.md'), text);
+writeFileSync(join(outDir, `${OUT_NAME}.json`), JSON.stringify({ date: new Date().toISOString(), batchPerRank: BATCH, sampleIds: SAMPLE_IDS, seed: SEED, search: { maxIterations: SEARCH.maxIterations, timeBudgetMs: null }, rows, protocols: protocolRows, targets }, null, 1) + '\n');
+writeFileSync(join(outDir, `${OUT_NAME}.md`), text);
 console.log(text);
