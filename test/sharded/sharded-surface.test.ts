@@ -17,8 +17,8 @@ import * as S from './scenario.mjs';
 const lib = { JaggedBatch, ShardPlan };
 const W = 4, RPN = 2;
 
-function setup(optimizer: ShardedConfig['optimizer']) {
-  const plan: ShardPlan = S.makePlan(lib, W, RPN, {});
+function setup(optimizer: ShardedConfig['optimizer'], hierarchical = false) {
+  const plan: ShardPlan = S.makePlan(lib, W, RPN, { hierarchical });
   const cfg: ShardedConfig = { optimizer, seed: 5 };
   const groups = createInProcessGroups(W, { ranksPerNode: RPN, timeoutMs: 30_000 });
   const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
@@ -133,9 +133,9 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     }
   });
 
-  it('prepare(next) during the current step (routing + id exchange overlapped) is bitwise equal to not preparing, and bytes = measureTraffic', async () => {
-    const run = async (prepare: boolean) => {
-      const { plan, ranks, close } = setup({ type: 'adagrad', lr: 0.05 });
+  it('prepare(next) during the current step (routing + id exchange overlapped) is bitwise equal to not preparing, and bytes = measureTraffic (flat and hierarchical protocol)', async () => {
+    const run = async (prepare: boolean, hierarchical: boolean) => {
+      const { plan, ranks, close } = setup({ type: 'adagrad', lr: 0.05 }, hierarchical);
       try {
         const pooled: Float32Array[] = [];
         const traffic: string[] = [];
@@ -158,10 +158,12 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
         close();
       }
     };
-    const a = await run(true), b = await run(false);
-    expect(a.traffic).toEqual(b.traffic);
-    a.pooled.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.pooled[i]!.buffer))).toBe(0));
-    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+    for (const hierarchical of [false, true]) {
+      const a = await run(true, hierarchical), b = await run(false, hierarchical);
+      expect(a.traffic).toEqual(b.traffic);
+      a.pooled.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.pooled[i]!.buffer))).toBe(0));
+      a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+    }
     // a forward of another batch than the prepared one is refused before anything is sent
     const { plan, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
     try {
