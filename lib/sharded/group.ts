@@ -9,8 +9,10 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { probedCudaAddon } from '../backends.js';
 import { loadAddon } from '../native.js';
 import type { CommArray, GroupAddon, NativeGroup } from './binding.js';
+import { CommClock, type CommTime } from './comm-clock.js';
 
 export type { CommArray } from './binding.js';
+export type { CommTime } from './comm-clock.js';
 
 export interface TrafficCounters {
   sentIntra: number;
@@ -123,6 +125,11 @@ export class ProcessGroup {
   /** Payload bytes moved by this rank since creation (count exchanges excluded). */
   readonly traffic: TrafficCounters = zeroTraffic();
   private readonly perKind: GroupStats = zeroStats();
+  /**
+   * Time this rank's collectives were in flight, and the part its caller was blocked on them (exposed);
+   * read it with commTime(). Collectives started inside CommClock.hidden() count as overlapped.
+   */
+  readonly clock = new CommClock();
   private closed = false;
 
   /** @internal use the create* functions; `addon` is the addon that made `native` (its buffers go back there). */
@@ -180,6 +187,11 @@ export class ProcessGroup {
     return out;
   }
 
+  /** Milliseconds of collectives since the group was created: in flight (total) and blocking the caller (exposed). */
+  commTime(): CommTime {
+    return this.clock.read();
+  }
+
   /**
    * All-to-all-v: sends sendCounts[p] elements of `send` (consecutive, in rank order) to every rank p and
    * returns what every rank sent here, concatenated in rank order, as the same typed array type, with the
@@ -202,7 +214,7 @@ export class ProcessGroup {
     }
     if (total !== send.length)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
-    const r = await g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV'));
+    const r = await this.clock.track(g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV')));
     this.perKind.allToAllV.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -220,7 +232,7 @@ export class ProcessGroup {
     const g = this.live();
     if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
     const bpe = send.BYTES_PER_ELEMENT;
-    const r = await g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'));
+    const r = await this.clock.track(g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather')));
     this.perKind.allGather.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -250,7 +262,7 @@ export class ProcessGroup {
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     const deterministic = opts?.deterministic ?? false;
     if (typeof deterministic !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'allReduce: deterministic must be a boolean');
-    await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic);
+    await this.clock.track(g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic));
     this.perKind.allReduce.calls++;
     const bpe = data.BYTES_PER_ELEMENT;
     const n = data.length;
@@ -272,7 +284,7 @@ export class ProcessGroup {
     if (!isCommArray(data)) throw new EmbshardError('INVALID_ARGUMENT', 'broadcast: data must be a typed array');
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
-    await g.broadcast(data, root, this.timeout(opts));
+    await this.clock.track(g.broadcast(data, root, this.timeout(opts)));
     this.perKind.broadcast.calls++;
     if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count('broadcast', p, data.byteLength, 'sent', opts);
     if (this.rank !== root) this.count('broadcast', root, data.byteLength, 'recv', opts);
@@ -280,7 +292,7 @@ export class ProcessGroup {
   }
 
   async barrier(opts?: CollectiveOptions): Promise<void> {
-    await this.live().barrier(this.timeout(opts));
+    await this.clock.track(this.live().barrier(this.timeout(opts)));
   }
 
   /**
