@@ -167,6 +167,8 @@ export class DenseModel {
   private readonly gpu: NativeCudaDenseModel | undefined;
   /** GPU only: host copies, refreshed by each read of params/grads/state. */
   private readonly mirror: Partial<Record<DenseBuffer, Float32Array>> = {};
+  /** The dense input of a forwardBottom whose output is kept (dropped by any other call or a parameter write). */
+  private bottomFor: Float32Array | undefined;
 
   constructor(model: PresetName | DenseModelSpec, options: DenseModelOptions = {}) {
     rejectUnknownFields(options, OPTIONS_FIELDS, 'options');
@@ -247,22 +249,44 @@ export class DenseModel {
 
   /** Logits [B] of a batch: dense [B × denseIn], pooled [B × sparseWidth]. */
   forward(dense: Float32Array, pooled: Float32Array | null, batchSize: number): Promise<Float32Array> {
+    this.bottomFor = undefined;
     return this.native.forward(dense, pooled, batchSize);
   }
 
-  /** Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. */
+  /**
+   * The bottom MLP alone over dense [B × denseIn]: it needs no embeddings, so it can run while they are
+   * looked up and exchanged. Its output is kept for the next forwardBackward(…, { bottomReady: true }) on
+   * the same `dense` array (any other call, update or parameter write in between drops it).
+   */
+  forwardBottom(dense: Float32Array, batchSize: number): Promise<{ forwardMs: number }> {
+    this.bottomFor = undefined;
+    return this.native.forwardBottom(dense, batchSize).then((r) => {
+      this.bottomFor = dense;
+      return r;
+    });
+  }
+
+  /**
+   * Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. `bottomReady`:
+   * use forwardBottom's output (the same numbers; INVALID_ARGUMENT unless it ran on this `dense` and size).
+   */
   forwardBackward(
     dense: Float32Array,
     pooled: Float32Array | null,
     labels: Float32Array,
     batchSize: number,
-    options: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number } = {},
+    options: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean } = {},
   ): Promise<{ loss: number; forwardMs: number; backwardMs: number }> {
+    const kept = this.bottomFor;
+    this.bottomFor = undefined;
+    if (options.bottomReady && kept !== dense)
+      return Promise.reject(new EmbshardError('INVALID_ARGUMENT', 'bottomReady: forwardBottom has not run on this dense array since the last call'));
     return this.native.forwardBackward(dense, pooled, labels, batchSize, options);
   }
 
   /** One optimizer update with the current gradients (lr defaults to the configured one). */
   update(lr?: number): Promise<void> {
+    this.bottomFor = undefined;
     return this.native.update(lr);
   }
 
@@ -276,6 +300,7 @@ export class DenseModel {
 
   private write(which: DenseBuffer, src: Float32Array): void {
     if (!(src instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', `${which} must be a Float32Array`);
+    if (which === 'params') this.bottomFor = undefined;
     if (this.gpu) {
       this.gpu.write(which, src); // LENGTH_MISMATCH naming the buffer before any copy
       return;

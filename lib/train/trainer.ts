@@ -10,7 +10,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
-import type { EmbeddingModule } from './embeddings.js';
+import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
 import type { Precision } from './binding.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
@@ -44,7 +44,10 @@ export interface GradientGroup {
 
 /** Milliseconds spent in each part of one step. */
 export interface StepTimes {
-  /** The embedding forward, without the time it was blocked on its exchanges (in `communication`). */
+  /**
+   * The embedding forward, without the time it was blocked on its exchanges (in `communication`); with
+   * `overlap` the bottom MLP runs during it.
+   */
   embeddingForward: number;
   denseForward: number;
   denseBackward: number;
@@ -116,11 +119,12 @@ export interface TrainerOptions {
   /** What the model takes as input, saved with checkpoints (default: derived from the tables, modulo hashing). */
   inputs?: ModelInputs;
   /**
-   * Start the dense-gradient all-reduce before the embedding backward and wait for it only before the
-   * dense update, so it runs while the embedding backward computes; and with step(batch, next) (fit() passes
-   * `next` by itself), start the next batch's routing and id exchange during this step's dense compute
-   * (default true). The result is bitwise the same either way: the collectives are issued in the same order
-   * on every rank and nothing they touch is read in between.
+   * Overlap communication with compute (default true): the bottom MLP runs while the embeddings are looked
+   * up and exchanged; the dense-gradient all-reduce starts before the embedding backward and is waited for
+   * only before the dense update; and with step(batch, next) (fit() passes `next` by itself) the next
+   * batch's routing and id exchange run during this step's dense compute. The result is bitwise the same
+   * either way: the collectives are issued in the same order on every rank, nothing they touch is read in
+   * between, and the bottom MLP computes the same numbers whenever it runs.
    */
   overlap?: boolean;
 }
@@ -184,7 +188,7 @@ export class Trainer {
   lastTimes: StepTimes | undefined;
   /** The model's inputs (feature names, dense width, table rows, hashing); undefined for sharded tables unless given. */
   readonly inputs: ModelInputs | undefined;
-  /** Whether the dense-gradient all-reduce overlaps the embedding backward (TrainerOptions.overlap). */
+  /** Whether communication overlaps compute (TrainerOptions.overlap). */
   readonly overlap: boolean;
 
   private steps = 0;
@@ -442,14 +446,17 @@ export class Trainer {
 
     const clock = this.clock;
     const c0 = clock.read();
-    const out = await this.embeddings.forward(b.sparse);
+    // with overlap the bottom MLP (it needs no embeddings) runs while the embeddings are looked up and exchanged
+    const fwd = await Promise.allSettled([this.embeddings.forward(b.sparse), this.overlap ? this.dense.forwardBottom(b.dense, B) : undefined]);
+    for (const x of fwd) if (x.status === 'rejected') throw x.reason;
+    const out = (fwd[0] as PromiseFulfilledResult<EmbeddingOutput>).value;
     // the next batch's id exchange runs during the dense compute; it is waited for before the dense
     // all-reduce is issued, so every rank issues its collectives in one order whatever the timing
     const emb = this.embeddings;
     const prepared = next && this.overlap && emb.prepare ? CommClock.hidden(() => emb.prepare!(next.sparse)) : undefined;
     const t1 = performance.now();
     const c1 = clock.read();
-    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
+    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
     // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward

@@ -54,6 +54,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
                                     InstanceAccessor<&CudaDenseModelWrap::GetStep, &CudaDenseModelWrap::SetStep>("step"),
                                     InstanceMethod<&CudaDenseModelWrap::Read>("read"),
                                     InstanceMethod<&CudaDenseModelWrap::Write>("write"),
+                                    InstanceMethod<&CudaDenseModelWrap::ForwardBottom>("forwardBottom"),
                                     InstanceMethod<&CudaDenseModelWrap::Forward>("forward"),
                                     InstanceMethod<&CudaDenseModelWrap::ForwardBackward>("forwardBackward"),
                                     InstanceMethod<&CudaDenseModelWrap::Update>("update")});
@@ -114,6 +115,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
     return env.Undefined();
   }
 
+  Napi::Value ForwardBottom(const Napi::CallbackInfo& info) { return dw::start_forward_bottom(this, info); }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return dw::start_forward(this, info); }
   Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
   // update(lr?) — applies the optimizer to the gradients on the device and advances `step`.
