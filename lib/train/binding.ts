@@ -3,6 +3,7 @@
 import type { Addon } from '../binding.js';
 import { resolveBackend } from '../backends.js';
 import type { DenseModelSpec } from './dense.js';
+import type { DeviceBuffer } from '../sharded/binding.js';
 
 export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
 export type InteractionType = 'dot' | 'cross' | 'concat';
@@ -76,6 +77,8 @@ export interface NativeCudaDenseModel extends NativeDenseModelCalls {
   /** The CUDA device index. */
   readonly device: number;
   read(which: 'params' | 'grads' | 'state', dst: Float32Array): void;
+  /** The gradients in device memory, for an in-place device all-reduce (no host copy). */
+  deviceGrads(): DeviceBuffer;
   write(which: 'params' | 'grads' | 'state', src: Float32Array): void;
 }
 

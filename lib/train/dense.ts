@@ -6,6 +6,7 @@ import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveBackend } from '../backends.js';
 import { denseAddon, type Precision, type DenseCudaAddon, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
+import type { DeviceBuffer } from '../sharded/binding.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -235,6 +236,14 @@ export class DenseModel {
   set step(t: number) {
     this.native.step = t;
   }
+  /**
+   * GPU only: the gradients in device memory, for ProcessGroup.allReduceDevice (an NCCL all-reduce with no
+   * host copy); undefined on the CPU.
+   */
+  deviceGrads(): DeviceBuffer | undefined {
+    return this.gpu?.deviceGrads();
+  }
+
   /** Width of the pooled-embedding input: numSparse × embDim. */
   get sparseWidth(): number {
     return this.native.sparseWidth;

@@ -14,7 +14,7 @@ import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
 import type { Precision } from './binding.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
-import type { ProcessGroup } from '../sharded/group.js';
+import { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
@@ -195,6 +195,8 @@ export class Trainer {
   private readonly calls = new CallQueue();
   /** Collective time of the step: the group's clock (it sees every collective of the rank), else the trainer's own. */
   private readonly clock: CommClock;
+  /** The group, when it all-reduces the dense gradients in device memory (NCCL, the dense model on its GPU). */
+  private readonly deviceGroup: ProcessGroup | undefined;
   private sparseGrad = new Float32Array(0);
 
   constructor(o: TrainerOptions) {
@@ -243,6 +245,8 @@ export class Trainer {
       throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
     this.group = o.group;
     this.clock = clockOf(o.group) ?? clockOf((emb as { group?: unknown }).group) ?? new CommClock();
+    this.deviceGroup =
+      o.group instanceof ProcessGroup && o.group.kind === 'nccl' && this.dense.device === `cuda:${o.group.cudaDevice}` ? o.group : undefined;
     this.onMetrics = o.onMetrics;
     if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
     this.overlap = o.overlap ?? true;
@@ -461,11 +465,14 @@ export class Trainer {
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
     // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
     let reduced: Promise<unknown> | undefined;
-    const g = this.group && world > 1 ? this.dense.grads : undefined; // CPU: the live buffer; GPU: a host copy, written back after the sum
+    // a GPU dense model on an NCCL group's device: reduced in place in device memory; otherwise on the host
+    // (CPU: the live buffer; GPU: a host copy, written back after the sum)
+    const onDevice = world > 1 && this.deviceGroup ? this.dense.deviceGrads() : undefined;
+    const g = this.group && world > 1 && !onDevice ? this.dense.grads : undefined;
     if (prepared) await clock.wait(prepared);
-    if (g) {
+    if (g || onDevice) {
       const group = this.group!;
-      const start = () => clock.track(group.allReduce(g, 'sum'));
+      const start = () => clock.track(onDevice ? this.deviceGroup!.allReduceDevice(onDevice, 'sum') : group.allReduce(g!, 'sum'));
       reduced = this.overlap ? CommClock.hidden(start) : start();
       if (!this.overlap) await reduced;
     }
@@ -482,7 +489,7 @@ export class Trainer {
     const c4 = clock.read();
     if (reduced) {
       await clock.wait(reduced);
-      this.dense.setGrads(g!);
+      if (g) this.dense.setGrads(g);
     }
     await this.dense.update(denseLr);
     const t5 = performance.now();

@@ -131,6 +131,11 @@ void CudaDenseModel::read(Buffer b, float* dst) {
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
+float* CudaDenseModel::device_data(Buffer b) {
+  Impl& m = *impl_;
+  return b == Buffer::Params ? m.params.get() : b == Buffer::Grads ? m.grads.get() : m.state.get();
+}
+
 void CudaDenseModel::write(Buffer b, const float* src) {
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;

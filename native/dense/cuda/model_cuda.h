@@ -29,6 +29,9 @@ class CudaDenseModel {
   int device() const { return device_; }
   int64_t size(Buffer b) const;
 
+  // The device memory of a flat buffer (size(b) floats), for collectives that work on it in place (the
+  // NCCL all-reduce of the gradients); valid as long as the model.
+  float* device_data(Buffer b);
   // Synchronous copies of a whole flat buffer (size(b) floats) device → host and host → device.
   void read(Buffer b, float* dst);
   void write(Buffer b, const float* src);
