@@ -99,6 +99,31 @@ describe('learning-rate schedule', () => {
     expect(() => resolveSchedule({ warmupSteps: -1 })).toThrow(EmbshardError);
   });
 
+  it('fit: the same losses as step() by hand; stops at `steps` and closes the source', async () => {
+    const data = source(32);
+    const byHand = makeTrainer('adam', 0.01);
+    const want: number[] = [];
+    for (let k = 0; k < 3; k++) want.push(await byHand.step(data.batch(k)));
+    const t = makeTrainer('adam', 0.01);
+    const got: number[] = [];
+    let closed = false;
+    const batches = (function* () {
+      try {
+        for (let k = 0; ; k++) yield data.batch(k);
+      } finally {
+        closed = true;
+      }
+    })();
+    const r = await t.fit(batches, { steps: 3, onStep: (s) => void got.push(s.loss) });
+    expect(got).toEqual(want);
+    expect(r).toMatchObject({ steps: 3, samples: 96 });
+    expect(closed).toBe(true);
+    expect(t.stepCount).toBe(3);
+    // a source that ends first: every batch trained once
+    const short = await makeTrainer('sgd', 0.1).fit([data.batch(0), data.batch(1)]);
+    expect(short).toMatchObject({ steps: 2, samples: 64 });
+  });
+
   it('drives both optimizers, reported through the metrics callback', async () => {
     const seen: StepMetrics[] = [];
     const t = makeTrainer('sgd', 0.1, { warmupSteps: 2 });
