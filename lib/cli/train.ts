@@ -14,7 +14,7 @@ import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor } from '../train/embeddings.js';
 import { rankSplit } from '../train/rank-split.js';
-import { Trainer, type EvalResult, type StepTimes } from '../train/trainer.js';
+import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
 import { createInProcessGroups, createMpiGroup, localDevice, type ProcessGroup } from '../sharded/group.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
@@ -273,8 +273,8 @@ async function train(a: Args): Promise<number> {
     const evalSet = a.evalBatches > 0 ? data.eval : undefined;
     const best = Array.isArray(evalSet) && evalSet.length ? plantedAUC(evalSet).realized : undefined;
     const recorder = a.report && (group?.rank ?? 0) === 0 ? new RunRecorder(`embshard train: ${a.model}`) : undefined;
-    let stepWait = 0;
-    if (recorder) trainer.onMetrics = (m) => recorder.step(m, (performance.now() - t0) / 1000, stepWait);
+    let lastMetrics: StepMetrics | undefined;
+    if (recorder) trainer.onMetrics = (m) => (lastMetrics = m);
     let evaluatedAt = -1;
     const evaluate = async () => {
       const r = await trainer.evaluate(evalSet!, { maxBatches: a.evalBatches });
@@ -311,26 +311,27 @@ async function train(a: Args): Promise<number> {
       }
     };
     const epochs = a.epochs ?? Infinity;
-    outer: for (let epoch = 0; epoch < epochs; epoch++) {
-      let td = performance.now();
-      let any = false;
-      for await (const b of data.train) {
-        any = true;
-        stepWait = performance.now() - td;
-        dataMs += stepWait;
-        const loss = await trainer.step(b);
-        const tt = trainer.lastTimes!;
-        for (const k of Object.keys(sum) as (keyof StepTimes)[]) sum[k] += tt[k];
-        samples += b.size;
-        steps++;
-        recent.push(loss);
-        if (recent.length > 50) recent.shift();
-        if (evalSet && steps % evalEvery === 0) lastEval = await evaluate();
-        progress();
-        if (totalSteps !== undefined && steps >= totalSteps) break outer;
-        td = performance.now();
-      }
-      if (!any) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches`);
+    // Trainer.fit looks one batch ahead (the next batch's id exchange overlaps the step) except after steps
+    // that evaluate
+    const evaluatesAfter = (s: number) => evalSet !== undefined && s % evalEvery === 0;
+    for (let epoch = 0; epoch < epochs && (totalSteps === undefined || steps < totalSteps); epoch++) {
+      const done = await trainer.fit(data.train, {
+        ...(totalSteps !== undefined ? { steps: totalSteps - steps } : {}),
+        pauseAfter: evaluatesAfter,
+        onStep: async ({ loss, batch, dataWaitMs }) => {
+          if (recorder && lastMetrics) recorder.step(lastMetrics, (performance.now() - t0) / 1000, dataWaitMs);
+          const tt = trainer.lastTimes!;
+          for (const k of Object.keys(sum) as (keyof StepTimes)[]) sum[k] += tt[k];
+          samples += batch.size;
+          steps++;
+          recent.push(loss);
+          if (recent.length > 50) recent.shift();
+          if (evaluatesAfter(trainer.stepCount)) lastEval = await evaluate();
+          progress();
+        },
+      });
+      dataMs += done.dataWaitMs;
+      if (done.steps === 0) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches`);
     }
     if (evalSet && evaluatedAt !== trainer.stepCount) lastEval = await evaluate();
     progress(true);
@@ -352,7 +353,7 @@ async function train(a: Args): Promise<number> {
             (best !== undefined ? ` (planted model's AUC ${best.toFixed(4)}, gap ${(best - lastEval.auc).toFixed(4)})` : '')
           : a.evalBatches === 0 ? 'no evaluation (--eval-batches 0)' : 'no held-out evaluation (give --eval-data or --eval-split)',
         `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
-          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed (all-reduce ${pct(sum.communicationTotal)} in all)`,
+          `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed of ${pct(sum.communicationTotal)} in flight (embedding exchanges + all-reduce)`,
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
       ];

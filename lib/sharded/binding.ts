@@ -15,6 +15,19 @@ export type CommArray =
   | BigInt64Array
   | BigUint64Array;
 
+/**
+ * A buffer in a GPU's memory, handed between parts of the CUDA addon without a host copy (a GPU dense
+ * model's gradients: DenseModel.deviceGrads()). `owner` keeps the memory alive.
+ */
+export interface DeviceBuffer {
+  readonly handle: unknown;
+  /** CUDA device ordinal */
+  readonly device: number;
+  /** fp32 elements */
+  readonly count: number;
+  readonly owner: object;
+}
+
 export interface NativeExchangeResult {
   data: ArrayBuffer;
   /** bytes received from each rank */
@@ -31,6 +44,8 @@ export interface NativeGroup {
   allToAllV(send: CommArray, sendBytes: Float64Array, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
   allGather(send: CommArray, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
   allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number, deterministic: boolean): Promise<void>;
+  /** The default all-reduce in place on device memory (NCCL; other groups: BACKEND_UNAVAILABLE). */
+  allReduceDevice(buffer: DeviceBuffer, op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
   broadcast(data: CommArray, root: number, timeoutMs: number): Promise<void>;
   barrier(timeoutMs: number): Promise<void>;
   /** MPI only: a plain blocking MPI_Alltoallv of the same layout; resolves to the seconds it took. */

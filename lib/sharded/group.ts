@@ -8,9 +8,11 @@ import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { probedCudaAddon } from '../backends.js';
 import { loadAddon } from '../native.js';
-import type { CommArray, GroupAddon, NativeGroup } from './binding.js';
+import type { CommArray, DeviceBuffer, GroupAddon, NativeGroup } from './binding.js';
+import { CommClock, type CommTime } from './comm-clock.js';
 
-export type { CommArray } from './binding.js';
+export type { CommArray, DeviceBuffer } from './binding.js';
+export type { CommTime } from './comm-clock.js';
 
 export interface TrafficCounters {
   sentIntra: number;
@@ -118,11 +120,18 @@ export class ProcessGroup {
   /** Ranks per node: node of rank r = ⌊r / ranksPerNode⌋. */
   readonly ranksPerNode: number;
   readonly kind: 'inprocess' | 'mpi' | 'nccl';
+  /** NCCL groups: the CUDA device of this rank's communicator (allReduceDevice takes buffers on it). */
+  readonly cudaDevice: number | undefined;
   /** Default timeout of every collective, in ms. */
   timeoutMs: number;
   /** Payload bytes moved by this rank since creation (count exchanges excluded). */
   readonly traffic: TrafficCounters = zeroTraffic();
   private readonly perKind: GroupStats = zeroStats();
+  /**
+   * Time this rank's collectives were in flight, and the part its caller was blocked on them (exposed);
+   * read it with commTime(). Collectives started inside CommClock.hidden() count as overlapped.
+   */
+  readonly clock = new CommClock();
   private closed = false;
 
   /** @internal use the create* functions; `addon` is the addon that made `native` (its buffers go back there). */
@@ -130,7 +139,9 @@ export class ProcessGroup {
     private readonly native: NativeGroup,
     options: GroupOptions = {},
     private readonly addon: GroupAddon = loadAddon() as GroupAddon,
+    cudaDevice?: number,
   ) {
+    this.cudaDevice = cudaDevice;
     this.rank = native.rank;
     this.size = native.size;
     this.ranksPerNode = native.ranksPerNode;
@@ -180,6 +191,11 @@ export class ProcessGroup {
     return out;
   }
 
+  /** Milliseconds of collectives since the group was created: in flight (total) and blocking the caller (exposed). */
+  commTime(): CommTime {
+    return this.clock.read();
+  }
+
   /**
    * All-to-all-v: sends sendCounts[p] elements of `send` (consecutive, in rank order) to every rank p and
    * returns what every rank sent here, concatenated in rank order, as the same typed array type, with the
@@ -202,7 +218,7 @@ export class ProcessGroup {
     }
     if (total !== send.length)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
-    const r = await g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV'));
+    const r = await this.clock.track(g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV')));
     this.perKind.allToAllV.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -220,7 +236,7 @@ export class ProcessGroup {
     const g = this.live();
     if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
     const bpe = send.BYTES_PER_ELEMENT;
-    const r = await g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'));
+    const r = await this.clock.track(g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather')));
     this.perKind.allGather.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -250,20 +266,38 @@ export class ProcessGroup {
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     const deterministic = opts?.deterministic ?? false;
     if (typeof deterministic !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'allReduce: deterministic must be a boolean');
-    await g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic);
+    await this.clock.track(g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic));
     this.perKind.allReduce.calls++;
-    const bpe = data.BYTES_PER_ELEMENT;
-    const n = data.length;
+    this.countAllReduce(data.length, data.BYTES_PER_ELEMENT, deterministic, opts);
+    return data;
+  }
+
+  /** The bytes of an all-reduce of n elements (see allReduce). */
+  private countAllReduce(n: number, bpe: number, deterministic: boolean, opts: CollectiveOptions | undefined): void {
     const W = this.size;
     const chunkBytes = (p: number): number => (Math.floor((n * (p + 1)) / W) - Math.floor((n * p) / W)) * bpe;
     for (let p = 0; p < W; p++) {
       if (p === this.rank) continue;
-      const out = deterministic ? data.byteLength : chunkBytes(p) + chunkBytes(this.rank);
-      const back = deterministic ? data.byteLength : chunkBytes(this.rank) + chunkBytes(p);
+      const out = deterministic ? n * bpe : chunkBytes(p) + chunkBytes(this.rank);
+      const back = deterministic ? n * bpe : chunkBytes(this.rank) + chunkBytes(p);
       this.count('allReduce', p, out, 'sent', opts);
       this.count('allReduce', p, back, 'recv', opts);
     }
-    return data;
+  }
+
+  /**
+   * The default all-reduce in place on a buffer in device memory (a GPU dense model's deviceGrads()), with
+   * no host staging: NCCL groups only (others reject with BACKEND_UNAVAILABLE), the buffer on the group's
+   * device. Counted as allReduce, like allReduce() of the same size, and it matches a peer's allReduce().
+   */
+  async allReduceDevice(buffer: DeviceBuffer, op: ReduceOp = 'sum', opts?: Omit<CollectiveOptions, 'recvCounts'>): Promise<void> {
+    const g = this.live();
+    if (op !== 'sum' && op !== 'max' && op !== 'min')
+      throw new EmbshardError('INVALID_ARGUMENT', `allReduceDevice: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
+    if (typeof g.allReduceDevice !== 'function') throw new EmbshardError('BACKEND_UNAVAILABLE', 'allReduceDevice: this addon has no device collectives');
+    await this.clock.track(g.allReduceDevice(buffer, op, this.timeout(opts)));
+    this.perKind.allReduce.calls++;
+    this.countAllReduce(buffer.count, 4, false, opts);
   }
 
   /** Broadcast in place from `root` (and returns `data`); sizes must agree. */
@@ -272,7 +306,7 @@ export class ProcessGroup {
     if (!isCommArray(data)) throw new EmbshardError('INVALID_ARGUMENT', 'broadcast: data must be a typed array');
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
-    await g.broadcast(data, root, this.timeout(opts));
+    await this.clock.track(g.broadcast(data, root, this.timeout(opts)));
     this.perKind.broadcast.calls++;
     if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count('broadcast', p, data.byteLength, 'sent', opts);
     if (this.rank !== root) this.count('broadcast', root, data.byteLength, 'recv', opts);
@@ -280,7 +314,7 @@ export class ProcessGroup {
   }
 
   async barrier(opts?: CollectiveOptions): Promise<void> {
-    await this.live().barrier(this.timeout(opts));
+    await this.clock.track(this.live().barrier(this.timeout(opts)));
   }
 
   /**
@@ -385,7 +419,8 @@ function loadNcclAddon(): GroupAddon {
 
 /**
  * An NCCL group, one GPU per rank: rank 0 creates NCCL's unique id, `bootstrap` broadcasts it, and every
- * rank joins the communicator on its device. Collectives stage host typed arrays through device memory.
+ * rank joins the communicator on its device. Collectives stage host typed arrays through device memory;
+ * allReduceDevice reduces a device buffer in place (the Trainer's path for a dense model on that GPU).
  */
 export async function createNcclGroup(options: NcclOptions): Promise<ProcessGroup> {
   rejectUnknownFields(options, NCCL_FIELDS, 'options');
@@ -411,5 +446,5 @@ export async function createNcclGroup(options: NcclOptions): Promise<ProcessGrou
   await boot.broadcast(id, 0, { timeoutMs: timeout });
   const g = addon.createNcclGroup!(id, boot.rank, boot.size, boot.ranksPerNode, device, timeout);
   await g.ready();
-  return new ProcessGroup(g, options, addon);
+  return new ProcessGroup(g, options, addon, device);
 }

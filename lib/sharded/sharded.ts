@@ -357,7 +357,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
     const { segs, ub, node } = pre?.routed ?? route(L, batch);
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
-    const { recv, unions } = await (pre?.recv ?? exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
+    const { recv, unions } = await (pre ? g.clock.wait(pre.recv) : exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);

@@ -3,6 +3,7 @@
 import type { Addon } from '../binding.js';
 import { resolveBackend } from '../backends.js';
 import type { DenseModelSpec } from './dense.js';
+import type { DeviceBuffer } from '../sharded/binding.js';
 
 export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
 export type InteractionType = 'dot' | 'cross' | 'concat';
@@ -38,20 +39,22 @@ export interface NativeForwardBackwardResult {
   backwardMs: number;
 }
 
-/** What the CPU and the CUDA dense model share: the layout and the three calls, off the event loop. */
+/** What the CPU and the CUDA dense model share: the layout and the calls, off the event loop. */
 export interface NativeDenseModelCalls {
   readonly tensors: NativeTensorInfo[];
   readonly sparseWidth: number;
   readonly interactionWidth: number;
   /** Updates applied so far (Adam's t). */
   step: number;
+  /** The bottom MLP alone, kept for the next forwardBackward with `bottomReady` on the same dense array. */
+  forwardBottom(dense: Float32Array, batchSize: number): Promise<{ forwardMs: number }>;
   forward(dense: Float32Array, sparse: Float32Array | null, batchSize: number): Promise<Float32Array>;
   forwardBackward(
     dense: Float32Array,
     sparse: Float32Array | null,
     labels: Float32Array,
     batchSize: number,
-    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number },
+    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean },
   ): Promise<NativeForwardBackwardResult>;
   update(lr?: number): Promise<void>;
 }
@@ -74,6 +77,8 @@ export interface NativeCudaDenseModel extends NativeDenseModelCalls {
   /** The CUDA device index. */
   readonly device: number;
   read(which: 'params' | 'grads' | 'state', dst: Float32Array): void;
+  /** The gradients in device memory, for an in-place device all-reduce (no host copy). */
+  deviceGrads(): DeviceBuffer;
   write(which: 'params' | 'grads' | 'state', src: Float32Array): void;
 }
 

@@ -6,6 +6,7 @@ import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveBackend } from '../backends.js';
 import { denseAddon, type Precision, type DenseCudaAddon, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
+import type { DeviceBuffer } from '../sharded/binding.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -167,6 +168,8 @@ export class DenseModel {
   private readonly gpu: NativeCudaDenseModel | undefined;
   /** GPU only: host copies, refreshed by each read of params/grads/state. */
   private readonly mirror: Partial<Record<DenseBuffer, Float32Array>> = {};
+  /** The dense input of a forwardBottom whose output is kept (dropped by any other call or a parameter write). */
+  private bottomFor: Float32Array | undefined;
 
   constructor(model: PresetName | DenseModelSpec, options: DenseModelOptions = {}) {
     rejectUnknownFields(options, OPTIONS_FIELDS, 'options');
@@ -233,6 +236,14 @@ export class DenseModel {
   set step(t: number) {
     this.native.step = t;
   }
+  /**
+   * GPU only: the gradients in device memory, for ProcessGroup.allReduceDevice (an NCCL all-reduce with no
+   * host copy); undefined on the CPU.
+   */
+  deviceGrads(): DeviceBuffer | undefined {
+    return this.gpu?.deviceGrads();
+  }
+
   /** Width of the pooled-embedding input: numSparse × embDim. */
   get sparseWidth(): number {
     return this.native.sparseWidth;
@@ -247,22 +258,44 @@ export class DenseModel {
 
   /** Logits [B] of a batch: dense [B × denseIn], pooled [B × sparseWidth]. */
   forward(dense: Float32Array, pooled: Float32Array | null, batchSize: number): Promise<Float32Array> {
+    this.bottomFor = undefined;
     return this.native.forward(dense, pooled, batchSize);
   }
 
-  /** Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. */
+  /**
+   * The bottom MLP alone over dense [B × denseIn]: it needs no embeddings, so it can run while they are
+   * looked up and exchanged. Its output is kept for the next forwardBackward(…, { bottomReady: true }) on
+   * the same `dense` array (any other call, update or parameter write in between drops it).
+   */
+  forwardBottom(dense: Float32Array, batchSize: number): Promise<{ forwardMs: number }> {
+    this.bottomFor = undefined;
+    return this.native.forwardBottom(dense, batchSize).then((r) => {
+      this.bottomFor = dense;
+      return r;
+    });
+  }
+
+  /**
+   * Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. `bottomReady`:
+   * use forwardBottom's output (the same numbers; INVALID_ARGUMENT unless it ran on this `dense` and size).
+   */
   forwardBackward(
     dense: Float32Array,
     pooled: Float32Array | null,
     labels: Float32Array,
     batchSize: number,
-    options: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number } = {},
+    options: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean } = {},
   ): Promise<{ loss: number; forwardMs: number; backwardMs: number }> {
+    const kept = this.bottomFor;
+    this.bottomFor = undefined;
+    if (options.bottomReady && kept !== dense)
+      return Promise.reject(new EmbshardError('INVALID_ARGUMENT', 'bottomReady: forwardBottom has not run on this dense array since the last call'));
     return this.native.forwardBackward(dense, pooled, labels, batchSize, options);
   }
 
   /** One optimizer update with the current gradients (lr defaults to the configured one). */
   update(lr?: number): Promise<void> {
+    this.bottomFor = undefined;
     return this.native.update(lr);
   }
 
@@ -276,6 +309,7 @@ export class DenseModel {
 
   private write(which: DenseBuffer, src: Float32Array): void {
     if (!(src instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', `${which} must be a Float32Array`);
+    if (which === 'params') this.bottomFor = undefined;
     if (this.gpu) {
       this.gpu.write(which, src); // LENGTH_MISMATCH naming the buffer before any copy
       return;

@@ -10,17 +10,23 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
-import type { EmbeddingModule } from './embeddings.js';
+import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
 import type { Precision } from './binding.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
-import type { ProcessGroup } from '../sharded/group.js';
+import { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
 import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
 import type { JaggedBatch } from '../batch.js';
+import { CommClock } from '../sharded/comm-clock.js';
+
+function clockOf(group: unknown): CommClock | undefined {
+  const c = (group as { clock?: unknown } | undefined)?.clock;
+  return c instanceof CommClock ? c : undefined;
+}
 
 /** What predict needs of a batch: its features (labels are not needed). */
 export interface PredictBatch {
@@ -38,13 +44,25 @@ export interface GradientGroup {
 
 /** Milliseconds spent in each part of one step. */
 export interface StepTimes {
+  /**
+   * The embedding forward, without the time it was blocked on its exchanges (in `communication`); with
+   * `overlap` the bottom MLP runs during it.
+   */
   embeddingForward: number;
   denseForward: number;
   denseBackward: number;
-  /** Exposed communication: time the step was blocked on the dense-gradient all-reduce. */
+  /**
+   * Exposed communication: time the step was blocked waiting on collectives (the embedding exchanges and
+   * the dense-gradient all-reduce), i.e. communication not hidden behind compute. The parts
+   * embeddingForward … denseUpdate and this one add up to `total`.
+   */
   communication: number;
-  /** The dense-gradient all-reduce from start to completion (with `overlap`, partly hidden behind the embedding backward). */
+  /**
+   * Total communication: time some collective of this rank was in flight during the step (the embedding
+   * exchanges, the next batch's id exchange and the dense-gradient all-reduce; overlapping ones count once).
+   */
   communicationTotal: number;
+  /** The embedding backward with its optimizer update, without the time it was blocked on its exchanges. */
   embeddingBackward: number;
   denseUpdate: number;
   total: number;
@@ -101,13 +119,44 @@ export interface TrainerOptions {
   /** What the model takes as input, saved with checkpoints (default: derived from the tables, modulo hashing). */
   inputs?: ModelInputs;
   /**
-   * Start the dense-gradient all-reduce before the embedding backward and wait for it only before the
-   * dense update, so it runs while the embedding backward computes; and with step(batch, next), start the
-   * next batch's routing and id exchange during this step's dense compute (default true). The result is
-   * bitwise the same either way: the collectives are issued in the same order on every rank and nothing
-   * they touch is read in between.
+   * Overlap communication with compute (default true): the bottom MLP runs while the embeddings are looked
+   * up and exchanged; the dense-gradient all-reduce starts before the embedding backward and is waited for
+   * only before the dense update; and with step(batch, next) (fit() passes `next` by itself) the next
+   * batch's routing and id exchange run during this step's dense compute. The result is bitwise the same
+   * either way: the collectives are issued in the same order on every rank, nothing they touch is read in
+   * between, and the bottom MLP computes the same numbers whenever it runs.
    */
   overlap?: boolean;
+}
+
+/** What fit() reports after each step. */
+export interface FitStep {
+  /** Steps completed by the trainer, this one included. */
+  step: number;
+  loss: number;
+  batch: Batch;
+  /** Milliseconds this step waited for its batch (and the next one) from the source. */
+  dataWaitMs: number;
+}
+
+export interface FitOptions {
+  /** Stop after this many steps (default: when the source ends). */
+  steps?: number;
+  /** Called after every step; fit waits for it. It may evaluate or save only after steps where `pauseAfter` holds. */
+  onStep?: (s: FitStep) => void | Promise<void>;
+  /**
+   * Steps (by the trainer's step count after them) after which no next batch is in flight, so `onStep`
+   * may run other calls on the trainer or its tables (evaluate, save). Must agree on every rank.
+   */
+  pauseAfter?: (step: number) => boolean;
+}
+
+/** What fit() did. */
+export interface FitResult {
+  steps: number;
+  samples: number;
+  /** Milliseconds spent waiting for batches from the source. */
+  dataWaitMs: number;
 }
 
 export interface TrainerLoadOptions {
@@ -120,6 +169,7 @@ export interface TrainerLoadOptions {
   precision?: Precision;
 }
 
+const FIT_FIELDS = fieldsOf<FitOptions>({ steps: true, onStep: true, pauseAfter: true });
 const LOAD_FIELDS = fieldsOf<TrainerLoadOptions>({ group: true, onMetrics: true, loadEmbeddings: true, device: true, precision: true });
 const TRAINER_FIELDS = fieldsOf<TrainerOptions>({
   model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true, overlap: true,
@@ -138,11 +188,15 @@ export class Trainer {
   lastTimes: StepTimes | undefined;
   /** The model's inputs (feature names, dense width, table rows, hashing); undefined for sharded tables unless given. */
   readonly inputs: ModelInputs | undefined;
-  /** Whether the dense-gradient all-reduce overlaps the embedding backward (TrainerOptions.overlap). */
+  /** Whether communication overlaps compute (TrainerOptions.overlap). */
   readonly overlap: boolean;
 
   private steps = 0;
   private readonly calls = new CallQueue();
+  /** Collective time of the step: the group's clock (it sees every collective of the rank), else the trainer's own. */
+  private readonly clock: CommClock;
+  /** The group, when it all-reduces the dense gradients in device memory (NCCL, the dense model on its GPU). */
+  private readonly deviceGroup: ProcessGroup | undefined;
   private sparseGrad = new Float32Array(0);
 
   constructor(o: TrainerOptions) {
@@ -190,6 +244,9 @@ export class Trainer {
     if (o.group !== undefined && (typeof o.group.allReduce !== 'function' || !Number.isSafeInteger(o.group.size) || o.group.size < 1))
       throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
     this.group = o.group;
+    this.clock = clockOf(o.group) ?? clockOf((emb as { group?: unknown }).group) ?? new CommClock();
+    this.deviceGroup =
+      o.group instanceof ProcessGroup && o.group.kind === 'nccl' && this.dense.device === `cuda:${o.group.cudaDevice}` ? o.group : undefined;
     this.onMetrics = o.onMetrics;
     if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
     this.overlap = o.overlap ?? true;
@@ -210,6 +267,51 @@ export class Trainer {
     this.checkBatch(batch);
     if (next !== undefined) this.checkBatch(next);
     return this.enqueue(() => this.runStep(batch, next));
+  }
+
+  /**
+   * Trains on `batches` (each rank its own source; every rank takes the same number of steps), looking one
+   * batch ahead: with `overlap` (the default) each step is given the next batch, whose routing and id
+   * exchange then run during this step's dense compute (a data source's prefetch keeps that batch ready).
+   * Resolves when the source ends or after `steps` steps.
+   */
+  async fit(batches: Iterable<Batch> | AsyncIterable<Batch>, options: FitOptions = {}): Promise<FitResult> {
+    rejectUnknownFields(options, FIT_FIELDS, 'options');
+    const max = options.steps ?? Infinity;
+    if (!(max === Infinity || (Number.isSafeInteger(max) && max >= 0)))
+      throw new EmbshardError('INVALID_ARGUMENT', `fit: options.steps must be a non-negative integer (got ${String(options.steps)})`);
+    const src = batches as Partial<AsyncIterable<Batch> & Iterable<Batch>>;
+    const it: AsyncIterator<Batch> | Iterator<Batch> | undefined = src[Symbol.asyncIterator]?.() ?? src[Symbol.iterator]?.();
+    if (!it) throw new EmbshardError('INVALID_ARGUMENT', 'fit: batches must be an iterable or async iterable of batches');
+    const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
+    let wait = 0, ended = false;
+    const pull = async (): Promise<IteratorResult<Batch>> => {
+      const t = performance.now();
+      const r = await it.next();
+      wait += performance.now() - t;
+      ended = r.done === true;
+      return r;
+    };
+    let cur = max > 0 ? await pull() : undefined;
+    try {
+      while (cur && !cur.done) {
+        const b = cur.value;
+        const last = res.steps + 1 >= max;
+        // look ahead unless this is the last step or onStep may use the trainer after it
+        const ahead = !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
+        const loss = await this.step(b, ahead && !ahead.done ? ahead.value : undefined);
+        res.steps++;
+        res.samples += b.size;
+        res.dataWaitMs += wait;
+        const dataWaitMs = wait;
+        wait = 0;
+        await options.onStep?.({ step: this.steps, loss, batch: b, dataWaitMs });
+        cur = last ? undefined : (ahead ?? (await pull()));
+      }
+    } finally {
+      if (!ended) await it.return?.(); // stopped early (steps, an error): let the source close
+    }
+    return res;
   }
 
   /**
@@ -346,27 +448,36 @@ export class Trainer {
     const need = B * this.embeddings.pooledDim;
     if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
 
-    const out = await this.embeddings.forward(b.sparse);
+    const clock = this.clock;
+    const c0 = clock.read();
+    // with overlap the bottom MLP (it needs no embeddings) runs while the embeddings are looked up and exchanged
+    const fwd = await Promise.allSettled([this.embeddings.forward(b.sparse), this.overlap ? this.dense.forwardBottom(b.dense, B) : undefined]);
+    for (const x of fwd) if (x.status === 'rejected') throw x.reason;
+    const out = (fwd[0] as PromiseFulfilledResult<EmbeddingOutput>).value;
     // the next batch's id exchange runs during the dense compute; it is waited for before the dense
     // all-reduce is issued, so every rank issues its collectives in one order whatever the timing
-    const prepared = next && this.overlap ? this.embeddings.prepare?.(next.sparse) : undefined;
+    const emb = this.embeddings;
+    const prepared = next && this.overlap && emb.prepare ? CommClock.hidden(() => emb.prepare!(next.sparse)) : undefined;
     const t1 = performance.now();
-    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world });
+    const c1 = clock.read();
+    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
     // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
-    let reduced: Promise<void> | undefined;
-    let arStart = 0, arEnd = 0;
-    const g = this.group && world > 1 ? this.dense.grads : undefined; // CPU: the live buffer; GPU: a host copy, written back after the sum
-    await prepared;
-    if (g) {
-      arStart = performance.now();
-      reduced = this.group!.allReduce(g, 'sum').then(() => {
-        arEnd = performance.now();
-      });
+    let reduced: Promise<unknown> | undefined;
+    // a GPU dense model on an NCCL group's device: reduced in place in device memory; otherwise on the host
+    // (CPU: the live buffer; GPU: a host copy, written back after the sum)
+    const onDevice = world > 1 && this.deviceGroup ? this.dense.deviceGrads() : undefined;
+    const g = this.group && world > 1 && !onDevice ? this.dense.grads : undefined;
+    if (prepared) await clock.wait(prepared);
+    if (g || onDevice) {
+      const group = this.group!;
+      const start = () => clock.track(onDevice ? this.deviceGroup!.allReduceDevice(onDevice, 'sum') : group.allReduce(g!, 'sum'));
+      reduced = this.overlap ? CommClock.hidden(start) : start();
       if (!this.overlap) await reduced;
     }
     const t3 = performance.now();
+    const c3 = clock.read();
     try {
       await this.embeddings.backward(out, { pooled: this.sparseGrad });
       if (this.embeddings.release) await this.embeddings.release(out);
@@ -375,22 +486,24 @@ export class Trainer {
       throw e;
     }
     const t4 = performance.now();
+    const c4 = clock.read();
     if (reduced) {
-      await reduced;
-      this.dense.setGrads(g!);
+      await clock.wait(reduced);
+      if (g) this.dense.setGrads(g);
     }
-    const t4w = performance.now();
     await this.dense.update(denseLr);
     const t5 = performance.now();
     this.steps += 1;
+    const c5 = clock.read();
+    // the parts are disjoint: the embedding phases without the time they were blocked on their exchanges
     const times: StepTimes = {
-      embeddingForward: t1 - t0,
+      embeddingForward: t1 - t0 - (c1.exposedMs - c0.exposedMs),
       denseForward: r.forwardMs,
-      denseBackward: t2 - t1 - r.forwardMs,
-      communication: t3 - t2 + (t4w - t4),
-      communicationTotal: reduced ? arEnd - arStart : 0,
-      embeddingBackward: t4 - t3,
-      denseUpdate: t5 - t4w,
+      denseBackward: t3 - t1 - r.forwardMs - (c3.exposedMs - c1.exposedMs),
+      communication: c5.exposedMs - c0.exposedMs,
+      communicationTotal: c5.totalMs - c0.totalMs,
+      embeddingBackward: t4 - t3 - (c4.exposedMs - c3.exposedMs),
+      denseUpdate: t5 - t4 - (c5.exposedMs - c4.exposedMs),
       total: t5 - t0,
     };
     this.lastTimes = times;

@@ -2,7 +2,8 @@
 // GPU (dense/cuda/model_cuda.h), with the same config, tensors and async forward / forwardBackward /
 // update as DenseModel (dense_model.cc). Parameters, gradients and optimizer state stay on the device;
 // read(which, dst) / write(which, src) copy a whole flat buffer between the device and a JS
-// Float32Array (synchronously), for checkpoints and the dense all-reduce. One call at a time per model.
+// Float32Array (synchronously), for checkpoints; deviceGrads() hands the gradients' device memory to the
+// NCCL group's allReduceDevice (device_buffer.h), with no host copy. One call at a time per model.
 #if defined(EMBSHARD_WITH_CUDA) && defined(EMBSHARD_WITH_CUBLAS)
 #include <napi.h>
 
@@ -13,6 +14,7 @@
 #include "addon/dense_js_readers.h"
 #include "addon/dense_model_args.h"
 #include "addon/dense_workers.h"
+#include "addon/device_buffer.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
 #include "dense/cuda/model_cuda.h"
@@ -54,6 +56,8 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
                                     InstanceAccessor<&CudaDenseModelWrap::GetStep, &CudaDenseModelWrap::SetStep>("step"),
                                     InstanceMethod<&CudaDenseModelWrap::Read>("read"),
                                     InstanceMethod<&CudaDenseModelWrap::Write>("write"),
+                                    InstanceMethod<&CudaDenseModelWrap::DeviceGrads>("deviceGrads"),
+                                    InstanceMethod<&CudaDenseModelWrap::ForwardBottom>("forwardBottom"),
                                     InstanceMethod<&CudaDenseModelWrap::Forward>("forward"),
                                     InstanceMethod<&CudaDenseModelWrap::ForwardBackward>("forwardBackward"),
                                     InstanceMethod<&CudaDenseModelWrap::Update>("update")});
@@ -114,6 +118,14 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
     return env.Undefined();
   }
 
+  // deviceGrads() -> { handle, device, count, owner }: the gradients in device memory (written by
+  // forwardBackward, read by update), for an in-place device all-reduce.
+  Napi::Value DeviceGrads(const Napi::CallbackInfo& info) {
+    DeviceBuffer b{model_->device_data(Buffer::Grads), model_->size(Buffer::Grads), comm::ElemType::F32, model_->device()};
+    return device_buffer_value(info.Env(), b, Value());
+  }
+
+  Napi::Value ForwardBottom(const Napi::CallbackInfo& info) { return dw::start_forward_bottom(this, info); }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return dw::start_forward(this, info); }
   Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
   // update(lr?) — applies the optimizer to the gradients on the device and advances `step`.

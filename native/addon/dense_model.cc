@@ -34,6 +34,7 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
                                     InstanceAccessor<&DenseModelWrap::SparseWidth>("sparseWidth"),
                                     InstanceAccessor<&DenseModelWrap::InteractionWidth>("interactionWidth"),
                                     InstanceAccessor<&DenseModelWrap::GetStep, &DenseModelWrap::SetStep>("step"),
+                                    InstanceMethod<&DenseModelWrap::ForwardBottom>("forwardBottom"),
                                     InstanceMethod<&DenseModelWrap::Forward>("forward"),
                                     InstanceMethod<&DenseModelWrap::ForwardBackward>("forwardBackward"),
                                     InstanceMethod<&DenseModelWrap::Update>("update")});
@@ -79,6 +80,7 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
   }
   Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), *model_); }
 
+  Napi::Value ForwardBottom(const Napi::CallbackInfo& info) { return dw::start_forward_bottom(this, info); }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return dw::start_forward(this, info); }
   Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
   // update(lr?) — applies the optimizer to the current gradients and advances `step`.

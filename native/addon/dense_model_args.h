@@ -56,11 +56,20 @@ inline Inputs read_inputs(Napi::Env env, const DenseModel& m, Napi::Value denseV
   return in;
 }
 
-// forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale? })
+// forwardBottom(dense, batchSize): the dense features only (sparse left empty)
+inline Inputs read_dense_input(Napi::Env env, const DenseModel& m, Napi::Value denseV, Napi::Value bV) {
+  Inputs in;
+  in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
+  in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
+  return in;
+}
+
+// forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale?, bottomReady? })
 struct FbArgs {
   Inputs in;
   Napi::Float32Array labels, sparseGrad, logits;
   float gradScale = 1.0f;
+  bool bottomReady = false;
 };
 
 inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::CallbackInfo& info) {
@@ -78,6 +87,11 @@ inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::Callb
       a.sparseGrad = da::f32(env, o.Get("sparseGrad"), "sparseGrad", a.in.B * m.sparse_width());
     if (!o.Get("logits").IsUndefined() && !o.Get("logits").IsNull()) a.logits = da::f32(env, o.Get("logits"), "logits", a.in.B);
     a.gradScale = static_cast<float>(da::number_or(env, o, "gradScale", 1.0, "gradScale"));
+    Napi::Value br = o.Get("bottomReady");
+    if (!br.IsUndefined()) {
+      if (!br.IsBoolean()) throw_error(env, "INVALID_ARGUMENT", "bottomReady must be a boolean");
+      a.bottomReady = br.As<Napi::Boolean>().Value();
+    }
   }
   return a;
 }

@@ -1,5 +1,5 @@
 // dense_workers.h — the calls shared by the CPU and GPU dense-model bindings (dense_model.cc,
-// dense_cuda_model.cc): the promise workers of forward / forwardBackward / update, templated on the wrap
+// dense_cuda_model.cc): the promise workers of forwardBottom / forward / forwardBackward / update, templated on the wrap
 // class, the functions that validate a call, claim the model and start its worker, the one-call-at-a-time
 // claim and the `tensors` accessor. A Wrap exposes model() (forward / forward_backward / apply on host
 // pointers), layout() (the dense::DenseModel the inputs are checked against), claim(env), `busy`, `step`
@@ -59,6 +59,23 @@ class ModelWorker : public PromiseWorker {
 };
 
 template <class Wrap>
+class ForwardBottomWorker : public ModelWorker<Wrap> {
+ public:
+  ForwardBottomWorker(Napi::Env env, Wrap* w, const float* dense, int64_t B) : ModelWorker<Wrap>(env, w), dense_(dense), B_(B) {}
+  void Run() override { this->w_->model().forward_bottom(dense_, B_, &times_); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("forwardMs", times_.forwardMs);
+    return o;
+  }
+
+ private:
+  const float* dense_;
+  int64_t B_;
+  dense::StepTimes times_;
+};
+
+template <class Wrap>
 class ForwardWorker : public ModelWorker<Wrap> {
  public:
   ForwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, int64_t B)
@@ -82,9 +99,12 @@ template <class Wrap>
 class ForwardBackwardWorker : public ModelWorker<Wrap> {
  public:
   ForwardBackwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, const float* labels, int64_t B,
-                        float scale, float* sparseGrad, float* logits)
-      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad), logits_(logits) {}
-  void Run() override { loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_); }
+                        float scale, float* sparseGrad, float* logits, bool bottomReady)
+      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad), logits_(logits),
+        bottomReady_(bottomReady) {}
+  void Run() override {
+    loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_);
+  }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
     o.Set("loss", loss_);
@@ -101,6 +121,7 @@ class ForwardBackwardWorker : public ModelWorker<Wrap> {
   float scale_;
   float* sg_;
   float* logits_;
+  bool bottomReady_;
   double loss_ = 0;
   dense::StepTimes times_;
 };
@@ -115,6 +136,18 @@ class UpdateWorker : public ModelWorker<Wrap> {
   float lr_;
   int64_t t_;
 };
+
+// forwardBottom(dense, batchSize) -> Promise<{ forwardMs }>: the bottom MLP alone, kept for the next
+// forwardBackward(..., { bottomReady: true }) on the same dense array
+template <class Wrap>
+Napi::Value start_forward_bottom(Wrap* self, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  dense_model_args::Inputs in = dense_model_args::read_dense_input(env, self->layout(), info[0], info[1]);
+  self->claim(env);
+  auto* w = new ForwardBottomWorker<Wrap>(env, self, in.dense.Data(), in.B);
+  w->Keep(in.dense);
+  return w->Start();
+}
 
 // forward(dense, sparse, batchSize) -> Promise<Float32Array logits>
 template <class Wrap>
@@ -137,7 +170,7 @@ Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
   self->claim(env);
   auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse.IsEmpty() ? nullptr : a.in.sparse.Data(),
                                             a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad.IsEmpty() ? nullptr : a.sparseGrad.Data(),
-                                            a.logits.IsEmpty() ? nullptr : a.logits.Data());
+                                            a.logits.IsEmpty() ? nullptr : a.logits.Data(), a.bottomReady);
   w->Keep(a.in.dense);
   w->Keep(a.labels);
   if (!a.in.sparse.IsEmpty()) w->Keep(a.in.sparse);

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "addon/device_buffer.h"
 #include "addon/errors.h"
 #include "addon/output_pool.h"
 #include "addon/registry.h"
@@ -132,6 +133,7 @@ Napi::Function GroupWrap::Constructor(Napi::Env env) {
                                        InstanceMethod<&GroupWrap::AllToAllV>("allToAllV"),
                                        InstanceMethod<&GroupWrap::AllGather>("allGather"),
                                        InstanceMethod<&GroupWrap::AllReduce>("allReduce"),
+                                       InstanceMethod<&GroupWrap::AllReduceDevice>("allReduceDevice"),
                                        InstanceMethod<&GroupWrap::Broadcast>("broadcast"),
                                        InstanceMethod<&GroupWrap::Barrier>("barrier"),
                                        InstanceMethod<&GroupWrap::RawAllToAllV>("rawAllToAllV"),
@@ -371,6 +373,23 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
     int64_t count = data.size / static_cast<int64_t>(comm::elem_size(t));
     job->run = [data, count, t, op, deterministic, timeout](comm::Group* g) {
       g->all_reduce(data.data, count, t, op, deterministic, comm::Deadline::after(timeout));
+    };
+    return Submit(env, std::move(job));
+  });
+}
+
+// allReduceDevice(buffer: a device buffer (device_buffer.h), op, timeoutMs): the default all-reduce in place
+// on device memory; BACKEND_UNAVAILABLE unless the group's transport reads device memory (NCCL).
+Napi::Value GroupWrap::AllReduceDevice(const Napi::CallbackInfo& info) {
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
+    DeviceBuffer b = read_device_buffer(env, info[0], "allReduceDevice: buffer");
+    if (!info[1].IsString()) throw_error(env, "INVALID_ARGUMENT", "allReduceDevice: op must be a string");
+    comm::ReduceOp op = comm::parse_reduce_op(info[1].As<Napi::String>().Utf8Value());
+    double timeout = timeout_arg(env, info[2], "allReduceDevice");
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);  // holds the buffer's owner, so the memory lives until the call settles
+    job->run = [b, op, timeout](comm::Group* g) {
+      g->all_reduce_device(b.ptr, b.count, b.type, op, b.device, comm::Deadline::after(timeout));
     };
     return Submit(env, std::move(job));
   });

@@ -58,6 +58,11 @@ void reduce_in_rank_order(const void* src, int n, int64_t count, ElemType t, Red
   }
 }
 
+void Group::all_reduce_device(void*, int64_t, ElemType, ReduceOp, int, const Deadline&) {
+  fail("BACKEND_UNAVAILABLE", "rank %d: allReduceDevice needs a group whose transport reads device memory (NCCL); this is a %s group",
+       rank_, kind());
+}
+
 void Group::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
   const int64_t es = static_cast<int64_t>(elem_size(t));
   const int64_t bytes = count * es;

@@ -65,6 +65,9 @@ class Group {
   // `deterministic` gathers every rank's whole buffer and combines the contributions in rank order on
   // every rank: bitwise the same result on every transport, at (W-1)x the buffer received per rank.
   virtual void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d);
+  // The default all-reduce in place on `device` memory (no host staging). Only groups whose transport
+  // reads device memory (NCCL) implement it; the others fail with BACKEND_UNAVAILABLE.
+  virtual void all_reduce_device(void* deviceData, int64_t count, ElemType t, ReduceOp op, int device, const Deadline& d);
   virtual void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) = 0;
   virtual void barrier(const Deadline& d) = 0;
   // Breaks the group (every pending and later call on every rank fails with COMM_FAILED where the

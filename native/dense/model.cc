@@ -107,10 +107,8 @@ void DenseModel::initialize() {
   std::fill(state_, state_ + state_count(), 0.0f);
 }
 
-void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B) {
+void DenseModel::run_bottom(const float* dense, int64_t B) {
   const auto& s = spec_;
-  in_ = dense;
-  sparse_ = sparse;
   bot_.resize(s.bottom.size());
   const float* x = dense;
   int64_t in = s.denseIn;
@@ -121,6 +119,27 @@ void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B)
     x = y.data();
     in = s.bottom[i];
   }
+}
+
+void DenseModel::forward_bottom(const float* dense, int64_t B, StepTimes* times) {
+  auto t0 = std::chrono::steady_clock::now();
+  bottomFor_ = nullptr;
+  run_bottom(dense, B);
+  bottomFor_ = dense;
+  bottomB_ = B;
+  if (times) times->forwardMs = ms_since(t0);
+}
+
+void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B, bool bottomReady) {
+  const auto& s = spec_;
+  const bool ready = bottomFor_ == dense && bottomB_ == B;
+  bottomFor_ = nullptr;
+  if (bottomReady && !ready) fail("INVALID_ARGUMENT", "bottomReady: the bottom MLP has not run on this dense input and batch size (forwardBottom first)");
+  in_ = dense;
+  sparse_ = sparse;
+  if (!bottomReady) run_bottom(dense, B);
+  const float* x = bot_.back().data();
+  const int64_t in = s.bottom.back();
   const int64_t D = interaction_width();
   inter_.resize(static_cast<size_t>(B * D));
   if (s.interaction == Interaction::Dot) dot_interaction_forward(x, sparse, B, in, s.numSparse, s.precision, inter_.data());
@@ -134,28 +153,28 @@ void DenseModel::run_forward(const float* dense, const float* sparse, int64_t B)
     t = cross_.xs.back().data();
   }
   top_.resize(s.top.size());
-  in = D;
+  int64_t tin = D;
   for (size_t i = 0; i < s.top.size(); ++i) {
     auto& y = top_[i];
     y.resize(static_cast<size_t>(B * s.top[i]));
-    linear_forward(t, B, in, s.top[i], P(topT_ + 2 * i), P(topT_ + 2 * i + 1), i + 1 < s.top.size(), s.precision, y.data());
+    linear_forward(t, B, tin, s.top[i], P(topT_ + 2 * i), P(topT_ + 2 * i + 1), i + 1 < s.top.size(), s.precision, y.data());
     t = y.data();
-    in = s.top[i];
+    tin = s.top[i];
   }
 }
 
-void DenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times) {
+void DenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times, bool bottomReady) {
   auto t0 = std::chrono::steady_clock::now();
-  run_forward(dense, sparse, B);
+  run_forward(dense, sparse, B, bottomReady);
   std::copy(top_.back().begin(), top_.back().end(), logits);
   if (times) times->forwardMs = ms_since(t0);
 }
 
 double DenseModel::forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B,
-                                    float gradScale, float* sparseGrad, float* logits, StepTimes* times) {
+                                    float gradScale, float* sparseGrad, float* logits, StepTimes* times, bool bottomReady) {
   const auto& s = spec_;
   auto t0 = std::chrono::steady_clock::now();
-  run_forward(dense, sparse, B);
+  run_forward(dense, sparse, B, bottomReady);
   if (logits) std::copy(top_.back().begin(), top_.back().end(), logits);
   if (times) times->forwardMs = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
@@ -218,6 +237,9 @@ double DenseModel::forward_backward(const float* dense, const float* sparse, con
   return loss;
 }
 
-void DenseModel::apply(float lr, int64_t t) { dense_optimizer_step(spec_.optimizer, lr, t, params_, grads_, state_, paramCount_); }
+void DenseModel::apply(float lr, int64_t t) {
+  bottomFor_ = nullptr;  // the parameters change: a kept bottom output is stale
+  dense_optimizer_step(spec_.optimizer, lr, t, params_, grads_, state_, paramCount_);
+}
 
 }  // namespace embshard::dense

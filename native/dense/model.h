@@ -69,18 +69,24 @@ class DenseModel {
   // Deterministic initialisation from spec.seed (a pure function of seed, tensor and element); state zeroed.
   void initialize();
 
-  // logits [B]; dense [B × denseIn], sparse [B × sparse_width].
-  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr);
+  // The bottom MLP alone over dense [B × denseIn] (it needs no embeddings, so it can run while they are
+  // looked up and exchanged); its output is kept for the next forward / forward_backward called with
+  // bottomReady on the same `dense` and B. t->forwardMs ← its time.
+  void forward_bottom(const float* dense, int64_t B, StepTimes* t = nullptr);
+  // logits [B]; dense [B × denseIn], sparse [B × sparse_width]. bottomReady: reuse forward_bottom's output
+  // (INVALID_ARGUMENT unless it ran on this `dense` and B since the last forward or update).
+  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
   // Forward + backward: returns the mean BCE loss; grads ← gradScale · ∂loss/∂params; sparseGrad (may be
   // null) ← gradScale · ∂loss/∂sparse [B × sparse_width]; logits (may be null) ← the forward's logits.
   double forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B, float gradScale,
-                          float* sparseGrad, float* logits, StepTimes* t = nullptr);
+                          float* sparseGrad, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
   // One optimizer update at 1-based step `t` with learning rate lr.
   void apply(float lr, int64_t t);
 
  private:
   void layout();
-  void run_forward(const float* dense, const float* sparse, int64_t B);
+  void run_bottom(const float* dense, int64_t B);
+  void run_forward(const float* dense, const float* sparse, int64_t B, bool bottomReady);
   const float* P(size_t tensor) const { return params_ + tensors_[tensor].offset; }
   float* G(size_t tensor) const { return grads_ + tensors_[tensor].offset; }
 
@@ -94,6 +100,9 @@ class DenseModel {
 
   // activations of the last forward pass
   const float* in_ = nullptr;
+  // the input and batch size of a forward_bottom not yet consumed (nullptr: none)
+  const float* bottomFor_ = nullptr;
+  int64_t bottomB_ = 0;
   const float* sparse_ = nullptr;
   std::vector<std::vector<float>> bot_, top_;
   std::vector<float> inter_;

@@ -78,6 +78,7 @@ describe('the trainer and the dense model', () => {
     await rejects('options.sed', () => new DenseModel(spec, { sed: 1 } as never));
     await rejects('initscale', () => embeddingsFor(['t'], [10], { dim: 4, initscale: 1 } as never));
     await rejects('options.devcie', () => Trainer.load(join(dir, 'nowhere'), { devcie: 'cpu' } as never));
+    await rejects('options.step', () => new Trainer({ model: spec, embeddings: emb() }).fit([], { step: 2 } as never));
   });
 });
 

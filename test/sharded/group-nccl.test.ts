@@ -9,6 +9,7 @@ import { describe, it, expect } from 'vitest';
 import { cudaBackend } from '../../lib/backends.js';
 import { createInProcessGroups, createNcclGroup } from '../../lib/sharded/group.js';
 import type { ProcessGroup } from '../../lib/sharded/group.js';
+import { DenseModel } from '../../lib/train/dense.js';
 
 const cuda = cudaBackend();
 const gpu = cuda.available;
@@ -39,6 +40,12 @@ describe('NCCL process group', () => {
       await boot!.barrier();
       boot!.close();
     });
+
+  it('allReduceDevice refuses what is not a device buffer with INVALID_ARGUMENT', async () => {
+    const [g] = createInProcessGroups(1);
+    await expect(g!.allReduceDevice({ handle: {}, device: 0, count: 1, owner: {} }, 'sum')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    g!.close();
+  });
 
   it.runIf(gpu)('a one-rank group on GPU 0: every collective exact', async () => {
     const [boot] = createInProcessGroups(1);
@@ -107,6 +114,40 @@ describe('NCCL process group', () => {
       for (const b of bc) expect(Array.from(b)).toEqual([9, 10, 11]);
 
       await Promise.all(g.map((x) => x.barrier()));
+      closeAll(g, boot);
+    });
+
+    it('allReduceDevice sums GPU dense models\' gradients in device memory: the naive sum of their host copies, counted as allReduce', async () => {
+      const { boot, g } = await ncclGroups(N);
+      const spec = { denseIn: 3, bottom: [6, 4], top: [5, 1], numSparse: 2, embDim: 4, interaction: 'dot' as const };
+      const models = g.map((x) => new DenseModel(spec, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 1, device: `cuda:${x.cudaDevice}` }));
+      // different inputs per rank, so every rank's gradients differ
+      await Promise.all(models.map((m, r) => {
+        const B = 4, q = (i: number) => Math.sin(17 * r + i);
+        const dense = Float32Array.from({ length: B * 3 }, (_, i) => q(i)), sparse = Float32Array.from({ length: B * 8 }, (_, i) => q(100 + i) / 2);
+        return m.forwardBackward(dense, sparse, Float32Array.from([1, 0, r % 2, 1]), B);
+      }));
+      const host = models.map((m) => Float32Array.from(m.grads));
+      const before = g.map((x) => x.stats().allReduce.sent);
+      await Promise.all(g.map((x, r) => x.allReduceDevice(models[r]!.deviceGrads()!, 'sum')));
+      for (const m of models) {
+        const got = m.grads;
+        host[0]!.forEach((_, i) => {
+          const want = host.reduce((a, h) => a + h[i]!, 0);
+          expect(Math.abs(got[i]! - want)).toBeLessThanOrEqual(1e-6 + 1e-6 * Math.abs(want));
+        });
+      }
+      // the bytes of a host all-reduce of the same size: reduce-scatter + all-gather, chunk p to rank p
+      const n = host[0]!.length, chunk = (p: number) => Math.floor((n * (p + 1)) / N) - Math.floor((n * p) / N);
+      g.forEach((x, r) => {
+        let want = 0;
+        for (let p = 0; p < N; p++) if (p !== r) want += 4 * (chunk(p) + chunk(r));
+        expect(x.stats().allReduce.sent - before[r]!).toBe(want);
+      });
+      // an in-process group cannot read device memory
+      const [solo] = createInProcessGroups(1);
+      await expect(solo!.allReduceDevice(models[0]!.deviceGrads()!, 'sum')).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      solo!.close();
       closeAll(g, boot);
     });
 

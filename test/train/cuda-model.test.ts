@@ -142,6 +142,31 @@ describe.runIf(gpuModel)('the dense model on a GPU against the CPU dense model',
     expect(Buffer.compare(Buffer.from(b.params.buffer), Buffer.from(a.params.buffer))).toBe(0);
   });
 
+  it('forwardBottom + forwardBackward({ bottomReady }) is bitwise one forwardBackward; a stale or missing bottom output is INVALID_ARGUMENT', async () => {
+    const spec = specs.dot!;
+    const run = async (split: boolean) => {
+      const m = new DenseModel(spec, { optimizer: { type: 'adam', lr: 0.01 }, seed: 4, device: 'cuda:0' });
+      const losses: number[] = [];
+      for (let k = 0; k < 3; k++) {
+        const { dense, sparse, labels } = inputs(spec, 16, 50 + k);
+        const sg = new Float32Array(sparse.length);
+        if (split) await m.forwardBottom(dense, 16);
+        losses.push((await m.forwardBackward(dense, sparse, labels, 16, { sparseGrad: sg, bottomReady: split })).loss);
+        await m.update();
+      }
+      return { losses, params: m.params.slice() };
+    };
+    const a = await run(true), b = await run(false);
+    expect(a.losses).toEqual(b.losses);
+    expect(Buffer.compare(Buffer.from(a.params.buffer), Buffer.from(b.params.buffer))).toBe(0);
+    const m = new DenseModel(spec, { optimizer: { type: 'sgd', lr: 0.1 }, device: 'cuda:0' });
+    const { dense, sparse, labels } = inputs(spec, 8, 1);
+    await expect(m.native.forwardBackward(dense, sparse, labels, 8, { bottomReady: true })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await m.forwardBottom(dense, 8);
+    m.setParams(m.params.slice());
+    await expect(m.native.forwardBackward(dense, sparse, labels, 8, { bottomReady: true })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
   it('setParams / setState / setGrads reach the device; bad lengths are LENGTH_MISMATCH before any copy', () => {
     const m = new DenseModel(specs.dot!, { optimizer: { type: 'adam', lr: 0.01 }, device: 'cuda:0' });
     const p = Float32Array.from({ length: m.params.length }, (_, i) => Math.sin(i));

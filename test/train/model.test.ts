@@ -49,6 +49,54 @@ describe('DenseModel against the reference', () => {
     expect(ref.worstRatio(gb, Array.from(ga, (v) => v * 0.25), 1e-9, 1e-6)).toBeLessThanOrEqual(1);
   });
 
+  it('forwardBottom then forwardBackward with bottomReady: the reference\'s logits and bitwise the same loss and gradients as one call', async () => {
+    for (const spec of Object.values(tiny)) {
+      const r = ref.rng(5);
+      const B = 4;
+      const dense = ref.randArray(r, B * spec.denseIn, 0, 2);
+      const sparse = ref.randArray(r, B * spec.numSparse * spec.embDim);
+      const labels = Float32Array.of(0, 1, 1, 0);
+      const run = async (split: boolean) => {
+        const m = new DenseModel(spec, { optimizer: { type: 'adam', lr: 0.01 }, seed: 9 });
+        const losses: number[] = [];
+        const logits = new Float32Array(B), sg = new Float32Array(sparse.length);
+        for (let k = 0; k < 2; k++) {
+          if (split) await m.forwardBottom(dense, B);
+          losses.push((await m.forwardBackward(dense, sparse, labels, B, { sparseGrad: sg, logits, bottomReady: split })).loss);
+          if (k === 0) expect(ref.worstRatio(logits, ref.denseForward(spec, Float64Array.from(m.params), dense, Float64Array.from(sparse), B), 1e-5, 1e-4)).toBeLessThanOrEqual(1);
+          await m.update();
+        }
+        return { losses, params: Float32Array.from(m.params), grads: Float32Array.from(m.grads), sg: Float32Array.from(sg) };
+      };
+      const a = await run(true), b = await run(false);
+      expect(a.losses).toEqual(b.losses);
+      for (const k of ['params', 'grads', 'sg'] as const) expect(Buffer.compare(Buffer.from(a[k].buffer), Buffer.from(b[k].buffer))).toBe(0);
+    }
+  });
+
+  it('bottomReady without a kept bottom output (none, another array, after update or setParams) is INVALID_ARGUMENT', async () => {
+    const spec = tiny.dot!;
+    const B = 2;
+    const m = new DenseModel(spec, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 1 });
+    const dense = new Float32Array(B * spec.denseIn).fill(0.5), other = Float32Array.from(dense);
+    const sparse = new Float32Array(B * spec.numSparse * spec.embDim).fill(0.1), labels = Float32Array.of(1, 0);
+    const before = Float32Array.from(m.params);
+    const fb = () => m.forwardBackward(dense, sparse, labels, B, { bottomReady: true });
+    await expect(fb()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/bottomReady/) });
+    // the native model checks it too (a caller that skips the JS wrapper)
+    await expect(m.native.forwardBackward(dense, sparse, labels, B, { bottomReady: true })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await m.forwardBottom(other, B);
+    await expect(fb()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await m.forwardBottom(dense, B);
+    await m.update();
+    await expect(fb()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await m.forwardBottom(dense, B);
+    m.setParams(before);
+    await expect(fb()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(() => m.forwardBottom(new Float32Array(3), B)).toThrow(expect.objectContaining({ code: 'LENGTH_MISMATCH' }));
+    expect(Buffer.compare(Buffer.from(m.params.buffer), Buffer.from(before.buffer))).toBe(0);
+  });
+
   it('update applies the optimizer to the gradients and counts steps', async () => {
     const spec = tiny.concat!;
     const m = new DenseModel(spec, { optimizer: { type: 'sgd', lr: 0.5 }, seed: 2 });

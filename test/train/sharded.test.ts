@@ -9,7 +9,7 @@ import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { collectionConfigOf } from '../../lib/sharded/sharded.js';
-import { Trainer } from '../../lib/train/trainer.js';
+import { Trainer, type StepTimes } from '../../lib/train/trainer.js';
 import { ShardedEmbeddingCollection } from '../../lib/sharded/sharded.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -123,24 +123,60 @@ describe('Trainer with a sharding plan', () => {
 
   it('overlapping the dense all-reduce with the embedding backward and the next batch\'s id exchange with the dense compute is bitwise equal to not overlapping', async () => {
     const embOpt = { type: 'adagrad' as const, lr: 0.1 };
-    const run = async (overlap: boolean) => {
+    const batches = [0, 1, 2, 3].map((step) => [0, 1].map((r) => localBatch(r, step)));
+    // 'next': step(batch, next) by hand; 'fit': Trainer.fit looks ahead by itself (evaluating after step 2,
+    // where it pauses its look-ahead); 'off': overlap false
+    const run = async (mode: 'next' | 'fit' | 'off') => {
       const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      const overlap = mode !== 'off';
       const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, embeddingOptimizer: embOpt, seed: 7, overlap }));
-      const losses: number[] = [];
-      // with overlap, each step also hands over the next batch (its ids travel during the dense compute)
-      const batches = [0, 1, 2, 3].map((step) => [0, 1].map((r) => localBatch(r, step)));
-      for (let step = 0; step < 3; step++) losses.push(...(await Promise.all(ranks.map((t, r) => (overlap && step < 2 ? t.step(batches[step]![r]!, batches[step + 1]![r]!) : t.step(batches[step]![r]!))))));
+      const losses: number[][] = [[], []];
+      const times: StepTimes[] = [];
+      const evals: number[] = [];
+      if (mode === 'fit') {
+        await Promise.all(ranks.map((t, r) => t.fit(batches.map((bs) => bs[r]!), {
+          steps: 3,
+          pauseAfter: (s) => s === 2,
+          onStep: async (s) => {
+            losses[r]!.push(s.loss);
+            times.push(t.lastTimes!);
+            if (s.step === 2) evals.push((await t.evaluate([batches[3]![r]!])).logloss);
+          },
+        })));
+      } else {
+        for (let step = 0; step < 3; step++) {
+          const l = await Promise.all(ranks.map((t, r) => (overlap && step < 2 ? t.step(batches[step]![r]!, batches[step + 1]![r]!) : t.step(batches[step]![r]!))));
+          l.forEach((x, r) => losses[r]!.push(x));
+          times.push(...ranks.map((t) => t.lastTimes!));
+        }
+      }
       const params = Float32Array.from(ranks[0]!.dense.params);
       const rows: Float32Array[] = [];
       for (const t of plan.tables) rows.push(...(await Promise.all(ranks.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, Array.from({ length: t.rows }, (_, i) => i))))));
       expect(ranks[0]!.overlap).toBe(overlap);
+      expect(ranks.map((t) => t.stepCount)).toEqual([3, 3]);
       for (const g of groups) g.close();
-      return { losses, params, rows };
+      return { losses, params, rows, times, evals };
     };
-    const a = await run(true), b = await run(false);
-    expect(a.losses).toEqual(b.losses);
-    expect(Buffer.compare(Buffer.from(a.params.buffer), Buffer.from(b.params.buffer))).toBe(0);
-    a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(b.rows[i]!.buffer))).toBe(0));
+    const off = await run('off');
+    for (const mode of ['next', 'fit'] as const) {
+      const a = await run(mode);
+      expect(a.losses).toEqual(off.losses);
+      expect(Buffer.compare(Buffer.from(a.params.buffer), Buffer.from(off.params.buffer))).toBe(0);
+      a.rows.forEach((x, i) => expect(Buffer.compare(Buffer.from(x.buffer), Buffer.from(off.rows[i]!.buffer))).toBe(0));
+      // exposed communication never exceeds the collectives' time in flight; every step communicates
+      for (const t of a.times) {
+        expect(t.communicationTotal).toBeGreaterThan(0);
+        expect(t.communication).toBeLessThanOrEqual(t.communicationTotal);
+      }
+      if (mode === 'fit') expect(a.evals.length).toBe(2);
+    }
+    // without overlap every collective blocks the step: exposed = total; the parts add up to the step
+    for (const t of off.times) {
+      expect(t.communication).toBe(t.communicationTotal);
+      const { total, communicationTotal: _, ...parts } = t;
+      expect(Object.values(parts).reduce((x, y) => x + y, 0)).toBeCloseTo(total, 6);
+    }
   });
 
   it('a plan without a group is refused with INVALID_CONFIG', () => {

@@ -99,6 +99,31 @@ describe('learning-rate schedule', () => {
     expect(() => resolveSchedule({ warmupSteps: -1 })).toThrow(EmbshardError);
   });
 
+  it('fit: the same losses as step() by hand; stops at `steps` and closes the source', async () => {
+    const data = source(32);
+    const byHand = makeTrainer('adam', 0.01);
+    const want: number[] = [];
+    for (let k = 0; k < 3; k++) want.push(await byHand.step(data.batch(k)));
+    const t = makeTrainer('adam', 0.01);
+    const got: number[] = [];
+    let closed = false;
+    const batches = (function* () {
+      try {
+        for (let k = 0; ; k++) yield data.batch(k);
+      } finally {
+        closed = true;
+      }
+    })();
+    const r = await t.fit(batches, { steps: 3, onStep: (s) => void got.push(s.loss) });
+    expect(got).toEqual(want);
+    expect(r).toMatchObject({ steps: 3, samples: 96 });
+    expect(closed).toBe(true);
+    expect(t.stepCount).toBe(3);
+    // a source that ends first: every batch trained once
+    const short = await makeTrainer('sgd', 0.1).fit([data.batch(0), data.batch(1)]);
+    expect(short).toMatchObject({ steps: 2, samples: 64 });
+  });
+
   it('drives both optimizers, reported through the metrics callback', async () => {
     const seen: StepMetrics[] = [];
     const t = makeTrainer('sgd', 0.1, { warmupSteps: 2 });
@@ -112,7 +137,9 @@ describe('learning-rate schedule', () => {
     for (const m of seen) {
       expect(m.batchSize).toBe(64);
       // the parts of a step account for its whole time, and the rate is the batch over that time
-      const { total, ...parts } = m.times;
+      // (communicationTotal is not a part: total collective time, overlapped or not; none without a group)
+      const { total, communicationTotal, ...parts } = m.times;
+      expect(communicationTotal).toBe(0);
       expect(Object.values(parts).reduce((x, y) => x + y, 0)).toBeCloseTo(total, 6);
       expect(m.samplesPerSec).toBeCloseTo((64 * 1000) / total, 6);
     }

@@ -255,14 +255,29 @@ void NcclGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, b
     return;
   }
   const int64_t bytes = count * static_cast<int64_t>(elem_size(t));
-  ncclDataType_t type = t == ElemType::F32 ? ncclFloat32 : t == ElemType::F64 ? ncclFloat64 : t == ElemType::I32 ? ncclInt32 : ncclInt64;
-  ncclRedOp_t rop = op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin;
   uint8_t* ds = dev_send(bytes);
   if (bytes > 0) cuda_check(cudaMemcpyAsync(ds, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_), "allReduce: upload");
-  ncclResult_t r = ncclAllReduce(ds, ds, static_cast<size_t>(count), type, rop, comm_, stream_);
-  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: allReduce: %s", rank_, ncclGetErrorString(r)));
+  launch_all_reduce(ds, count, t, op, "allReduce");
   if (bytes > 0) cuda_check(cudaMemcpyAsync(data, ds, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_), "allReduce: download");
   wait(d, "allReduce");
+}
+
+void NcclGroup::launch_all_reduce(void* deviceData, int64_t count, ElemType t, ReduceOp op, const char* what) {
+  ncclDataType_t type = t == ElemType::F32 ? ncclFloat32 : t == ElemType::F64 ? ncclFloat64 : t == ElemType::I32 ? ncclInt32 : ncclInt64;
+  ncclRedOp_t rop = op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin;
+  ncclResult_t r = ncclAllReduce(deviceData, deviceData, static_cast<size_t>(count), type, rop, comm_, stream_);
+  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: %s: %s", rank_, what, ncclGetErrorString(r)));
+}
+
+void NcclGroup::all_reduce_device(void* deviceData, int64_t count, ElemType t, ReduceOp op, int device, const Deadline& d) {
+  check_usable();
+  if (device != device_)
+    fail("INVALID_ARGUMENT", "rank %d: allReduceDevice: the buffer is on device %d, the group's communicator on device %d", rank_, device, device_);
+  // the same signature as a host all-reduce of the same size: ranks may mix the two
+  check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)), static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op) * 2, d,
+                  "allReduceDevice (signature)");
+  launch_all_reduce(deviceData, count, t, op, "allReduceDevice");
+  wait(d, "allReduceDevice");
 }
 
 void NcclGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) {

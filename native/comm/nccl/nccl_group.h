@@ -1,6 +1,6 @@
 // nccl_group.h — the NCCL process group: one GPU per rank, its unique id bootstrapped by another group
 // (lib/sharded/group.ts createNcclGroup). Host buffers are staged through device memory on the group's own
-// stream; every collective is launched non-blocking and polled against its deadline (cudaStreamQuery +
+// stream; device buffers (all_reduce_device: the GPU dense model's gradients) are reduced in place; every collective is launched non-blocking and polled against its deadline (cudaStreamQuery +
 // ncclCommGetAsyncError); a deadline or an asynchronous NCCL error aborts the communicator
 // (ncclCommAbort) and fails with COMM_TIMEOUT / COMM_FAILED. A signature exchange before each collective
 // turns a mismatched call into COMM_FAILED on every rank. Compiled only into the CUDA addon.
@@ -33,6 +33,8 @@ class NcclGroup : public Group {
   void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                     const Deadline& d) override;
   void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) override;
+  // In place on this rank's device memory: ncclAllReduce straight on the buffer, no staging.
+  void all_reduce_device(void* deviceData, int64_t count, ElemType t, ReduceOp op, int device, const Deadline& d) override;
   void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) override;
   void barrier(const Deadline& d) override;
   void abort(const std::string& why) override;
@@ -44,6 +46,8 @@ class NcclGroup : public Group {
   // Waits for the communicator's pending work (non-blocking mode) and the stream, against the deadline.
   void wait(const Deadline& d, const char* what);
   void check_signature(int kind, int64_t a, int64_t b, const Deadline& d, const char* what);
+  // ncclAllReduce in place on device memory, on the group's stream (not waited for).
+  void launch_all_reduce(void* deviceData, int64_t count, ElemType t, ReduceOp op, const char* what);
   // Device staging buffers, grown on demand.
   uint8_t* dev_send(int64_t bytes);
   uint8_t* dev_recv(int64_t bytes);

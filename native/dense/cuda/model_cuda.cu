@@ -57,6 +57,9 @@ struct CudaDenseModel::Impl {
   DevBuf<float> params, grads, state;
   // inputs of the last pass
   DevBuf<float> dense, sparse, labels;
+  // the host input and batch size of a forward_bottom not yet consumed (nullptr: none)
+  const float* bottomFor = nullptr;
+  int64_t bottomB = 0;
   // activations of the last forward pass (xs[0] unused: x0 is `inter`)
   std::vector<DevBuf<float>> bot, top, xs, vs, ws;
   DevBuf<float> inter;
@@ -128,9 +131,15 @@ void CudaDenseModel::read(Buffer b, float* dst) {
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
+float* CudaDenseModel::device_data(Buffer b) {
+  Impl& m = *impl_;
+  return b == Buffer::Params ? m.params.get() : b == Buffer::Grads ? m.grads.get() : m.state.get();
+}
+
 void CudaDenseModel::write(Buffer b, const float* src) {
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
+  if (b == Buffer::Params) m.bottomFor = nullptr;  // a kept bottom output is stale
   float* dst = b == Buffer::Params ? m.params.get() : b == Buffer::Grads ? m.grads.get() : m.state.get();
   to_device(dst, src, size(b), m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
@@ -148,8 +157,8 @@ Parts parts_of(const DenseModelSpec& s) {
   return p;
 }
 
-// Runs the forward pass on device inputs already in m.dense / m.sparse; returns the device logits [B].
-const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t B) {
+// Runs the bottom MLP on the device input already in m.dense (into m.bot).
+void run_bottom(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t B) {
   const auto& s = layout.spec();
   const auto& ts = layout.tensors();
   const Parts pt = parts_of(s);
@@ -163,6 +172,16 @@ const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, int6
     x = y;
     in = s.bottom[i];
   }
+}
+
+// Runs the rest of the forward pass on the bottom output in m.bot and m.sparse; returns the device logits [B].
+const float* run_top(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t B) {
+  const auto& s = layout.spec();
+  const auto& ts = layout.tensors();
+  const Parts pt = parts_of(s);
+  auto P = [&](size_t t) { return m.params.get() + ts[t].offset; };
+  const float* x = m.bot.back().get();
+  int64_t in = s.bottom.back();
   const int64_t D = layout.interaction_width();
   float* inter = m.inter.ensure(B * D);
   if (s.interaction == Interaction::Dot) dot_forward(x, m.sparse.get(), B, in, s.numSparse, inter, m.stream);
@@ -193,28 +212,54 @@ const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, int6
   return t;
 }
 
-void upload_inputs(CudaDenseModel::Impl& m, const DenseModel& layout, const float* dense, const float* sparse, int64_t B) {
-  const int64_t nd = B * layout.spec().denseIn, ns = B * layout.sparse_width();
+void upload_dense(CudaDenseModel::Impl& m, const DenseModel& layout, const float* dense, int64_t B) {
+  const int64_t nd = B * layout.spec().denseIn;
   to_device(m.dense.ensure(nd), dense, nd, m.stream);
+}
+
+// Uploads the inputs and runs the forward pass (the bottom MLP only without bottomReady, as the CPU model).
+const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, const float* dense, const float* sparse, int64_t B,
+                         bool bottomReady) {
+  const bool ready = m.bottomFor == dense && m.bottomB == B;
+  m.bottomFor = nullptr;
+  if (bottomReady && !ready) fail("INVALID_ARGUMENT", "bottomReady: the bottom MLP has not run on this dense input and batch size (forwardBottom first)");
+  const int64_t ns = B * layout.sparse_width();
   float* ds = m.sparse.ensure(ns);
   if (ns > 0) to_device(ds, sparse, ns, m.stream);
+  if (!bottomReady) {
+    upload_dense(m, layout, dense, B);
+    run_bottom(m, layout, B);
+  }
+  return run_top(m, layout, B);
 }
 
 }  // namespace
 
-void CudaDenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times) {
+void CudaDenseModel::forward_bottom(const float* dense, int64_t B, StepTimes* times) {
   auto t0 = std::chrono::steady_clock::now();
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
-  upload_inputs(m, layout_, dense, sparse, B);
-  const float* z = run_forward(m, layout_, B);
+  m.bottomFor = nullptr;
+  upload_dense(m, layout_, dense, B);
+  run_bottom(m, layout_, B);
+  EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.bottomFor = dense;
+  m.bottomB = B;
+  if (times) times->forwardMs = ms_since(t0);
+}
+
+void CudaDenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times, bool bottomReady) {
+  auto t0 = std::chrono::steady_clock::now();
+  EMB_CUDA_CHECK(cudaSetDevice(device_));
+  Impl& m = *impl_;
+  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady);
   to_host(logits, z, B, m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (times) times->forwardMs = ms_since(t0);
 }
 
 double CudaDenseModel::forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B,
-                                        float gradScale, float* sparseGrad, float* logits, StepTimes* times) {
+                                        float gradScale, float* sparseGrad, float* logits, StepTimes* times, bool bottomReady) {
   auto t0 = std::chrono::steady_clock::now();
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
@@ -224,9 +269,8 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   auto P = [&](size_t t) { return m.params.get() + ts[t].offset; };
   auto G = [&](size_t t) { return m.grads.get() + ts[t].offset; };
 
-  upload_inputs(m, layout_, dense, sparse, B);
   to_device(m.labels.ensure(B), labels, B, m.stream);
-  const float* z = run_forward(m, layout_, B);
+  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady);
   if (logits) to_host(logits, z, B, m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (times) times->forwardMs = ms_since(t0);
@@ -303,6 +347,7 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
 void CudaDenseModel::apply(float lr, int64_t t) {
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
+  m.bottomFor = nullptr;  // the parameters change: a kept bottom output is stale
   const auto& o = layout_.spec().optimizer;
   optimizer_step(static_cast<int>(o.type), lr, o.eps, o.beta1, o.beta2, o.weightDecay, t, m.params.get(), m.grads.get(),
                  m.state.get(), layout_.param_count(), m.stream);

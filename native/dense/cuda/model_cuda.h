@@ -29,14 +29,18 @@ class CudaDenseModel {
   int device() const { return device_; }
   int64_t size(Buffer b) const;
 
+  // The device memory of a flat buffer (size(b) floats), for collectives that work on it in place (the
+  // NCCL all-reduce of the gradients); valid as long as the model.
+  float* device_data(Buffer b);
   // Synchronous copies of a whole flat buffer (size(b) floats) device → host and host → device.
   void read(Buffer b, float* dst);
   void write(Buffer b, const float* src);
 
-  // As DenseModel::forward / forward_backward / apply; every pointer is host memory.
-  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr);
+  // As DenseModel::forward_bottom / forward / forward_backward / apply; every pointer is host memory.
+  void forward_bottom(const float* dense, int64_t B, StepTimes* t = nullptr);
+  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
   double forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B, float gradScale,
-                          float* sparseGrad, float* logits, StepTimes* t = nullptr);
+                          float* sparseGrad, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
   void apply(float lr, int64_t t);
 
   struct Impl;  // device buffers, stream and cuBLAS handle (model_cuda.cu)
