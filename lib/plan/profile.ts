@@ -1,30 +1,44 @@
-// profile.ts — profileAccess: measures each table's access statistics from sample batches — the counts of
-// its hottest rows (hot rows are the lowest ids, see types.ts) and a fitted Zipf exponent — and checks that
-// assumption: the share of the k most frequent rows that are among the k lowest ids.
+// profile.ts — profileAccess: measures each table's access statistics from sample batches — the K most
+// frequent ids (counted exactly by the addon, native/shard/id_count.h, off the event loop), their counts,
+// and a Zipf exponent fitted on the frequency ranks — as a hot-id remap (`hotIds`: those ids become rows
+// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts, then a shuffled Zipf tail).
+// It also reports how far the ids already were frequency-ordered (`hotPrefixShare`).
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import type { IdArray } from '../binding.js';
+import { loadAddon } from '../native.js';
 import { normalizeTables } from './tables.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
 export interface TableProfile {
   table: string;
-  /** stats to put in the table spec's `access` */
+  /** access statistics in row space (after the remap): put in the table spec's `access` */
   access: AccessStats;
+  /** the most frequent ids, hottest first (ties: lower id first): put in the table spec's `hotIds` */
+  hotIds: number[];
+  /** Zipf exponent fitted on the frequency ranks */
+  zipf: number;
   lookups: number;
   distinct: number;
-  /** share of the k most frequent rows whose id is < k (1 when hot rows are the lowest ids) */
+  /** share of the lookups that hit `hotIds` */
+  hotMass: number;
+  /** share of the hot ids that are < their number (1 when the ids were already frequency-ordered) */
   hotPrefixShare: number;
 }
 
 export interface ProfileOptions {
-  /** how many of the lowest row ids to count exactly (default 1024) */
+  /** how many of the most frequent ids to keep per table (default 1024) */
   topK?: number;
   /** fit the exponent on ranks with at least this many hits (default 5) */
   minCount?: number;
 }
 
-/** Least-squares slope of log(count) on log(rank + 1.5) over well-populated head rows (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
+interface PlacementAddon {
+  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number }> };
+}
+
+/** Least-squares slope of log(count) on log(rank + 1.5) over well-populated ranks (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
 function fitZipf(counts: Float64Array, minCount: number): number {
   let n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (let i = 0; i < counts.length; i++) {
@@ -43,69 +57,43 @@ function fitZipf(counts: Float64Array, minCount: number): number {
 
 const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minCount: true });
 
-/** Access statistics of every table from sample batches (e.g. one per rank, or several steps). */
-export function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): TableProfile[] {
+/** Access statistics and hot ids of every table from sample batches (e.g. one per rank, or several steps). */
+export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): Promise<TableProfile[]> {
   rejectUnknownFields(opts, PROFILE_FIELDS);
   const tables = normalizeTables(tablesIn);
   if (!Array.isArray(batches) || batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'batches must be a non-empty array of JaggedBatch');
   const K = opts.topK ?? 1024, minCount = opts.minCount ?? 5;
-  return tables.map((t) => {
-    const parts: Float64Array[] = [];
-    let n = 0;
-    batches.forEach((b, bi) => {
-      for (const f of t.features) {
-        if (!b.features.includes(f)) continue;
-        const ids = b.feature(f).ids;
-        const a = new Float64Array(ids.length);
-        if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
-        else a.set(ids);
-        for (let i = 0; i < a.length; i++)
-          if (!(a[i]! >= 0 && a[i]! < t.rows)) throw new EmbshardError('ID_OUT_OF_RANGE', `batches[${bi}] feature '${f}': id ${a[i]} is outside table '${t.name}' (${t.rows} rows)`);
-        parts.push(a);
-        n += a.length;
-      }
-    });
-    const all = new Float64Array(n);
-    let o = 0;
-    for (const p of parts) (all.set(p, o), (o += p.length));
-    all.sort();
-    const k = Math.min(K, t.rows);
-    const counts = new Float64Array(k);
-    const runs: number[] = [];
-    let distinct = 0;
-    for (let i = 0; i < n; ) {
-      let j = i;
-      while (j < n && all[j] === all[i]) j++;
-      distinct++;
-      if (all[i]! < k) counts[all[i]!] = j - i;
-      runs.push(j - i);
-      i = j;
-    }
-    // the k most frequent rows: how many have id < k (ties at the threshold count in the prefix's favour)
-    const sortedRuns = runs.slice().sort((x, y) => y - x);
-    const kk = Math.min(k, sortedRuns.length);
-    let share = 1;
-    if (kk > 0) {
-      const thr = sortedRuns[kk - 1]!;
-      let above = 0;
-      for (const r of sortedRuns) if (r > thr) above++;
-      let prefixAbove = 0, prefixAt = 0;
-      for (let i = 0; i < k; i++) {
-        if (counts[i]! > thr) prefixAbove++;
-        else if (counts[i]! === thr && thr > 0) prefixAt++;
-      }
-      share = Math.min(1, (prefixAbove + Math.min(prefixAt, kk - above)) / kk);
-    }
-    const access: AccessStats = n > 0 ? { zipf: fitZipf(counts, minCount), top: { counts: Array.from(counts), total: n } } : {};
-    return { table: t.name, access, lookups: n, distinct, hotPrefixShare: share };
-  });
+  if (!Number.isSafeInteger(K) || K < 0) throw new EmbshardError('INVALID_CONFIG', `topK: must be a non-negative integer (got ${String(K)})`);
+  if (typeof minCount !== 'number' || !(minCount >= 1)) throw new EmbshardError('INVALID_CONFIG', `minCount: must be a number ≥ 1 (got ${String(minCount)})`);
+  const native = (loadAddon() as unknown as PlacementAddon).placement;
+  return Promise.all(
+    tables.map(async (t) => {
+      const parts: { ids: IdArray; what: string }[] = [];
+      batches.forEach((b, bi) => {
+        for (const f of t.features) if (b.features.includes(f)) parts.push({ ids: b.feature(f).ids, what: `batches[${bi}] feature '${f}' (table '${t.name}')` });
+      });
+      const c = await native.countTop(parts, t.rows, Math.min(K, t.rows));
+      const hotIds = Array.from(c.ids, Number);
+      let hot = 0, prefix = 0;
+      hotIds.forEach((id, i) => {
+        hot += c.counts[i]!;
+        if (id < hotIds.length) prefix++;
+      });
+      const zipf = fitZipf(c.counts, minCount);
+      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: Array.from(c.counts), total: c.total }, tail: 'shuffled' } : {};
+      return {
+        table: t.name, access, hotIds, zipf, lookups: c.total, distinct: c.distinct,
+        hotMass: c.total > 0 ? hot / c.total : 0, hotPrefixShare: hotIds.length > 0 ? prefix / hotIds.length : 1,
+      };
+    }),
+  );
 }
 
-/** The table specs with `access` replaced by profiled statistics. */
+/** The table specs with `access` and `hotIds` replaced by profiled ones. */
 export function withProfiledAccess<T extends TableSpec>(tables: readonly T[], profiles: readonly TableProfile[]): T[] {
   const byName = new Map(profiles.map((p) => [p.table, p]));
   return tables.map((t) => {
     const p = byName.get(t.name);
-    return p ? { ...t, access: p.access } : t;
+    return p ? { ...t, access: p.access, hotIds: p.hotIds } : t;
   });
 }
