@@ -1,13 +1,15 @@
 // profile.ts — profileAccess: measures each table's access statistics from sample batches — the K most
 // frequent ids (counted exactly by the addon, native/shard/id_count.h, off the event loop), their counts,
 // and a Zipf exponent fitted on the frequency ranks — as a hot-id remap (`hotIds`: those ids become rows
-// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts, then a shuffled Zipf tail).
+// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts, then a Zipf tail, in row
+// order when the ids were frequency-ordered, shuffled otherwise).
 // It also reports how far the ids already were frequency-ordered (`hotPrefixShare`).
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import type { IdArray } from '../binding.js';
 import { loadAddon } from '../native.js';
+import { AccessModel } from './access.js';
 import { normalizeTables } from './tables.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
@@ -19,6 +21,8 @@ export interface TableProfile {
   hotIds: number[];
   /** Zipf exponent fitted on the frequency ranks */
   zipf: number;
+  /** whether the ids outside `hotIds` were still frequency-ordered (then the tail keeps the Zipf order by row) */
+  tail: 'ordered' | 'shuffled';
   lookups: number;
   distinct: number;
   /** share of the lookups that hit `hotIds` */
@@ -35,7 +39,7 @@ export interface ProfileOptions {
 }
 
 interface PlacementAddon {
-  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number }> };
+  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number; tailLow: number }> };
 }
 
 /** Least-squares slope of log(count) on log(rank + 1.5) over well-populated ranks (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
@@ -80,9 +84,20 @@ export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: r
         if (id < hotIds.length) prefix++;
       });
       const zipf = fitZipf(c.counts, minCount);
-      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: Array.from(c.counts), total: c.total }, tail: 'shuffled' } : {};
+      // the tail (ids outside hotIds, most kept on their rows): frequency-ordered or shuffled, whichever
+      // predicts better the share of its lookups in the lowest 1/16 of the rows past K (shuffled: 1/16;
+      // ordered: that range's share of the fitted Zipf tail)
+      const tailLookups = c.total - hot;
+      let tail: 'ordered' | 'shuffled' = 'shuffled';
+      if (tailLookups > 0 && c.tailLow > 0) {
+        const k = hotIds.length, z = new AccessModel(t.rows, { zipf });
+        const ordered = z.mass(k, k + Math.floor((t.rows - k) / 16)) / z.mass(k, t.rows);
+        const seen = c.tailLow / tailLookups;
+        if (Math.abs(Math.log(seen / ordered)) < Math.abs(Math.log(seen * 16))) tail = 'ordered';
+      }
+      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: Array.from(c.counts), total: c.total }, ...(tail === 'shuffled' ? { tail } : {}) } : {};
       return {
-        table: t.name, access, hotIds, zipf, lookups: c.total, distinct: c.distinct,
+        table: t.name, access, hotIds, zipf, tail, lookups: c.total, distinct: c.distinct,
         hotMass: c.total > 0 ? hot / c.total : 0, hotPrefixShare: hotIds.length > 0 ? prefix / hotIds.length : 1,
       };
     }),

@@ -1,7 +1,7 @@
 // id_ops.cc — bindings of hot-row placement's per-id work (native/shard/id_remap.h, id_count.h):
 //   placement.IdRemap(rows, from: BigInt64Array, to: BigInt64Array)  a table's sparse id permutation;
 //     .apply(ids, out: BigInt64Array, what) / .invert(ids, out, what)  synchronous, one pass per call;
-//   placement.countTop(parts: [{ ids, what }], rows, k) → Promise<{ ids, counts, total, distinct }>
+//   placement.countTop(parts: [{ ids, what }], rows, k) → Promise<{ ids, counts, total, distinct, tailLow }>
 //     (off the event loop: a profile counts many batches at once).
 // Sizes and types are checked before any memory is touched.
 #include <memory>
@@ -94,6 +94,7 @@ class CountTopWorker : public PromiseWorker {
     o.Set("counts", counts);
     o.Set("total", Napi::Number::New(env, static_cast<double>(out_.total)));
     o.Set("distinct", Napi::Number::New(env, static_cast<double>(out_.distinct)));
+    o.Set("tailLow", Napi::Number::New(env, static_cast<double>(out_.tailLow)));
     return o;
   }
 

@@ -53,6 +53,10 @@ void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, IdCoun
     out.ids[i] = runs[i].second;
     out.counts[i] = runs[i].first;
   }
+  const int64_t lo = static_cast<int64_t>(kk), hi = lo + (rows - lo) / 16;
+  out.tailLow = 0;
+  for (size_t i = kk; i < runs.size(); ++i)
+    if (runs[i].second >= lo && runs[i].second < hi) out.tailLow += runs[i].first;
   out.total = total;
   out.distinct = static_cast<int64_t>(runs.size());
 }

@@ -22,10 +22,12 @@ struct IdCounts {
   std::vector<int64_t> counts;  // their counts
   int64_t total = 0;            // ids counted
   int64_t distinct = 0;         // distinct ids among them
+  int64_t tailLow = 0;          // lookups of the other ids (the tail) whose id is in [K, K + (rows − K) / 16)
 };
 
 // Counts the ids of `parts` (each in [0, rows): ID_OUT_OF_RANGE naming the part otherwise) and keeps the
-// min(k, distinct) most frequent. Deterministic: ties go to the lower id.
+// min(k, distinct) = K most frequent, and how many of the other ids' lookups fall in the lowest 1/16 of the
+// rows past K (which tells a frequency-ordered tail from a scattered one). Deterministic: ties go to the lower id.
 void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, IdCounts& out);
 
 }  // namespace embshard::shard
