@@ -16,13 +16,13 @@ import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
                      [--out plan.json] [--svg plan.svg] [--time-budget-ms <ms>]
-                     [--profile <source> [--profile-batches 8] [--top-k 1024] [--max-rows N]]
+                     [--profile <source> [--profile-batches 8] [--top-k 262144] [--max-rows N]]
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
 and per-table statistics and the baselines, writes the plan (format embshard.plan v2) to --out and draws
 it (memory and bytes per rank, tables by cluster) to --svg. With --profile, the tables' access comes from
 --profile-batches batches of --batch samples read from the source (${DATA_SPEC_FORMS}; --max-rows caps
-the tables as for training): each table's --top-k most frequent ids become its hot rows (a hot-id remap
-saved in the plan), so hot-row tiers hold them whatever their ids.`;
+the tables as for training): each table's most frequent ids (hit twice or more, at most --top-k) become
+its hot rows (a hot-id remap saved in the plan), so hot-row tiers hold them whatever their ids.`;
 
 interface Args {
   model?: string;
@@ -40,7 +40,7 @@ interface Args {
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 1024 };
+  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 262_144 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';

@@ -17,6 +17,8 @@ export class AccessModel {
   readonly alpha: number;
   /** measured head probabilities (rows 0..head.length-1) */
   private readonly head: Float64Array;
+  /** headCum[i] = Σ head[0, i) */
+  private readonly headCum: Float64Array;
   private readonly headMass: number;
   /** mass of the tail (rows ≥ head.length) and its Zipf normaliser */
   private readonly tailMass: number;
@@ -37,6 +39,8 @@ export class AccessModel {
       if (!(denom > 0)) throw new EmbshardError('INVALID_CONFIG', 'access.top: counts sum to zero');
       for (let i = 0; i < H; i++) hm += (this.head[i] = top.counts[i]! / denom);
     }
+    this.headCum = new Float64Array(H + 1);
+    for (let i = 0; i < H; i++) this.headCum[i + 1] = this.headCum[i]! + this.head[i]!;
     this.headMass = Math.min(1, hm);
     this.tailMass = H < rows ? 1 - this.headMass : 0;
     this.tailDen = this.pw(rows) - this.pw(H);
@@ -60,7 +64,7 @@ export class AccessModel {
     let m = 0;
     if (a < H) {
       const e = Math.min(b, H);
-      for (let i = a; i < e; i++) m += this.head[i]!;
+      m += this.headCum[e]! - this.headCum[a]!;
       a = e;
     }
     if (b > a && this.tailMass > 0) m += this.shuffled ? (this.tailMass * (b - a)) / (this.rows - H) : (this.tailMass * (this.pw(b) - this.pw(a))) / this.tailDen;

@@ -17,7 +17,7 @@ export interface TableProfile {
   table: string;
   /** access statistics in row space (after the remap): put in the table spec's `access` */
   access: AccessStats;
-  /** the most frequent ids, hottest first (ties: lower id first): put in the table spec's `hotIds` */
+  /** the most frequent ids (hit at least minHits times, at most topK), hottest first (ties: lower id first): the table spec's `hotIds` */
   hotIds: number[];
   /** Zipf exponent fitted on the frequency ranks */
   zipf: number;
@@ -32,14 +32,16 @@ export interface TableProfile {
 }
 
 export interface ProfileOptions {
-  /** how many of the most frequent ids to keep per table (default 1024) */
+  /** at most this many hot ids per table, the most frequent first (default 262144) */
   topK?: number;
+  /** an id is hot only when the samples hit it at least this often (default 2: once is the tail's noise) */
+  minHits?: number;
   /** fit the exponent on ranks with at least this many hits (default 5) */
   minCount?: number;
 }
 
 interface PlacementAddon {
-  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number; tailLow: number }> };
+  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number, minCount: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number; tailLow: number }> };
 }
 
 /** Least-squares slope of log(count) on log(rank + 1.5) over well-populated ranks (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
@@ -59,15 +61,16 @@ function fitZipf(counts: Float64Array, minCount: number): number {
   return Math.max(0, Math.min(10, -slope));
 }
 
-const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minCount: true });
+const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minHits: true, minCount: true });
 
 /** Access statistics and hot ids of every table from sample batches (e.g. one per rank, or several steps). */
 export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): Promise<TableProfile[]> {
   rejectUnknownFields(opts, PROFILE_FIELDS);
   const tables = normalizeTables(tablesIn);
   if (!Array.isArray(batches) || batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'batches must be a non-empty array of JaggedBatch');
-  const K = opts.topK ?? 1024, minCount = opts.minCount ?? 5;
+  const K = opts.topK ?? 262_144, minHits = opts.minHits ?? 2, minCount = opts.minCount ?? 5;
   if (!Number.isSafeInteger(K) || K < 0) throw new EmbshardError('INVALID_CONFIG', `topK: must be a non-negative integer (got ${String(K)})`);
+  if (!Number.isSafeInteger(minHits) || minHits < 1) throw new EmbshardError('INVALID_CONFIG', `minHits: must be a positive integer (got ${String(minHits)})`);
   if (typeof minCount !== 'number' || !(minCount >= 1)) throw new EmbshardError('INVALID_CONFIG', `minCount: must be a number ≥ 1 (got ${String(minCount)})`);
   const native = (loadAddon() as unknown as PlacementAddon).placement;
   return Promise.all(
@@ -76,7 +79,7 @@ export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: r
       batches.forEach((b, bi) => {
         for (const f of t.features) if (b.features.includes(f)) parts.push({ ids: b.feature(f).ids, what: `batches[${bi}] feature '${f}' (table '${t.name}')` });
       });
-      const c = await native.countTop(parts, t.rows, Math.min(K, t.rows));
+      const c = await native.countTop(parts, t.rows, Math.min(K, t.rows), minHits);
       const hotIds = Array.from(c.ids, Number);
       let hot = 0, prefix = 0;
       hotIds.forEach((id, i) => {

@@ -1,7 +1,7 @@
 // id_ops.cc — bindings of hot-row placement's per-id work (native/shard/id_remap.h, id_count.h):
 //   placement.IdRemap(rows, from: BigInt64Array, to: BigInt64Array)  a table's sparse id permutation;
 //     .apply(ids, out: BigInt64Array, what) / .invert(ids, out, what)  synchronous, one pass per call;
-//   placement.countTop(parts: [{ ids, what }], rows, k) → Promise<{ ids, counts, total, distinct, tailLow }>
+//   placement.countTop(parts: [{ ids, what }], rows, k, minCount) → Promise<{ ids, counts, total, distinct, tailLow }>
 //     (off the event loop: a profile counts many batches at once).
 // Sizes and types are checked before any memory is touched.
 #include <memory>
@@ -77,11 +77,11 @@ class IdRemapWrap : public Napi::ObjectWrap<IdRemapWrap> {
 
 class CountTopWorker : public PromiseWorker {
  public:
-  CountTopWorker(Napi::Env env, std::vector<shard::IdSpan> parts, int64_t rows, int64_t k)
-      : PromiseWorker(env), parts_(std::move(parts)), rows_(rows), k_(k) {}
+  CountTopWorker(Napi::Env env, std::vector<shard::IdSpan> parts, int64_t rows, int64_t k, int64_t minCount)
+      : PromiseWorker(env), parts_(std::move(parts)), rows_(rows), k_(k), minCount_(minCount) {}
 
  protected:
-  void Run() override { shard::count_top(parts_, rows_, k_, out_); }
+  void Run() override { shard::count_top(parts_, rows_, k_, minCount_, out_); }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
     auto ids = Napi::BigInt64Array::New(env, out_.ids.size());
@@ -100,7 +100,7 @@ class CountTopWorker : public PromiseWorker {
 
  private:
   std::vector<shard::IdSpan> parts_;
-  int64_t rows_, k_;
+  int64_t rows_, k_, minCount_;
   shard::IdCounts out_;
 };
 
@@ -111,6 +111,7 @@ Napi::Value CountTop(const Napi::CallbackInfo& info) {
     auto arr = info[0].As<Napi::Array>();
     const int64_t rows = int_arg(env, info[1], "countTop: rows", 1);
     const int64_t k = int_arg(env, info[2], "countTop: k", 0);
+    const int64_t minCount = int_arg(env, info[3], "countTop: minCount", 1);
     std::vector<shard::IdSpan> parts;
     std::vector<Napi::Value> keep;
     for (uint32_t i = 0; i < arr.Length(); ++i) {
@@ -122,7 +123,7 @@ Napi::Value CountTop(const Napi::CallbackInfo& info) {
       parts.push_back({a.data, a.type, a.n, w.IsString() ? w.As<Napi::String>().Utf8Value() : format("parts[%u]", i)});
       keep.push_back(obj.Get("ids"));
     }
-    auto* worker = new CountTopWorker(env, std::move(parts), rows, k);
+    auto* worker = new CountTopWorker(env, std::move(parts), rows, k, minCount);
     for (auto& v : keep) worker->Keep(v);
     return worker->Start();
   });

@@ -20,7 +20,7 @@ void append(const T* ids, int64_t n, int64_t rows, const std::string& what, std:
 
 }  // namespace
 
-void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, IdCounts& out) {
+void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, int64_t minCount, IdCounts& out) {
   if (rows <= 0) fail("INVALID_ARGUMENT", "countTop: rows must be positive");
   if (k < 0) fail("INVALID_ARGUMENT", "countTop: k must be ≥ 0");
   int64_t total = 0;
@@ -42,11 +42,12 @@ void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, IdCoun
     runs.emplace_back(static_cast<int64_t>(j - i), all[i]);
     i = j;
   }
-  const size_t kk = std::min(runs.size(), static_cast<size_t>(k));
+  size_t kk = std::min(runs.size(), static_cast<size_t>(k));
   auto hotter = [](const std::pair<int64_t, int64_t>& a, const std::pair<int64_t, int64_t>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
   std::partial_sort(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(kk), runs.end(), hotter);
+  while (kk > 0 && runs[kk - 1].first < minCount) --kk;
   out.ids.resize(kk);
   out.counts.resize(kk);
   for (size_t i = 0; i < kk; ++i) {

@@ -26,8 +26,8 @@ struct IdCounts {
 };
 
 // Counts the ids of `parts` (each in [0, rows): ID_OUT_OF_RANGE naming the part otherwise) and keeps the
-// min(k, distinct) = K most frequent, and how many of the other ids' lookups fall in the lowest 1/16 of the
+// K most frequent of those counted at least minCount times (at most k), and how many of the other ids' lookups fall in the lowest 1/16 of the
 // rows past K (which tells a frequency-ordered tail from a scattered one). Deterministic: ties go to the lower id.
-void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, IdCounts& out);
+void count_top(const std::vector<IdSpan>& parts, int64_t rows, int64_t k, int64_t minCount, IdCounts& out);
 
 }  // namespace embshard::shard

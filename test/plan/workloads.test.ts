@@ -97,11 +97,11 @@ describe('profileAccess', () => {
     bags: { z: { kind: 'fixed', n: 50 }, u: { kind: 'fixed', n: 5 } },
   };
 
-  /** Brute-force oracle: every id counted with a Map, then sorted by (count desc, id asc). */
+  /** Brute-force oracle: every id counted with a Map; those hit at least twice sorted by (count desc, id asc). */
   function bruteTop(batches: JaggedBatch[], f: string, k: number): { ids: number[]; counts: number[]; distinct: number } {
     const m = new Map<number, number>();
     for (const b of batches) for (const id of b.feature(f).ids) m.set(Number(id), (m.get(Number(id)) ?? 0) + 1);
-    const all = [...m].sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, k);
+    const all = [...m].filter((x) => x[1] >= 2).sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, k);
     return { ids: all.map((x) => x[0]), counts: all.map((x) => x[1]), distinct: m.size };
   }
 
