@@ -11,6 +11,7 @@ import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { measureTraffic } from '../../lib/plan/traffic.js';
+import { idPermutation } from '../../lib/workloads/permutation.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { gatherTable } from '../../lib/sharded/reshard.js';
 import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/sharded/sharded.js';
@@ -20,22 +21,11 @@ import * as S from './scenario.mjs';
 const lib = { JaggedBatch, ShardPlan };
 const W = 4, RPN = 2;
 
-/** A seeded permutation of [0, n) (Fisher–Yates). */
-function permutation(n: number, seed: number): number[] {
-  const rand = S.rng(seed);
-  const p = Array.from({ length: n }, (_, i) => i);
-  for (let i = n - 1; i > 0; i--) {
-    const j = Math.floor(rand() * (i + 1));
-    [p[i], p[j]] = [p[j]!, p[i]!];
-  }
-  return p;
-}
-
 /** The scenario's tables, each with its ids scattered by a permutation; the hot ids are the images of the lowest rows. */
 function remappedPlan(): { plan: ShardPlan; perms: Map<string, number[]> } {
   const perms = new Map<string, number[]>();
   const tables = S.scenarioTables(W).map((e: { table: { name: string; rows: number }; tiers?: { replicated: number; node: number } }, i: number) => {
-    const perm = permutation(e.table.rows, 100 + i);
+    const perm = Array.from(idPermutation(e.table.rows, 100, i));
     perms.set(e.table.name, perm);
     const K = Math.max(6, (e.tiers?.replicated ?? 0) + (e.tiers?.node ?? 0));
     return { ...e, table: { ...e.table, hotIds: perm.slice(0, K) } };
@@ -75,21 +65,7 @@ describe('sharded training with hot-id remaps equals one collection over the use
       let outErr = 0;
       for (let step = 0; step < 3; step++) {
         const batches = groups.map((_, r) => scatteredBatch(plan, perms, r, step));
-        const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
-        const gout = await oracle.forward(S.globalBatch(lib, batches));
-        for (let r = 0, row = 0; r < W; row += batches[r]!.batchSize, r++) {
-          outErr = Math.max(outErr, S.relErr(outs[r]!.pooled, S.sliceRows(gout.pooled, oracle.pooledDim, row, batches[r]!.batchSize)));
-          for (const f of oracle.sequenceFeatures) {
-            const dim = oracle.featureInfo.find((x) => x.name === f)!.dim;
-            let before = 0;
-            for (let p = 0; p < r; p++) before += batches[p]!.feature(f).ids.length;
-            const n = batches[r]!.feature(f).ids.length;
-            outErr = Math.max(outErr, S.relErr(outs[r]!.sequences[f]!.values, gout.sequences[f]!.values.subarray(before * dim, (before + n) * dim)));
-          }
-        }
-        const grads = outs.map((out, r) => S.gradsFor(out, r, step));
-        await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
-        await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+        outErr = Math.max(outErr, await S.stepBoth(lib, ranks, oracle, batches, step));
         const predicted = measureTraffic(plan, batches).perRank;
         ranks.forEach((sc, r) => expect(sc.traffic, `step ${step} rank ${r}`).toEqual(predicted[r]));
       }
