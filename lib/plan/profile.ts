@@ -1,8 +1,8 @@
 // profile.ts — profileAccess: measures each table's access statistics from sample batches — the K most
 // frequent ids (counted exactly by the addon, native/shard/id_count.h, off the event loop), their counts,
 // and a Zipf exponent fitted on the frequency ranks — as a hot-id remap (`hotIds`: those ids become rows
-// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts, then a Zipf tail, in row
-// order when the ids were frequency-ordered, shuffled otherwise).
+// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts — small ones smoothed to the
+// fitted law — then a Zipf tail, in row order when the ids were frequency-ordered, shuffled otherwise).
 // It also reports how far the ids already were frequency-ordered (`hotPrefixShare`).
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
@@ -38,6 +38,11 @@ export interface ProfileOptions {
   minHits?: number;
   /** fit the exponent on ranks with at least this many hits (default 5) */
   minCount?: number;
+  /**
+   * hot ids hit fewer times than this are ranked by their counts but planned from the fitted Zipf law (same
+   * total mass): small counts are a staircase of sampling noise the planner's search trips on (default 20)
+   */
+  smoothBelow?: number;
 }
 
 interface PlacementAddon {
@@ -61,14 +66,25 @@ function fitZipf(counts: Float64Array, minCount: number): number {
   return Math.max(0, Math.min(10, -slope));
 }
 
-const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minHits: true, minCount: true });
+const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minHits: true, minCount: true, smoothBelow: true });
+
+/** counts[i] for the ranks i whose count is below `below`: the fitted law p_i ∝ (i + 1.5)^−α from the last count above, scaled to the same sum. */
+function smoothCounts(counts: Float64Array, alpha: number, below: number): number[] {
+  const out = Array.from(counts);
+  const j = out.findIndex((x) => x < below);
+  if (j <= 0) return out;
+  let measured = 0, shape = 0;
+  for (let i = j; i < out.length; i++) (measured += out[i]!), (shape += Math.pow((j + 0.5) / (i + 1.5), alpha));
+  for (let i = j; i < out.length; i++) out[i] = (Math.pow((j + 0.5) / (i + 1.5), alpha) * measured) / shape;
+  return out;
+}
 
 /** Access statistics and hot ids of every table from sample batches (e.g. one per rank, or several steps). */
 export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): Promise<TableProfile[]> {
   rejectUnknownFields(opts, PROFILE_FIELDS);
   const tables = normalizeTables(tablesIn);
   if (!Array.isArray(batches) || batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'batches must be a non-empty array of JaggedBatch');
-  const K = opts.topK ?? 262_144, minHits = opts.minHits ?? 2, minCount = opts.minCount ?? 5;
+  const K = opts.topK ?? 262_144, minHits = opts.minHits ?? 2, minCount = opts.minCount ?? 5, smoothBelow = opts.smoothBelow ?? 20;
   if (!Number.isSafeInteger(K) || K < 0) throw new EmbshardError('INVALID_CONFIG', `topK: must be a non-negative integer (got ${String(K)})`);
   if (!Number.isSafeInteger(minHits) || minHits < 1) throw new EmbshardError('INVALID_CONFIG', `minHits: must be a positive integer (got ${String(minHits)})`);
   if (typeof minCount !== 'number' || !(minCount >= 1)) throw new EmbshardError('INVALID_CONFIG', `minCount: must be a number ≥ 1 (got ${String(minCount)})`);
@@ -98,7 +114,7 @@ export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: r
         const seen = c.tailLow / tailLookups;
         if (Math.abs(Math.log(seen / ordered)) < Math.abs(Math.log(seen * 16))) tail = 'ordered';
       }
-      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: Array.from(c.counts), total: c.total }, ...(tail === 'shuffled' ? { tail } : {}) } : {};
+      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: smoothCounts(c.counts, zipf, smoothBelow), total: c.total }, ...(tail === 'shuffled' ? { tail } : {}) } : {};
       return {
         table: t.name, access, hotIds, zipf, tail, lookups: c.total, distinct: c.distinct,
         hotMass: c.total > 0 ? hot / c.total : 0, hotPrefixShare: hotIds.length > 0 ? prefix / hotIds.length : 1,

@@ -2,9 +2,9 @@
 // drawn twice from the same draws: ids = Zipf ranks (frequency-ordered), and every table's ids scattered
 // by a random permutation (as hashed ids are). Planned from the declared Zipf law (hot rows assumed to be
 // the lowest ids), the scattered workload's step is far slower on its exact traffic; planned from
-// profileAccess on independent samples (hot-id remaps), it is within 5% of the ordered one, in bytes and
-// in simulated step time on the exact per-rank traffic; and the cost model's expected bytes agree with
-// the measured ones. (Deterministic: fixed seeds and a fixed planner step count.)
+// profileAccess on independent samples (hot-id remaps), it costs at most 5% more than the ordered one
+// planned the same way, in bytes and in simulated step time on the exact per-rank traffic; and the cost
+// model's expected bytes agree with the measured ones. (Deterministic: fixed seeds and a fixed planner step count.)
 import { describe, expect, it } from 'vitest';
 import type { JaggedBatch } from '../../lib/batch.js';
 import { expectedLoad } from '../../lib/plan/cost-model.js';
@@ -41,7 +41,7 @@ function measured(plan: ShardPlan, ev: JaggedBatch[]): { bytes: number; time: nu
 }
 
 describe('plans from measured frequencies on permuted ids', () => {
-  it('match frequency-ordered ids within 5% (bytes and step time on the exact traffic); the declared-law plan does not', async () => {
+  it('cost at most 5% more than on frequency-ordered ids (bytes and step time on the exact traffic); the declared-law plan does not', async () => {
     const r = {} as Record<`${Ids} ${'declared' | 'profiled'}`, { bytes: number; time: number }>;
     const plans = {} as Record<Ids, ShardPlan>;
     for (const ids of ['ordered', 'permuted'] as const) {
@@ -59,7 +59,7 @@ describe('plans from measured frequencies on permuted ids', () => {
     expect(r['permuted declared'].time / r['ordered declared'].time).toBeGreaterThan(1.5);
     // profiled: the tiers hold the measured hot ids whatever they are
     expect(r['permuted profiled'].time / r['ordered profiled'].time).toBeLessThanOrEqual(1.05);
-    expect(Math.abs(r['permuted profiled'].bytes / r['ordered profiled'].bytes - 1)).toBeLessThanOrEqual(0.05);
+    expect(r['permuted profiled'].bytes / r['ordered profiled'].bytes).toBeLessThanOrEqual(1.05);
     // the cost model (access mass of the profiled hot set, in row space) expects the bytes measureTraffic counts
     const p = plans.permuted;
     const expected = expectedLoad(p.tables, p.layouts, { topo: p.topology, batchSize: B, wire: p.wire }).totalSent();

@@ -113,6 +113,7 @@ describe('profileAccess', () => {
     expect(z!.hotPrefixShare).toBeGreaterThan(0.9);
     const o = bruteTop(batches, 'z', 256);
     expect(z!.hotIds).toEqual(o.ids);
+    expect(o.counts[255]).toBeGreaterThanOrEqual(20); // none smoothed
     expect(z!.access.top!.counts).toEqual(o.counts);
     expect(z!.access.top!.total).toBe(8 * 500 * 50);
     expect(z!.tail).toBe('ordered');
