@@ -33,8 +33,8 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
       bad(code, `${path}.top.counts`, 'must be an array of non-negative numbers');
     const counts = t.counts as number[];
     const sum = counts.reduce((a, b) => a + b, 0);
-    if (typeof t.total !== 'number' || !Number.isFinite(t.total) || t.total <= 0 || t.total < sum)
-      bad(code, `${path}.top.total`, `must be a positive number ≥ the sum of counts (${sum})`);
+    if (typeof t.total !== 'number' || !Number.isFinite(t.total) || t.total <= 0 || t.total < sum * (1 - 1e-9))
+      bad(code, `${path}.top.total`, `must be a positive number ≥ the sum of counts (${sum}; counts may be fractional, as a profile smooths small ones)`);
     out.top = { counts: [...counts], total: t.total };
   }
   if (v.tail !== undefined) {

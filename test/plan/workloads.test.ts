@@ -8,7 +8,8 @@ import { measureTraffic } from '../../lib/plan/traffic.js';
 import { bruteForceTraffic, smallTopology } from './helpers.js';
 import { JaggedBatch } from '../../lib/batch.js';
 import { AccessModel } from '../../lib/plan/access.js';
-import { profileAccess } from '../../lib/plan/profile.js';
+import { profileAccess, withProfiledAccess } from '../../lib/plan/profile.js';
+import { normalizeTables } from '../../lib/plan/tables.js';
 import { generateBatch, generateBatches } from '../../lib/workloads/generator.js';
 import { workload, WORKLOAD_NAMES, type Workload } from '../../lib/workloads/presets.js';
 import { Rng } from '../../lib/random/rng.js';
@@ -121,6 +122,13 @@ describe('profileAccess', () => {
     expect(z!.distinct).toBe(o.distinct);
     expect(z!.hotMass).toBeCloseTo(o.counts.reduce((a, b) => a + b, 0) / (8 * 500 * 50), 12);
     expect(u!.zipf).toBeLessThan(0.2);
+    // 'u''s small counts are smoothed: they keep the hot ids' measured total, and the specs still validate
+    expect(u!.access.top!.counts.reduce((a, b) => a + b, 0)).toBeCloseTo(bruteTop(batches, 'u', 256).counts.reduce((a, b) => a + b, 0), 6);
+    expect(normalizeTables(withProfiledAccess(w.tables, [z!, u!]))[1]!.hotIds).toEqual(u!.hotIds);
+    // every id hot: the smoothed counts add up to the total itself
+    const [, all] = await profileAccess(batches, w.tables, { topK: 1000 });
+    expect(all!.hotIds).toHaveLength(1000);
+    expect(normalizeTables(withProfiledAccess(w.tables, [z!, all!]))[1]!.hotIds).toEqual(all!.hotIds);
     expect(u!.hotIds).toEqual(bruteTop(batches, 'u', 256).ids);
   });
 
