@@ -32,7 +32,7 @@ const MODELS = (process.env.EMBSHARD_BENCH_MODELS ?? 'criteo-kaggle,seq-skewed')
 const GPUS = Number(process.env.EMBSHARD_BENCH_GPUS ?? 16);
 const RPN = 8;
 const BATCH = 2048;
-const TOP_K = 262_144;
+const TOP_K = Number(process.env.EMBSHARD_BENCH_TOP_K ?? 262_144);
 /** sample steps profiled (all ranks' batches of each) */
 const PROFILE_STEPS = 2;
 const SEED = 2024, PERM_SEED = 77;
