@@ -16,12 +16,12 @@ import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
                      [--out plan.json] [--svg plan.svg] [--time-budget-ms <ms>]
-                     [--profile <source> [--profile-batches 8] [--top-k 262144] [--max-rows N]]
+                     [--profile <source> [--profile-batches 8] [--top-k 262144] [--min-hits 2] [--max-rows N]]
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
 and per-table statistics and the baselines, writes the plan (format embshard.plan v2) to --out and draws
 it (memory and bytes per rank, tables by cluster) to --svg. With --profile, the tables' access comes from
 --profile-batches batches of --batch samples read from the source (${DATA_SPEC_FORMS}; --max-rows caps
-the tables as for training): each table's most frequent ids (hit twice or more, at most --top-k) become
+the tables as for training): each table's most frequent ids (hit --min-hits times or more, at most --top-k) become
 its hot rows (a hot-id remap saved in the plan), so hot-row tiers hold them whatever their ids.`;
 
 interface Args {
@@ -36,11 +36,12 @@ interface Args {
   profile?: string;
   profileBatches: number;
   topK: number;
+  minHits: number;
   maxRows?: number;
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 262_144 };
+  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 262_144, minHits: 2 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';
@@ -70,6 +71,7 @@ function parse(argv: string[]): Args | string {
       case '--time-budget-ms':
       case '--profile-batches':
       case '--top-k':
+      case '--min-hits':
       case '--max-rows': {
         const n = int(k);
         if (typeof n === 'string') return n;
@@ -78,6 +80,7 @@ function parse(argv: string[]): Args | string {
         else if (k === '--batch') a.batch = n;
         else if (k === '--profile-batches') a.profileBatches = n;
         else if (k === '--top-k') a.topK = n;
+        else if (k === '--min-hits') a.minHits = n;
         else if (k === '--max-rows') a.maxRows = n;
         else a.timeBudgetMs = n;
         break;
@@ -115,7 +118,7 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
     if (f !== undefined) throw new EmbshardError('MISSING_FEATURE', `--profile ${a.profile}: the source has no feature '${f}' (table '${t.name}')`);
     return { ...t, rows: Math.max(...(t.features ?? [t.name]).map((x) => rowsOf.get(x)!)) };
   });
-  const profiles = await profileAccess(batches, sized, { topK: a.topK });
+  const profiles = await profileAccess(batches, sized, { topK: a.topK, minHits: a.minHits });
   const ids = profiles.reduce((s, p) => s + p.lookups, 0);
   console.log(`Profiled ${batches.length} batches of ${opened.describe}: ${ids.toLocaleString()} ids. Per table: rows, hot ids kept, their share of the lookups, fitted Zipf α, tail order.`);
   profiles.forEach((p, i) => console.log(`  ${p.table.padEnd(12)} ${String(sized[i]!.rows).padStart(10)} ${String(p.hotIds.length).padStart(6)} ${(100 * p.hotMass).toFixed(1).padStart(6)}%  α ${p.zipf.toFixed(2)}  ${p.tail}`));
