@@ -1,8 +1,14 @@
-// plan.ts — `embshard plan`: plans a workload preset on a topology preset, prints the planner statistics,
-// writes the plan JSON and its picture (SVG). Wired into the `embshard` binary by lib/cli/main.ts.
+// plan.ts — `embshard plan`: plans a workload preset on a topology preset — from the preset's declared
+// access law, or from id frequencies measured on a data source (--profile: hot-id remaps, lib/plan/profile.ts)
+// — prints the planner statistics, writes the plan JSON and its picture (SVG). Wired into the `embshard`
+// binary by lib/cli/main.ts.
 import { writeFileSync } from 'node:fs';
-import { isEmbshardError } from '../errors.js';
+import type { JaggedBatch } from '../batch.js';
+import { EmbshardError, isEmbshardError } from '../errors.js';
 import { planShardsReport } from '../plan/planner.js';
+import { profileAccess, withProfiledAccess } from '../plan/profile.js';
+import type { TableSpec } from '../plan/types.js';
+import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
 import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
 import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
@@ -10,9 +16,13 @@ import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
                      [--out plan.json] [--svg plan.svg] [--time-budget-ms <ms>]
+                     [--profile <source> [--profile-batches 8] [--top-k 262144] [--min-hits 2] [--max-rows N]]
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
-and per-table statistics and the baselines, writes the plan (format embshard.plan v1) to --out and draws
-it (memory and bytes per rank, tables by cluster) to --svg.`;
+and per-table statistics and the baselines, writes the plan (format embshard.plan v2) to --out and draws
+it (memory and bytes per rank, tables by cluster) to --svg. With --profile, the tables' access comes from
+--profile-batches batches of --batch samples read from the source (${DATA_SPEC_FORMS}; --max-rows caps
+the tables as for training): each table's most frequent ids (hit --min-hits times or more, at most --top-k) become
+its hot rows (a hot-id remap saved in the plan), so hot-row tiers hold them whatever their ids.`;
 
 interface Args {
   model?: string;
@@ -23,10 +33,15 @@ interface Args {
   out?: string;
   svg?: string;
   timeBudgetMs?: number;
+  profile?: string;
+  profileBatches: number;
+  topK: number;
+  minHits: number;
+  maxRows?: number;
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { preset: 'dgx-h100', batch: 4096 };
+  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 262_144, minHits: 2 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';
@@ -47,15 +62,26 @@ function parse(argv: string[]): Args | string {
       case '--svg':
         a.svg = v;
         break;
+      case '--profile':
+        a.profile = v;
+        break;
       case '--gpus':
       case '--ranks-per-node':
       case '--batch':
-      case '--time-budget-ms': {
+      case '--time-budget-ms':
+      case '--profile-batches':
+      case '--top-k':
+      case '--min-hits':
+      case '--max-rows': {
         const n = int(k);
         if (typeof n === 'string') return n;
         if (k === '--gpus') a.gpus = n;
         else if (k === '--ranks-per-node') a.ranksPerNode = n;
         else if (k === '--batch') a.batch = n;
+        else if (k === '--profile-batches') a.profileBatches = n;
+        else if (k === '--top-k') a.topK = n;
+        else if (k === '--min-hits') a.minHits = n;
+        else if (k === '--max-rows') a.maxRows = n;
         else a.timeBudgetMs = n;
         break;
       }
@@ -65,7 +91,39 @@ function parse(argv: string[]): Args | string {
   }
   if (!a.model) return '--model is required';
   if (!a.gpus) return '--gpus is required';
+  if (!a.profile && a.maxRows !== undefined) return '--max-rows needs --profile';
   return a;
+}
+
+/**
+ * The model's tables with access measured on `spec`: the source's table sizes (so --max-rows caps them as a
+ * training run's would), each table's top-K ids as its hot-id remap. Prints one line per table.
+ */
+async function profiledTables(tables: readonly TableSpec[], a: Args, model: string): Promise<TableSpec[]> {
+  const rows = tables.flatMap((t) => (t.features ?? [t.name]).map(() => a.maxRows === undefined ? t.rows : Math.min(t.rows, a.maxRows)));
+  const opened = await openDataSpec(a.profile!, { batch: a.batch, model, seed: 0, prefetch: 1, maxRows: a.maxRows, tableRows: rows });
+  const batches: JaggedBatch[] = [];
+  try {
+    for await (const b of opened.source) {
+      batches.push(b.sparse);
+      if (batches.length >= a.profileBatches) break;
+    }
+  } finally {
+    await opened.source.close?.();
+  }
+  if (batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `--profile ${a.profile}: the source gave no batches`);
+  const rowsOf = new Map(opened.source.features.map((f, i) => [f, opened.tableRows[i]!]));
+  const sized = tables.map((t) => {
+    const f = (t.features ?? [t.name]).find((x) => !rowsOf.has(x));
+    if (f !== undefined) throw new EmbshardError('MISSING_FEATURE', `--profile ${a.profile}: the source has no feature '${f}' (table '${t.name}')`);
+    return { ...t, rows: Math.max(...(t.features ?? [t.name]).map((x) => rowsOf.get(x)!)) };
+  });
+  const profiles = await profileAccess(batches, sized, { topK: a.topK, minHits: a.minHits });
+  const ids = profiles.reduce((s, p) => s + p.lookups, 0);
+  console.log(`Profiled ${batches.length} batches of ${opened.describe}: ${ids.toLocaleString()} ids. Per table: rows, hot ids kept, their share of the lookups, fitted Zipf α, tail order.`);
+  profiles.forEach((p, i) => console.log(`  ${p.table.padEnd(12)} ${String(sized[i]!.rows).padStart(10)} ${String(p.hotIds.length).padStart(6)} ${(100 * p.hotMass).toFixed(1).padStart(6)}%  α ${p.zipf.toFixed(2)}  ${p.tail}`));
+  console.log('');
+  return withProfiledAccess(sized, profiles);
 }
 
 /** Runs `embshard plan`; returns the process exit code (0 ok, 1 planning error, 2 usage error). */
@@ -82,7 +140,9 @@ export async function runPlan(argv: string[]): Promise<number> {
   try {
     const w = workload(a.model!);
     const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
-    const r = planShardsReport(w.tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta: { model: w.name } });
+    const tables = a.profile ? await profiledTables(w.tables, a, w.name) : w.tables;
+    const meta = { model: w.name, ...(a.profile ? { profile: a.profile } : {}) };
+    const r = planShardsReport(tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta });
     console.log(r.plan.explain({ title: `${w.name} (${w.description})` }));
     console.log('');
     console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);

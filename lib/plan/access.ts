@@ -1,4 +1,5 @@
-// access.ts — the access-frequency model of a table (Zipf over row ids, optionally with a measured head):
+// access.ts — the access-frequency model of a table (Zipf over row ids, optionally with a measured head and
+// a shuffled tail):
 // the probability mass of a row range and the expected number of distinct rows among n independent lookups
 // in a row range. These drive the cost model's expected traffic (ub dedup, dp/tier gradient all-gathers).
 import { EmbshardError } from '../errors.js';
@@ -16,10 +17,14 @@ export class AccessModel {
   readonly alpha: number;
   /** measured head probabilities (rows 0..head.length-1) */
   private readonly head: Float64Array;
+  /** headCum[i] = Σ head[0, i) */
+  private readonly headCum: Float64Array;
   private readonly headMass: number;
   /** mass of the tail (rows ≥ head.length) and its Zipf normaliser */
   private readonly tailMass: number;
   private readonly tailDen: number;
+  /** the tail's probabilities are the Zipf shape's, in an unknown row order (types.ts AccessStats.tail) */
+  private readonly shuffled: boolean;
   private readonly cache = new Map<string, number>();
 
   constructor(rows: number, stats: AccessStats = {}) {
@@ -34,9 +39,12 @@ export class AccessModel {
       if (!(denom > 0)) throw new EmbshardError('INVALID_CONFIG', 'access.top: counts sum to zero');
       for (let i = 0; i < H; i++) hm += (this.head[i] = top.counts[i]! / denom);
     }
+    this.headCum = new Float64Array(H + 1);
+    for (let i = 0; i < H; i++) this.headCum[i + 1] = this.headCum[i]! + this.head[i]!;
     this.headMass = Math.min(1, hm);
     this.tailMass = H < rows ? 1 - this.headMass : 0;
     this.tailDen = this.pw(rows) - this.pw(H);
+    this.shuffled = stats.tail === 'shuffled' && H < rows;
   }
 
   /** Antiderivative-like potential of the Zipf CDF: F(x) ∝ pw(x) − pw(0). */
@@ -56,10 +64,10 @@ export class AccessModel {
     let m = 0;
     if (a < H) {
       const e = Math.min(b, H);
-      for (let i = a; i < e; i++) m += this.head[i]!;
+      m += this.headCum[e]! - this.headCum[a]!;
       a = e;
     }
-    if (b > a && this.tailMass > 0) m += (this.tailMass * (this.pw(b) - this.pw(a))) / this.tailDen;
+    if (b > a && this.tailMass > 0) m += this.shuffled ? (this.tailMass * (b - a)) / (this.rows - H) : (this.tailMass * (this.pw(b) - this.pw(a))) / this.tailDen;
     return m;
   }
 
@@ -81,6 +89,42 @@ export class AccessModel {
     return s;
   }
 
+  /** Σ_{i∈[i0,b)} f(p_i) over tail rows in rank order (a ≥ head length). */
+  private rankedTail(f: (p: number) => number, i0: number, b: number): number {
+    let s = 0;
+    let i = i0;
+    if (this.alpha === 0) {
+      s += (b - i) * f(this.prob(i));
+    } else if (b - i <= EXACT_ROWS) {
+      s += this.sumRows(f, i, b);
+      i = b;
+    } else {
+      const stop = i + EXACT_ROWS / 4;
+      s += this.sumRows(f, i, stop);
+      i = stop;
+      // midpoint rule: Σ_{i}^{b-1} f(i) ≈ ∫_{i-1/2}^{b-1/2} f(x) dx, on geometric segments, 8-point Gauss each
+      let lo = i - 0.5;
+      const end = b - 0.5;
+      while (lo < end) {
+        const hi = Math.min(end, lo * 1.5);
+        const mid = (lo + hi) / 2, half = (hi - lo) / 2;
+        let seg = 0;
+        for (let k = 0; k < 8; k++) seg += GL_W[k]! * f(this.prob(mid + half * GL_X[k]!));
+        s += seg * half;
+        lo = hi;
+      }
+    }
+    return s;
+  }
+
+  /** E[distinct tail rows hit by n lookups], the tail in rank order (a shuffled tail's rows share it evenly). */
+  private tailDistinct(n: number, f: (p: number) => number): number {
+    const key = `tail|${n}`;
+    let v = this.cache.get(key);
+    if (v === undefined) this.cache.set(key, (v = this.rankedTail(f, this.head.length, this.rows)));
+    return v;
+  }
+
   /** E[number of distinct rows of [a, b) hit by n independent lookups] = Σ 1 − (1 − p_i)^n. */
   expectedDistinct(n: number, a: number, b: number): number {
     a = Math.max(0, a);
@@ -95,27 +139,8 @@ export class AccessModel {
     const H = this.head.length;
     for (; i < b && i < H; i++) s += f(this.head[i]!);
     if (i < b) {
-      if (this.alpha === 0) {
-        s += (b - i) * f(this.prob(i));
-      } else if (b - i <= EXACT_ROWS) {
-        s += this.sumRows(f, i, b);
-        i = b;
-      } else {
-        const stop = i + EXACT_ROWS / 4;
-        s += this.sumRows(f, i, stop);
-        i = stop;
-        // midpoint rule: Σ_{i}^{b-1} f(i) ≈ ∫_{i-1/2}^{b-1/2} f(x) dx, on geometric segments, 8-point Gauss each
-        let lo = i - 0.5;
-        const end = b - 0.5;
-        while (lo < end) {
-          const hi = Math.min(end, lo * 1.5);
-          const mid = (lo + hi) / 2, half = (hi - lo) / 2;
-          let seg = 0;
-          for (let k = 0; k < 8; k++) seg += GL_W[k]! * f(this.prob(mid + half * GL_X[k]!));
-          s += seg * half;
-          lo = hi;
-        }
-      }
+      if (this.shuffled) s += ((b - i) / (this.rows - H)) * this.tailDistinct(n, f);
+      else s += this.rankedTail(f, i, b);
     }
     if (this.cache.size > 200_000) this.cache.clear();
     this.cache.set(key, s);

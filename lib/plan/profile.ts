@@ -1,30 +1,55 @@
-// profile.ts — profileAccess: measures each table's access statistics from sample batches — the counts of
-// its hottest rows (hot rows are the lowest ids, see types.ts) and a fitted Zipf exponent — and checks that
-// assumption: the share of the k most frequent rows that are among the k lowest ids.
+// profile.ts — profileAccess: measures each table's access statistics from sample batches — the K most
+// frequent ids (counted exactly by the addon, native/shard/id_count.h, off the event loop), their counts,
+// and a Zipf exponent fitted on the frequency ranks — as a hot-id remap (`hotIds`: those ids become rows
+// 0 … K−1, remap.ts) and access statistics in row space (the hot rows' counts — small ones smoothed to the
+// fitted law — then a Zipf tail, in row order when the ids were frequency-ordered, shuffled otherwise).
+// It also reports how far the ids already were frequency-ordered (`hotPrefixShare`).
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import type { IdArray } from '../binding.js';
+import { loadAddon } from '../native.js';
+import { AccessModel } from './access.js';
 import { normalizeTables } from './tables.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
 export interface TableProfile {
   table: string;
-  /** stats to put in the table spec's `access` */
+  /** access statistics in row space (after the remap): put in the table spec's `access` */
   access: AccessStats;
+  /** the most frequent ids (hit at least minHits times, at most topK), hottest first (ties: lower id first): the table spec's `hotIds` */
+  hotIds: number[];
+  /** Zipf exponent fitted on the frequency ranks */
+  zipf: number;
+  /** whether the ids outside `hotIds` were still frequency-ordered (then the tail keeps the Zipf order by row) */
+  tail: 'ordered' | 'shuffled';
   lookups: number;
   distinct: number;
-  /** share of the k most frequent rows whose id is < k (1 when hot rows are the lowest ids) */
+  /** share of the lookups that hit `hotIds` */
+  hotMass: number;
+  /** share of the hot ids that are < their number (1 when the ids were already frequency-ordered) */
   hotPrefixShare: number;
 }
 
 export interface ProfileOptions {
-  /** how many of the lowest row ids to count exactly (default 1024) */
+  /** at most this many hot ids per table, the most frequent first (default 262144) */
   topK?: number;
+  /** an id is hot only when the samples hit it at least this often (default 2: once is the tail's noise) */
+  minHits?: number;
   /** fit the exponent on ranks with at least this many hits (default 5) */
   minCount?: number;
+  /**
+   * hot ids hit fewer times than this are ranked by their counts but planned from the fitted Zipf law (same
+   * total mass): small counts are a staircase of sampling noise the planner's search trips on (default 20)
+   */
+  smoothBelow?: number;
 }
 
-/** Least-squares slope of log(count) on log(rank + 1.5) over well-populated head rows (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
+interface PlacementAddon {
+  placement: { countTop(parts: { ids: IdArray; what: string }[], rows: number, k: number, minCount: number): Promise<{ ids: BigInt64Array; counts: Float64Array; total: number; distinct: number; tailLow: number }> };
+}
+
+/** Least-squares slope of log(count) on log(rank + 1.5) over well-populated ranks (the sampler's p_i ∝ ≈ (i + 1.5)^−α). */
 function fitZipf(counts: Float64Array, minCount: number): number {
   let n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (let i = 0; i < counts.length; i++) {
@@ -41,71 +66,68 @@ function fitZipf(counts: Float64Array, minCount: number): number {
   return Math.max(0, Math.min(10, -slope));
 }
 
-const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minCount: true });
+const PROFILE_FIELDS = fieldsOf<ProfileOptions>({ topK: true, minHits: true, minCount: true, smoothBelow: true });
 
-/** Access statistics of every table from sample batches (e.g. one per rank, or several steps). */
-export function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): TableProfile[] {
+/** counts[i] for the ranks i whose count is below `below`: the fitted law p_i ∝ (i + 1.5)^−α from the last count above, scaled to the same sum. */
+function smoothCounts(counts: Float64Array, alpha: number, below: number): number[] {
+  const out = Array.from(counts);
+  const j = out.findIndex((x) => x < below);
+  if (j <= 0) return out;
+  let measured = 0, shape = 0;
+  for (let i = j; i < out.length; i++) (measured += out[i]!), (shape += Math.pow((j + 0.5) / (i + 1.5), alpha));
+  for (let i = j; i < out.length; i++) out[i] = (Math.pow((j + 0.5) / (i + 1.5), alpha) * measured) / shape;
+  return out;
+}
+
+/** Access statistics and hot ids of every table from sample batches (e.g. one per rank, or several steps). */
+export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: readonly TableSpec[] | readonly Table[], opts: ProfileOptions = {}): Promise<TableProfile[]> {
   rejectUnknownFields(opts, PROFILE_FIELDS);
   const tables = normalizeTables(tablesIn);
   if (!Array.isArray(batches) || batches.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'batches must be a non-empty array of JaggedBatch');
-  const K = opts.topK ?? 1024, minCount = opts.minCount ?? 5;
-  return tables.map((t) => {
-    const parts: Float64Array[] = [];
-    let n = 0;
-    batches.forEach((b, bi) => {
-      for (const f of t.features) {
-        if (!b.features.includes(f)) continue;
-        const ids = b.feature(f).ids;
-        const a = new Float64Array(ids.length);
-        if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
-        else a.set(ids);
-        for (let i = 0; i < a.length; i++)
-          if (!(a[i]! >= 0 && a[i]! < t.rows)) throw new EmbshardError('ID_OUT_OF_RANGE', `batches[${bi}] feature '${f}': id ${a[i]} is outside table '${t.name}' (${t.rows} rows)`);
-        parts.push(a);
-        n += a.length;
+  const K = opts.topK ?? 262_144, minHits = opts.minHits ?? 2, minCount = opts.minCount ?? 5, smoothBelow = opts.smoothBelow ?? 20;
+  if (!Number.isSafeInteger(K) || K < 0) throw new EmbshardError('INVALID_CONFIG', `topK: must be a non-negative integer (got ${String(K)})`);
+  if (!Number.isSafeInteger(minHits) || minHits < 1) throw new EmbshardError('INVALID_CONFIG', `minHits: must be a positive integer (got ${String(minHits)})`);
+  if (typeof minCount !== 'number' || !(minCount >= 1)) throw new EmbshardError('INVALID_CONFIG', `minCount: must be a number ≥ 1 (got ${String(minCount)})`);
+  const native = (loadAddon() as unknown as PlacementAddon).placement;
+  return Promise.all(
+    tables.map(async (t) => {
+      const parts: { ids: IdArray; what: string }[] = [];
+      batches.forEach((b, bi) => {
+        for (const f of t.features) if (b.features.includes(f)) parts.push({ ids: b.feature(f).ids, what: `batches[${bi}] feature '${f}' (table '${t.name}')` });
+      });
+      const c = await native.countTop(parts, t.rows, Math.min(K, t.rows), minHits);
+      const hotIds = Array.from(c.ids, Number);
+      let hot = 0, prefix = 0;
+      hotIds.forEach((id, i) => {
+        hot += c.counts[i]!;
+        if (id < hotIds.length) prefix++;
+      });
+      const zipf = fitZipf(c.counts, minCount);
+      // the tail (ids outside hotIds, most kept on their rows): frequency-ordered or shuffled, whichever
+      // predicts better the share of its lookups in the lowest 1/16 of the rows past K (shuffled: 1/16;
+      // ordered: that range's share of the fitted Zipf tail)
+      const tailLookups = c.total - hot;
+      let tail: 'ordered' | 'shuffled' = 'shuffled';
+      if (tailLookups > 0 && c.tailLow > 0) {
+        const k = hotIds.length, z = new AccessModel(t.rows, { zipf });
+        const ordered = z.mass(k, k + Math.floor((t.rows - k) / 16)) / z.mass(k, t.rows);
+        const seen = c.tailLow / tailLookups;
+        if (Math.abs(Math.log(seen / ordered)) < Math.abs(Math.log(seen * 16))) tail = 'ordered';
       }
-    });
-    const all = new Float64Array(n);
-    let o = 0;
-    for (const p of parts) (all.set(p, o), (o += p.length));
-    all.sort();
-    const k = Math.min(K, t.rows);
-    const counts = new Float64Array(k);
-    const runs: number[] = [];
-    let distinct = 0;
-    for (let i = 0; i < n; ) {
-      let j = i;
-      while (j < n && all[j] === all[i]) j++;
-      distinct++;
-      if (all[i]! < k) counts[all[i]!] = j - i;
-      runs.push(j - i);
-      i = j;
-    }
-    // the k most frequent rows: how many have id < k (ties at the threshold count in the prefix's favour)
-    const sortedRuns = runs.slice().sort((x, y) => y - x);
-    const kk = Math.min(k, sortedRuns.length);
-    let share = 1;
-    if (kk > 0) {
-      const thr = sortedRuns[kk - 1]!;
-      let above = 0;
-      for (const r of sortedRuns) if (r > thr) above++;
-      let prefixAbove = 0, prefixAt = 0;
-      for (let i = 0; i < k; i++) {
-        if (counts[i]! > thr) prefixAbove++;
-        else if (counts[i]! === thr && thr > 0) prefixAt++;
-      }
-      share = Math.min(1, (prefixAbove + Math.min(prefixAt, kk - above)) / kk);
-    }
-    const access: AccessStats = n > 0 ? { zipf: fitZipf(counts, minCount), top: { counts: Array.from(counts), total: n } } : {};
-    return { table: t.name, access, lookups: n, distinct, hotPrefixShare: share };
-  });
+      const access: AccessStats = c.total > 0 ? { zipf, top: { counts: smoothCounts(c.counts, zipf, smoothBelow), total: c.total }, ...(tail === 'shuffled' ? { tail } : {}) } : {};
+      return {
+        table: t.name, access, hotIds, zipf, tail, lookups: c.total, distinct: c.distinct,
+        hotMass: c.total > 0 ? hot / c.total : 0, hotPrefixShare: hotIds.length > 0 ? prefix / hotIds.length : 1,
+      };
+    }),
+  );
 }
 
-/** The table specs with `access` replaced by profiled statistics. */
+/** The table specs with `access` and `hotIds` replaced by profiled ones. */
 export function withProfiledAccess<T extends TableSpec>(tables: readonly T[], profiles: readonly TableProfile[]): T[] {
   const byName = new Map(profiles.map((p) => [p.table, p]));
   return tables.map((t) => {
     const p = byName.get(t.name);
-    return p ? { ...t, access: p.access } : t;
+    return p ? { ...t, access: p.access, hotIds: p.hotIds } : t;
   });
 }

@@ -11,7 +11,11 @@ import { normalizeTopology } from './topology.js';
 import { CLUSTERS, type Cluster, type DType, type HotTiers, type Shard, type Table, type TableSpec, type Topology, type WireDtypes } from './types.js';
 
 export const PLAN_FORMAT = 'embshard.plan';
-export const PLAN_VERSION = 1;
+/** The version written. Version 2 added tables' `hotIds` (the hot-id remap); version 1 plans still load. */
+export const PLAN_VERSION = 2;
+/** Every version this build reads. */
+export const PLAN_VERSIONS: readonly PlanVersion[] = [1, 2];
+export type PlanVersion = 1 | 2;
 
 export interface ShardJSON {
   rows: [number, number];
@@ -27,7 +31,7 @@ export interface TablePlanJSON extends TableSpec {
 
 export interface PlanJSON {
   format: typeof PLAN_FORMAT;
-  version: typeof PLAN_VERSION;
+  version: PlanVersion;
   topology: Topology;
   /** per-rank batch size the plan was made for */
   batchSize: number;
@@ -165,7 +169,7 @@ export class ShardPlan {
     }
     if (!isObject(v)) bad('$', 'must be an object');
     if (v.format !== PLAN_FORMAT) bad('$.format', `must be "${PLAN_FORMAT}" (got ${JSON.stringify(v.format)})`);
-    if (v.version !== PLAN_VERSION) bad('$.version', `unsupported version ${JSON.stringify(v.version)} (this build reads version ${PLAN_VERSION})`);
+    if (!PLAN_VERSIONS.includes(v.version as PlanVersion)) bad('$.version', `unsupported version ${JSON.stringify(v.version)} (this build reads versions ${PLAN_VERSIONS.join(', ')})`);
     rejectUnknownFields(v, ['format', 'version', 'topology', 'batchSize', 'wire', 'hierarchical', 'tables', 'meta'], '$', 'INVALID_PLAN');
     if (v.hierarchical !== undefined && typeof v.hierarchical !== 'boolean') bad('$.hierarchical', `must be true or false (got ${JSON.stringify(v.hierarchical)})`);
     const topology = normalizeTopology(v.topology, '$.topology', 'INVALID_PLAN');
@@ -182,6 +186,7 @@ export class ShardPlan {
     if (!Array.isArray(v.tables) || v.tables.length === 0) bad('$.tables', 'must be a non-empty array');
     const specs = v.tables.map((t, i) => {
       if (!isObject(t)) bad(`$.tables[${i}]`, 'must be an object');
+      if (v.version === 1 && t.hotIds !== undefined) bad(`$.tables[${i}].hotIds`, 'needs plan version 2');
       const { cluster: _c, tiers: _t, shards: _s, ...spec } = t;
       return spec;
     });
@@ -350,10 +355,12 @@ function tableSpecJSON(t: TableSpec | Table): TableSpec {
     poolingFactors: [...(t.poolingFactors ?? (t.features ?? [t.name]).map(() => 1))],
     weighted: t.weighted ?? false,
   };
-  if (t.access && (t.access.zipf !== undefined || t.access.top)) {
+  if (t.access && (t.access.zipf !== undefined || t.access.top || t.access.tail)) {
     out.access = {};
+    if (t.access.tail) out.access.tail = t.access.tail;
     if (t.access.zipf !== undefined) out.access.zipf = t.access.zipf;
     if (t.access.top) out.access.top = { counts: [...t.access.top.counts], total: t.access.top.total };
   }
+  if (t.hotIds && t.hotIds.length > 0) out.hotIds = [...t.hotIds];
   return out;
 }

@@ -4,6 +4,7 @@ import { EmbshardError, type ErrorCode } from '../errors.js';
 import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
+import { IdRemap } from './remap.js';
 import type { AccessStats, Table, TableSpec } from './types.js';
 
 
@@ -18,7 +19,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 /** Validates access statistics; `path` names the field in errors. */
 export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INVALID_CONFIG'): AccessStats {
   if (v === undefined) return {};
-  if (!isObject(v)) bad(code, path, 'must be an object { zipf?, top? }');
+  if (!isObject(v)) bad(code, path, 'must be an object { zipf?, top?, tail? }');
   const out: AccessStats = {};
   if (v.zipf !== undefined) {
     if (typeof v.zipf !== 'number' || !Number.isFinite(v.zipf) || v.zipf < 0 || v.zipf > 10)
@@ -32,11 +33,15 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
       bad(code, `${path}.top.counts`, 'must be an array of non-negative numbers');
     const counts = t.counts as number[];
     const sum = counts.reduce((a, b) => a + b, 0);
-    if (typeof t.total !== 'number' || !Number.isFinite(t.total) || t.total <= 0 || t.total < sum)
-      bad(code, `${path}.top.total`, `must be a positive number ≥ the sum of counts (${sum})`);
+    if (typeof t.total !== 'number' || !Number.isFinite(t.total) || t.total <= 0 || t.total < sum * (1 - 1e-9))
+      bad(code, `${path}.top.total`, `must be a positive number ≥ the sum of counts (${sum}; counts may be fractional, as a profile smooths small ones)`);
     out.top = { counts: [...counts], total: t.total };
   }
-  rejectUnknownFields(v, ['zipf', 'top'], path, code);
+  if (v.tail !== undefined) {
+    if (v.tail !== 'ordered' && v.tail !== 'shuffled') bad(code, `${path}.tail`, `must be 'ordered' | 'shuffled' (got ${String(v.tail)})`);
+    out.tail = v.tail;
+  }
+  rejectUnknownFields(v, ['zipf', 'top', 'tail'], path, code);
   return out;
 }
 
@@ -74,7 +79,8 @@ export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'IN
   if (v.weighted !== undefined && typeof v.weighted !== 'boolean') bad(code, `${path}.weighted`, 'must be a boolean');
   const access = normalizeAccess(v.access, `${path}.access`, code);
   if (access.top && access.top.counts.length > (v.rows as number)) bad(code, `${path}.access.top.counts`, 'has more entries than the table has rows');
-  const known = ['name', 'rows', 'dim', 'dtype', 'pooling', 'features', 'optimizer', 'poolingFactors', 'weighted', 'access'];
+  const hotIds = v.hotIds === undefined ? [] : new IdRemap(v.rows as number, v.hotIds as number[], `${path}.hotIds`, code).hot;
+  const known = ['name', 'rows', 'dim', 'dtype', 'pooling', 'features', 'optimizer', 'poolingFactors', 'weighted', 'access', 'hotIds'];
   rejectUnknownFields(v, known, path, code);
   return Object.freeze({
     name,
@@ -87,6 +93,7 @@ export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'IN
     poolingFactors: Object.freeze([...(pf as number[])]),
     weighted: (v.weighted as boolean | undefined) ?? false,
     access,
+    hotIds,
   });
 }
 

@@ -1,6 +1,6 @@
 // traffic.ts — measureTraffic: the exact bytes every rank sends, receives and keeps local in one step of a
 // plan, for one concrete local batch per rank, byte for byte as docs/wire-protocol.md defines them, plus the
-// HBM bytes of lookups and updates. No kernels run; ids are sorted per (rank, table) in typed arrays, so
+// HBM bytes of lookups and updates. Ids become rows by the table's hot-id remap (remap.ts). No kernels run; ids are sorted per (rank, table) in typed arrays, so
 // 1,024 simulated ranks with small batches take seconds.
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
@@ -8,6 +8,7 @@ import { DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.j
 import { addFullRowHbm, addShardHbm } from './cost-model.js';
 import { groupHolders, nodeColumns, type TableLayout } from './layout.js';
 import { BWD, FWD_IN, FWD_OUT, Load, SYNC } from './load.js';
+import { remapOf } from './remap.js';
 import type { ShardPlan } from './shard-plan.js';
 import type { RankCounters, Table } from './types.js';
 
@@ -88,12 +89,14 @@ function collect(plan: ShardPlan, batch: JaggedBatch, rank: number): RankTableId
   }
   if (sum !== batch.ids.length) throw new EmbshardError('LENGTH_MISMATCH', `batches[${rank}]: lengths sum to ${sum} but there are ${batch.ids.length} ids`);
   return plan.tables.map((t) => {
+    const remap = remapOf(t);
     const features = t.features.map((f) => {
       if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `batches[${rank}] lacks feature '${f}' of table '${t.name}'`);
       const ids = batch.feature(f).ids;
       const a = new Float64Array(ids.length);
       if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
       else a.set(ids);
+      remap?.applyInPlace(a); // ids → rows (hot ids first); ids out of range stay so and fail below
       a.sort();
       if (a.length > 0 && (a[0]! < 0 || a[a.length - 1]! >= t.rows)) {
         const badId = a[0]! < 0 ? a[0]! : a[a.length - 1]!;

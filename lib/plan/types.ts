@@ -9,15 +9,20 @@ export type Cluster = 'dp' | 'rb' | 'ub';
 export const CLUSTERS: readonly Cluster[] = ['dp', 'rb', 'ub'];
 
 /**
- * How often each row is looked up. Hot rows are the lowest row ids: Zipf rank k (1-based) is row id k − 1,
+ * How often each row is looked up, in row space (after the table's hot-id remap, when it has `hotIds`).
+ * Hot rows are the lowest row ids: Zipf rank k (1-based) is row id k − 1,
  * and row i is drawn with probability F(i + 1) − F(i), F(x) = ((x + 1)^(1−α) − 1) / ((rows + 1)^(1−α) − 1)
  * (the inverse-CDF sampler of NVIDIA's synthetic Criteo generator; α = 0 is uniform, α = 1 uses logs).
  * `top` (from profileAccess) overrides the head: row i < counts.length has probability counts[i] / total,
- * and the remaining mass follows the Zipf shape over rows ≥ counts.length.
+ * and the remaining mass follows the Zipf shape over rows ≥ counts.length. `tail: 'shuffled'` (what a
+ * profile of remapped ids gives): the tail's rows carry the Zipf shape's probabilities in an unknown order,
+ * so a row range of the tail holds its share of the tail's rows' mass and of their expected distinct hits.
  */
 export interface AccessStats {
   zipf?: number;
   top?: { counts: number[]; total: number };
+  /** default 'ordered' (tail row i is tail rank i) */
+  tail?: 'ordered' | 'shuffled';
 }
 
 /** A table as the EmbeddingCollection config names it, plus what the planner needs to cost it. */
@@ -39,6 +44,11 @@ export interface TableSpec {
   weighted?: boolean;
   /** default uniform */
   access?: AccessStats;
+  /**
+   * The table's measured hot ids, hottest first (profileAccess): they are stored as rows 0 … K−1, so the
+   * hot-row tiers hold them whatever their ids (lib/plan/remap.ts; `access` is then in row space).
+   */
+  hotIds?: number[];
 }
 
 /** A validated table spec with every default filled in. */
@@ -53,6 +63,8 @@ export interface Table {
   readonly poolingFactors: readonly number[];
   readonly weighted: boolean;
   readonly access: AccessStats;
+  /** the hot-id remap's ids (empty: ids are rows) */
+  readonly hotIds: readonly number[];
 }
 
 /** A cluster of ranks: how many, how they group into nodes, and what each rank has. */
@@ -82,7 +94,8 @@ export interface Shard {
 }
 
 /**
- * FlexShard-style hot-row tiers of an rb / ub table (row counts from the hottest row, i.e. row 0):
+ * FlexShard-style hot-row tiers of an rb / ub table (row counts from the hottest row, i.e. row 0; with
+ * `hotIds` row i is the i-th hottest id):
  * rows [0, replicated) live on every rank; rows [replicated, replicated + node) live once per node, row k of
  * the tier on local rank k mod ranksPerNode; the shards tile the remaining rows [replicated + node, rows).
  */

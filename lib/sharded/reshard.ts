@@ -2,11 +2,13 @@
 // gathers every table and its optimizer state (each cell from exactly one holder) and rank 0 writes an
 // ordinary EmbeddingCollection checkpoint (atomic, checksummed: lib/checkpoint.ts); a load under any plan
 // and world size — or EmbeddingCollection.load on one rank — reads that checkpoint and keeps its slices.
-// Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
+// The checkpoint holds rows by the user's ids (a plan's hot-id remap is undone on the way out) and the plan
+// it was trained under, hot-id remap included (savedPlan). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
 // shard (the first column shard's is saved).
 import { EmbshardError } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
-import type { ShardPlan } from '../plan/shard-plan.js';
+import { readManifest } from '../checkpoint.js';
+import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
@@ -42,7 +44,7 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
         if (ec!.stateWidth(t.name) > 0) ec!.writeState(t.name, ids, gathered[i]!.state);
       });
       ec.step = sc.step;
-      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize } });
+      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize, plan: sc.plan.toJSON() } });
     } catch (e) {
       failure = e;
     } finally {
@@ -81,4 +83,11 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
   } finally {
     ec.dispose();
   }
+}
+
+/** The plan a sharded checkpoint was saved under (its hot-id remap included), or undefined for a checkpoint of one collection. */
+export async function savedPlan(dir: string): Promise<ShardPlan | undefined> {
+  const m = await readManifest(dir);
+  const sharded = m.extra?.sharded as { plan?: unknown } | undefined;
+  return sharded?.plan === undefined ? undefined : ShardPlan.fromJSON(sharded.plan);
 }

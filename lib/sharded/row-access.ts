@@ -1,4 +1,5 @@
-// row-access.ts — rows and optimizer state of a sharded collection addressed by global row id, wherever
+// row-access.ts — rows and optimizer state of a sharded collection addressed by global id (the user's id: a
+// plan's hot-id remap turns it into the row first, row-remap.ts), wherever
 // they live (dp tables and replicated tiers on every rank, node tiers spread over each node's ranks, 3D
 // shards on their owners). Writes need no communication (every rank passes the same values and keeps the
 // cells it holds); reads are collectives: each cell comes from exactly one holder and the others add
@@ -12,6 +13,7 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
 import { exchangeOps } from './exchange-ops.js';
 import type { LocalLayout, LocalTable } from './local-layout.js';
+import type { RowRemaps } from './row-remap.js';
 
 /** What row access needs of a sharded collection. */
 export interface ShardedRows {
@@ -20,6 +22,7 @@ export interface ShardedRows {
   readonly config: ResolvedConfig;
   readonly layout: LocalLayout;
   readonly localEngine: NativeEngine;
+  readonly remaps: RowRemaps;
 }
 
 /** Weights (`rows`: [n × dim]) or optimizer state (`state`: [n × stateWidth]). */
@@ -88,8 +91,9 @@ export function cellWidth(sc: ShardedRows, t: number, kind: CellKind): number {
  * Rows (or state) `ids` of table t as one collection holds them, [ids.length × width] fp32, on every rank.
  * A collective: every rank passes the same ids.
  */
-export async function readCells(sc: ShardedRows, t: number, ids: BigInt64Array, kind: CellKind): Promise<Float32Array> {
+export async function readCells(sc: ShardedRows, t: number, userIds: BigInt64Array, kind: CellKind): Promise<Float32Array> {
   const K = exchangeOps();
+  const ids = sc.remaps.toRows(t, userIds);
   const rank = sc.group.rank, rpn = sc.layout.rpn;
   const dim = sc.plan.tables[t]!.dim, opt = sc.config.optimizer.type;
   const width = cellWidth(sc, t, kind);
@@ -126,8 +130,9 @@ export async function readCells(sc: ShardedRows, t: number, ids: BigInt64Array, 
  * Overwrites rows (or state) `ids` of table t with `values` [ids.length × width] (rounded to the table's
  * dtype) in every copy this rank holds. Every rank passes the same arguments; no communication.
  */
-export function writeCells(sc: ShardedRows, t: number, ids: BigInt64Array, values: Float32Array, kind: CellKind): void {
+export function writeCells(sc: ShardedRows, t: number, userIds: BigInt64Array, values: Float32Array, kind: CellKind): void {
   const K = exchangeOps();
+  const ids = sc.remaps.toRows(t, userIds);
   const rank = sc.group.rank, rpn = sc.layout.rpn;
   const dim = sc.plan.tables[t]!.dim, opt = sc.config.optimizer.type;
   const width = cellWidth(sc, t, kind);

@@ -12,7 +12,8 @@
 // Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward). The stages live beside it:
 // routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
 // schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
-// row-access.ts (rows by global id), reshard.ts (checkpoints).
+// row-access.ts (rows by global id), reshard.ts (checkpoints), row-remap.ts (a plan's hot-id remap: ids
+// become rows before routing and in row access).
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
@@ -35,7 +36,8 @@ import { concat } from './arrays.js';
 import { syncNodeTiers, syncReplicated } from './replica-sync.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
-import { loadSharded, saveSharded } from './reshard.js';
+import { loadSharded, savedPlan, saveSharded } from './reshard.js';
+import { RowRemaps } from './row-remap.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -122,6 +124,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   /** the single-collection config these shards add up to */
   readonly config: ResolvedConfig;
   readonly layout: LocalLayout;
+  /** the plan's hot-id remaps (ids → rows) */
+  readonly remaps: RowRemaps;
   readonly wire: { forward: Wire; backward: Wire };
   readonly featureInfo: readonly FeatureInfo[];
   readonly pooledFeatures: readonly string[];
@@ -146,6 +150,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     this.wire = { forward: wf, backward: wb };
     this.config = resolveConfig(collectionConfigOf(plan, config));
     this.layout = new LocalLayout(plan, group.rank);
+    this.remaps = new RowRemaps(plan);
     const L = this.layout;
     const infos: FeatureInfo[] = [];
     for (const rt of L.tables) rt.features.forEach((f, k) => infos.push({ name: f, table: rt.table.name, pooling: rt.pooling, dim: rt.table.dim, offset: rt.pooledCol[k]! }));
@@ -194,6 +199,14 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, lt.r0 + r, n, lt.c0, lt.c1, vals);
         e.writeRows(i, BigInt64Array.from({ length: n }, (_, j) => BigInt(r + j)), vals);
       }
+    });
+    // remapped tables: the rows that hold moved ids start with those ids' values
+    this.remaps.remaps.forEach((rm, t) => {
+      if (!rm) return;
+      const { kind, a, b } = inits[t]!, dim = this.config.tables[t]!.dim;
+      const vals = new Float32Array(rm.from.length * dim);
+      rm.from.forEach((id, k) => K.initSlice(kind, a, b, this.config.seed, t, dim, id, 1, 0, dim, vals.subarray(k * dim, (k + 1) * dim)));
+      writeCells(this, t, BigInt64Array.from(rm.from, BigInt), vals, 'rows');
     });
   }
 
@@ -260,6 +273,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return loadSharded(dir, plan, group, config);
   }
 
+  /** The plan a checkpoint of save() was written under (hot-id remap included); undefined for one collection's checkpoint. */
+  static savedPlan(dir: string): Promise<ShardPlan | undefined> {
+    return savedPlan(dir);
+  }
+
   /**
    * Lets go of a forward output once the calls queued before it are done: its arrays are detached (length 0
    * afterwards) and the step's routing is dropped, so it can no longer go through backward. Resolves to
@@ -316,7 +334,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (this.prepared) throw new EmbshardError('INVALID_ARGUMENT', 'a prepared batch is already waiting for its forward()');
     this.live();
     this.checkBatch(batch);
-    const routed = route(this.layout, batch);
+    const routed = route(this.layout, this.remaps.rowsOf(batch));
     const counters = zeroTraffic();
     // queued like every call of this collection, so every rank issues the collectives in the same order;
     // the calls queued after it (the current backward) wait for it, the caller's own compute does not
@@ -355,7 +373,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const weighted = batch.weights !== undefined;
     const counters = pre?.counters ?? zeroTraffic();
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
-    const { segs, ub, node } = pre?.routed ?? route(L, batch);
+    const { segs, ub, node } = pre?.routed ?? route(L, this.remaps.rowsOf(batch));
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
     const { recv, unions } = await (pre ? g.clock.wait(pre.recv) : exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
     const Boff: number[] = [];

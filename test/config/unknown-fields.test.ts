@@ -138,6 +138,6 @@ describe('planner inputs', () => {
     await rejects('seeds', () => generateBatch(w, 0, { batchSize: 2, seeds: 1 } as never));
     const b = JaggedBatch.fromLengths({ features: ['t'], batchSize: 1, lengths: Int32Array.from([1]), ids: Int32Array.from([1]) });
     await rejects('topk', () => profileAccess([b], tables, { topk: 4 } as never));
-    expect(profileAccess([b], tables, { topK: 4 })).toHaveLength(1);
+    expect(await profileAccess([b], tables, { topK: 4 })).toHaveLength(1);
   });
 });

@@ -2,8 +2,11 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { JaggedBatch } from '../../lib/batch.js';
 import { runPlan } from '../../lib/cli/plan.js';
+import { criteoTsvSource } from '../../lib/data/criteo-tsv.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { workload } from '../../lib/workloads/presets.js';
 
@@ -35,5 +38,40 @@ describe('embshard plan', () => {
     // 510 tables of 114.6B parameters cannot fit on one GPU
     expect(await runPlan(['--model', 't510', '--gpus', '1'])).toBe(1);
     expect(err.mock.calls.map((c) => String(c[0])).join('\n')).toContain('PLAN_INFEASIBLE');
+  });
+
+  it('--profile criteo-tsv:<file> plans from the ids measured there: each table\'s most frequent ids are its hot ids', async () => {
+    const log = vi.spyOn(console, 'log').mockImplementation(() => {});
+    const file = fileURLToPath(new URL('../fixtures/data/criteo-sample.tsv', import.meta.url));
+    const out = join(mkdtempSync(join(tmpdir(), 'embshard-plan-')), 'plan.json');
+    const B = 4, N = 2, K = 5, H = 2;
+    const code = await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--ranks-per-node', '2', '--batch', String(B), '--time-budget-ms', '500',
+      '--profile', `criteo-tsv:${file}`, '--profile-batches', String(N), '--top-k', String(K), '--min-hits', String(H), '--out', out]);
+    expect(code).toBe(0);
+    expect(log.mock.calls.map((c) => String(c[0])).join('\n')).toContain(`Profiled ${N} batches of Criteo TSV`);
+    const plan = ShardPlan.fromJSON(readFileSync(out, 'utf8'));
+    expect(plan.meta.profile).toBe(`criteo-tsv:${file}`);
+    expect(plan.tables.filter((t) => t.hotIds.length > 0).length).toBeGreaterThan(3);
+    // oracle: the same file read directly, every id counted with a Map, those hit H times or more sorted by (count desc, id asc)
+    const w = workload('criteo-kaggle');
+    const source = criteoTsvSource({ path: file, batchSize: B, tableRows: w.tables.map((t) => t.rows) });
+    const batches: JaggedBatch[] = [];
+    for await (const b of source) if (batches.length < N) batches.push(b.sparse);
+    for (const t of plan.tables) {
+      const m = new Map<number, number>();
+      for (const b of batches) for (const id of b.feature(t.features[0]!).ids) m.set(Number(id), (m.get(Number(id)) ?? 0) + 1);
+      const top = [...m].filter((x) => x[1] >= H).sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, K);
+      expect(t.hotIds, t.name).toEqual(top.map((x) => x[0]));
+      // counts below 20 are planned from the fitted law, with the same total
+      const sum = (a: number[]) => a.reduce((x, y) => x + y, 0);
+      expect(sum(t.access.top!.counts), t.name).toBeCloseTo(sum(top.map((x) => x[1])), 9);
+    }
+  });
+
+  it('--profile errors: a source that cannot open gives 1, --max-rows without --profile gives 2', async () => {
+    const err = vi.spyOn(console, 'error').mockImplementation(() => {});
+    expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--max-rows', '100'])).toBe(2);
+    expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--profile', 'binary:/nonexistent'])).toBe(1);
+    expect(err.mock.calls.map((c) => String(c[0])).join('\n')).toContain('binary:<dir>');
   });
 });

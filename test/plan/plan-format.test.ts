@@ -80,9 +80,27 @@ describe('ShardPlan format', () => {
     expectPlanError((j) => (j.hierarchical = 'yes' as never), '$.hierarchical', 'true or false');
   });
 
+  it('version 2 keeps a table\'s hot-id remap and shuffled-tail access; version 1 plans load but cannot carry a remap', () => {
+    const v1 = ShardPlan.fromJSON(base());
+    expect(v1.table('a').hotIds).toEqual([]);
+    expect(v1.toJSON().version).toBe(2);
+    const j = base() as PlanJSON & Record<string, unknown>;
+    j.version = 2;
+    j.tables[0]!.hotIds = [97, 3, 50, 0];
+    j.tables[0]!.access = { zipf: 1, top: { counts: [9, 5, 4, 4], total: 40 }, tail: 'shuffled' };
+    const p = ShardPlan.fromJSON(JSON.stringify(j));
+    expect(p.table('a').hotIds).toEqual([97, 3, 50, 0]);
+    expect(ShardPlan.fromJSON(JSON.parse(JSON.stringify(p.toJSON()))).toJSON()).toEqual(p.toJSON());
+    expect(p.toJSON().tables[0]!.hotIds).toEqual([97, 3, 50, 0]);
+    expect(p.toJSON().tables[0]!.access!.tail).toBe('shuffled');
+    expectPlanError((x) => (x.tables[0]!.hotIds = [1]), '$.tables[0].hotIds', 'needs plan version 2');
+    expectPlanError((x) => ((x.version = 2), (x.tables[0]!.hotIds = [1, 1])), '$.tables[0].hotIds[1]', 'listed twice');
+    expectPlanError((x) => ((x.version = 2), (x.tables[0]!.access = { tail: 'sorted' as never })), '$.tables[0].access.tail');
+  });
+
   it('names the bad path of an invalid plan', () => {
     expectPlanError((j) => (j.format = 'other' as never), '$.format');
-    expectPlanError((j) => (j.version = 2 as never), '$.version', 'unsupported version');
+    expectPlanError((j) => (j.version = 3 as never), '$.version', 'unsupported version');
     expectPlanError((j) => ((j.topology as { worldSize: number }).worldSize = 0), '$.topology.worldSize');
     expectPlanError((j) => ((j.topology as { ranksPerNode: number }).ranksPerNode = 3), '$.topology.ranksPerNode');
     expectPlanError((j) => (j.batchSize = 1.5), '$.batchSize');

@@ -8,7 +8,8 @@ import { measureTraffic } from '../../lib/plan/traffic.js';
 import { bruteForceTraffic, smallTopology } from './helpers.js';
 import { JaggedBatch } from '../../lib/batch.js';
 import { AccessModel } from '../../lib/plan/access.js';
-import { profileAccess } from '../../lib/plan/profile.js';
+import { profileAccess, withProfiledAccess } from '../../lib/plan/profile.js';
+import { normalizeTables } from '../../lib/plan/tables.js';
 import { generateBatch, generateBatches } from '../../lib/workloads/generator.js';
 import { workload, WORKLOAD_NAMES, type Workload } from '../../lib/workloads/presets.js';
 import { Rng } from '../../lib/random/rng.js';
@@ -97,30 +98,62 @@ describe('profileAccess', () => {
     bags: { z: { kind: 'fixed', n: 50 }, u: { kind: 'fixed', n: 5 } },
   };
 
-  it('measures the head counts, fits the Zipf exponent and confirms hot rows are the lowest ids', () => {
+  /** Brute-force oracle: every id counted with a Map; those hit at least twice sorted by (count desc, id asc). */
+  function bruteTop(batches: JaggedBatch[], f: string, k: number): { ids: number[]; counts: number[]; distinct: number } {
+    const m = new Map<number, number>();
+    for (const b of batches) for (const id of b.feature(f).ids) m.set(Number(id), (m.get(Number(id)) ?? 0) + 1);
+    const all = [...m].filter((x) => x[1] >= 2).sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, k);
+    return { ids: all.map((x) => x[0]), counts: all.map((x) => x[1]), distinct: m.size };
+  }
+
+  it('finds the most frequent ids exactly, fits the Zipf exponent and sees the ids were frequency-ordered', async () => {
     const batches = generateBatches(w, 8, { batchSize: 500, seed: 1 });
-    const [z, u] = profileAccess(batches, w.tables, { topK: 256 });
+    const [z, u] = await profileAccess(batches, w.tables, { topK: 256 });
     expect(z!.lookups).toBe(8 * 500 * 50);
-    expect(Math.abs(z!.access.zipf! - 1.1)).toBeLessThan(0.06);
+    expect(Math.abs(z!.zipf - 1.1)).toBeLessThan(0.06);
     expect(z!.hotPrefixShare).toBeGreaterThan(0.9);
-    // brute-force head counts
-    let row0 = 0;
-    for (const b of batches) for (const id of b.feature('z').ids) if (id === 0) row0++;
-    expect(z!.access.top!.counts[0]).toBe(row0);
+    const o = bruteTop(batches, 'z', 256);
+    expect(z!.hotIds).toEqual(o.ids);
+    expect(o.counts[255]).toBeGreaterThanOrEqual(20); // none smoothed
+    expect(z!.access.top!.counts).toEqual(o.counts);
     expect(z!.access.top!.total).toBe(8 * 500 * 50);
-    expect(u!.access.zipf!).toBeLessThan(0.2);
+    expect(z!.tail).toBe('ordered');
+    expect(z!.access.tail).toBeUndefined();
+    expect(z!.distinct).toBe(o.distinct);
+    expect(z!.hotMass).toBeCloseTo(o.counts.reduce((a, b) => a + b, 0) / (8 * 500 * 50), 12);
+    expect(u!.zipf).toBeLessThan(0.2);
+    // 'u''s small counts are smoothed: they keep the hot ids' measured total, and the specs still validate
+    expect(u!.access.top!.counts.reduce((a, b) => a + b, 0)).toBeCloseTo(bruteTop(batches, 'u', 256).counts.reduce((a, b) => a + b, 0), 6);
+    expect(normalizeTables(withProfiledAccess(w.tables, [z!, u!]))[1]!.hotIds).toEqual(u!.hotIds);
+    // every id hot: the smoothed counts add up to the total itself
+    const [, all] = await profileAccess(batches, w.tables, { topK: 1000 });
+    expect(all!.hotIds).toHaveLength(1000);
+    expect(normalizeTables(withProfiledAccess(w.tables, [z!, all!]))[1]!.hotIds).toEqual(all!.hotIds);
+    expect(u!.hotIds).toEqual(bruteTop(batches, 'u', 256).ids);
   });
 
-  it('notices when the hot rows are not the lowest ids', () => {
-    const batches = generateBatches(w, 4, { batchSize: 500, seed: 2 }).map((b) => {
+  it('finds the same hot set, shape and counts when the ids are permuted', async () => {
+    const perm = (id: number) => (id * 7919 + 13) % 1_000_000;
+    const ordered = generateBatches(w, 4, { batchSize: 500, seed: 2 });
+    const batches = ordered.map((b) => {
       const ids = Int32Array.from(b.ids as Int32Array);
       const f = b.feature('z');
       const start = f.ids.byteOffset / 4 - (b.ids as Int32Array).byteOffset / 4;
-      for (let i = 0; i < f.ids.length; i++) ids[start + i] = (ids[start + i]! * 7919 + 13) % 1_000_000; // permuted
+      for (let i = 0; i < f.ids.length; i++) ids[start + i] = perm(ids[start + i]!);
       return JaggedBatch.fromLengths({ features: b.features, batchSize: b.batchSize, lengths: b.lengths, ids });
     });
-    const [z] = profileAccess(batches, w.tables, { topK: 256 });
+    const [a] = await profileAccess(ordered, w.tables, { topK: 256 });
+    const [z] = await profileAccess(batches, w.tables, { topK: 256 });
     expect(z!.hotPrefixShare).toBeLessThan(0.1);
+    expect(z!.access.tail).toBe('shuffled');
+    expect(z!.access.top!.counts).toEqual(a!.access.top!.counts);
+    expect(z!.zipf).toBe(a!.zipf);
+    expect(new Set(z!.hotIds)).toEqual(new Set(a!.hotIds.map(perm)));
+  });
+
+  it('rejects an id outside its table, naming the batch and feature', async () => {
+    const b = JaggedBatch.fromLengths({ features: ['z', 'u'], batchSize: 1, lengths: Int32Array.from([1, 1]), ids: Int32Array.from([3, 1000]) });
+    await expect(profileAccess([b], w.tables)).rejects.toMatchObject({ code: 'ID_OUT_OF_RANGE', message: expect.stringContaining("batches[0] feature 'u'") });
   });
 });
 

@@ -153,6 +153,39 @@ export function concatGrads(grads, seqFeatures) {
   return { pooled, sequences };
 }
 
+/**
+ * The largest relErr of every rank's forward output (pooled and sequences) against the single collection's
+ * output `gout` over the global batch (rank-major samples and sequence ids).
+ */
+export function outputErr(outs, gout, oracle, batches) {
+  let err = 0;
+  for (let r = 0, row = 0; r < batches.length; row += batches[r].batchSize, r++) {
+    err = Math.max(err, relErr(outs[r].pooled, sliceRows(gout.pooled, oracle.pooledDim, row, batches[r].batchSize)));
+    for (const f of oracle.sequenceFeatures) {
+      const dim = oracle.featureInfo.find((x) => x.name === f).dim;
+      let before = 0;
+      for (let p = 0; p < r; p++) before += batches[p].feature(f).ids.length;
+      const n = batches[r].feature(f).ids.length;
+      err = Math.max(err, relErr(outs[r].sequences[f].values, gout.sequences[f].values.subarray(before * dim, (before + n) * dim)));
+    }
+  }
+  return err;
+}
+
+/**
+ * One training step of the sharded ranks (rank r on batches[r]) and of the single collection `oracle` on the
+ * global batch, with the seeded gradients of gradsFor; resolves to the largest output error (outputErr).
+ */
+export async function stepBoth(lib, ranks, oracle, batches, step) {
+  const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r])));
+  const gout = await oracle.forward(globalBatch(lib, batches));
+  const err = outputErr(outs, gout, oracle, batches);
+  const grads = outs.map((out, r) => gradsFor(out, r, step));
+  await Promise.all(ranks.map((sc, r) => sc.backward(outs[r], grads[r])));
+  await oracle.backward(gout, concatGrads(grads, oracle.sequenceFeatures));
+  return err;
+}
+
 /** max |x − y| / max(|y|, 1e-3): the norm-relative error the tests bound. */
 export function relErr(x, y) {
   if (x.length !== y.length) return Infinity;

@@ -42,21 +42,7 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
   try {
     for (let step = 0; step < o.steps; step++) {
       const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted, ...(o.varyB ? { B: 3 + 2 * r } : {}) }));
-      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
-      const gout = await oracle.forward(S.globalBatch(lib, batches));
-      for (let r = 0, row = 0; r < o.W; row += batches[r]!.batchSize, r++) {
-        outErr = Math.max(outErr, S.relErr(outs[r]!.pooled, S.sliceRows(gout.pooled, oracle.pooledDim, row, batches[r]!.batchSize)));
-        for (const f of oracle.sequenceFeatures) {
-          const dim = oracle.featureInfo.find((x) => x.name === f)!.dim;
-          let before = 0;
-          for (let p = 0; p < r; p++) before += batches[p]!.feature(f).ids.length;
-          const n = batches[r]!.feature(f).ids.length;
-          outErr = Math.max(outErr, S.relErr(outs[r]!.sequences[f]!.values, gout.sequences[f]!.values.subarray(before * dim, (before + n) * dim)));
-        }
-      }
-      const grads = outs.map((out, r) => S.gradsFor(out, r, step));
-      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
-      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      outErr = Math.max(outErr, await S.stepBoth(lib, ranks, oracle, batches, step));
       const predicted = measureTraffic(plan, batches).perRank;
       for (let r = 0; r < o.W; r++) {
         const p = predicted[r]!;
