@@ -1,9 +1,8 @@
 // scheduler.ts — Herald's embedding scheduler, exact and synchronous. Per global batch it (1) assigns the
-// samples to ranks, every rank exactly its batch size: greedily, each sample to the rank with room holding
-// most of its ids (score = the sample's ids whose current copy lives on that rank: rows it owns that no
-// cache holds, rows checked out into its cache), ties to the first rank counted from a start that rotates
-// with the step; or at random, for comparison; and (2) writes the step's communication plan from each
-// rank's simulated LRU cache (capacity `cacheRows` per table), which every rank computes identically:
+// samples to ranks, every rank exactly its batch size: greedily, each sample to the rank with room whose
+// cache holds most of its ids (score = the sample's ids valid in that rank's cache: rows checked out into
+// it), ties to the first rank counted from a start that rotates with the step; or at random, for
+// comparison; and (2) writes the step's communication plan from each rank's simulated LRU cache (capacity `cacheRows` per table), which every rank computes identically:
 //   - a row read by one rank only is trained where it is read: moved (value and optimizer state) into that
 //     rank's cache when it lives elsewhere, and kept there while that rank alone reads it (zero traffic);
 //   - a row read by several ranks (or by its owner) goes home to its owner (a flush, when a cache held it);
@@ -51,7 +50,7 @@ export interface StepCounts {
   reads: number;
   /** of `reads`: rows whose current copy was already on the reading rank */
   hits: number;
-  /** the allocator's objective: Σ over samples of the ids valid at the rank it was given (occurrences) */
+  /** the allocator's objective: Σ over samples of the sample's ids valid in the cache of the rank it was given (occurrences) */
   score: number;
 }
 
@@ -207,15 +206,15 @@ export class HeraldScheduler {
         perm[k] = x;
       }
       for (let j = 0; j < G; j++) assign[perm[j]!] = Math.floor(j / B);
-      for (let i = 0; i < G; i++) for (let e = start[i]!; e < start[i + 1]!; e++) if ((this.home.get(keys[e]!) ?? own[e]!) === assign[i]) counts.score++;
+      for (let i = 0; i < G; i++) for (let e = start[i]!; e < start[i + 1]!; e++) if (this.home.get(keys[e]!) === assign[i]) counts.score++;
     } else {
       const sc = new Int32Array(W);
       const touched: number[] = [];
       const first = step % W;
       for (let i = 0; i < G; i++) {
         for (let e = start[i]!; e < start[i + 1]!; e++) {
-          const h = this.home.get(keys[e]!) ?? own[e]!;
-          if (sc[h]++ === 0) touched.push(h);
+          const h = this.home.get(keys[e]!);
+          if (h !== undefined && sc[h]++ === 0) touched.push(h);
         }
         let best = -1, bs = -1;
         for (let j = 0; j < W; j++) {
