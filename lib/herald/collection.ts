@@ -181,11 +181,18 @@ export class HeraldEmbeddingCollection {
     );
   }
 
-  /** This rank's forward of the batch assign() returned: the step's row exchange, then pooling. */
+  /**
+   * This rank's forward of the batch assign() returned: the step's row exchange, then pooling. Any other
+   * batch is looked up without training (a collective: every rank calls forward with its own batch).
+   */
   forward(batch: JaggedBatch): Promise<HeraldForwardOutput> {
     return this.calls.run(async () => {
       const s = this.queue[0];
-      if (!s || s.local !== batch) throw new EmbshardError('INVALID_ARGUMENT', 'herald: forward takes the batch that assign() / localize() returned for the step');
+      if (!s || s.local !== batch) {
+        // not a training step's batch: a lookup (evaluation), every rank with its own batch
+        if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
+        return { pooled: await this.lookup(batch), samples: new Int32Array(0), batch };
+      }
       this.queue.shift();
       const copies = await this.exchangeRows(s.plan);
       const ctx: StepCtx = { s, tables: [] };
@@ -296,23 +303,40 @@ export class HeraldEmbeddingCollection {
     if (s >= 0) this.slotKey[t]![s] = key;
   }
 
+  /** The distinct rows of table ti in a batch (ascending) and every id's index among them, feature by feature. */
+  private distinct(batch: JaggedBatch, ti: number): { uq: { values: BigInt64Array; inverse: Int32Array }; featOff: number[] } {
+    const K = exchangeOps(), t = this.tables[ti]!;
+    const cat: BigInt64Array[] = [];
+    const featOff = [0];
+    for (const f of t.features) {
+      const fv = batch.feature(f);
+      const seg = K.segment(fv.ids, fv.lengths, null, Float64Array.of(0, t.rows), `feature '${f}' (table '${t.name}', ${t.rows} rows)`);
+      cat.push(seg.ids);
+      featOff.push(featOff[featOff.length - 1]! + seg.ids.length);
+    }
+    const all = new BigInt64Array(featOff[featOff.length - 1]!);
+    cat.forEach((c, k) => all.set(c, featOff[k]!));
+    return { uq: K.unique(all, 1), featOff };
+  }
+
+  /** Pools table ti's features of a batch from its distinct rows ([U × dim], in `distinct` order) into `pooled`. */
+  private poolTable(batch: JaggedBatch, ti: number, rows: Float32Array, inverse: Int32Array, featOff: number[], pooled: Float32Array): void {
+    const K = exchangeOps(), t = this.tables[ti]!;
+    const mean = this.config.tables[ti]!.pooling === 'mean';
+    t.features.forEach((f, k) => {
+      const fv = batch.feature(f), col = this.featCol.get(f)!;
+      K.poolUnique(rows, t.dim, inverse.subarray(featOff[k]!, featOff[k + 1]!), fv.lengths, fv.weights ?? null, pooled, this.pooledDim, col, null);
+      if (mean) K.divideBags(pooled, this.pooledDim, col, t.dim, fv.lengths);
+    });
+  }
+
   /** Pools this rank's bags from its distinct rows (engine rows and received copies), feature by feature. */
   private pool(s: Scheduled, copies: Float32Array[], ctx: StepCtx): Float32Array {
     const K = exchangeOps(), me = this.group.rank, batch = s.local, B = batch.batchSize;
     const pooled = new Float32Array(B * this.pooledDim);
     this.tables.forEach((t, ti) => {
       const reads = s.plan.reads[me]![ti]!;
-      const cat: BigInt64Array[] = [];
-      const featOff = [0];
-      for (const f of t.features) {
-        const fv = batch.feature(f);
-        const seg = K.segment(fv.ids, fv.lengths, null, Float64Array.of(0, t.rows), `feature '${f}' (table '${t.name}', ${t.rows} rows)`);
-        cat.push(seg.ids);
-        featOff.push(featOff[featOff.length - 1]! + seg.ids.length);
-      }
-      const all = new BigInt64Array(featOff[featOff.length - 1]!);
-      cat.forEach((c, k) => all.set(c, featOff[k]!));
-      const uq = K.unique(all, 1);
+      const { uq, featOff } = this.distinct(batch, ti);
       if (uq.values.length !== reads.rows.length) throw new EmbshardError('COMM_FAILED', `herald: table '${t.name}': the plan and the batch disagree on rank ${me}'s rows`);
       const U = reads.rows.length, dim = t.dim;
       const rows = new Float32Array(U * dim);
@@ -325,14 +349,55 @@ export class HeraldEmbeddingCollection {
       }
       if (eng.length) K.unpack(this.local.readRows(t.name, Int32Array.from(eng)), 0, 'fp32', eng.length, dim, rows, dim, Int32Array.from(engPos), 0, 0, false);
       if (cpPos.length) K.unpack(copies[ti]!, 0, 'fp32', cpPos.length, dim, rows, dim, cpPos, 0, 0, false);
-      const mean = this.config.tables[ti]!.pooling === 'mean';
-      t.features.forEach((f, k) => {
-        const fv = batch.feature(f), col = this.featCol.get(f)!;
-        K.poolUnique(rows, dim, uq.inverse.subarray(featOff[k]!, featOff[k + 1]!), fv.lengths, fv.weights ?? null, pooled, this.pooledDim, col, null);
-        if (mean) K.divideBags(pooled, this.pooledDim, col, dim, fv.lengths);
-      });
+      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
       ctx.tables.push({ inverse: uq.inverse, featOff, loc: reads.loc });
     });
+    return pooled;
+  }
+
+  /**
+   * A forward without training (evaluation, predict): a collective every rank calls with its own batch.
+   * Rows checked out into caches are gathered to every rank, the others are asked of their owners; the
+   * schedule and the caches are left as they are.
+   */
+  private async lookup(batch: JaggedBatch): Promise<Float32Array> {
+    const K = exchangeOps(), g = this.group, W = g.size, O = this.owners, me = g.rank;
+    const pooled = new Float32Array(batch.batchSize * this.pooledDim);
+    for (let ti = 0; ti < this.tables.length; ti++) {
+      const t = this.tables[ti]!, n = O.owned(ti, me);
+      const { uq, featOff } = this.distinct(batch, ti);
+      // every cache's checked-out rows of the table
+      const heldKeys: number[] = [], heldIds: number[] = [];
+      this.slotKey[ti]!.forEach((k, s) => {
+        if (k >= 0) (heldKeys.push(k - O.rowBase[ti]!), heldIds.push(n + s));
+      });
+      const hk = (await g.allGather(Float64Array.from(heldKeys))).data;
+      const hv = (await g.allGather(this.local.readRows(t.name, Int32Array.from(heldIds)))).data;
+      const held = new Map<number, number>();
+      hk.forEach((row, j) => held.set(row, j));
+      // the rest from their owners, by row
+      const U = uq.values.length;
+      const rows = new Float32Array(U * t.dim);
+      const ask: number[][] = Array.from({ length: W }, () => []), askPos: number[][] = Array.from({ length: W }, () => []);
+      const hPos: number[] = [], hSrc: number[] = [];
+      for (let j = 0; j < U; j++) {
+        const row = Number(uq.values[j]!);
+        const h = held.get(row);
+        if (h !== undefined) (hPos.push(j), hSrc.push(h));
+        else {
+          const o = O.ownerOf(ti, row);
+          ask[o]!.push(row - O.lo(ti, o));
+          askPos[o]!.push(j);
+        }
+      }
+      if (hPos.length) K.unpack(gatherRows(hv, t.dim, hSrc), 0, 'fp32', hPos.length, t.dim, rows, t.dim, Int32Array.from(hPos), 0, 0, false);
+      const req = await g.allToAllV(Int32Array.from(ask.flat()), ask.map((a) => a.length));
+      const vals = this.local.readRows(t.name, req.data);
+      const rep = await g.allToAllV(vals, req.counts.map((c) => c * t.dim));
+      const pos = Int32Array.from(askPos.flat());
+      if (pos.length) K.unpack(rep.data, 0, 'fp32', pos.length, t.dim, rows, t.dim, pos, 0, 0, false);
+      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
+    }
     return pooled;
   }
 
@@ -478,4 +543,11 @@ export class HeraldEmbeddingCollection {
   dispose(): void {
     this.local.dispose();
   }
+}
+
+/** Rows `idx` of a [n × dim] array, in that order. */
+function gatherRows(a: Float32Array, dim: number, idx: readonly number[]): Float32Array {
+  const out = new Float32Array(idx.length * dim);
+  exchangeOps().pack(a, dim, Int32Array.from(idx), 0, idx.length, 0, dim, 'fp32', out, 0);
+  return out;
 }

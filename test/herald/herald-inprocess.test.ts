@@ -59,7 +59,16 @@ async function compare(c: Case) {
         stateErr = Math.max(stateErr, S.relErr(g.state, wantS));
       }
     }
-    return { outBitwise, tableErr, stateErr, moves, step: ranks[0]!.step, oracleStep: oracle.step };
+    // a forward outside the schedule (evaluation): every rank looks up a batch of its own
+    let lookupErr = 0;
+    const own = ranks.map((_, r) => S.globalBatch(lib, 99 + r, 3 + r, { weighted: c.weighted }) as JaggedBatch);
+    const looked = await Promise.all(ranks.map((r, i) => r.forward(own[i]!)));
+    for (let i = 0; i < ranks.length; i++) {
+      const want = await oracle.forward(own[i]!);
+      lookupErr = Math.max(lookupErr, S.relErr(looked[i]!.pooled, want.pooled));
+      await oracle.release(want);
+    }
+    return { outBitwise, tableErr, stateErr, lookupErr, moves, step: ranks[0]!.step, oracleStep: oracle.step };
   } finally {
     ranks.forEach((r) => r.dispose());
     oracle.dispose();
@@ -81,7 +90,43 @@ describe('HeraldEmbeddingCollection vs one collection (in-process groups)', () =
       expect(r.outBitwise).toBe(true);
       expect(r.tableErr).toBeLessThan(1e-5);
       expect(r.stateErr).toBeLessThan(1e-5);
+      expect(r.lookupErr).toBeLessThan(1e-5);
       expect(r.step).toBe(r.oracleStep);
       if (c.cacheRows > 0 && c.W > 1) expect(r.moves).toBeGreaterThan(0);
     });
+});
+
+describe('a rank that dies mid-step', () => {
+  it('fails the others with COMM_FAILED before anything is written', async () => {
+    const W = 4, B = 6;
+    const groups = createInProcessGroups(W, { timeoutMs: 5000 });
+    const ranks = groups.map((g) => new HeraldEmbeddingCollection(S.config({ type: 'adagrad', lr: 0.1 }), g, { cacheRows: 16, batchSize: B }));
+    try {
+      const P = ranks[0]!.pooledDim;
+      const step = async (k: number, live: number[]) => {
+        const global = S.globalBatch(lib, k, W * B) as JaggedBatch;
+        const locals = ranks.map((r) => r.assign(global));
+        return Promise.allSettled(
+          live.map(async (i) => {
+            const out = await ranks[i]!.forward(locals[i]!);
+            await ranks[i]!.backward(out, { pooled: S.gradsFor(k, out.samples, P) });
+          }),
+        );
+      };
+      for (let k = 0; k < 3; k++) expect((await step(k, [0, 1, 2, 3])).every((x) => x.status === 'fulfilled')).toBe(true);
+      const snapshot = (i: number) =>
+        ranks[i]!.local.tables.map((t) => ranks[i]!.local.readRows(t.name, Int32Array.from({ length: t.rows }, (_, j) => j)));
+      const before = [0, 1, 2].map(snapshot);
+      groups[3]!.close('rank 3 died');
+      const r = await step(3, [0, 1, 2]);
+      for (const x of r) {
+        expect(x.status).toBe('rejected');
+        expect((x as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+      }
+      [0, 1, 2].forEach((i) => snapshot(i).forEach((a, t) => expect(S.bitwise(a, before[i]![t]!)).toBe(true)));
+    } finally {
+      ranks.forEach((r) => r.dispose());
+      groups.forEach((g) => g.close());
+    }
+  });
 });
