@@ -266,11 +266,13 @@ export class HeraldEmbeddingCollection {
         off.set(i, o);
         o += size(i);
       }
+    // this rank's received records per table, in record order: moves into its engine, copies for its forward
+    const mvT: number[][] = Array.from({ length: T }, () => []), cpT: number[][] = Array.from({ length: T }, () => []);
+    for (let i = 0; i < plan.xMove.length; i++) if (plan.xTo[i] === me) (plan.xMove[i] ? mvT : cpT)[plan.xTable[i]!]!.push(i);
     const copies: Float32Array[] = [];
     for (let t = 0; t < T; t++) {
       const { dim, stateWidth: sw, name } = this.tables[t]!;
-      const mv: number[] = [], cp: number[] = [];
-      for (let i = 0; i < plan.xMove.length; i++) if (plan.xTo[i] === me && plan.xTable[i] === t) (plan.xMove[i] ? mv : cp).push(i);
+      const mv = mvT[t]!, cp = cpT[t]!;
       if (mv.length) {
         const v = new Float32Array(mv.length * dim), st = new Float32Array(mv.length * sw);
         mv.forEach((i, j) => {
