@@ -82,7 +82,7 @@ export class HeraldEmbeddingCollection {
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
-    rejectUnknownFields(options, OPTION_FIELDS, 'herald options');
+    rejectUnknownFields(options, OPTION_FIELDS, 'options');
     this.config = resolveConfig(config);
     for (const t of this.config.tables)
       if (t.pooling === 'none') throw new EmbshardError('INVALID_CONFIG', `table '${t.name}': Herald scheduling trains pooled features (pooling 'sum' or 'mean'), not sequences`);
