@@ -7,15 +7,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runTrain } from '../../lib/cli/train.js';
+import { capture } from '../train/capture.js';
 import { Trainer } from '../../lib/train/trainer.js';
-
-function capture() {
-  const out: string[] = [], err: string[] = [];
-  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
-  vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
-  vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => (err.push(String(s)), true));
-  return { out, err };
-}
 
 afterEach(() => vi.restoreAllMocks());
 
