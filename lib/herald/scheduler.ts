@@ -2,7 +2,8 @@
 // samples to ranks, every rank exactly its batch size: greedily, each sample to the rank with room whose
 // cache holds most of its ids (score = the sample's ids valid in that rank's cache: rows checked out into
 // it), ties to the first rank counted from a start that rotates with the step; or at random, for
-// comparison; and (2) writes the step's communication plan from each rank's simulated LRU cache (capacity `cacheRows` per table), which every rank computes identically:
+// comparison; and (2) writes the step's communication plan from each rank's simulated LRU cache
+// (capacity `cacheRows` per table), which every rank computes identically:
 //   - a row read by one rank only is trained where it is read: moved (value and optimizer state) into that
 //     rank's cache when it lives elsewhere, and kept there while that rank alone reads it (zero traffic);
 //   - a row read by several ranks (or by its owner) goes home to its owner (a flush, when a cache held it);

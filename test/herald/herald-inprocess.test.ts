@@ -1,5 +1,5 @@
-// HeraldEmbeddingCollection on in-process groups of 1, 2 and 4 ranks against one EmbeddingCollection
-// trained on the same global batches: sgd / adagrad / adam, no cache / small / large caches, Herald and
+// HeraldEmbeddingCollection on in-process groups of 1, 2, 4 and 8 ranks (with 8, a rank owns no row of the
+// tiny table) against one EmbeddingCollection trained on the same global batches: sgd / adagrad / adam, no cache / small / large caches, Herald and
 // random placement, shared, mean-pooled and weighted tables, several steps. Every rank's pooled outputs
 // are the oracle's rows of its samples (bitwise in the first step, when the tables are still equal); the
 // gathered tables and optimizer state are within 1e-5 (norm-relative) after every run.
@@ -83,6 +83,7 @@ describe('HeraldEmbeddingCollection vs one collection (in-process groups)', () =
     { W: 4, B: 10, opt: { type: 'adagrad', lr: 0.1 }, cacheRows: 6, allocation: 'herald', weighted: true, steps: 6 },
     { W: 4, B: 10, opt: { type: 'adam', lr: 0.01 }, cacheRows: 64, allocation: 'random', steps: 5 },
     { W: 4, B: 8, opt: { type: 'rowwise_adagrad', lr: 0.1 }, cacheRows: 1000, allocation: 'herald', steps: 6 },
+    { W: 8, B: 5, opt: { type: 'adagrad', lr: 0.1 }, cacheRows: 4, allocation: 'herald', steps: 4 },
   ];
   for (const c of cases)
     it(`${c.W} rank(s), ${c.opt.type}, cache ${c.cacheRows}, ${c.allocation}${c.weighted ? ', weighted' : ''}`, async () => {
