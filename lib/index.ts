@@ -12,3 +12,4 @@ export type { DType, Pooling, OptimizerType, IdArray } from './binding.js';
 export { Trainer } from './train/index.js';
 export { ShardPlan, planShards } from './plan/index.js';
 export { ShardedEmbeddingCollection, createInProcessGroups, createMpiGroup } from './sharded/index.js';
+export { HeraldEmbeddingCollection, HeraldScheduler } from './herald/index.js';

@@ -12,7 +12,8 @@ import { runCommand } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
 import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
-import { embeddingsFor } from '../train/embeddings.js';
+import { embeddingsFor, tablesFor } from '../train/embeddings.js';
+import { HeraldEmbeddingCollection } from '../herald/collection.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
 import { createInProcessGroups, createMpiGroup, localDevice, type ProcessGroup } from '../sharded/group.js';
@@ -37,6 +38,9 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
   run:            [--precision fp32|bf16] [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
+  herald:         [--schedule herald] [--cache-rows 65536]  (Herald embedding scheduling: every rank reads
+                  global batches of ranks × --batch samples and trains the ones its allocator assigns; each
+                  rank owns a row range of every table and caches up to --cache-rows rows per table)
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
@@ -75,6 +79,8 @@ interface Args {
   save?: string;
   report?: string;
   quiet: boolean;
+  schedule?: 'herald';
+  cacheRows?: number;
 }
 
 function parse(argv: string[]): Args | string {
@@ -142,6 +148,11 @@ function parse(argv: string[]): Args | string {
           break;
         case '--save': a.save = v; break;
         case '--report': a.report = v; break;
+        case '--schedule':
+          if (v !== 'herald') return `--schedule must be herald (got '${v}')`;
+          a.schedule = v;
+          break;
+        case '--cache-rows': a.cacheRows = int(0); break;
         default: return `unknown option '${k}'`;
       }
     } catch (e) {
@@ -152,6 +163,8 @@ function parse(argv: string[]): Args | string {
   if (!a.data) return '--data is required';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
+  if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
+  if (a.schedule === 'herald' && a.plan !== undefined) return '--schedule herald places rows itself; it takes no --plan';
   return a;
 }
 
@@ -240,13 +253,15 @@ async function train(a: Args): Promise<number> {
     if (a.plan !== undefined && a.plan !== 'auto' && !existsSync(a.plan))
       throw new EmbshardError('INVALID_ARGUMENT', `--plan '${a.plan}' is neither 'auto' nor an existing plan file`);
     // several ranks (mpirun), or a plan file: sharded tables over a process group
+    const herald = a.schedule === 'herald';
     if (world > 1) group = await createMpiGroup({ timeoutMs: 300_000 });
-    else if (a.plan !== undefined && a.plan !== 'auto') group = createInProcessGroups(1)[0];
+    else if ((a.plan !== undefined && a.plan !== 'auto') || herald) group = createInProcessGroups(1)[0];
     const rank = group?.rank ?? 0;
     a.device = localDevice(a.device, rank, group?.ranksPerNode ?? 1);
     if (rank !== 0) a.quiet = true;
     if (a.threads) loadAddon().setThreads(a.threads);
-    data = await openData(a, rank, group?.size ?? 1);
+    // Herald: every rank reads the global batches; the allocator deals their samples
+    data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1);
     const F = data.train.features.length;
     const spec = modelSpec(a, F);
     const preset = isPresetName(a.model) ? PRESETS[a.model as PresetName] : undefined;
@@ -256,7 +271,16 @@ async function train(a: Args): Promise<number> {
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
     let trainer: Trainer;
     let planNote = '';
-    if (group) {
+    if (herald) {
+      const cacheRows = a.cacheRows ?? 65_536;
+      const emb = new HeraldEmbeddingCollection(tablesFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device }), group!, {
+        cacheRows, batchSize: a.batch,
+      });
+      planNote = `, Herald scheduling over ${group!.size} rank(s) (${cacheRows.toLocaleString()} cache rows per table)`;
+      trainer = new Trainer({
+        model: spec, embeddings: emb, group, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
+      });
+    } else if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
       planNote = `, sharded over ${group.size} rank(s) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
       trainer = new Trainer({
@@ -322,7 +346,7 @@ async function train(a: Args): Promise<number> {
           if (recorder && lastMetrics) recorder.step(lastMetrics, (performance.now() - t0) / 1000, dataWaitMs);
           const tt = trainer.lastTimes!;
           for (const k of Object.keys(sum) as (keyof StepTimes)[]) sum[k] += tt[k];
-          samples += batch.size;
+          samples += herald ? a.batch : batch.size;
           steps++;
           recent.push(loss);
           if (recent.length > 50) recent.shift();
@@ -354,6 +378,10 @@ async function train(a: Args): Promise<number> {
           : a.evalBatches === 0 ? 'no evaluation (--eval-batches 0)' : 'no held-out evaluation (give --eval-data or --eval-split)',
         `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
           `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed of ${pct(sum.communicationTotal)} in flight (embedding exchanges + all-reduce)`,
+        ...(emb instanceof HeraldEmbeddingCollection && emb.lastCounts
+          ? [`herald: ${emb.lastCounts.rows.toLocaleString()} row transmissions in the last step (${emb.lastCounts.moves} moves, ${emb.lastCounts.copies} copies, ${emb.lastCounts.grads} gradients), ` +
+              `${((100 * emb.lastCounts.hits) / Math.max(emb.lastCounts.reads, 1)).toFixed(1)}% of rows read where they lived`]
+          : []),
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
       ];

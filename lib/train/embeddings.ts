@@ -2,9 +2,10 @@
 // ShardedEmbeddingCollection, which has the same surface), and a helper that builds an EmbeddingCollection
 // with one table per feature of a data source.
 import { EmbeddingCollection } from '../collection.js';
-import type { OptimizerConfig, TableConfig } from '../config.js';
+import type { CollectionConfig, OptimizerConfig, TableConfig } from '../config.js';
 import type { JaggedBatch } from '../batch.js';
 import type { DType } from '../binding.js';
+import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
@@ -29,6 +30,11 @@ export interface EmbeddingModule {
    * Resolves once that work's collectives are done (it never rejects: a failure surfaces in the forward).
    */
   prepare?(batch: JaggedBatch): Promise<void>;
+  /**
+   * Herald scheduling: this rank's share of a global training batch (the samples its allocator assigned,
+   * dense data and labels following them); optional. Steps then take the global batch on every rank.
+   */
+  localize?(batch: Batch): Batch;
   /** Recycles an output the trainer is done with (its arrays become empty); optional. */
   release?(out: EmbeddingOutput): Promise<number>;
   dispose?(): void;
@@ -46,8 +52,8 @@ export interface TablesForOptions {
 
 const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true });
 
-/** One table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
-export function embeddingsFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): EmbeddingCollection {
+/** The config of one table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
+export function tablesFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): CollectionConfig {
   rejectUnknownFields(o, TABLES_FOR_FIELDS);
   if (features.length !== rows.length)
     throw new EmbshardError('LENGTH_MISMATCH', `${features.length} features but ${rows.length} table sizes`);
@@ -56,10 +62,15 @@ export function embeddingsFor(features: readonly string[], rows: readonly number
     const scale = o.initScale ?? 1 / Math.sqrt(n);
     return { name, rows: n, dim: o.dim, dtype: o.dtype ?? 'fp32', init: { type: 'uniform', low: -scale, high: scale } };
   });
-  return new EmbeddingCollection({
+  return {
     tables,
     optimizer: o.optimizer ?? { type: 'adagrad', lr: 0.01 },
     seed: o.seed ?? 0,
     ...(o.device ? { device: o.device } : {}),
-  });
+  };
+}
+
+/** One table per feature (tablesFor) in an EmbeddingCollection. */
+export function embeddingsFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): EmbeddingCollection {
+  return new EmbeddingCollection(tablesFor(features, rows, o));
 }

@@ -441,6 +441,8 @@ export class Trainer {
 
   private async runStep(b: Batch, next?: Batch): Promise<number> {
     const t0 = performance.now();
+    // Herald scheduling: the batch is global; this rank trains the samples its allocator gave it
+    if (this.embeddings.localize) b = this.embeddings.localize(b);
     const factor = lrFactor(this.schedule, this.steps);
     const denseLr = this.denseBaseLr * factor, embLr = this.embeddingBaseLr * factor;
     this.embeddings.setLearningRate(embLr);

@@ -14,6 +14,7 @@ import {
   ShardPlan, explainPlan, generateBatch, normalizeTable, normalizeTopology, planShards, profileAccess, topologyPreset, workload,
 } from '../../lib/plan/index.js';
 import { smallTopology } from '../plan/helpers.js';
+import { HeraldEmbeddingCollection } from '../../lib/herald/index.js';
 
 /** Runs `f` (sync or async) and returns the error it raised. */
 async function raised(f: () => unknown): Promise<EmbshardError> {
@@ -119,6 +120,12 @@ describe('process groups and the sharded collection', () => {
     await rejects('comm.fwd', () => new ShardedEmbeddingCollection(plan, groups[0]!, { comm: { fwd: 'fp16' } } as never));
     await rejects('optimiser', () => new ShardedEmbeddingCollection(plan, groups[0]!, { optimiser: { type: 'sgd', lr: 1 } } as never));
     expect(groups.map((g) => new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'sgd', lr: 1 } }).pooledDim)).toEqual([4, 4]);
+  });
+
+  it('names an unknown Herald option', async () => {
+    const [g] = createInProcessGroups(1);
+    await rejects('options.cacheRow', () => new HeraldEmbeddingCollection({ tables }, g!, { cacheRows: 4, batchSize: 2, cacheRow: 4 } as never));
+    expect(new HeraldEmbeddingCollection({ tables }, g!, { cacheRows: 4, batchSize: 2 }).pooledDim).toBe(4);
   });
 });
 

@@ -5,6 +5,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
 
 export const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -103,4 +104,21 @@ export function mpirun(np: number, script: string, args: string[] = [], opts: { 
       resolve({ code, stdout, stderr, lines });
     });
   });
+}
+
+/**
+ * Runs a kill script on 4 ranks (mpirun --enable-recovery; the last rank dies at the start of step 2) and
+ * checks that the 3 survivors each fail at step 2 with COMM_TIMEOUT / COMM_FAILED naming a rank, within
+ * their timeout.
+ */
+export async function expectSurvivorsFail(script: string, timeoutMs = 3000): Promise<void> {
+  const r = await mpirun(4, script, [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
+  const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
+  expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual([0, 1, 2]);
+  for (const l of survivors) {
+    expect(['COMM_TIMEOUT', 'COMM_FAILED']).toContain(l.code);
+    expect(l.step).toBe(2);
+    expect(l.message).toMatch(/rank \d/);
+    expect(l.waitedMs as number).toBeLessThan(timeoutMs + 5000);
+  }
 }

@@ -6,14 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runTrain } from '../../lib/cli/train.js';
-
-function capture() {
-  const out: string[] = [], err: string[] = [];
-  vi.spyOn(console, 'log').mockImplementation((...a: unknown[]) => void out.push(a.join(' ')));
-  vi.spyOn(console, 'error').mockImplementation((...a: unknown[]) => void err.push(a.join(' ')));
-  vi.spyOn(process.stderr, 'write').mockImplementation((s: string | Uint8Array) => (err.push(String(s)), true));
-  return { out, err };
-}
+import { capture } from '../train/capture.js';
 
 afterEach(() => vi.restoreAllMocks());
 

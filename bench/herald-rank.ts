@@ -1,0 +1,62 @@
+// bench/herald-rank.ts — one rank of bench/herald.ts's speed run (launched under mpirun by it): embedding
+// steps (forward, gradients, backward) of the Criteo Kaggle workload with tables capped at 200,000 rows,
+// 1,024 samples per rank, Adagrad, timed for each schedule in turn on the same MPI group and the same
+// global batches: Herald allocation, random placement with the same caches, no cache, and the planner's
+// static plan (ShardedEmbeddingCollection). Rank 0 prints one JSON line per schedule.
+import { HeraldEmbeddingCollection } from '../lib/herald/collection.js';
+import { takeSparse } from '../lib/herald/take.js';
+import { planShards } from '../lib/plan/planner.js';
+import { topologyPreset } from '../lib/plan/topology.js';
+import { createMpiGroup } from '../lib/sharded/group.js';
+import { ShardedEmbeddingCollection } from '../lib/sharded/sharded.js';
+import { tablesFor } from '../lib/train/embeddings.js';
+import { generateBatch } from '../lib/workloads/generator.js';
+import { workload } from '../lib/workloads/presets.js';
+import type { JaggedBatch } from '../lib/batch.js';
+
+const CAP = 200_000, B = 1024, CACHE = 4096, WARM = 3, STEPS = 8, SEED = 7;
+const g = await createMpiGroup({ timeoutMs: 300_000 });
+const W = g.size;
+const base = workload('criteo-kaggle');
+const wl = { ...base, tables: base.tables.map((t) => ({ ...t, rows: Math.min(t.rows, CAP), optimizer: 'adagrad' as const })) };
+const features = wl.tables.map((t) => t.name);
+const cfg = tablesFor(features, wl.tables.map((t) => t.rows), { dim: 16, optimizer: { type: 'adagrad', lr: 0.05 }, seed: SEED });
+const globals: JaggedBatch[] = Array.from({ length: WARM + STEPS }, (_, step) => generateBatch(wl, 0, { batchSize: W * B, seed: SEED, step }));
+const grad = new Float32Array(B * 16 * features.length).map((_, i) => Math.sin(i) * 1e-3);
+
+interface Module {
+  forward(b: JaggedBatch): Promise<{ pooled: Float32Array }>;
+  backward(o: { pooled: Float32Array }, g: { pooled: Float32Array }): Promise<unknown>;
+  dispose(): void;
+}
+
+async function time(mode: string, m: Module, local: (step: number) => JaggedBatch, rows?: () => number): Promise<void> {
+  let t0 = 0, tx = 0;
+  for (let step = 0; step < WARM + STEPS; step++) {
+    if (step === WARM) {
+      await g.barrier();
+      t0 = performance.now();
+    }
+    const out = await m.forward(local(step));
+    await m.backward(out, { pooled: grad });
+    if (step >= WARM && rows) tx += rows();
+  }
+  const el = new Float64Array([(performance.now() - t0) / 1000]);
+  await g.allReduce(el, 'max');
+  if (g.rank === 0)
+    console.log(JSON.stringify({
+      mode, stepsPerSec: STEPS / el[0]!, samplesPerSec: (STEPS * W * B) / el[0]!, ...(rows ? { rowsPerStep: tx / STEPS } : {}),
+      note: `${W} MPI ranks on one shared 2-core machine (other jobs running), CPU engines; Criteo Kaggle tables capped at ${CAP.toLocaleString()} rows, dim 16, ${B} samples per rank, ${CACHE} cache rows per table; embedding forward + backward only; ratios within this run are what to read`,
+    }));
+  m.dispose();
+}
+
+for (const [mode, allocation, cacheRows] of [['herald allocation', 'herald', CACHE], ['random placement, same caches', 'random', CACHE], ['no cache', 'random', 0]] as const) {
+  const h = new HeraldEmbeddingCollection(cfg, g, { cacheRows, batchSize: B, allocation, seed: SEED });
+  await time(mode, h, (s) => h.assign(globals[s]!), () => h.lastCounts!.rows);
+}
+const plan = planShards(wl.tables, topologyPreset('dgx-h100', { worldSize: W, ranksPerNode: g.ranksPerNode }), { batchSize: B, maxIterations: 2000, timeBudgetMs: Number.POSITIVE_INFINITY });
+const sc = new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'adagrad', lr: 0.05 }, seed: SEED });
+const mine = Int32Array.from({ length: B }, (_, j) => g.rank * B + j);
+await time('static plan (planner)', sc as unknown as Module, (s) => takeSparse(globals[s]!, mine));
+g.close();

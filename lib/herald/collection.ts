@@ -1,0 +1,555 @@
+// collection.ts — HeraldEmbeddingCollection: embedding tables trained with Herald's embedding scheduling
+// over a ProcessGroup. Every rank owns a row range of each table (lib/herald/owners.ts) and keeps a cache
+// of rows it does not own; the scheduler (lib/herald/scheduler.ts, run identically on every rank, one
+// batch ahead when the trainer hands it the next batch) assigns the global batch's samples to ranks and
+// plans what moves. A step: one all-to-all before the forward (rows moved with their optimizer state,
+// value copies), the forward pooled from local rows (natively, lib/sharded/exchange-ops.ts), one
+// all-to-all of gradient rows to owners after it, and one engine backward per rank that sums every row's
+// contributions in rank order and applies the optimizer once: the same update as one collection trained
+// on the global batch (equal up to the order of that sum; rows read by one rank only are bitwise equal).
+import { JaggedBatch } from '../batch.js';
+import { CallQueue } from '../call-queue.js';
+import { EmbeddingCollection } from '../collection.js';
+import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
+import type { Batch } from '../data/types.js';
+import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { exchangeOps } from '../sharded/exchange-ops.js';
+import type { ProcessGroup } from '../sharded/group.js';
+import { RowOwners, type HeraldTable } from './owners.js';
+import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
+import { takeBatch, takeSparse } from './take.js';
+
+export interface HeraldOptions {
+  /** cache slots per rank per table for rows the rank does not own (0: every remote row is copied each step) */
+  cacheRows: number;
+  /** samples per rank; the global batch has group.size × batchSize */
+  batchSize: number;
+  /** 'herald' (default) or 'random' sample placement */
+  allocation?: Allocation;
+  /** seed of the random placement */
+  seed?: number;
+}
+
+const OPTION_FIELDS = fieldsOf<HeraldOptions>({ cacheRows: true, batchSize: true, allocation: true, seed: true });
+
+export interface HeraldForwardOutput {
+  /** [batchSize × pooledDim]: this rank's samples, in the order of `samples` */
+  pooled: Float32Array;
+  /** the global indices of this rank's samples */
+  samples: Int32Array;
+  batch: JaggedBatch;
+}
+
+interface Scheduled {
+  global: JaggedBatch;
+  plan: StepPlan;
+  local: JaggedBatch;
+}
+
+interface TableStep {
+  inverse: Int32Array;
+  /** per feature of the table: [start, end) in inverse */
+  featOff: number[];
+  loc: Int32Array;
+}
+
+interface StepCtx {
+  s: Scheduled;
+  tables: TableStep[];
+}
+
+const STEP = Symbol('embshard.herald.step');
+type Out = HeraldForwardOutput & { [STEP]?: StepCtx };
+
+export class HeraldEmbeddingCollection {
+  readonly config: ResolvedConfig;
+  readonly group: ProcessGroup;
+  readonly scheduler: HeraldScheduler;
+  readonly owners: RowOwners;
+  readonly pooledDim: number;
+  readonly pooledFeatures: readonly string[];
+  /** this rank's engine: its row range of every table, then its cache slots */
+  readonly local: EmbeddingCollection;
+  /** transmissions of the latest step this rank executed (the whole group's, from the shared plan) */
+  lastCounts: StepCounts | undefined;
+  private readonly tables: HeraldTable[];
+  private readonly featCol = new Map<string, number>();
+  private readonly queue: Scheduled[] = [];
+  private readonly calls = new CallQueue();
+  /** per table: the key each cache slot holds (−1: free), as of the steps executed */
+  private readonly slotKey: Float64Array[];
+
+  constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
+    if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
+    rejectUnknownFields(options, OPTION_FIELDS, 'options');
+    this.config = resolveConfig(config);
+    for (const t of this.config.tables)
+      if (t.pooling === 'none') throw new EmbshardError('INVALID_CONFIG', `table '${t.name}': Herald scheduling trains pooled features (pooling 'sum' or 'mean'), not sequences`);
+    this.group = group;
+    const opt = this.config.optimizer.type;
+    this.tables = this.config.tables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, stateWidth: stateWidth(opt, t.dim), features: t.features }));
+    this.scheduler = new HeraldScheduler(this.tables, {
+      world: group.size, batchSize: options.batchSize, cacheRows: options.cacheRows,
+      ...(options.allocation !== undefined ? { allocation: options.allocation } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}),
+    });
+    const O = (this.owners = this.scheduler.owners);
+    const r = group.rank;
+    let col = 0;
+    for (const t of this.config.tables) for (const f of t.features) (this.featCol.set(f, col), (col += t.dim));
+    this.pooledDim = col;
+    this.pooledFeatures = this.config.tables.flatMap((t) => t.features);
+    this.slotKey = this.tables.map((_, t) => new Float64Array(O.slots[t]!).fill(-1));
+    this.local = new EmbeddingCollection({
+      tables: this.config.tables.map((t, i) => ({
+        name: t.name, rows: Math.max(1, O.owned(i, r) + O.slots[i]!), dim: t.dim, dtype: t.dtype, pooling: t.pooling, features: [...t.features],
+        init: { type: 'constant', value: 0 },
+      })),
+      optimizer: { ...this.config.optimizer },
+      device: this.config.device,
+      seed: this.config.seed,
+    });
+    this.initializeOwned();
+  }
+
+  /** Fills this rank's row ranges with exactly what one collection starts with there. */
+  private initializeOwned(): void {
+    const K = exchangeOps(), O = this.owners, r = this.group.rank, chunk = 1 << 14;
+    const inits = toNativeConfig(this.config, true).tables.map((t) => t.init);
+    this.tables.forEach((t, i) => {
+      const lo = O.lo(i, r), n = O.owned(i, r);
+      const { kind, a, b } = inits[i]!;
+      for (let s = 0; s < n; s += chunk) {
+        const m = Math.min(chunk, n - s);
+        const vals = new Float32Array(m * t.dim);
+        K.initSlice(kind, a, b, this.config.seed, i, t.dim, lo + s, m, 0, t.dim, vals);
+        this.local.writeRows(t.name, Int32Array.from({ length: m }, (_, j) => s + j), vals);
+      }
+    });
+  }
+
+  get learningRate(): number {
+    return this.local.learningRate;
+  }
+  setLearningRate(lr: number): void {
+    this.local.setLearningRate(lr);
+    this.config.optimizer.lr = lr;
+  }
+  get step(): number {
+    return this.local.step;
+  }
+  set step(t: number) {
+    this.local.step = t;
+  }
+
+  /**
+   * Schedules a global batch (every rank calls it with the same batch, in step order) and returns this
+   * rank's samples as a batch for forward(). Batches scheduled ahead (prepare) are taken from the queue.
+   */
+  assign(global: JaggedBatch): JaggedBatch {
+    const head = this.queue[0];
+    if (head && head.global === global) return head.local;
+    if (head) throw new EmbshardError('INVALID_ARGUMENT', 'herald: this is not the batch scheduled next (prepare(next) must be followed by training next)');
+    return this.enqueueSchedule(global).local;
+  }
+
+  private enqueueSchedule(global: JaggedBatch): Scheduled {
+    if (!(global instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
+    const plan = this.scheduler.schedule(global);
+    const s = { global, plan, local: takeSparse(global, plan.samples[this.group.rank]!) };
+    this.queue.push(s);
+    return s;
+  }
+
+  /** The trainer's hook: this rank's share of a global training batch (dense data and labels follow their samples). */
+  localize(b: Batch): Batch {
+    const local = this.assign(b.sparse);
+    return takeBatch(b, this.queue[0]!.plan.samples[this.group.rank]!, local);
+  }
+
+  /** Schedules the next global batch while the current step runs (the trainer calls it during the dense compute). */
+  prepare(next: JaggedBatch): Promise<void> {
+    return new Promise((resolve) =>
+      setImmediate(() => {
+        try {
+          if (!this.queue.some((q) => q.global === next)) this.enqueueSchedule(next);
+        } catch {
+          /* surfaces when the batch is trained */
+        }
+        resolve();
+      }),
+    );
+  }
+
+  /**
+   * This rank's forward of the batch assign() returned: the step's row exchange, then pooling. Any other
+   * batch is looked up without training (a collective: every rank calls forward with its own batch).
+   */
+  forward(batch: JaggedBatch): Promise<HeraldForwardOutput> {
+    return this.calls.run(async () => {
+      const s = this.queue[0];
+      if (!s || s.local !== batch) {
+        // not a training step's batch: a lookup (evaluation), every rank with its own batch
+        if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
+        return { pooled: await this.lookup(batch), samples: new Int32Array(0), batch };
+      }
+      this.queue.shift();
+      const copies = await this.exchangeRows(s.plan);
+      const ctx: StepCtx = { s, tables: [] };
+      const out: Out = { pooled: this.pool(s, copies, ctx), samples: s.plan.samples[this.group.rank]!, batch };
+      out[STEP] = ctx;
+      this.lastCounts = s.plan.counts;
+      return out;
+    });
+  }
+
+  /** Gradients of this rank's pooled outputs: partial sums per row, one exchange to owners, one engine update per rank. */
+  backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean; uniqueRows: number }> {
+    return this.calls.run(async () => {
+      const ctx = (out as Out)[STEP];
+      if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'herald: backward(out, grads) needs the output of forward()');
+      const g = grads.pooled;
+      const B = out.batch.batchSize;
+      if (!(g instanceof Float32Array) || g.length !== B * this.pooledDim)
+        throw new EmbshardError('GRAD_SIZE_MISMATCH', `herald: grads.pooled must be a Float32Array of ${B} × ${this.pooledDim} values`);
+      delete (out as Out)[STEP];
+      const partial = this.partials(ctx, out.batch, g);
+      return this.applyGradients(ctx.s.plan, partial);
+    });
+  }
+
+  // ---- the step's stages ----
+
+  /** Moves (value + state) and copies (value) of the plan; returns the copies this rank receives, per table. */
+  private async exchangeRows(plan: StepPlan): Promise<Float32Array[]> {
+    const me = this.group.rank, W = this.group.size, T = this.tables.length;
+    const sendTo: number[][] = Array.from({ length: W }, () => []);
+    const recvFrom: number[][] = Array.from({ length: W }, () => []);
+    const size = (i: number) => this.tables[plan.xTable[i]!]!.dim + (plan.xMove[i] ? this.tables[plan.xTable[i]!]!.stateWidth : 0);
+    for (let i = 0; i < plan.xMove.length; i++) {
+      if (plan.xFrom[i] === me) sendTo[plan.xTo[i]!]!.push(i);
+      if (plan.xTo[i] === me) recvFrom[plan.xFrom[i]!]!.push(i);
+    }
+    // what this rank sends, read from its engine before anything is written
+    const byTable: number[][] = Array.from({ length: T }, () => []);
+    for (const list of sendTo) for (const i of list) byTable[plan.xTable[i]!]!.push(i);
+    const at = new Map<number, number>();
+    const vals: Float32Array[] = [], states: Float32Array[] = [];
+    byTable.forEach((list, t) => {
+      const ids = Int32Array.from(list, (i) => plan.xFromId[i]!);
+      list.forEach((i, j) => at.set(i, j));
+      vals.push(list.length ? this.local.readRows(this.tables[t]!.name, ids) : new Float32Array(0));
+      states.push(list.length && this.tables[t]!.stateWidth ? this.local.readState(this.tables[t]!.name, ids) : new Float32Array(0));
+    });
+    const sendCounts = sendTo.map((l) => l.reduce((n, i) => n + size(i), 0));
+    const send = new Float32Array(sendCounts.reduce((a, b) => a + b, 0));
+    let o = 0;
+    for (const list of sendTo)
+      for (const i of list) {
+        const t = plan.xTable[i]!, j = at.get(i)!, { dim, stateWidth: sw } = this.tables[t]!;
+        send.set(vals[t]!.subarray(j * dim, (j + 1) * dim), o);
+        o += dim;
+        if (plan.xMove[i] && sw) {
+          send.set(states[t]!.subarray(j * sw, (j + 1) * sw), o);
+          o += sw;
+        }
+        // a row moved out of a cache slot frees it
+        if (plan.xMove[i] && plan.xTo[i] !== me) this.releaseSlot(t, plan.xFromId[i]!, plan.xKey[i]!);
+      }
+    const recvCounts = recvFrom.map((l) => l.reduce((n, i) => n + size(i), 0));
+    const { data } = await this.group.allToAllV(send, sendCounts, { recvCounts });
+    // where each received record starts
+    const off = new Map<number, number>();
+    o = 0;
+    for (const list of recvFrom)
+      for (const i of list) {
+        off.set(i, o);
+        o += size(i);
+      }
+    // this rank's received records per table, in record order: moves into its engine, copies for its forward
+    const mvT: number[][] = Array.from({ length: T }, () => []), cpT: number[][] = Array.from({ length: T }, () => []);
+    for (let i = 0; i < plan.xMove.length; i++) if (plan.xTo[i] === me) (plan.xMove[i] ? mvT : cpT)[plan.xTable[i]!]!.push(i);
+    const copies: Float32Array[] = [];
+    for (let t = 0; t < T; t++) {
+      const { dim, stateWidth: sw, name } = this.tables[t]!;
+      const mv = mvT[t]!, cp = cpT[t]!;
+      if (mv.length) {
+        const v = new Float32Array(mv.length * dim), st = new Float32Array(mv.length * sw);
+        mv.forEach((i, j) => {
+          const a = off.get(i)!;
+          v.set(data.subarray(a, a + dim), j * dim);
+          if (sw) st.set(data.subarray(a + dim, a + dim + sw), j * sw);
+          this.holdSlot(t, plan.xToId[i]!, plan.xKey[i]!);
+        });
+        const ids = Int32Array.from(mv, (i) => plan.xToId[i]!);
+        this.local.writeRows(name, ids, v);
+        if (sw) this.local.writeState(name, ids, st);
+      }
+      const c = new Float32Array(cp.length * dim);
+      cp.forEach((i, j) => {
+        const a = off.get(i)!;
+        c.set(data.subarray(a, a + dim), j * dim);
+      });
+      copies.push(c);
+    }
+    return copies;
+  }
+
+  private releaseSlot(t: number, engineId: number, key: number): void {
+    const s = engineId - this.owners.owned(t, this.group.rank);
+    if (s >= 0 && this.slotKey[t]![s] === key) this.slotKey[t]![s] = -1;
+  }
+
+  private holdSlot(t: number, engineId: number, key: number): void {
+    const s = engineId - this.owners.owned(t, this.group.rank);
+    if (s >= 0) this.slotKey[t]![s] = key;
+  }
+
+  /** The distinct rows of table ti in a batch (ascending) and every id's index among them, feature by feature. */
+  private distinct(batch: JaggedBatch, ti: number): { uq: { values: BigInt64Array; inverse: Int32Array }; featOff: number[] } {
+    const K = exchangeOps(), t = this.tables[ti]!;
+    const cat: BigInt64Array[] = [];
+    const featOff = [0];
+    for (const f of t.features) {
+      const fv = batch.feature(f);
+      const seg = K.segment(fv.ids, fv.lengths, null, Float64Array.of(0, t.rows), `feature '${f}' (table '${t.name}', ${t.rows} rows)`);
+      cat.push(seg.ids);
+      featOff.push(featOff[featOff.length - 1]! + seg.ids.length);
+    }
+    const all = new BigInt64Array(featOff[featOff.length - 1]!);
+    cat.forEach((c, k) => all.set(c, featOff[k]!));
+    return { uq: K.unique(all, 1), featOff };
+  }
+
+  /** Pools table ti's features of a batch from its distinct rows ([U × dim], in `distinct` order) into `pooled`. */
+  private poolTable(batch: JaggedBatch, ti: number, rows: Float32Array, inverse: Int32Array, featOff: number[], pooled: Float32Array): void {
+    const K = exchangeOps(), t = this.tables[ti]!;
+    const mean = this.config.tables[ti]!.pooling === 'mean';
+    t.features.forEach((f, k) => {
+      const fv = batch.feature(f), col = this.featCol.get(f)!;
+      K.poolUnique(rows, t.dim, inverse.subarray(featOff[k]!, featOff[k + 1]!), fv.lengths, fv.weights ?? null, pooled, this.pooledDim, col, null);
+      if (mean) K.divideBags(pooled, this.pooledDim, col, t.dim, fv.lengths);
+    });
+  }
+
+  /** Pools this rank's bags from its distinct rows (engine rows and received copies), feature by feature. */
+  private pool(s: Scheduled, copies: Float32Array[], ctx: StepCtx): Float32Array {
+    const K = exchangeOps(), me = this.group.rank, batch = s.local, B = batch.batchSize;
+    const pooled = new Float32Array(B * this.pooledDim);
+    this.tables.forEach((t, ti) => {
+      const reads = s.plan.reads[me]![ti]!;
+      const { uq, featOff } = this.distinct(batch, ti);
+      if (uq.values.length !== reads.rows.length) throw new EmbshardError('COMM_FAILED', `herald: table '${t.name}': the plan and the batch disagree on rank ${me}'s rows`);
+      const U = reads.rows.length, dim = t.dim;
+      const rows = new Float32Array(U * dim);
+      const eng: number[] = [], engPos: number[] = [];
+      const cpPos = new Int32Array(copies[ti]!.length / dim);
+      for (let j = 0; j < U; j++) {
+        const l = reads.loc[j]!;
+        if (l >= 0) (eng.push(l), engPos.push(j));
+        else cpPos[-l - 1] = j;
+      }
+      if (eng.length) K.unpack(this.local.readRows(t.name, Int32Array.from(eng)), 0, 'fp32', eng.length, dim, rows, dim, Int32Array.from(engPos), 0, 0, false);
+      if (cpPos.length) K.unpack(copies[ti]!, 0, 'fp32', cpPos.length, dim, rows, dim, cpPos, 0, 0, false);
+      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
+      ctx.tables.push({ inverse: uq.inverse, featOff, loc: reads.loc });
+    });
+    return pooled;
+  }
+
+  /**
+   * A forward without training (evaluation, predict): a collective every rank calls with its own batch.
+   * Rows checked out into caches are gathered to every rank, the others are asked of their owners; the
+   * schedule and the caches are left as they are.
+   */
+  private async lookup(batch: JaggedBatch): Promise<Float32Array> {
+    const K = exchangeOps(), g = this.group, W = g.size, O = this.owners, me = g.rank;
+    const pooled = new Float32Array(batch.batchSize * this.pooledDim);
+    for (let ti = 0; ti < this.tables.length; ti++) {
+      const t = this.tables[ti]!, n = O.owned(ti, me);
+      const { uq, featOff } = this.distinct(batch, ti);
+      // every cache's checked-out rows of the table
+      const heldKeys: number[] = [], heldIds: number[] = [];
+      this.slotKey[ti]!.forEach((k, s) => {
+        if (k >= 0) (heldKeys.push(k - O.rowBase[ti]!), heldIds.push(n + s));
+      });
+      const hk = (await g.allGather(Float64Array.from(heldKeys))).data;
+      const hv = (await g.allGather(this.local.readRows(t.name, Int32Array.from(heldIds)))).data;
+      const held = new Map<number, number>();
+      hk.forEach((row, j) => held.set(row, j));
+      // the rest from their owners, by row
+      const U = uq.values.length;
+      const rows = new Float32Array(U * t.dim);
+      const ask: number[][] = Array.from({ length: W }, () => []), askPos: number[][] = Array.from({ length: W }, () => []);
+      const hPos: number[] = [], hSrc: number[] = [];
+      for (let j = 0; j < U; j++) {
+        const row = Number(uq.values[j]!);
+        const h = held.get(row);
+        if (h !== undefined) (hPos.push(j), hSrc.push(h));
+        else {
+          const o = O.ownerOf(ti, row);
+          ask[o]!.push(row - O.lo(ti, o));
+          askPos[o]!.push(j);
+        }
+      }
+      if (hPos.length) K.unpack(gatherRows(hv, t.dim, hSrc), 0, 'fp32', hPos.length, t.dim, rows, t.dim, Int32Array.from(hPos), 0, 0, false);
+      const req = await g.allToAllV(Int32Array.from(ask.flat()), ask.map((a) => a.length));
+      const vals = this.local.readRows(t.name, req.data);
+      const rep = await g.allToAllV(vals, req.counts.map((c) => c * t.dim));
+      const pos = Int32Array.from(askPos.flat());
+      if (pos.length) K.unpack(rep.data, 0, 'fp32', pos.length, t.dim, rows, t.dim, pos, 0, 0, false);
+      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
+    }
+    return pooled;
+  }
+
+  /** Per table: Σ of this rank's gradient contributions per distinct row, in bag order. */
+  private partials(ctx: StepCtx, batch: JaggedBatch, g: Float32Array): Float32Array[] {
+    const K = exchangeOps();
+    return this.tables.map((t, ti) => {
+      const ts = ctx.tables[ti]!, dim = t.dim;
+      const out = new Float32Array(ts.loc.length * dim);
+      const mean = this.config.tables[ti]!.pooling === 'mean';
+      t.features.forEach((f, k) => {
+        const fv = batch.feature(f);
+        K.gradUnique(g, this.pooledDim, this.featCol.get(f)!, dim, ts.inverse.subarray(ts.featOff[k]!, ts.featOff[k + 1]!), fv.lengths, fv.weights ?? null, mean ? fv.lengths : null, mean, null, out);
+      });
+      return out;
+    });
+  }
+
+  /** Gradient rows to their owners, then this rank's one engine update: every row's contributions in rank order. */
+  private async applyGradients(plan: StepPlan, partial: Float32Array[]): Promise<{ skipped: boolean; uniqueRows: number }> {
+    const K = exchangeOps(), me = this.group.rank, W = this.group.size, T = this.tables.length;
+    const sendTo: number[][] = Array.from({ length: W }, () => []);
+    const recvFrom: number[][] = Array.from({ length: W }, () => []);
+    for (let i = 0; i < plan.gTable.length; i++) {
+      if (plan.gFrom[i] === me) sendTo[plan.gTo[i]!]!.push(i);
+      if (plan.gTo[i] === me) recvFrom[plan.gFrom[i]!]!.push(i);
+    }
+    const dimOf = (i: number) => this.tables[plan.gTable[i]!]!.dim;
+    const sendCounts = sendTo.map((l) => l.reduce((n, i) => n + dimOf(i), 0));
+    const send = new Float32Array(sendCounts.reduce((a, b) => a + b, 0));
+    let o = 0;
+    for (const list of sendTo)
+      for (const i of list) {
+        const d = dimOf(i), p = plan.gPos[i]!;
+        send.set(partial[plan.gTable[i]!]!.subarray(p * d, (p + 1) * d), o);
+        o += d;
+      }
+    const recvCounts = recvFrom.map((l) => l.reduce((n, i) => n + dimOf(i), 0));
+    const { data } = await this.group.allToAllV(send, sendCounts, { recvCounts });
+    // contributions per table, source rank by source rank (this rank's own rows at its place)
+    const ids: number[][] = Array.from({ length: T }, () => []);
+    const src: { buf: Float32Array; row: number }[][] = Array.from({ length: T }, () => []);
+    o = 0;
+    for (let p = 0; p < W; p++) {
+      if (p === me) {
+        for (let t = 0; t < T; t++) {
+          const loc = plan.reads[me]![t]!.loc;
+          for (let j = 0; j < loc.length; j++)
+            if (loc[j]! >= 0) {
+              ids[t]!.push(loc[j]!);
+              src[t]!.push({ buf: partial[t]!, row: j });
+            }
+        }
+        continue;
+      }
+      for (const i of recvFrom[p]!) {
+        const t = plan.gTable[i]!, d = dimOf(i);
+        ids[t]!.push(plan.gToId[i]!);
+        src[t]!.push({ buf: data, row: o / d });
+        o += d;
+      }
+    }
+    const Bs = Math.max(1, ...ids.map((l) => l.length));
+    const features = this.pooledFeatures;
+    const lengths = new Int32Array(features.length * Bs);
+    const pooledGrad = new Float32Array(Bs * this.pooledDim);
+    const idList: number[] = [];
+    let unique = 0;
+    this.tables.forEach((t, ti) => {
+      const n = ids[ti]!.length, f0 = features.indexOf(t.features[0]!), col = this.featCol.get(t.features[0]!)!;
+      lengths.fill(1, f0 * Bs, f0 * Bs + n);
+      const rows = new Float32Array(n * t.dim);
+      src[ti]!.forEach((s, j) => rows.set(s.buf.subarray(s.row * t.dim, (s.row + 1) * t.dim), j * t.dim));
+      if (n) K.unpack(rows, 0, 'fp32', n, t.dim, pooledGrad, this.pooledDim, null, 0, col, false);
+      unique += new Set(ids[ti]).size;
+    });
+    // ids in feature-major order (only each table's first feature has bags)
+    for (const f of features) {
+      const ti = this.tables.findIndex((t) => t.features[0] === f);
+      if (ti >= 0) idList.push(...ids[ti]!);
+    }
+    const batch = JaggedBatch.fromLengths({ features, batchSize: Bs, lengths, ids: Int32Array.from(idList) });
+    const r = await this.local.backward({ pooled: new Float32Array(0), sequences: {}, batch }, { pooled: pooledGrad });
+    return { skipped: r.skipped, uniqueRows: unique };
+  }
+
+  // ---- whole tables ----
+
+  /**
+   * Every rank's current rows and optimizer state of a table, assembled on every rank (a collective:
+   * every rank calls it between steps): [rows × dim] and [rows × stateWidth].
+   */
+  gather(table: string): Promise<{ weights: Float32Array; state: Float32Array }> {
+    return this.calls.run(async () => {
+      const ti = this.tables.findIndex((t) => t.name === table);
+      if (ti < 0) throw new EmbshardError('UNKNOWN_TABLE', `no table named '${table}'`);
+      const t = this.tables[ti]!, O = this.owners, me = this.group.rank, sw = t.stateWidth;
+      const n = O.owned(ti, me);
+      const ids = Int32Array.from({ length: n }, (_, j) => j);
+      const held: number[] = [], heldIds: number[] = [];
+      this.slotKey[ti]!.forEach((k, s) => {
+        if (k >= 0) (held.push(k - O.rowBase[ti]!), heldIds.push(n + s));
+      });
+      const hid = Int32Array.from(heldIds);
+      const g = this.group;
+      const ow = (await g.allGather(this.local.readRows(t.name, ids))).data;
+      const os = sw ? (await g.allGather(this.local.readState(t.name, ids))).data : new Float32Array(0);
+      const hk = (await g.allGather(Float64Array.from(held))).data;
+      const hw = (await g.allGather(this.local.readRows(t.name, hid))).data;
+      const hs = sw ? (await g.allGather(this.local.readState(t.name, hid))).data : new Float32Array(0);
+      const weights = new Float32Array(t.rows * t.dim);
+      const state = new Float32Array(t.rows * sw);
+      weights.set(ow);
+      state.set(os);
+      const idx = Int32Array.from(hk);
+      if (idx.length) {
+        exchangeOps().unpack(hw, 0, 'fp32', idx.length, t.dim, weights, t.dim, idx, 0, 0, false);
+        if (sw) exchangeOps().unpack(hs, 0, 'fp32', idx.length, sw, state, sw, idx, 0, 0, false);
+      }
+      return { weights, state };
+    });
+  }
+
+  /** Writes one collection's checkpoint of the whole tables (a collective; rank 0 writes `dir`). */
+  async save(dir: string, extra?: Record<string, unknown>): Promise<void> {
+    const full: { weights: Float32Array; state: Float32Array }[] = [];
+    for (const t of this.tables) full.push(await this.gather(t.name));
+    if (this.group.rank !== 0) return;
+    const ec = new EmbeddingCollection(this.config);
+    try {
+      this.tables.forEach((t, i) => {
+        const ids = Int32Array.from({ length: t.rows }, (_, j) => j);
+        ec.writeRows(t.name, ids, full[i]!.weights);
+        if (t.stateWidth) ec.writeState(t.name, ids, full[i]!.state);
+      });
+      ec.step = this.step;
+      await ec.save(dir, extra);
+    } finally {
+      ec.dispose();
+    }
+  }
+
+  dispose(): void {
+    this.local.dispose();
+  }
+}
+
+/** Rows `idx` of a [n × dim] array, in that order. */
+function gatherRows(a: Float32Array, dim: number, idx: readonly number[]): Float32Array {
+  const out = new Float32Array(idx.length * dim);
+  exchangeOps().pack(a, dim, Int32Array.from(idx), 0, idx.length, 0, dim, 'fp32', out, 0);
+  return out;
+}

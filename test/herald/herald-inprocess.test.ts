@@ -1,0 +1,133 @@
+// HeraldEmbeddingCollection on in-process groups of 1, 2, 4 and 8 ranks (with 8, a rank owns no row of the
+// tiny table) against one EmbeddingCollection trained on the same global batches: sgd / adagrad / adam, no cache / small / large caches, Herald and
+// random placement, shared, mean-pooled and weighted tables, several steps. Every rank's pooled outputs
+// are the oracle's rows of its samples (bitwise in the first step, when the tables are still equal); the
+// gathered tables and optimizer state are within 1e-5 (norm-relative) after every run.
+import { describe, it, expect } from 'vitest';
+import { JaggedBatch } from '../../lib/batch.js';
+import { EmbeddingCollection } from '../../lib/collection.js';
+import type { OptimizerConfig } from '../../lib/config.js';
+import { HeraldEmbeddingCollection } from '../../lib/herald/collection.js';
+import type { Allocation } from '../../lib/herald/scheduler.js';
+import { takeRows } from '../../lib/herald/take.js';
+import { createInProcessGroups } from '../../lib/sharded/group.js';
+// @ts-expect-error plain JS helper shared with the mpirun scripts
+import * as S from './scenario.mjs';
+
+const lib = { JaggedBatch };
+
+interface Case {
+  W: number;
+  B: number;
+  opt: OptimizerConfig;
+  cacheRows: number;
+  allocation: Allocation;
+  weighted?: boolean;
+  steps: number;
+}
+
+async function compare(c: Case) {
+  const cfg = S.config(c.opt);
+  const groups = createInProcessGroups(c.W, { timeoutMs: 20_000 });
+  const ranks = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: c.cacheRows, batchSize: c.B, allocation: c.allocation }));
+  const oracle = new EmbeddingCollection(cfg);
+  let outBitwise = true, moves = 0;
+  try {
+    for (let step = 0; step < c.steps; step++) {
+      const global: JaggedBatch = S.globalBatch(lib, step, c.W * c.B, { weighted: c.weighted });
+      const locals = ranks.map((r) => r.assign(global));
+      const outs = await Promise.all(ranks.map((r, i) => r.forward(locals[i]!)));
+      const go = await oracle.forward(global);
+      const P = oracle.pooledDim;
+      for (const o of outs) {
+        expect(o.samples.length).toBe(c.B);
+        if (step === 0 && !S.bitwise(o.pooled, takeRows(go.pooled, P, o.samples))) outBitwise = false;
+        expect(S.relErr(o.pooled, takeRows(go.pooled, P, o.samples))).toBeLessThan(1e-6);
+      }
+      const all = Int32Array.from({ length: c.W * c.B }, (_, i) => i);
+      await oracle.backward(go, { pooled: S.gradsFor(step, all, P) });
+      await Promise.all(ranks.map((r, i) => r.backward(outs[i]!, { pooled: S.gradsFor(step, outs[i]!.samples, P) })));
+      moves += ranks[0]!.lastCounts!.moves;
+    }
+    let tableErr = 0, stateErr = 0;
+    for (const t of oracle.tables) {
+      const ids = Int32Array.from({ length: t.rows }, (_, j) => j);
+      const want = oracle.readRows(t.name, ids), wantS = oracle.readState(t.name, ids);
+      const got = await Promise.all(ranks.map((r) => r.gather(t.name)));
+      for (const g of got) {
+        tableErr = Math.max(tableErr, S.relErr(g.weights, want));
+        stateErr = Math.max(stateErr, S.relErr(g.state, wantS));
+      }
+    }
+    // a forward outside the schedule (evaluation): every rank looks up a batch of its own
+    let lookupErr = 0;
+    const own = ranks.map((_, r) => S.globalBatch(lib, 99 + r, 3 + r, { weighted: c.weighted }) as JaggedBatch);
+    const looked = await Promise.all(ranks.map((r, i) => r.forward(own[i]!)));
+    for (let i = 0; i < ranks.length; i++) {
+      const want = await oracle.forward(own[i]!);
+      lookupErr = Math.max(lookupErr, S.relErr(looked[i]!.pooled, want.pooled));
+      await oracle.release(want);
+    }
+    return { outBitwise, tableErr, stateErr, lookupErr, moves, step: ranks[0]!.step, oracleStep: oracle.step };
+  } finally {
+    ranks.forEach((r) => r.dispose());
+    oracle.dispose();
+    groups.forEach((g) => g.close());
+  }
+}
+
+describe('HeraldEmbeddingCollection vs one collection (in-process groups)', () => {
+  const cases: Case[] = [
+    { W: 1, B: 16, opt: { type: 'adagrad', lr: 0.1 }, cacheRows: 8, allocation: 'herald', steps: 3 },
+    { W: 2, B: 12, opt: { type: 'sgd', lr: 0.5 }, cacheRows: 0, allocation: 'herald', steps: 4 },
+    { W: 4, B: 10, opt: { type: 'adagrad', lr: 0.1 }, cacheRows: 6, allocation: 'herald', weighted: true, steps: 6 },
+    { W: 4, B: 10, opt: { type: 'adam', lr: 0.01 }, cacheRows: 64, allocation: 'random', steps: 5 },
+    { W: 4, B: 8, opt: { type: 'rowwise_adagrad', lr: 0.1 }, cacheRows: 1000, allocation: 'herald', steps: 6 },
+    { W: 8, B: 5, opt: { type: 'adagrad', lr: 0.1 }, cacheRows: 4, allocation: 'herald', steps: 4 },
+  ];
+  for (const c of cases)
+    it(`${c.W} rank(s), ${c.opt.type}, cache ${c.cacheRows}, ${c.allocation}${c.weighted ? ', weighted' : ''}`, async () => {
+      const r = await compare(c);
+      expect(r.outBitwise).toBe(true);
+      expect(r.tableErr).toBeLessThan(1e-5);
+      expect(r.stateErr).toBeLessThan(1e-5);
+      expect(r.lookupErr).toBeLessThan(1e-5);
+      expect(r.step).toBe(r.oracleStep);
+      if (c.cacheRows > 0 && c.W > 1) expect(r.moves).toBeGreaterThan(0);
+    });
+});
+
+describe('a rank that dies mid-step', () => {
+  it('fails the others with COMM_FAILED before anything is written', async () => {
+    const W = 4, B = 6;
+    const groups = createInProcessGroups(W, { timeoutMs: 5000 });
+    const ranks = groups.map((g) => new HeraldEmbeddingCollection(S.config({ type: 'adagrad', lr: 0.1 }), g, { cacheRows: 16, batchSize: B }));
+    try {
+      const P = ranks[0]!.pooledDim;
+      const step = async (k: number, live: number[]) => {
+        const global = S.globalBatch(lib, k, W * B) as JaggedBatch;
+        const locals = ranks.map((r) => r.assign(global));
+        return Promise.allSettled(
+          live.map(async (i) => {
+            const out = await ranks[i]!.forward(locals[i]!);
+            await ranks[i]!.backward(out, { pooled: S.gradsFor(k, out.samples, P) });
+          }),
+        );
+      };
+      for (let k = 0; k < 3; k++) expect((await step(k, [0, 1, 2, 3])).every((x) => x.status === 'fulfilled')).toBe(true);
+      const snapshot = (i: number) =>
+        ranks[i]!.local.tables.map((t) => ranks[i]!.local.readRows(t.name, Int32Array.from({ length: t.rows }, (_, j) => j)));
+      const before = [0, 1, 2].map(snapshot);
+      groups[3]!.close('rank 3 died');
+      const r = await step(3, [0, 1, 2]);
+      for (const x of r) {
+        expect(x.status).toBe('rejected');
+        expect((x as PromiseRejectedResult).reason.code).toBe('COMM_FAILED');
+      }
+      [0, 1, 2].forEach((i) => snapshot(i).forEach((a, t) => expect(S.bitwise(a, before[i]![t]!)).toBe(true)));
+    } finally {
+      ranks.forEach((r) => r.dispose());
+      groups.forEach((g) => g.close());
+    }
+  });
+});
