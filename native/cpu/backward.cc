@@ -3,7 +3,7 @@
 //      ids on the way, then reject non-finite gradients (or skip the step: core/gradients.h) — all
 //      before anything changes;
 //   2. group each row's contributions in id order: by owner partition (collections of at most 2^28
-//      rows: count per partition, one stable scatter, then a direct-mapped accumulator per partition)
+//      rows: count per partition, one stable scatter, then an in-cache counting sort per partition)
 //      or, for larger collections, by a stable radix sort of (key, position) pairs;
 //   3. sum each row's contributions in that fixed order in fp32 (gradient rows prefetched ahead), then
 //      apply ONE optimizer update per row with the shared host-device rules of core/optim.h, weights and
@@ -53,12 +53,36 @@ struct GradSource {
   Pooling pooling;
 };
 
+// The contributions in sorted order, as the update stream reads them: key(j), grad(j) and scale(j) of
+// sorted position j. Two layouts: (key, id position) pairs from the radix sort, with the gradient row
+// and scale looked up by position; or the partitioned path's contributions, copied in sorted order.
 template <typename Key>
-struct UpdateArgs {
-  const Key* skeys;          // sorted keys
-  const uint32_t* svals;     // id position of each sorted position
+struct SortedPairs {
+  const Key* keys;           // sorted keys
+  const uint32_t* vals;      // id position of each sorted position
   const float* const* gptr;  // gradient row of each id position
   const float* gscale;       // and its pooling scale
+  Key key(int64_t j) const { return keys[j]; }
+  const float* grad(int64_t j) const { return gptr[vals[j]]; }
+  float scale(int64_t j) const { return gscale[vals[j]]; }
+  void prefetch_meta(int64_t j) const {
+    const uint32_t i = vals[j];
+    __builtin_prefetch(&gptr[i], 0, 3);
+    __builtin_prefetch(&gscale[i], 0, 3);
+  }
+};
+
+struct SortedContributions {
+  const cpu::Contribution* c;
+  uint32_t key(int64_t j) const { return c[j].key; }
+  const float* grad(int64_t j) const { return c[j].g; }
+  float scale(int64_t j) const { return c[j].scale; }
+  void prefetch_meta(int64_t) const {}
+};
+
+template <typename Src>
+struct UpdateArgs {
+  Src src;                   // sorted contributions
   int64_t N;
   const uint64_t* tableEnd;  // per table: its first key past the end
   const RowTarget* target;   // per table
@@ -85,52 +109,47 @@ inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t,
 // acc = Σ contributions of the run starting at sorted position j (key `key`), in order; returns the
 // position after the run. For a width D known at compile time the sum lives in registers; D = 0 takes the
 // width from `dim` and sums in `acc`.
-template <uint32_t D, typename Key>
-inline int64_t accumulate_run(const UpdateArgs<Key>& a, float* __restrict acc, int64_t j, Key key, uint32_t dim) {
+template <uint32_t D, typename Src, typename Key>
+inline int64_t accumulate_run(const UpdateArgs<Src>& a, float* __restrict acc, int64_t j, Key key, uint32_t dim) {
   constexpr bool kFixed = D != 0;
   const uint32_t width = kFixed ? D : dim;
   float regs[kFixed ? D : 1] = {};
   float* __restrict sum = kFixed ? regs : acc;
   if (!kFixed) std::fill(acc, acc + width, 0.0f);
   do {
-    if (j + 2 * kGradAhead < a.N) {
-      const uint32_t i2 = a.svals[j + 2 * kGradAhead];
-      __builtin_prefetch(&a.gptr[i2], 0, 3);
-      __builtin_prefetch(&a.gscale[i2], 0, 3);
-    }
+    if (j + 2 * kGradAhead < a.N) a.src.prefetch_meta(j + 2 * kGradAhead);
     if (j + kGradAhead < a.N) {
-      const float* p = a.gptr[a.svals[j + kGradAhead]];
+      const float* p = a.src.grad(j + kGradAhead);
       for (uint32_t o = 0; o < width; o += 16) __builtin_prefetch(p + o, 0, 0);
     }
-    const uint32_t i = a.svals[j];
-    const float scale = a.gscale[i];
-    const float* __restrict g = a.gptr[i];
+    const float scale = a.src.scale(j);
+    const float* __restrict g = a.src.grad(j);
     for (uint32_t c = 0; c < width; ++c) sum[c] += g[c] * scale;
     ++j;
-  } while (j < a.N && a.skeys[j] == key);
+  } while (j < a.N && a.src.key(j) == key);
   if (kFixed) std::copy(regs, regs + width, acc);
   return j;
 }
 
 // The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
 // run's contributions in sorted (= id) order, then update its row once. Returns the number of runs.
-template <typename Key>
-inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc, int64_t lo, int64_t hi) {
-  while (lo < hi && lo > 0 && a.skeys[lo] == a.skeys[lo - 1]) ++lo;  // that run belongs to the task before
+template <typename Src>
+inline int64_t update_runs_impl(const UpdateArgs<Src>& a, float* __restrict acc, int64_t lo, int64_t hi) {
+  while (lo < hi && lo > 0 && a.src.key(lo) == a.src.key(lo - 1)) ++lo;  // that run belongs to the task before
   if (lo >= hi) return 0;
   size_t tbl = 0;
-  while (uint64_t(a.skeys[lo]) >= a.tableEnd[tbl]) ++tbl;
+  while (uint64_t(a.src.key(lo)) >= a.tableEnd[tbl]) ++tbl;
   int64_t runs = 0;
   int64_t j = lo;
   while (j < hi) {
-    const Key key = a.skeys[j];
+    const auto key = a.src.key(j);
     while (uint64_t(key) >= a.tableEnd[tbl]) ++tbl;
     const RowTarget& t = a.target[tbl];
     const uint32_t dim = t.dim;
     // prefetch the weights and state of the row kRowAhead positions ahead, for writing, non-temporal
     // hint (measured best for the update's read-modify-write)
     if (j + kRowAhead < a.N) {
-      const uint64_t k2 = a.skeys[j + kRowAhead];
+      const uint64_t k2 = a.src.key(j + kRowAhead);
       size_t t2 = tbl;
       while (k2 >= a.tableEnd[t2]) ++t2;
       const RowTarget& n = a.target[t2];
@@ -151,10 +170,10 @@ inline int64_t update_runs_impl(const UpdateArgs<Key>& a, float* __restrict acc,
 }
 
 // The compiled kernels (see cpu/isa.h).
-EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<uint32_t>& a, float* acc, int64_t lo, int64_t hi) {
+EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<SortedPairs<uint32_t>>& a, float* acc, int64_t lo, int64_t hi) {
   return update_runs_impl(a, acc, lo, hi);
 }
-EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<uint64_t>& a, float* acc, int64_t lo, int64_t hi) {
+EMBSHARD_CPU_KERNEL int64_t update_runs(const UpdateArgs<SortedPairs<uint64_t>>& a, float* acc, int64_t lo, int64_t hi) {
   return update_runs_impl(a, acc, lo, hi);
 }
 
@@ -246,12 +265,13 @@ void update_targets(const CpuEngine& e, std::vector<uint64_t>& tableEnd, std::ve
 // ---- owner-partitioned grouping ----
 // Each partition owns a contiguous range of 2^shift global rows. One pass counts the ids per partition
 // (per chunk of bags), a second scatters every contribution into its partition, chunk by chunk in id
-// order — so inside a partition contributions stay in id order — and then each partition, taken by
-// one thread, sums its rows' contributions into a small direct-mapped accumulator (a slot per row
-// touched) and updates the touched rows once each, in ascending row order. Each row's sum is the same
-// sequence of fp32 additions as the sort's (id order), so the results are bitwise the same; it costs
-// one scatter instead of a full radix sort and reads every contribution's gradient pointer and scale
-// sequentially instead of through the sorted positions.
+// order — so inside a partition contributions stay in id order. Then work chunks of whole partitions,
+// taken by threads in turn, are each counting-sorted by row into a cache-resident copy (stable: id
+// order kept) and streamed once: each row's contributions summed in registers, then one update per
+// row, rows ascending, with the weights, state and gradient rows prefetched ahead (the same stream as
+// the radix-sorted path). Each row's sum is the same sequence of fp32 additions as the sort's (id
+// order), so the results are bitwise the same; it costs one scatter plus in-cache counting sorts
+// instead of a full radix sort.
 
 // Rows of a partition: 2^kMinRangeBits at least, and at most 2^kMaxPartitionBits partitions.
 constexpr int kMinRangeBits = 8;
@@ -288,95 +308,57 @@ struct PartitionArgs {
   int shift;
   const uint64_t* tableEnd;   // per table: its first key past the end
   const RowTarget* target;    // per table
-  uint32_t maxDim;
   cpu::UpdateContext uctx;
   bool sr;                    // stochastic rounding
 };
 
-template <uint32_t D>
-inline void add_scaled(float* __restrict acc, const float* __restrict g, float scale, uint32_t dim) {
-  const uint32_t width = D != 0 ? D : dim;
-  for (uint32_t c = 0; c < width; ++c) acc[c] += g[c] * scale;
+// Copies the contributions of partitions [pLo, pHi) into `out` sorted by row, stably (each row's
+// contributions stay in id order): a counting sort per partition over its 2^shift rows, whose counters
+// and touched-row bitmap stay in cache. Returns the number copied.
+inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t pLo, int64_t pHi) {
+  const uint32_t words = ((uint32_t(1) << a.shift) + 63) / 64;
+  uint64_t* __restrict seen = s.seen.data();  // all clear between partitions
+  uint32_t* __restrict pos = s.pos.data();
+  Contribution* __restrict out = s.sorted.data();
+  uint32_t o = 0;
+  for (int64_t p = pLo; p < pHi; ++p) {
+    const uint32_t begin = a.partStart[p], end = a.partStart[p + 1];
+    if (end - begin <= 1) {
+      if (end > begin) out[o++] = a.c[begin];
+      continue;
+    }
+    const uint32_t base = static_cast<uint32_t>(uint64_t(p) << a.shift);
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t local = a.c[j].key - base;
+      const uint64_t bit = uint64_t(1) << (local & 63);
+      if (!(seen[local >> 6] & bit)) {
+        seen[local >> 6] |= bit;
+        pos[local] = 0;
+      }
+      ++pos[local];
+    }
+    // each touched row's first slot, rows ascending (the bitmap is cleared on the way)
+    for (uint32_t w = 0; w < words; ++w) {
+      for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+        const uint32_t local = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+        const uint32_t n = pos[local];
+        pos[local] = o;
+        o += n;
+      }
+      seen[w] = 0;
+    }
+    for (uint32_t j = begin; j < end; ++j) out[pos[a.c[j].key - base]++] = a.c[j];
+  }
+  return o;
 }
 
-// Partition p: sums each touched row's contributions (in id order) into its slot, then updates the
-// touched rows once each in ascending order. Returns the number of rows updated.
-inline int64_t update_partition_impl(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t p) {
-  const uint32_t begin = a.partStart[p], end = a.partStart[p + 1];
-  if (begin == end) return 0;
-  const uint64_t base = uint64_t(p) << a.shift;
-  const uint32_t range = uint32_t(1) << a.shift;
-  const uint32_t words = (range + 63) / 64;
-  const uint32_t maxSlots = std::min<uint32_t>(range, end - begin);
-  if (s.seen.size() < words) s.seen.resize(words);
-  if (s.slot.size() < range) s.slot.resize(range);
-  if (s.acc.size() < size_t(maxSlots) * a.maxDim) s.acc.resize(size_t(maxSlots) * a.maxDim);
-  if (s.touched.size() < maxSlots) s.touched.resize(maxSlots);
-  uint64_t* __restrict seen = s.seen.data();
-  uint32_t* __restrict slot = s.slot.data();
-  float* __restrict acc = s.acc.data();
-  std::fill(seen, seen + words, 0);
-  size_t tbl = 0;
-  while (base >= a.tableEnd[tbl]) ++tbl;
-  const bool oneTable = base + range <= a.tableEnd[tbl];  // else contributions look their table up
-  const uint32_t stride = a.maxDim;
-  uint32_t n = 0;
-  for (uint32_t j = begin; j < end; ++j) {
-    if (j + kGradAhead < end) {
-      const float* q = a.c[j + kGradAhead].g;
-      for (uint32_t o = 0; o < a.maxDim; o += 16) __builtin_prefetch(q + o, 0, 0);
-    }
-    const Contribution& x = a.c[j];
-    const uint32_t local = static_cast<uint32_t>(x.key - base);
-    size_t t = tbl;
-    if (!oneTable)
-      while (x.key >= a.tableEnd[t]) ++t;
-    const uint32_t dim = a.target[t].dim;
-    const uint64_t bit = uint64_t(1) << (local & 63);
-    if (!(seen[local >> 6] & bit)) {
-      seen[local >> 6] |= bit;
-      slot[local] = n;
-      std::fill(acc + size_t(n) * stride, acc + size_t(n) * stride + dim, 0.0f);
-      ++n;
-    }
-    float* row = acc + size_t(slot[local]) * stride;
-    switch (dim) {
-      case 16: add_scaled<16>(row, x.g, x.scale, dim); break;
-      case 32: add_scaled<32>(row, x.g, x.scale, dim); break;
-      case 64: add_scaled<64>(row, x.g, x.scale, dim); break;
-      case 128: add_scaled<128>(row, x.g, x.scale, dim); break;
-      default: add_scaled<0>(row, x.g, x.scale, dim); break;
-    }
-  }
-  // the touched rows in ascending order
-  uint32_t* touched = s.touched.data();
-  uint32_t m = 0;
-  for (uint32_t w = 0; w < words; ++w)
-    for (uint64_t bits = seen[w]; bits; bits &= bits - 1) touched[m++] = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
-  for (uint32_t k = 0; k < m; ++k) {
-    // prefetch the weights and state of the row kRowAhead rows ahead, for writing, non-temporal hint
-    if (k + kRowAhead < m) {
-      const uint64_t k2 = base + touched[k + kRowAhead];
-      size_t t2 = tbl;
-      while (k2 >= a.tableEnd[t2]) ++t2;
-      const RowTarget& nt = a.target[t2];
-      cpu::prefetch_lines<1, 0>(nt.weights + (k2 - nt.rowBase) * nt.rowBytes, nt.rowBytes);
-      if (nt.statePerRow) cpu::prefetch_lines<1, 0>(nt.state + (k2 - nt.rowBase) * nt.statePerRow, nt.statePerRow * 4);
-    }
-    const uint64_t key = base + touched[k];
-    size_t t = tbl;
-    while (key >= a.tableEnd[t]) ++t;
-    const RowTarget& rt = a.target[t];
-    update_one(a.uctx, a.sr, rt, key - rt.rowBase, acc + size_t(slot[touched[k]]) * stride, key);
-  }
-  return n;
-}
-
-// The compiled kernel (see cpu/isa.h): the partitions [pLo, pHi).
+// The compiled kernel (see cpu/isa.h): partitions [pLo, pHi) sorted by row, then one stream over the
+// sorted contributions that sums each row's contributions (in id order) and updates the row once, rows
+// ascending, with the weights, state and gradient rows prefetched ahead across partition boundaries.
 EMBSHARD_CPU_KERNEL int64_t update_partitions(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t pLo, int64_t pHi) {
-  int64_t rows = 0;
-  for (int64_t p = pLo; p < pHi; ++p) rows += update_partition_impl(a, s, p);
-  return rows;
+  const uint32_t n = sort_partitions(a, s, pLo, pHi);
+  const UpdateArgs<SortedContributions> u{{s.sorted.data()}, n, a.tableEnd, a.target, a.uctx, a.sr};
+  return update_runs_impl(u, s.acc.data(), 0, n);
 }
 
 }  // namespace
@@ -469,7 +451,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     return BackwardResult{false, U};
   }
 
-  // radix-sorted grouping (collections too large for the partitions' direct-mapped accumulators)
+  // radix-sorted grouping (collections too large for the partitions' in-cache counting sorts)
   if (narrow) {
     keys32_.resize(N);
     tmpKeys32_.resize(N);
@@ -499,31 +481,45 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   return BackwardResult{false, U};
 }
 
-// One exact update per touched row of each partition; partitions go to threads by contribution counts.
+// One exact update per touched row of each partition. Work chunks are runs of whole partitions of about
+// kChunkContributions contributions (their sorted copy stays in cache), taken by threads in turn.
 int64_t CpuEngine::partitioned_update(int shift, int64_t parts) {
   std::vector<uint64_t> tableEnd;
   std::vector<RowTarget> target;
   cpu::UpdateContext u;
   uint32_t maxDim;
   update_targets(*this, tableEnd, target, u, maxDim);
-  const PartitionArgs args{contrib_.data(), partStart_.data(), shift, tableEnd.data(), target.data(), maxDim, u,
+  const PartitionArgs args{contrib_.data(), partStart_.data(), shift, tableEnd.data(), target.data(), u,
                            spec_.optimizer.stochasticRounding};
   const int threads = pool_threads();
-  if (partScratch_.size() < static_cast<size_t>(threads)) partScratch_.resize(threads);
-  // work chunks by contributions: chunk k takes the partitions whose first contribution lies in it
+  // chunk k takes the partitions whose first contribution lies in [N·k / chunks, N·(k+1) / chunks); the
+  // last also takes the empty partitions that start at N
+  constexpr int64_t kChunkContributions = 1 << 14;
   const int64_t N = partStart_[parts];
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(N / 4096, int64_t(threads) * 8));
+  const int64_t chunks = std::max<int64_t>({int64_t(1), int64_t(threads) * 4, N / kChunkContributions});
+  std::vector<int64_t> chunkPart(static_cast<size_t>(chunks + 1));
+  uint32_t most = 0;
+  for (int64_t k = 0; k <= chunks; ++k) {
+    chunkPart[k] = k == chunks ? parts
+                               : std::lower_bound(partStart_.begin(), partStart_.begin() + parts, static_cast<uint32_t>(N * k / chunks)) -
+                                     partStart_.begin();
+    if (k > 0) most = std::max(most, partStart_[chunkPart[k]] - partStart_[chunkPart[k - 1]]);
+  }
+  // every scratch buffer sized before the first row changes
+  if (partScratch_.size() < static_cast<size_t>(threads)) partScratch_.resize(threads);
+  for (cpu::PartitionScratch& s : partScratch_) {
+    s.seen.assign(((size_t(1) << shift) + 63) / 64, 0);
+    if (s.pos.size() < (size_t(1) << shift)) s.pos.resize(size_t(1) << shift);
+    if (s.sorted.size() < most) s.sorted.resize(most);
+    if (s.acc.size() < maxDim) s.acc.resize(maxDim);
+  }
   std::atomic<int64_t> next{0}, rows{0};
   parallel_threads([&](int t) {
     cpu::PartitionScratch& s = partScratch_[t];
     for (;;) {
       const int64_t k = next.fetch_add(1, std::memory_order_relaxed);
       if (k >= chunks) return;
-      const uint32_t lo = static_cast<uint32_t>(N * k / chunks), hi = static_cast<uint32_t>(N * (k + 1) / chunks);
-      const int64_t pLo = std::lower_bound(partStart_.begin(), partStart_.begin() + parts, lo) - partStart_.begin();
-      const int64_t pHi = std::lower_bound(partStart_.begin(), partStart_.begin() + parts, hi) - partStart_.begin();
-      // the last chunk also takes the partitions that start at N (empty ones)
-      rows.fetch_add(update_partitions(args, s, pLo, k + 1 == chunks ? parts : pHi), std::memory_order_relaxed);
+      rows.fetch_add(update_partitions(args, s, chunkPart[k], chunkPart[k + 1]), std::memory_order_relaxed);
     }
   });
   return rows.load();
@@ -545,7 +541,7 @@ int64_t CpuEngine::sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, P
   cpu::UpdateContext u;
   uint32_t maxDim;
   update_targets(*this, tableEnd, target, u, maxDim);
-  const UpdateArgs<Key> args{skeys, svals, gptr_.data(), gscale_.data(), N, tableEnd.data(), target.data(), u, opt.stochasticRounding};
+  const UpdateArgs<SortedPairs<Key>> args{{skeys, svals, gptr_.data(), gscale_.data()}, N, tableEnd.data(), target.data(), u, opt.stochasticRounding};
 
   // 3. one exact update per unique row
   std::atomic<int64_t> runs{0};

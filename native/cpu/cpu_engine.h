@@ -21,10 +21,10 @@ struct Contribution {
 
 // One thread's scratch for the owner-partitioned backward (backward.cc), kept between calls.
 struct PartitionScratch {
-  std::vector<uint64_t> seen;      // bitmap of the partition's rows touched
-  std::vector<uint32_t> slot;      // accumulator slot of each touched row
-  std::vector<float> acc;          // slots × widest row
-  std::vector<uint32_t> touched;   // touched rows in ascending order
+  std::vector<uint64_t> seen;          // bitmap of the partition's rows touched (clear between partitions)
+  std::vector<uint32_t> pos;           // per row of the partition: its count, then its next sorted slot
+  std::vector<Contribution> sorted;    // a work chunk's contributions sorted by row (id order kept)
+  std::vector<float> acc;              // one row's summed gradient (widest row)
 };
 }  // namespace cpu
 

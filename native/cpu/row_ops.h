@@ -45,11 +45,12 @@ inline void prefetch_lines(const void* p, uint64_t bytes) {
   for (uint64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, RW, Hint);
 }
 
-// Prefetch the first 512 bytes of a row for reading (non-temporal hint: the row is read once). The
-// common 256-byte row is a constant length, so the loop unrolls.
+// Prefetch the first 512 bytes of a row for reading, with the T2 hint (prefetcht2: measured about a
+// fifth faster in the forward than the non-temporal hint on AVX-512 EPYC, with uniform and Zipf ids).
+// The common 256-byte row is a constant length, so the loop unrolls.
 inline void prefetch_row(const uint8_t* row, uint64_t bytes) {
-  if (bytes == 256) prefetch_lines<0, 0>(row, 256);
-  else prefetch_lines<0, 0>(row, bytes < 512 ? bytes : 512);
+  if (bytes == 256) prefetch_lines<0, 1>(row, 256);
+  else prefetch_lines<0, 1>(row, bytes < 512 ? bytes : 512);
 }
 
 }  // namespace embshard::cpu
