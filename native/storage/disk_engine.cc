@@ -1,0 +1,227 @@
+// disk_engine.cc — the CPU engine of collections with disk-backed tables (see disk_engine.h).
+#include "storage/disk_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/parallel.h"
+
+namespace embshard::storage {
+
+CollectionSpec cache_spec(const CollectionSpec& spec, const std::vector<std::unique_ptr<DiskTable>>& disk) {
+  CollectionSpec inner = spec;
+  for (size_t t = 0; t < spec.tables.size(); ++t)
+    if (disk[t]) {
+      inner.tables[t].rows = disk[t]->slots();
+      inner.tables[t].idPolicy = IdPolicy::Error;  // ids are slots, always in range
+    }
+  return inner;
+}
+
+DiskEngine::DiskEngine(const CollectionSpec& spec, const Layout& layout,
+                       const std::vector<std::unique_ptr<DiskStorageSpec>>& disk, bool initialize)
+    : Engine(spec, layout) {
+  if (spec.optimizer.stochasticRounding)
+    fail("INVALID_CONFIG", "optimizer.stochasticRounding is not supported with disk-backed tables (storage.kind 'disk')");
+  disk_.resize(spec.tables.size());
+  for (uint32_t t = 0; t < spec.tables.size(); ++t) {
+    if (!disk[t]) continue;
+    RowInit init{spec.tables[t].init, spec.seed, t, initialize};
+    disk_[t] = std::make_unique<DiskTable>(spec.tables[t], layout.tables[t].statePerRow,
+                                           static_cast<uint32_t>(spec.optimizer.type), *disk[t], init);
+  }
+  const CollectionSpec inner = cache_spec(spec, disk_);
+  inner_ = std::make_unique<CpuEngine>(inner, make_layout(inner), initialize);
+  for (uint32_t t = 0; t < spec.tables.size(); ++t)
+    if (disk_[t]) disk_[t]->attach(inner_->table_weights(t), inner_->table_state(t));
+  for (const FeatureSpec& f : spec.features) featureTable_.push_back(f.table);
+  uniq_.resize(spec.tables.size());
+  slots_.resize(spec.tables.size());
+}
+
+void DiskEngine::collect(const PreparedBatch& b) {
+  for (auto& u : uniq_) u.clear();
+  for (int32_t s = 0; s < b.F; ++s) {
+    const uint32_t t = featureTable_[b.feature[s]];
+    if (!disk_[t]) continue;
+    uniq_[t].insert(uniq_[t].end(), b.rows.begin() + b.slotBegin(s), b.rows.begin() + b.slotEnd(s));
+  }
+  for (uint32_t t = 0; t < disk_.size(); ++t) {
+    if (!disk_[t]) continue;
+    std::sort(uniq_[t].begin(), uniq_[t].end());
+    uniq_[t].erase(std::unique(uniq_[t].begin(), uniq_[t].end()), uniq_[t].end());
+  }
+}
+
+void DiskEngine::stage_batch(const PreparedBatch& b, bool pin) {
+  collect(b);
+  // every check of every table before any table changes
+  for (uint32_t t = 0; t < disk_.size(); ++t)
+    if (disk_[t]) disk_[t]->check(uniq_[t].data(), static_cast<int64_t>(uniq_[t].size()));
+  for (uint32_t t = 0; t < disk_.size(); ++t) {
+    if (!disk_[t]) continue;
+    slots_[t].resize(uniq_[t].size());
+    disk_[t]->stage(uniq_[t].data(), static_cast<int64_t>(uniq_[t].size()), /*prefetch=*/false, slots_[t].data());
+    if (pin) disk_[t]->pin_last();
+  }
+  // the batch as the inner engine sees it: same bags, ids rewritten to slots (memory tables: their row)
+  ids_.resize(static_cast<size_t>(b.numIds()));
+  for (int32_t s = 0; s < b.F; ++s) {
+    const uint32_t t = featureTable_[b.feature[s]];
+    const int64_t lo = b.slotBegin(s), hi = b.slotEnd(s);
+    if (!disk_[t]) {
+      for (int64_t i = lo; i < hi; ++i) ids_[i] = static_cast<int64_t>(b.rows[i]);
+      continue;
+    }
+    const std::vector<uint64_t>& u = uniq_[t];
+    const std::vector<int64_t>& sl = slots_[t];
+    parallel_for(hi - lo, 4096, [&](int64_t a, int64_t z) {
+      for (int64_t i = lo + a; i < lo + z; ++i)
+        ids_[i] = sl[static_cast<size_t>(std::lower_bound(u.begin(), u.end(), b.rows[i]) - u.begin())];
+    });
+  }
+  inner_batch_.B = b.B;
+  inner_batch_.F = b.F;
+  inner_batch_.feature = b.feature;
+  inner_batch_.slotOf = b.slotOf;
+  inner_batch_.offsets = b.offsets;
+  inner_batch_.rows.clear();
+  inner_batch_.weights = b.weights;
+  inner_batch_.rawIds = ids_.data();
+  inner_batch_.idType = IdType::I64;
+}
+
+void DiskEngine::sync_inner() {
+  inner_->set_step(step_);
+  inner_->set_learning_rate(spec_.optimizer.lr);
+}
+
+void DiskEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
+  staged_ = nullptr;
+  stage_batch(b, /*pin=*/true);
+  staged_ = &b;
+  inner_->forward(inner_batch_, pooled, seq);
+}
+
+BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
+  // The forward of this very batch staged and pinned its rows (nothing but a prefetch, which keeps
+  // pinned rows, ran since): its slots still hold. Otherwise stage again.
+  const bool reuse = staged_ == &b;
+  staged_ = nullptr;
+  if (!reuse) stage_batch(b, /*pin=*/false);
+  sync_inner();
+  BackwardResult r = inner_->backward(inner_batch_, pooledGrad, seqGrad);
+  step_ = inner_->step();
+  for (uint32_t t = 0; t < disk_.size(); ++t) {
+    if (!disk_[t]) continue;
+    if (!r.skipped) disk_[t]->mark_dirty(slots_[t].data(), static_cast<int64_t>(slots_[t].size()));
+    disk_[t]->unpin();
+  }
+  return r;
+}
+
+void DiskEngine::prefetch(const PreparedBatch& b) {
+  collect(b);
+  std::vector<int64_t> slots;
+  for (uint32_t t = 0; t < disk_.size(); ++t) {
+    if (!disk_[t]) continue;
+    slots.resize(uniq_[t].size());
+    disk_[t]->stage(uniq_[t].data(), static_cast<int64_t>(uniq_[t].size()), /*prefetch=*/true, slots.data());
+  }
+  // uniq_ now describes the prefetched batch; a pending backward restages only if its forward's
+  // batch is gone (staged_ stays: the pinned slots are untouched and slots_ / ids_ still hold)
+}
+
+void DiskEngine::flush() {
+  for (auto& d : disk_)
+    if (d) d->flush();
+}
+
+std::vector<const DiskTable*> DiskEngine::disk_tables() const {
+  std::vector<const DiskTable*> v;
+  for (auto& d : disk_) v.push_back(d.get());
+  return v;
+}
+
+uint64_t DiskEngine::cache_bytes() const {
+  uint64_t total = 0;
+  for (uint32_t t = 0; t < disk_.size(); ++t)
+    if (disk_[t]) total += disk_[t]->slots() * (inner_->layout().tables[t].rowBytes + 4 * layout_.tables[t].statePerRow + kSlotMetaBytes);
+  return total;
+}
+
+void DiskEngine::read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) {
+  if (disk_[table]) disk_[table]->read_values(rows, n, out);
+  else inner_->read_rows(table, rows, n, out);
+}
+void DiskEngine::write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) {
+  if (disk_[table]) disk_[table]->write_values(rows, n, values);
+  else inner_->write_rows(table, rows, n, values);
+}
+void DiskEngine::read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) {
+  if (disk_[table]) disk_[table]->read_state(rows, n, out);
+  else inner_->read_state(table, rows, n, out);
+}
+void DiskEngine::write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) {
+  if (disk_[table]) disk_[table]->write_state(rows, n, values);
+  else inner_->write_state(table, rows, n, values);
+}
+
+namespace {
+// Table t's byte range in an arena of layout L: [begin, end) including its padding, and its data bytes.
+struct Region {
+  uint64_t begin, end, data;
+};
+Region region(const Layout& L, const CollectionSpec& spec, Arena a, uint32_t t) {
+  const TableStorage& ts = L.tables[t];
+  const bool st = a == Arena::State;
+  const uint64_t begin = st ? ts.stateOffset * 4 : ts.weightOffset;
+  const uint64_t data = spec.tables[t].rows * (st ? ts.statePerRow * 4 : ts.rowBytes);
+  uint64_t end;
+  if (t + 1 < L.tables.size()) end = st ? L.tables[t + 1].stateOffset * 4 : L.tables[t + 1].weightOffset;
+  else end = st ? L.stateFloats * 4 : L.weightBytes;
+  return {begin, end, data};
+}
+}  // namespace
+
+void DiskEngine::read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) {
+  const uint64_t total = a == Arena::Weights ? layout_.weightBytes : layout_.stateFloats * 4;
+  if (offset > total || bytes > total - offset) fail("INTERNAL", "raw read past the end of an arena");
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint32_t t = 0; t < spec_.tables.size() && bytes > 0; ++t) {
+    const Region r = region(layout_, spec_, a, t);
+    if (offset >= r.end) continue;
+    const uint64_t take = std::min(bytes, r.end - offset), rel = offset - r.begin;
+    if (!disk_[t]) {
+      const Region ir = region(inner_->layout(), inner_->spec(), a, t);
+      inner_->read_raw(a, ir.begin + rel, take, out);
+    } else {
+      const uint64_t inData = rel < r.data ? std::min(take, r.data - rel) : 0;
+      disk_[t]->read_raw(a == Arena::State, rel, inData, out);
+      std::memset(out + inData, 0, take - inData);  // padding
+    }
+    out += take, offset += take, bytes -= take;
+  }
+}
+
+void DiskEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) {
+  const uint64_t total = a == Arena::Weights ? layout_.weightBytes : layout_.stateFloats * 4;
+  if (offset > total || bytes > total - offset) fail("INTERNAL", "raw write past the end of an arena");
+  auto* in = static_cast<const uint8_t*>(src);
+  for (uint32_t t = 0; t < spec_.tables.size() && bytes > 0; ++t) {
+    const Region r = region(layout_, spec_, a, t);
+    if (offset >= r.end) continue;
+    const uint64_t take = std::min(bytes, r.end - offset), rel = offset - r.begin;
+    if (!disk_[t]) {
+      const Region ir = region(inner_->layout(), inner_->spec(), a, t);
+      inner_->write_raw(a, ir.begin + rel, take, in);
+    } else {
+      const uint64_t inData = rel < r.data ? std::min(take, r.data - rel) : 0;
+      disk_[t]->write_raw(a == Arena::State, rel, inData, in);
+    }
+    in += take, offset += take, bytes -= take;
+  }
+}
+
+}  // namespace embshard::storage

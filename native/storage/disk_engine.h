@@ -1,0 +1,68 @@
+// disk_engine.h — a collection with disk-backed tables on the CPU. It is an Engine over an inner
+// CpuEngine in which every disk-backed table is replaced by its cache (a table of `slots` rows, state
+// included); memory tables stay as they are. Before forward / backward the batch's distinct rows of each
+// disk table are staged into the cache (disk_table.h) and the batch's ids are rewritten to cache slots,
+// then the CPU kernels run unchanged: every row sees the same values, contributions and update order
+// as in memory, so results are bitwise those of the in-memory collection. Row, state and raw access
+// reach rows wherever they are (checkpoints read and write the tables through them).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/engine.h"
+#include "cpu/cpu_engine.h"
+#include "storage/disk_table.h"
+
+namespace embshard::storage {
+
+class DiskEngine : public Engine {
+ public:
+  // disk[t]: the storage of table t, or null for a memory table (at least one is disk-backed).
+  DiskEngine(const CollectionSpec& spec, const Layout& layout, const std::vector<std::unique_ptr<DiskStorageSpec>>& disk,
+             bool initialize);
+  std::string device() const override { return "cpu"; }
+  EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/false}; }
+
+  void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
+  BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
+
+  void read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) override;
+  void write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
+  void read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) override;
+  void write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
+  void read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) override;
+  void write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) override;
+
+  // Stages a batch's rows ahead of its step (best effort: never evicts the rows of the last forward
+  // awaiting its backward, and leaves out rows that find no free way).
+  void prefetch(const PreparedBatch& b);
+  // Writes every dirty row back and syncs the files.
+  void flush();
+  // Per table (null entries for memory tables).
+  std::vector<const DiskTable*> disk_tables() const;
+  // Bytes of the cache data and bookkeeping held in memory (all disk tables).
+  uint64_t cache_bytes() const;
+
+ private:
+  // Distinct rows per disk table, checked, staged; ids_ rewritten and inner_ batch built. pin: the rows
+  // stay until the next backward (prefetch will not evict them).
+  void stage_batch(const PreparedBatch& b, bool pin);
+  // The distinct rows of each disk table in the batch, sorted (into uniq_).
+  void collect(const PreparedBatch& b);
+  void sync_inner();
+
+  std::unique_ptr<CpuEngine> inner_;
+  std::vector<std::unique_ptr<DiskTable>> disk_;  // per table; null for memory tables
+  std::vector<uint32_t> featureTable_;            // collection feature -> table
+  // per disk table: distinct rows of the batch (sorted) and their slots
+  std::vector<std::vector<uint64_t>> uniq_;
+  std::vector<std::vector<int64_t>> slots_;
+  std::vector<int64_t> ids_;  // the batch's ids rewritten to inner rows
+  PreparedBatch inner_batch_;
+  const PreparedBatch* staged_ = nullptr;  // the forward's batch whose slots are staged and pinned
+};
+
+// The inner CPU engine's spec: disk-backed tables get `slots` rows (the geometry of their cache).
+CollectionSpec cache_spec(const CollectionSpec& spec, const std::vector<std::unique_ptr<DiskTable>>& disk);
+
+}  // namespace embshard::storage
