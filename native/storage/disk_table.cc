@@ -60,39 +60,35 @@ void DiskTable::stage(const uint64_t* rows, int64_t n, bool prefetch, int64_t* s
   const RecordLayout& L = file_.layout();
   const uint64_t rb = L.rowBytes, k = L.statePerRow, rec = L.recordBytes;
   cache_.plan(rows, n, /*respectPins=*/prefetch, plan_);
-  // 1. dirty victims go back to the file (their slots still hold them if this fails)
+  // 1. misses are read in parallel and verified (a damaged file fails here, before any write)
+  const int64_t nm = static_cast<int64_t>(plan_.miss.size());
+  missRows_.resize(static_cast<size_t>(nm));
+  for (int64_t m = 0; m < nm; ++m) missRows_[m] = rows[plan_.miss[m]];
+  rec_.resize(static_cast<size_t>(nm) * rec);
+  written_.resize(static_cast<size_t>(nm));
+  file_.read(missRows_.data(), nm, rec_.data(), written_.data());
+  // 2. dirty victims go back to the file (if this fails, their slots still hold them, dirty)
   ioRows_.clear();
-  std::vector<int64_t> vslot;
+  vslot_.clear();
   for (size_t m = 0; m < plan_.miss.size(); ++m)
     if (plan_.victimDirty[m]) {
       ioRows_.push_back(plan_.victim[m]);
-      vslot.push_back(plan_.slot[plan_.miss[m]]);
+      vslot_.push_back(plan_.slot[plan_.miss[m]]);
     }
   const int64_t nv = static_cast<int64_t>(ioRows_.size());
   if (nv > 0) {
-    rec_.resize(static_cast<size_t>(nv) * rec);
+    out_.resize(static_cast<size_t>(nv) * rec);
     parallel_for(nv, 256, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) pack(w_ + vslot[i] * rb, s_ + vslot[i] * k, rec_.data() + i * rec);
+      for (int64_t i = lo; i < hi; ++i) pack(w_ + vslot_[i] * rb, s_ + vslot_[i] * k, out_.data() + i * rec);
     });
-    file_.write(ioRows_.data(), nv, rec_.data());
-    for (int64_t s : vslot) cache_.mark_clean(s);
+    file_.write(ioRows_.data(), nv, out_.data());
+    for (int64_t s : vslot_) cache_.mark_clean(s);
   }
-  // 2. misses are read in parallel, verified, and unpacked into their slots
-  const int64_t nm = static_cast<int64_t>(plan_.miss.size());
-  ioRows_.resize(static_cast<size_t>(nm));
-  for (int64_t m = 0; m < nm; ++m) ioRows_[m] = rows[plan_.miss[m]];
-  rec_.resize(static_cast<size_t>(nm) * rec);
-  written_.resize(static_cast<size_t>(nm));
-  try {
-    file_.read(ioRows_.data(), nm, rec_.data(), written_.data());
-  } catch (...) {
-    cache_.abort(plan_);
-    throw;
-  }
+  // 3. the misses' rows go into their slots
   parallel_for(nm, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t m = lo; m < hi; ++m) {
       const int64_t s = plan_.slot[plan_.miss[m]];
-      unpack(rec_.data() + m * rec, written_[m] != 0, ioRows_[m], w_ + s * rb, s_ + s * k);
+      unpack(rec_.data() + m * rec, written_[m] != 0, missRows_[m], w_ + s * rb, s_ + s * k);
     }
   });
   cache_.commit(rows, plan_, /*use=*/!prefetch);

@@ -94,8 +94,9 @@ class DiskTable {
   CachePlan plan_;
   DiskStats stats_;
   // scratch, reused
-  std::vector<uint8_t> rec_, written_;
-  std::vector<uint64_t> ioRows_;
+  std::vector<uint8_t> rec_, out_, written_;
+  std::vector<uint64_t> ioRows_, missRows_;
+  std::vector<int64_t> vslot_;
   std::vector<uint8_t> spanW_;
   std::vector<float> spanS_;
 };

@@ -105,14 +105,6 @@ void RowCache::commit(const uint64_t* rows, const CachePlan& p, bool use) {
   }
 }
 
-void RowCache::abort(const CachePlan& p) {
-  for (uint32_t i : p.miss) {
-    const int64_t s = p.slot[i];
-    tag_[s] = kEmptySlot;
-    dirty_[s] = 0;
-  }
-}
-
 void RowCache::pin(const CachePlan& p) {
   if (++pinEpoch_ == 0) {
     std::fill(pin_.begin(), pin_.end(), 0u);

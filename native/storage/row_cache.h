@@ -42,15 +42,13 @@ class RowCache {
   int64_t find(uint64_t row) const;
   // The set whose ways the batch's distinct `rows` overflow (more rows than ways), or -1; with *need.
   int64_t overflowing_set(const uint64_t* rows, int64_t n, uint64_t* need);
-  // Places the distinct `rows`; changes only pin-independent bookkeeping of this call (commit / abort
-  // make it take effect). bestEffort: rows that find no way are left out (slot -1) instead of being
+  // Places the distinct `rows`; nothing takes effect until commit (a plan that is dropped leaves the
+  // cache as it was). bestEffort: rows that find no way are left out (slot -1) instead of being
   // impossible (the caller checked overflowing_set). respectPins: pinned slots are never victims.
   void plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan& out);
   // The plan's data moved: misses now hold their rows (clean); with `use` every placed row counts as
   // used by this batch (a prefetch only places its misses, as most recent, with no use counted).
   void commit(const uint64_t* rows, const CachePlan& p, bool use);
-  // The plan's data did not move: its miss slots are empty (their victims had been written back).
-  void abort(const CachePlan& p);
   // Pins the slots of a plan (replacing the previous pins) / releases every pin.
   void pin(const CachePlan& p);
   void unpin() { pinEpoch_ = 0; }
