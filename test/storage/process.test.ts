@@ -1,6 +1,7 @@
 // process.test.ts — disk-backed tables across processes: a process killed while it trains (and
 // saves) leaves the last finished checkpoint intact and loadable; a disk too small for a table file
-// (a file size limit) gives IO_ERROR when the table is made.
+// (a file size limit) gives IO_ERROR when the table is made; a table six times larger than its cache
+// trains while the process's resident memory stays within cacheBytes plus the documented overhead.
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -61,5 +62,38 @@ describe('disk-backed tables across processes', () => {
       catch (e) { console.log(e.code + ': ' + e.message); }`;
     const r = spawnSync('bash', ['-c', `ulimit -f 1024; exec "${process.execPath}" --input-type=module -e "$0"`, script], { encoding: 'utf8' });
     expect(r.stdout).toMatch(/^IO_ERROR: storage\.path: cannot allocate table file .* File too large/);
+  });
+
+  it('a table far larger than cacheBytes trains within cacheBytes + the documented overhead of resident memory', () => {
+    compileTs();
+    const cacheBytes = 24 << 20;
+    // 300k rows × (64 fp32 + 64 adagrad state) = 147 MiB of rows and state, six times the cache
+    const script = `const { EmbeddingCollection, JaggedBatch } = await import(${JSON.stringify(index)});
+      const rss = () => process.memoryUsage().rss;
+      const rows = 300000, dim = 64, B = 512, L = 8;
+      let x = 12345;
+      const next = () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 4294967296);
+      const lengths = new Int32Array(B).fill(L), ids = new BigInt64Array(B * L), pooled = new Float32Array(B * dim);
+      globalThis.gc?.();
+      const base = rss();
+      const ec = new EmbeddingCollection({ tables: [{ name: 't', rows, dim, storage: { kind: 'disk', path: ${JSON.stringify(join(tmp.dir, 'rss'))}, cacheBytes: ${cacheBytes} } }], optimizer: { type: 'adagrad', lr: 0.1 } });
+      let peak = rss();
+      for (let s = 0; s < 120; s++) {
+        for (let i = 0; i < ids.length; i++) ids[i] = BigInt(Math.floor(rows * next()));
+        for (let i = 0; i < pooled.length; i++) pooled[i] = next() - 0.5;
+        const batch = JaggedBatch.fromLengths({ features: ['t'], batchSize: B, lengths, ids });
+        await ec.backward(await ec.forward(batch), { pooled });
+        peak = Math.max(peak, rss());
+      }
+      const st = ec.storageStats().t;
+      console.log(JSON.stringify({ grew: peak - base, misses: st.misses, evictions: st.evictions }));`;
+    const r = spawnSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    const out = JSON.parse(r.stdout) as { grew: number; misses: number; evictions: number };
+    // every row was read from the file at least once: far more rows than the cache holds passed through it
+    expect(out.misses).toBeGreaterThan(300000 * 0.9);
+    expect(out.evictions).toBeGreaterThan(200000);
+    // the documented bound: cacheBytes + 64 MiB (engine scratch, per-batch buffers, the JS heap)
+    expect(out.grew).toBeLessThan(cacheBytes + (64 << 20));
   });
 });
