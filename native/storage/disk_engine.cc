@@ -37,20 +37,50 @@ DiskEngine::DiskEngine(const CollectionSpec& spec, const Layout& layout,
     if (disk_[t]) disk_[t]->attach(inner_->table_weights(t), inner_->table_state(t));
   for (const FeatureSpec& f : spec.features) featureTable_.push_back(f.table);
   uniq_.resize(spec.tables.size());
+  rank_.resize(spec.tables.size());
   slots_.resize(spec.tables.size());
 }
 
 void DiskEngine::collect(const PreparedBatch& b) {
-  for (auto& u : uniq_) u.clear();
-  for (int32_t s = 0; s < b.F; ++s) {
-    const uint32_t t = featureTable_[b.feature[s]];
-    if (!disk_[t]) continue;
-    uniq_[t].insert(uniq_[t].end(), b.rows.begin() + b.slotBegin(s), b.rows.begin() + b.slotEnd(s));
-  }
+  // One pass over the ids with an open-addressing table per disk table: each id's first-seen index
+  // (posIdx_), the distinct rows in first-seen order; then those rows sorted (uniq_) with, for each
+  // first-seen index, its place in the sorted order (rank_[t]).
+  posIdx_.resize(static_cast<size_t>(b.numIds()));
   for (uint32_t t = 0; t < disk_.size(); ++t) {
     if (!disk_[t]) continue;
-    std::sort(uniq_[t].begin(), uniq_[t].end());
-    uniq_[t].erase(std::unique(uniq_[t].begin(), uniq_[t].end()), uniq_[t].end());
+    int64_t n = 0;
+    for (int32_t s = 0; s < b.F; ++s)
+      if (featureTable_[b.feature[s]] == t) n += b.slotEnd(s) - b.slotBegin(s);
+    int bits = 4;
+    while ((int64_t(1) << bits) < 2 * n) ++bits;
+    const uint64_t mask = (uint64_t(1) << bits) - 1;
+    hkey_.assign(mask + 1, ~uint64_t(0));
+    hval_.resize(mask + 1);
+    first_.clear();
+    for (int32_t s = 0; s < b.F; ++s) {
+      if (featureTable_[b.feature[s]] != t) continue;
+      for (int64_t i = b.slotBegin(s); i < b.slotEnd(s); ++i) {
+        const uint64_t r = b.rows[i];
+        uint64_t h = (r * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+        while (hkey_[h] != r && hkey_[h] != ~uint64_t(0)) h = (h + 1) & mask;
+        if (hkey_[h] != r) {
+          hkey_[h] = r;
+          hval_[h] = static_cast<uint32_t>(first_.size());
+          first_.push_back(r);
+        }
+        posIdx_[i] = hval_[h];
+      }
+    }
+    const size_t u = first_.size();
+    order_.resize(u);
+    for (size_t k = 0; k < u; ++k) order_[k] = static_cast<uint32_t>(k);
+    std::sort(order_.begin(), order_.end(), [&](uint32_t x, uint32_t y) { return first_[x] < first_[y]; });
+    uniq_[t].resize(u);
+    rank_[t].resize(u);
+    for (size_t k = 0; k < u; ++k) {
+      uniq_[t][k] = first_[order_[k]];
+      rank_[t][order_[k]] = static_cast<uint32_t>(k);
+    }
   }
 }
 
@@ -74,12 +104,9 @@ void DiskEngine::stage_batch(const PreparedBatch& b, bool pin) {
       for (int64_t i = lo; i < hi; ++i) ids_[i] = static_cast<int64_t>(b.rows[i]);
       continue;
     }
-    const std::vector<uint64_t>& u = uniq_[t];
+    const std::vector<uint32_t>& rk = rank_[t];
     const std::vector<int64_t>& sl = slots_[t];
-    parallel_for(hi - lo, 4096, [&](int64_t a, int64_t z) {
-      for (int64_t i = lo + a; i < lo + z; ++i)
-        ids_[i] = sl[static_cast<size_t>(std::lower_bound(u.begin(), u.end(), b.rows[i]) - u.begin())];
-    });
+    for (int64_t i = lo; i < hi; ++i) ids_[i] = sl[rk[posIdx_[i]]];
   }
   inner_batch_.B = b.B;
   inner_batch_.F = b.F;

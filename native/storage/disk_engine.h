@@ -47,7 +47,7 @@ class DiskEngine : public Engine {
   // Distinct rows per disk table, checked, staged; ids_ rewritten and inner_ batch built. pin: the rows
   // stay until the next backward (prefetch will not evict them).
   void stage_batch(const PreparedBatch& b, bool pin);
-  // The distinct rows of each disk table in the batch, sorted (into uniq_).
+  // The distinct rows of each disk table in the batch, sorted (into uniq_), and each id's (posIdx_, rank_).
   void collect(const PreparedBatch& b);
   void sync_inner();
 
@@ -57,7 +57,11 @@ class DiskEngine : public Engine {
   // per disk table: distinct rows of the batch (sorted) and their slots
   std::vector<std::vector<uint64_t>> uniq_;
   std::vector<std::vector<int64_t>> slots_;
+  std::vector<std::vector<uint32_t>> rank_;  // first-seen index -> place in uniq_
   std::vector<int64_t> ids_;  // the batch's ids rewritten to inner rows
+  // collect()'s scratch: per id its first-seen index; the hash table; distinct rows in first-seen order
+  std::vector<uint32_t> posIdx_, hval_, order_;
+  std::vector<uint64_t> hkey_, first_;
   PreparedBatch inner_batch_;
   const PreparedBatch* staged_ = nullptr;  // the forward's batch whose slots are staged and pinned
 };
