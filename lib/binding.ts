@@ -106,15 +106,23 @@ export interface NativeEngine {
   dispose(): void;
 }
 
+/** A disk-backed table's counters since it was made (rows: distinct rows of a batch). */
 export interface NativeDiskStats {
+  /** rows of forward batches found in the cache */
   hits: number;
+  /** rows of forward batches read from the file */
   misses: number;
+  /** rows that left the cache for another */
   evictions: number;
+  /** dirty rows written back (on eviction or flush) */
   writebacks: number;
+  /** rows read ahead by prefetch() */
   prefetched: number;
   bytesRead: number;
   bytesWritten: number;
+  /** rows the cache holds */
   slots: number;
+  /** bytes of one row's record in the table file */
   recordBytes: number;
 }
 

@@ -1,25 +1,9 @@
 // storage/stats.ts — a disk-backed table's cache counters as the collection reports them.
 import type { NativeDiskStats } from '../binding.js';
 
-export interface DiskTableStats {
-  /** distinct rows of forward batches found in the cache */
-  hits: number;
-  /** distinct rows of forward batches read from the file */
-  misses: number;
+export interface DiskTableStats extends NativeDiskStats {
   /** hits / (hits + misses); 0 before any forward */
   hitRate: number;
-  /** rows that left the cache for another */
-  evictions: number;
-  /** dirty rows written back (on eviction or flush) */
-  writebacks: number;
-  /** rows read ahead by prefetch() */
-  prefetched: number;
-  bytesRead: number;
-  bytesWritten: number;
-  /** rows the cache holds */
-  slots: number;
-  /** bytes of one row's record in the table file */
-  recordBytes: number;
 }
 
 /** Counters by table name from the engine's per-table list (null entries: memory tables). */

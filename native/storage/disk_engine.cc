@@ -212,43 +212,38 @@ Region region(const Layout& L, const CollectionSpec& spec, Arena a, uint32_t t) 
 }
 }  // namespace
 
-void DiskEngine::read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) {
+// Walks the tables that bytes [offset, offset + bytes) of arena `a` (outer layout) cover: fn(t, rel,
+// take, done) for each, rel = offset into table t's region, done = bytes of the range already walked.
+template <typename F>
+void DiskEngine::walk_raw(Arena a, uint64_t offset, uint64_t bytes, F&& fn) const {
   const uint64_t total = a == Arena::Weights ? layout_.weightBytes : layout_.stateFloats * 4;
-  if (offset > total || bytes > total - offset) fail("INTERNAL", "raw read past the end of an arena");
-  auto* out = static_cast<uint8_t*>(dst);
+  if (offset > total || bytes > total - offset) fail("INTERNAL", "raw access past the end of an arena");
+  uint64_t done = 0;
   for (uint32_t t = 0; t < spec_.tables.size() && bytes > 0; ++t) {
     const Region r = region(layout_, spec_, a, t);
     if (offset >= r.end) continue;
-    const uint64_t take = std::min(bytes, r.end - offset), rel = offset - r.begin;
-    if (!disk_[t]) {
-      const Region ir = region(inner_->layout(), inner_->spec(), a, t);
-      inner_->read_raw(a, ir.begin + rel, take, out);
-    } else {
-      const uint64_t inData = rel < r.data ? std::min(take, r.data - rel) : 0;
-      disk_[t]->read_raw(a == Arena::State, rel, inData, out);
-      std::memset(out + inData, 0, take - inData);  // padding
-    }
-    out += take, offset += take, bytes -= take;
+    const uint64_t take = std::min(bytes, r.end - offset);
+    fn(t, offset - r.begin, take, done, r.data);
+    offset += take, bytes -= take, done += take;
   }
 }
 
+void DiskEngine::read_raw(Arena a, uint64_t offset, uint64_t bytes, void* dst) {
+  auto* out = static_cast<uint8_t*>(dst);
+  walk_raw(a, offset, bytes, [&](uint32_t t, uint64_t rel, uint64_t take, uint64_t done, uint64_t data) {
+    if (!disk_[t]) return inner_->read_raw(a, region(inner_->layout(), inner_->spec(), a, t).begin + rel, take, out + done);
+    const uint64_t inData = rel < data ? std::min(take, data - rel) : 0;
+    disk_[t]->read_raw(a == Arena::State, rel, inData, out + done);
+    std::memset(out + done + inData, 0, take - inData);  // padding
+  });
+}
+
 void DiskEngine::write_raw(Arena a, uint64_t offset, uint64_t bytes, const void* src) {
-  const uint64_t total = a == Arena::Weights ? layout_.weightBytes : layout_.stateFloats * 4;
-  if (offset > total || bytes > total - offset) fail("INTERNAL", "raw write past the end of an arena");
-  auto* in = static_cast<const uint8_t*>(src);
-  for (uint32_t t = 0; t < spec_.tables.size() && bytes > 0; ++t) {
-    const Region r = region(layout_, spec_, a, t);
-    if (offset >= r.end) continue;
-    const uint64_t take = std::min(bytes, r.end - offset), rel = offset - r.begin;
-    if (!disk_[t]) {
-      const Region ir = region(inner_->layout(), inner_->spec(), a, t);
-      inner_->write_raw(a, ir.begin + rel, take, in);
-    } else {
-      const uint64_t inData = rel < r.data ? std::min(take, r.data - rel) : 0;
-      disk_[t]->write_raw(a == Arena::State, rel, inData, in);
-    }
-    in += take, offset += take, bytes -= take;
-  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  walk_raw(a, offset, bytes, [&](uint32_t t, uint64_t rel, uint64_t take, uint64_t done, uint64_t data) {
+    if (!disk_[t]) return inner_->write_raw(a, region(inner_->layout(), inner_->spec(), a, t).begin + rel, take, in + done);
+    disk_[t]->write_raw(a == Arena::State, rel, rel < data ? std::min(take, data - rel) : 0, in + done);
+  });
 }
 
 }  // namespace embshard::storage

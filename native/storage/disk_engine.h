@@ -50,6 +50,8 @@ class DiskEngine : public Engine {
   // The distinct rows of each disk table in the batch, sorted (into uniq_), and each id's (posIdx_, rank_).
   void collect(const PreparedBatch& b);
   void sync_inner();
+  template <typename F>
+  void walk_raw(Arena a, uint64_t offset, uint64_t bytes, F&& fn) const;
 
   std::unique_ptr<CpuEngine> inner_;
   std::vector<std::unique_ptr<DiskTable>> disk_;  // per table; null for memory tables

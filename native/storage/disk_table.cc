@@ -202,35 +202,33 @@ void DiskTable::store_span(uint64_t first, uint64_t n) {
     if (int64_t s = cache_.find(first + i); s >= 0) cache_.mark_clean(s);
 }
 
-void DiskTable::read_raw(bool state, uint64_t off, uint64_t bytes, uint8_t* dst) {
+template <typename F>
+void DiskTable::walk_spans(bool state, uint64_t off, uint64_t bytes, F&& fn) {
   const RecordLayout& L = file_.layout();
   const uint64_t per = state ? 4 * L.statePerRow : L.rowBytes;
   if (per == 0 || bytes == 0) return;
-  uint64_t row = off / per;
+  uint64_t row = off / per, done = 0;
   while (bytes > 0) {
     const uint64_t n = std::min<uint64_t>(kSpanRows, L.rows - row);
     load_span(row, n);
-    const uint8_t* src = state ? reinterpret_cast<const uint8_t*>(spanS_.data()) : spanW_.data();
+    uint8_t* span = state ? reinterpret_cast<uint8_t*>(spanS_.data()) : spanW_.data();
     const uint64_t skip = off - row * per, take = std::min<uint64_t>(bytes, n * per - skip);
-    std::memcpy(dst, src + skip, take);
-    dst += take, off += take, bytes -= take, row += n;
+    fn(row, n, span + skip, take, done);
+    off += take, bytes -= take, done += take, row += n;
   }
 }
 
+void DiskTable::read_raw(bool state, uint64_t off, uint64_t bytes, uint8_t* dst) {
+  walk_spans(state, off, bytes, [&](uint64_t, uint64_t, const uint8_t* span, uint64_t take, uint64_t done) {
+    std::memcpy(dst + done, span, take);
+  });
+}
+
 void DiskTable::write_raw(bool state, uint64_t off, uint64_t bytes, const uint8_t* src) {
-  const RecordLayout& L = file_.layout();
-  const uint64_t per = state ? 4 * L.statePerRow : L.rowBytes;
-  if (per == 0 || bytes == 0) return;
-  uint64_t row = off / per;
-  while (bytes > 0) {
-    const uint64_t n = std::min<uint64_t>(kSpanRows, L.rows - row);
-    load_span(row, n);
-    uint8_t* dst = state ? reinterpret_cast<uint8_t*>(spanS_.data()) : spanW_.data();
-    const uint64_t skip = off - row * per, take = std::min<uint64_t>(bytes, n * per - skip);
-    std::memcpy(dst + skip, src, take);
+  walk_spans(state, off, bytes, [&](uint64_t row, uint64_t n, uint8_t* span, uint64_t take, uint64_t done) {
+    std::memcpy(span, src + done, take);
     store_span(row, n);
-    src += take, off += take, bytes -= take, row += n;
-  }
+  });
 }
 
 void DiskTable::flush() {

@@ -80,6 +80,10 @@ class DiskTable {
   void pack(const uint8_t* w, const float* s, uint8_t* rec) const;
   // Rows [first, first + n) into rowW / rowS (cache first, file otherwise).
   void load_span(uint64_t first, uint64_t n);
+  // Walks the spans of rows that bytes [off, off + bytes) of the weights / state cover, each loaded:
+  // fn(first row, rows, span bytes at the range, bytes taken, bytes of the range already walked).
+  template <typename F>
+  void walk_spans(bool state, uint64_t off, uint64_t bytes, F&& fn);
   void store_span(uint64_t first, uint64_t n);
   // Brings one row's weights / state into w1_ / s1_ for a read-modify-write of any row.
   void load_one(uint64_t row);
