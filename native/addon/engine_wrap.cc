@@ -277,9 +277,9 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       auto g = std::make_shared<Guarded>();
       auto disk = parse_storage(env, info[2], spec.tables.size());
       if (!disk.empty()) {
-        if (device != "cpu")
-          throw embshard::Error("BACKEND_UNAVAILABLE", "disk-backed tables (storage.kind 'disk') run on device 'cpu'; got '" + device + "'");
-        auto de = std::make_unique<storage::DiskEngine>(spec, layout, disk, initialize);
+        // the caches live on the collection's device (the CUDA engine: device memory), the tables on disk
+        auto inner = [&](const CollectionSpec& s, const Layout& l, bool init) { return create_engine(env, device, s, l, init); };
+        auto de = std::make_unique<storage::DiskEngine>(spec, layout, disk, initialize, inner);
         g->disk = de.get();
         g->engine = std::move(de);
       } else {

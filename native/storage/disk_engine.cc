@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/parallel.h"
+#include "storage/slot_store.h"
 
 namespace embshard::storage {
 
@@ -20,7 +21,8 @@ CollectionSpec cache_spec(const CollectionSpec& spec, const std::vector<std::uni
 }
 
 DiskEngine::DiskEngine(const CollectionSpec& spec, const Layout& layout,
-                       const std::vector<std::unique_ptr<DiskStorageSpec>>& disk, bool initialize)
+                       const std::vector<std::unique_ptr<DiskStorageSpec>>& disk, bool initialize,
+                       const InnerEngineFactory& makeInner)
     : Engine(spec, layout) {
   if (spec.optimizer.stochasticRounding)
     fail("INVALID_CONFIG", "optimizer.stochasticRounding is not supported with disk-backed tables (storage.kind 'disk')");
@@ -32,9 +34,16 @@ DiskEngine::DiskEngine(const CollectionSpec& spec, const Layout& layout,
                                            static_cast<uint32_t>(spec.optimizer.type), *disk[t], init);
   }
   const CollectionSpec inner = cache_spec(spec, disk_);
-  inner_ = std::make_unique<CpuEngine>(inner, make_layout(inner), initialize);
-  for (uint32_t t = 0; t < spec.tables.size(); ++t)
-    if (disk_[t]) disk_[t]->attach(inner_->table_weights(t), inner_->table_state(t));
+  inner_ = makeInner(inner, make_layout(inner), initialize);
+  auto* cpu = dynamic_cast<CpuEngine*>(inner_.get());
+  for (uint32_t t = 0; t < spec.tables.size(); ++t) {
+    if (!disk_[t]) continue;
+    if (cpu)
+      disk_[t]->attach(std::make_unique<HostSlots>(cpu->table_weights(t), cpu->table_state(t), cpu->layout().tables[t].rowBytes,
+                                                   cpu->layout().tables[t].statePerRow));
+    else
+      disk_[t]->attach(std::make_unique<EngineSlots>(*inner_, t));
+  }
   for (const FeatureSpec& f : spec.features) featureTable_.push_back(f.table);
   uniq_.resize(spec.tables.size());
   rank_.resize(spec.tables.size());
@@ -113,7 +122,9 @@ void DiskEngine::stage_batch(const PreparedBatch& b, bool pin) {
   inner_batch_.feature = b.feature;
   inner_batch_.slotOf = b.slotOf;
   inner_batch_.offsets = b.offsets;
-  inner_batch_.rows.clear();
+  // an inner engine that does not resolve raw ids itself takes them resolved
+  if (inner_->capabilities().resolvesIds) inner_batch_.rows.clear();
+  else inner_batch_.rows.assign(ids_.begin(), ids_.end());
   inner_batch_.weights = b.weights;
   inner_batch_.rawIds = ids_.data();
   inner_batch_.idType = IdType::I64;

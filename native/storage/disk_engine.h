@@ -1,11 +1,12 @@
-// disk_engine.h — a collection with disk-backed tables on the CPU. It is an Engine over an inner
-// CpuEngine in which every disk-backed table is replaced by its cache (a table of `slots` rows, state
-// included); memory tables stay as they are. Before forward / backward the batch's distinct rows of each
+// disk_engine.h — a collection with disk-backed tables. It is an Engine over an inner engine (the
+// CpuEngine, or the CUDA engine: the cache then lives in device memory) in which every disk-backed table
+// is replaced by its cache (a table of `slots` rows, state included); memory tables stay as they are. Before forward / backward the batch's distinct rows of each
 // disk table are staged into the cache (disk_table.h) and the batch's ids are rewritten to cache slots,
 // then the CPU kernels run unchanged: every row sees the same values, contributions and update order
 // as in memory, so results are bitwise those of the in-memory collection. Row, state and raw access
 // reach rows wherever they are (checkpoints read and write the tables through them).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,13 +16,20 @@
 
 namespace embshard::storage {
 
+// Makes the inner engine for the caches' spec (make_cpu_engine, or a CUDA engine on one device).
+using InnerEngineFactory = std::function<std::unique_ptr<Engine>(const CollectionSpec&, const Layout&, bool initialize)>;
+
 class DiskEngine : public Engine {
  public:
   // disk[t]: the storage of table t, or null for a memory table (at least one is disk-backed).
   DiskEngine(const CollectionSpec& spec, const Layout& layout, const std::vector<std::unique_ptr<DiskStorageSpec>>& disk,
-             bool initialize);
-  std::string device() const override { return "cpu"; }
-  EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/false}; }
+             bool initialize, const InnerEngineFactory& makeInner);
+  std::string device() const override { return inner_->device(); }
+  // Ids are resolved by prepare_batch (staging needs the rows); kernel times are the inner engine's.
+  EngineCapabilities capabilities() const override {
+    return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/inner_->capabilities().kernelTimes};
+  }
+  KernelTimes kernel_times() const override { return inner_->kernel_times(); }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
@@ -53,7 +61,7 @@ class DiskEngine : public Engine {
   template <typename F>
   void walk_raw(Arena a, uint64_t offset, uint64_t bytes, F&& fn) const;
 
-  std::unique_ptr<CpuEngine> inner_;
+  std::unique_ptr<Engine> inner_;
   std::vector<std::unique_ptr<DiskTable>> disk_;  // per table; null for memory tables
   std::vector<uint32_t> featureTable_;            // collection feature -> table
   // per disk table: distinct rows of the batch (sorted) and their slots

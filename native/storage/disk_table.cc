@@ -78,19 +78,26 @@ void DiskTable::stage(const uint64_t* rows, int64_t n, bool prefetch, int64_t* s
   const int64_t nv = static_cast<int64_t>(ioRows_.size());
   if (nv > 0) {
     out_.resize(static_cast<size_t>(nv) * rec);
+    tmpW_.resize(static_cast<size_t>(nv) * rb);
+    tmpS_.resize(static_cast<size_t>(nv) * k);
+    store_->get(vslot_.data(), nv, tmpW_.data(), tmpS_.data());
     parallel_for(nv, 256, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) pack(w_ + vslot_[i] * rb, s_ + vslot_[i] * k, out_.data() + i * rec);
+      for (int64_t i = lo; i < hi; ++i) pack(tmpW_.data() + i * rb, tmpS_.data() + i * k, out_.data() + i * rec);
     });
     file_.write(ioRows_.data(), nv, out_.data());
     for (int64_t s : vslot_) cache_.mark_clean(s);
   }
   // 3. the misses' rows go into their slots
+  tmpW_.resize(static_cast<size_t>(nm) * rb);
+  tmpS_.resize(static_cast<size_t>(nm) * k);
+  vslot_.resize(static_cast<size_t>(nm));
   parallel_for(nm, 256, [&](int64_t lo, int64_t hi) {
     for (int64_t m = lo; m < hi; ++m) {
-      const int64_t s = plan_.slot[plan_.miss[m]];
-      unpack(rec_.data() + m * rec, written_[m] != 0, missRows_[m], w_ + s * rb, s_ + s * k);
+      vslot_[m] = plan_.slot[plan_.miss[m]];
+      unpack(rec_.data() + m * rec, written_[m] != 0, missRows_[m], tmpW_.data() + m * rb, tmpS_.data() + m * k);
     }
   });
+  if (nm > 0) store_->put(vslot_.data(), nm, tmpW_.data(), tmpS_.data());
   cache_.commit(rows, plan_, /*use=*/!prefetch);
   for (int64_t i = 0; i < n; ++i) slots[i] = plan_.slot[i];
   uint64_t evicted = 0;
@@ -110,11 +117,7 @@ void DiskTable::load_one(uint64_t row) {
   spanW_.resize(L.rowBytes);
   spanS_.resize(L.statePerRow);
   const int64_t s = cache_.find(row);
-  if (s >= 0) {
-    std::memcpy(spanW_.data(), w_ + s * L.rowBytes, L.rowBytes);
-    std::memcpy(spanS_.data(), s_ + s * L.statePerRow, 4 * L.statePerRow);
-    return;
-  }
+  if (s >= 0) return store_->get(&s, 1, spanW_.data(), spanS_.data());
   rec_.resize(L.recordBytes);
   written_.resize(1);
   file_.read(&row, 1, rec_.data(), written_.data());
@@ -125,8 +128,7 @@ void DiskTable::store_one(uint64_t row) {
   const RecordLayout& L = file_.layout();
   const int64_t s = cache_.find(row);
   if (s >= 0) {
-    std::memcpy(w_ + s * L.rowBytes, spanW_.data(), L.rowBytes);
-    std::memcpy(s_ + s * L.statePerRow, spanS_.data(), 4 * L.statePerRow);
+    store_->put(&s, 1, spanW_.data(), spanS_.data());
     cache_.mark_dirty(s);
     return;
   }
@@ -177,8 +179,7 @@ void DiskTable::load_span(uint64_t first, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     const int64_t s = cache_.find(first + i);
     if (s >= 0) {
-      std::memcpy(spanW_.data() + i * L.rowBytes, w_ + s * L.rowBytes, L.rowBytes);
-      std::memcpy(spanS_.data() + i * L.statePerRow, s_ + s * L.statePerRow, 4 * L.statePerRow);
+      store_->get(&s, 1, spanW_.data() + i * L.rowBytes, spanS_.data() + i * L.statePerRow);
     } else {
       unpack(rec_.data() + i * L.recordBytes, written_[i] != 0, first + i, spanW_.data() + i * L.rowBytes,
              spanS_.data() + i * L.statePerRow);
@@ -192,10 +193,8 @@ void DiskTable::store_span(uint64_t first, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     pack(spanW_.data() + i * L.rowBytes, spanS_.data() + i * L.statePerRow, rec_.data() + i * L.recordBytes);
     const int64_t s = cache_.find(first + i);
-    if (s >= 0) {  // the file now has the row: the cached copy is clean
-      std::memcpy(w_ + s * L.rowBytes, spanW_.data() + i * L.rowBytes, L.rowBytes);
-      std::memcpy(s_ + s * L.statePerRow, spanS_.data() + i * L.statePerRow, 4 * L.statePerRow);
-    }
+    if (s >= 0)  // the file now has the row: the cached copy is clean
+      store_->put(&s, 1, spanW_.data() + i * L.rowBytes, spanS_.data() + i * L.statePerRow);
   }
   file_.write_span(first, n, rec_.data());
   for (uint64_t i = 0; i < n; ++i)
@@ -244,11 +243,11 @@ void DiskTable::flush() {
   for (size_t c0 = 0; c0 < ds.size(); c0 += kSpanRows) {
     const int64_t n = static_cast<int64_t>(std::min<size_t>(kSpanRows, ds.size() - c0));
     rec_.resize(static_cast<size_t>(n) * L.recordBytes);
+    tmpW_.resize(static_cast<size_t>(n) * L.rowBytes);
+    tmpS_.resize(static_cast<size_t>(n) * L.statePerRow);
+    store_->get(ds.data() + c0, n, tmpW_.data(), tmpS_.data());
     parallel_for(n, 256, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const int64_t s = ds[c0 + i];
-        pack(w_ + s * L.rowBytes, s_ + s * L.statePerRow, rec_.data() + i * L.recordBytes);
-      }
+      for (int64_t i = lo; i < hi; ++i) pack(tmpW_.data() + i * L.rowBytes, tmpS_.data() + i * L.statePerRow, rec_.data() + i * L.recordBytes);
     });
     file_.write(ioRows_.data() + c0, n, rec_.data());
   }

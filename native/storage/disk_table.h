@@ -1,6 +1,7 @@
 // disk_table.h — one disk-backed table: its record file (table_file.h), its cache bookkeeping
-// (row_cache.h) and the cache's data, which is the CPU engine's storage of a table of `slots` rows
-// (weights in the table dtype, fp32 state). stage() makes a batch's distinct rows resident (dirty
+// (row_cache.h) and the cache's data, which is an engine's storage of a table of `slots` rows (weights in
+// the table dtype, fp32 state), reached through a SlotStore: host memory of the CPU engine, or any
+// engine's row access (the CUDA engine: the cache in device memory). stage() makes a batch's distinct rows resident (dirty
 // victims written back first, misses read in parallel) and gives their slots; the rest reads and
 // writes rows wherever they are (cache or file) without changing what is cached.
 #pragma once
@@ -14,6 +15,15 @@
 #include "storage/table_file.h"
 
 namespace embshard::storage {
+
+// The cache data of one table: rows (storage dtype) and state (fp32) of slots, gathered / scattered.
+class SlotStore {
+ public:
+  virtual ~SlotStore() = default;
+  // w: [n × rowBytes], s: [n × statePerRow]
+  virtual void get(const int64_t* slots, int64_t n, uint8_t* w, float* s) = 0;
+  virtual void put(const int64_t* slots, int64_t n, const uint8_t* w, const float* s) = 0;
+};
 
 struct DiskStorageSpec {
   std::string file;        // the table file
@@ -42,10 +52,7 @@ class DiskTable {
   uint64_t slots() const { return cache_.geometry().slots; }
   const RecordLayout& records() const { return file_.layout(); }
   // Where the cache data lives (set once the engine that holds it exists).
-  void attach(uint8_t* weights, float* state) {
-    w_ = weights;
-    s_ = state;
-  }
+  void attach(std::unique_ptr<SlotStore> store) { store_ = std::move(store); }
 
   // The first error a batch of these distinct rows would meet before any change: a set of the cache
   // the rows overflow (INVALID_CONFIG naming storage.cacheBytes) or a damaged file (CHECKPOINT_CORRUPT).
@@ -93,16 +100,15 @@ class DiskTable {
   RowInit init_;
   TableFile file_;
   RowCache cache_;
-  uint8_t* w_ = nullptr;
-  float* s_ = nullptr;
+  std::unique_ptr<SlotStore> store_;
   CachePlan plan_;
   DiskStats stats_;
   // scratch, reused
   std::vector<uint8_t> rec_, out_, written_;
   std::vector<uint64_t> ioRows_, missRows_;
   std::vector<int64_t> vslot_;
-  std::vector<uint8_t> spanW_;
-  std::vector<float> spanS_;
+  std::vector<uint8_t> spanW_, tmpW_;
+  std::vector<float> spanS_, tmpS_;
 };
 
 }  // namespace embshard::storage
