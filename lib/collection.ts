@@ -221,6 +221,15 @@ export class EmbeddingCollection extends EngineOwner {
     });
   }
 
+  /**
+   * The Trainer's hook for the next step's batch: with disk-backed tables, its rows are prefetched while
+   * this step's dense model runs. Never rejects (a failure surfaces in that batch's forward).
+   */
+  prepare(batch: JaggedBatch): Promise<void> {
+    if (!this.config.tables.some((t) => t.storage.kind === 'disk')) return Promise.resolve();
+    return this.prefetch(batch).catch(() => undefined);
+  }
+
   /** Disk-backed tables: writes every dirty cached row back to its table file and syncs it. */
   flush(): Promise<void> {
     return this.enqueue(() => this.live().flush());

@@ -6,6 +6,9 @@ import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { runTrain } from '../../lib/cli/train.js';
 import { storageWithin } from '../../lib/storage/budget.js';
+import { SyntheticSource } from '../../lib/data/synthetic.js';
+import { Trainer, embeddingsFor } from '../../lib/train/index.js';
+import type { DenseModelSpec } from '../../lib/train/dense.js';
 import { tempDir } from './helpers.js';
 
 const tmp = tempDir('disk-train');
@@ -38,6 +41,31 @@ describe('disk-backed tables in training', () => {
     expect(files.length).toBeGreaterThan(3);
     expect(existsSync(join(dir, 'cat_0.embtable'))).toBe(true);
   }, 60_000);
+
+  it('Trainer.step(batch, next) prefetches the next batch of disk-backed tables; losses equal the memory run', async () => {
+    const F = 4, DIM = 8;
+    const spec: DenseModelSpec = { denseIn: 13, bottom: [16, DIM], top: [16, 1], numSparse: F, embDim: DIM, interaction: 'dot' };
+    const src = new SyntheticSource({ batchSize: 64, cardinalities: Array.from({ length: F }, () => 3000), seed: 2 });
+    const make = (storage?: { path: string; cacheBytes: number }) =>
+      new Trainer({
+        model: spec, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 7,
+        embeddings: embeddingsFor(src.features, src.tableRows, { dim: DIM, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 3, ...(storage ? { storage } : {}) }),
+      });
+    const mem = make();
+    const disk = make({ path: join(tmp.dir, 'trainer'), cacheBytes: 4 * 150 * (DIM * 8 + 32) });
+    const lm: number[] = [], ld: number[] = [];
+    for (let k = 0; k < 12; k++) {
+      lm.push(await mem.step(src.batch(k), src.batch(k + 1)));
+      ld.push(await disk.step(src.batch(k), src.batch(k + 1)));
+    }
+    expect(ld).toEqual(lm);
+    const stats = (disk.embeddings as unknown as { storageStats(): Record<string, { prefetched: number; evictions: number }> }).storageStats();
+    expect(Object.keys(stats)).toHaveLength(F);
+    for (const s of Object.values(stats)) {
+      expect(s.prefetched).toBeGreaterThan(0);
+      expect(s.evictions).toBeGreaterThan(0);
+    }
+  });
 
   it('the budget: tables under an even share of what is left stay in memory, the rest share it by size', () => {
     // 96 bytes per row with the bookkeeping (64 + 32)
