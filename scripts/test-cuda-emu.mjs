@@ -23,6 +23,7 @@ const SUITES = [
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
   'test/sharded/group-nccl.test.ts',
+  'test/storage/cuda-disk.test.ts',
 ];
 
 const args = process.argv.slice(2);
