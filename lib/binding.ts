@@ -98,7 +98,32 @@ export interface NativeEngine {
   kernelTimes(): { forwardMs: number; backwardMs: number } | null;
   /** detaches each output array this engine's addon made and recycles its memory; returns how many */
   releaseOutputs(arrays: Float32Array[]): number;
+  /** Collections with disk-backed tables: stage a batch's rows ahead of its step; write dirty rows back. */
+  prefetch(batch: NativeBatch): Promise<void>;
+  flush(): Promise<void>;
+  /** per table: counters of a disk-backed table, null for a memory table; null when no table is on disk */
+  storageStats(): (NativeDiskStats | null)[] | null;
   dispose(): void;
+}
+
+/** A disk-backed table's counters since it was made (rows: distinct rows of a batch). */
+export interface NativeDiskStats {
+  /** rows of forward batches found in the cache */
+  hits: number;
+  /** rows of forward batches read from the file */
+  misses: number;
+  /** rows that left the cache for another */
+  evictions: number;
+  /** dirty rows written back (on eviction or flush) */
+  writebacks: number;
+  /** rows read ahead by prefetch() */
+  prefetched: number;
+  bytesRead: number;
+  bytesWritten: number;
+  /** rows the cache holds */
+  slots: number;
+  /** bytes of one row's record in the table file */
+  recordBytes: number;
 }
 
 export interface GatherProbeResult {
@@ -117,7 +142,8 @@ export interface Addon {
   readonly variant: 'cpu' | 'cuda';
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   setErrorClass(ctor: new (code: any, message: string) => Error): void;
-  Engine: new (config: NativeCollectionConfig, device: string) => NativeEngine;
+  /** storage: per table, null (memory) or a disk-backed table's file and cache (lib/storage/config.ts) */
+  Engine: new (config: NativeCollectionConfig, device: string, storage?: ({ file: string; cacheBytes: number; policy: 'lru' | 'lfu' } | null)[]) => NativeEngine;
   /** Random row-gather and sequential-read bandwidth probe over a buffer of `bufferBytes`. */
   probeMemory(bufferBytes: number, rowBytes: number, gathers: number, seed: number): Promise<GatherProbeResult>;
   threads(): number;

@@ -12,6 +12,8 @@ import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
+import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
+import { diskStats, type DiskTableStats } from './storage/stats.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -102,7 +104,8 @@ export class EmbeddingCollection extends EngineOwner {
     this.device = this.config.device;
     const native = toNativeConfig(this.config, internal?.initialize ?? true);
     const addon = resolveBackend(this.device);
-    this.engine = new addon.Engine(native, this.device);
+    makeStorageDirs(this.config.tables);
+    this.engine = new addon.Engine(native, this.device, nativeStorage(this.config.tables));
     let offset = 0;
     this.featureInfo = native.features.map((f) => {
       const t = this.config.tables[f.table]!;
@@ -206,11 +209,43 @@ export class EmbeddingCollection extends EngineOwner {
     this.live().writeState(this.table(table), toBigIds(ids), values);
   }
 
+  /**
+   * Disk-backed tables: reads the batch's rows into the cache ahead of its step (off the event loop,
+   * queued like every call; the rows of a forward awaiting its backward stay cached). Best effort: rows
+   * that find no room are read by their step.
+   */
+  prefetch(batch: JaggedBatch): Promise<void> {
+    return this.rejecting(() => {
+      const nb = this.nativeBatch(batch);
+      return this.enqueue(() => this.live().prefetch(nb));
+    });
+  }
+
+  /**
+   * The Trainer's hook for the next step's batch: with disk-backed tables, its rows are prefetched while
+   * this step's dense model runs. Never rejects (a failure surfaces in that batch's forward).
+   */
+  prepare(batch: JaggedBatch): Promise<void> {
+    if (!this.config.tables.some((t) => t.storage.kind === 'disk')) return Promise.resolve();
+    return this.prefetch(batch).catch(() => undefined);
+  }
+
+  /** Disk-backed tables: writes every dirty cached row back to its table file and syncs it. */
+  flush(): Promise<void> {
+    return this.enqueue(() => this.live().flush());
+  }
+
+  /** Disk-backed tables' cache counters by table name (memory tables are absent). */
+  storageStats(): Record<string, DiskTableStats> {
+    return diskStats(this.config.tables, this.live().storageStats());
+  }
+
   /** Writes a checkpoint (tables, optimizer state, step) atomically to `dir`. */
   save(dir: string, extra?: Record<string, unknown>): Promise<void> {
     return this.enqueue(() =>
       writeCheckpointDir(dir, async (tmp) => {
         const engine = this.live();
+        if (engine.storageStats() !== null) await engine.flush();
         const payload = await engine.savePayload(join(tmp, PAYLOAD_FILE));
         const manifest: Manifest = {
           format: 'embshard.checkpoint',
@@ -225,15 +260,19 @@ export class EmbeddingCollection extends EngineOwner {
     );
   }
 
-  /** Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one. */
-  static async load(dir: string, options: { device?: string } = {}): Promise<EmbeddingCollection> {
-    rejectUnknownFields(options, ['device'], 'options');
+  /**
+   * Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one;
+   * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one.
+   */
+  static async load(dir: string, options: { device?: string; storagePath?: string } = {}): Promise<EmbeddingCollection> {
+    rejectUnknownFields(options, ['device', 'storagePath'], 'options');
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {
-      ec = new EmbeddingCollection({ ...m.config, device: options.device ?? m.config.device }, { initialize: false });
+      const tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
+      ec = new EmbeddingCollection({ ...m.config, tables, device: options.device ?? m.config.device }, { initialize: false });
     } catch (e) {
-      if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED')) throw e;
+      if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED' || e.code === 'IO_ERROR')) throw e;
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': its config is invalid: ${(e as Error).message}`);
     }
     try {

@@ -3,6 +3,7 @@
 import { EmbshardError } from './errors.js';
 import { fieldsOf, rejectUnknownFields } from './fields.js';
 import type { DType, NativeCollectionConfig, NativeInit, OptimizerType, Pooling } from './binding.js';
+import { resolveStorage, type ResolvedStorage, type StorageConfig } from './storage/config.js';
 
 export type InitConfig =
   | { type: 'uniform'; low?: number; high?: number }
@@ -23,6 +24,8 @@ export interface TableConfig {
   idPolicy?: 'error' | 'modulo';
   /** default uniform ±1/√rows */
   init?: InitConfig;
+  /** where rows and optimizer state live: memory (default) or a file with a RAM cache (docs/storage.md) */
+  storage?: StorageConfig;
 }
 
 export interface OptimizerConfig {
@@ -53,7 +56,7 @@ export interface CollectionConfig {
 }
 
 /** A table config with every default filled in. */
-export type ResolvedTable = Required<Omit<TableConfig, 'init'>> & { init: InitConfig };
+export type ResolvedTable = Required<Omit<TableConfig, 'init' | 'storage'>> & { init: InitConfig; storage: ResolvedStorage };
 export type ResolvedOptimizer = Required<OptimizerConfig>;
 
 export interface ResolvedConfig {
@@ -69,7 +72,7 @@ export const POOLINGS: readonly Pooling[] = ['sum', 'mean', 'none'];
 export const OPTIMIZERS: readonly OptimizerType[] = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
 
 const COLLECTION_FIELDS = fieldsOf<CollectionConfig>({ tables: true, optimizer: true, device: true, seed: true });
-const TABLE_FIELDS = fieldsOf<TableConfig>({ name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true });
+const TABLE_FIELDS = fieldsOf<TableConfig>({ name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true, storage: true });
 const OPTIMIZER_FIELDS = fieldsOf<OptimizerConfig>({
   type: true, lr: true, eps: true, beta1: true, beta2: true, weightDecay: true, stochasticRounding: true, nonFinite: true,
 });
@@ -129,7 +132,8 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     if (typeof init !== 'object' || init === null || !Object.hasOwn(INIT_FIELDS, init.type))
       bad('INVALID_CONFIG', `table '${t.name}': init.type must be uniform | normal | constant`);
     rejectUnknownFields(init, INIT_FIELDS[init.type], `${where}.init`);
-    return { name: t.name, rows: t.rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init };
+    const storage = resolveStorage(t.storage, where);
+    return { name: t.name, rows: t.rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init, storage };
   });
   const o = config.optimizer ?? { type: 'sgd', lr: 0.01 };
   if (typeof o !== 'object' || o === null) bad('INVALID_CONFIG', 'optimizer must be an object');
@@ -150,6 +154,8 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
   if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1))
     bad('INVALID_CONFIG', 'optimizer beta1 and beta2 must be in [0, 1)');
   if (optimizer.nonFinite !== 'error' && optimizer.nonFinite !== 'skip') bad('INVALID_CONFIG', "optimizer.nonFinite must be 'error' or 'skip'");
+  if (optimizer.stochasticRounding && tables.some((t) => t.storage.kind === 'disk'))
+    bad('INVALID_CONFIG', "optimizer.stochasticRounding is not supported with disk-backed tables (storage.kind 'disk')");
   const device = config.device ?? 'cpu';
   if (typeof device !== 'string') bad('INVALID_CONFIG', 'device must be a string');
   const seed = config.seed ?? 0;

@@ -2,6 +2,8 @@
 export { EmbeddingCollection } from './collection.js';
 export type { ForwardOutput, Gradients, BackwardOptions, BackwardResult, SequenceOutput, FeatureInfo } from './collection.js';
 export type { CollectionConfig, TableConfig, OptimizerConfig, InitConfig } from './config.js';
+export type { StorageConfig, DiskStorage, MemoryStorage, CachePolicy } from './storage/config.js';
+export type { DiskTableStats } from './storage/stats.js';
 export { JaggedBatch } from './batch.js';
 export type { JaggedBatchInit } from './batch.js';
 export { EmbshardError, ErrorCodes, isEmbshardError } from './errors.js';

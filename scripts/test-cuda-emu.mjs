@@ -24,6 +24,7 @@ const SUITES = [
   'test/embedding/errors.test.ts',
   'test/sharded/group-nccl.test.ts',
   'test/herald/herald-cuda.test.ts',
+  'test/storage/cuda-disk.test.ts',
 ];
 
 const args = process.argv.slice(2);

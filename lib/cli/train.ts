@@ -21,6 +21,7 @@ import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
 import type { DenseOptimizerType, Precision } from '../train/binding.js';
+import type { CachePolicy } from '../storage/config.js';
 
 export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dlrm-dcnv2|dlrm-benchmark|custom>
                       --data <synthetic[:preset]|criteo-tsv:<file[,file…]>|binary:<dir>|arrow:<file>>
@@ -41,6 +42,8 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   herald:         [--schedule herald] [--cache-rows 65536]  (Herald embedding scheduling: every rank reads
                   global batches of ranks × --batch samples and trains the ones its allocator assigns; each
                   rank owns a row range of every table and caches up to --cache-rows rows per table)
+  storage:        [--storage memory|disk:<dir> --cache-bytes N [--cache-policy lru|lfu]] (one process: tables
+                  larger than their share of N live in files under <dir> behind RAM caches)
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
@@ -81,6 +84,9 @@ interface Args {
   quiet: boolean;
   schedule?: 'herald';
   cacheRows?: number;
+  storageDir?: string;
+  cacheBytes?: number;
+  cachePolicy?: CachePolicy;
 }
 
 function parse(argv: string[]): Args | string {
@@ -153,6 +159,16 @@ function parse(argv: string[]): Args | string {
           a.schedule = v;
           break;
         case '--cache-rows': a.cacheRows = int(0); break;
+        case '--storage':
+          if (v === 'memory') a.storageDir = undefined;
+          else if (v.startsWith('disk:') && v.length > 5) a.storageDir = v.slice(5);
+          else return `--storage must be memory or disk:<dir> (got '${v}')`;
+          break;
+        case '--cache-bytes': a.cacheBytes = int(); break;
+        case '--cache-policy':
+          if (v !== 'lru' && v !== 'lfu') return `--cache-policy must be lru or lfu (got '${v}')`;
+          a.cachePolicy = v;
+          break;
         default: return `unknown option '${k}'`;
       }
     } catch (e) {
@@ -161,6 +177,7 @@ function parse(argv: string[]): Args | string {
   }
   if (!a.model) return '--model is required';
   if (!a.data) return '--data is required';
+  if ((a.storageDir === undefined) !== (a.cacheBytes === undefined)) return '--storage disk:<dir> and --cache-bytes N go together';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
@@ -271,6 +288,8 @@ async function train(a: Args): Promise<number> {
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
     let trainer: Trainer;
     let planNote = '';
+    if (group && a.storageDir !== undefined)
+      throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: runs in one process without --plan (sharded disk-backed tables are not supported)');
     if (herald) {
       const cacheRows = a.cacheRows ?? 65_536;
       const emb = new HeraldEmbeddingCollection(tablesFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device }), group!, {
@@ -288,7 +307,10 @@ async function train(a: Args): Promise<number> {
         ...(a.precision ? { precision: a.precision } : {}),
       });
     } else {
-      const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
+      const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
+      const emb = embeddingsFor(data.train.features, data.tableRows, {
+        dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, ...(storage ? { storage } : {}),
+      });
       trainer = new Trainer({
         model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
       });

@@ -27,7 +27,9 @@ import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
 import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
-import { LocalLayout } from './local-layout.js';
+import { LocalLayout, type LocalTable } from './local-layout.js';
+import { shardStorage } from '../storage/shards.js';
+import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
 import { inverseOf, unionIndex, unionOf, type RelayUnion } from './relay.js';
@@ -50,9 +52,11 @@ export interface ShardedConfig {
   comm?: { forward?: DType; backward?: DType };
   /** per-table initialisation (default uniform ±1/√rows, as EmbeddingCollection) */
   init?: Record<string, InitConfig>;
+  /** disk-backed shards under this rank's RAM budget (docs/storage.md); default: all in memory */
+  storage?: StorageBudget;
 }
 
-const SHARDED_CONFIG_FIELDS = fieldsOf<ShardedConfig>({ optimizer: true, seed: true, device: true, comm: true, init: true });
+const SHARDED_CONFIG_FIELDS = fieldsOf<ShardedConfig>({ optimizer: true, seed: true, device: true, comm: true, init: true, storage: true });
 
 /** The EmbeddingCollection config equivalent to a plan's tables (what a single rank would build). */
 export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}): CollectionConfig {
@@ -159,15 +163,18 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     this.pooledFeatures = infos.filter((f) => f.pooling !== 'none').map((f) => f.name);
     this.sequenceFeatures = infos.filter((f) => f.pooling === 'none').map((f) => f.name);
     const addon = resolveBackend(this.config.device);
+    const localDtype = (t: LocalTable) => (t.part === 'idle' ? 'fp32' : plan.tables[t.t]!.dtype);
+    const storage = shardStorage(L.localTables.map((t) => ({ ...t, dtype: localDtype(t) })), config.storage, group.rank, this.config.optimizer.type);
     this.engine = new addon.Engine(
       {
-        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: t.part === 'idle' ? 'fp32' : plan.tables[t.t]!.dtype, idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
+        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: localDtype(t), idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
         features: L.localFeatures.map((f) => ({ name: f.name, table: f.table, pooling: f.pooling })),
         optimizer: { ...this.config.optimizer },
         seed: this.config.seed,
         initialize: false,
       },
       this.config.device,
+      storage,
     );
     if (internal?.initialize ?? true) this.initializeShards();
   }

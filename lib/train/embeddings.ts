@@ -2,7 +2,8 @@
 // ShardedEmbeddingCollection, which has the same surface), and a helper that builds an EmbeddingCollection
 // with one table per feature of a data source.
 import { EmbeddingCollection } from '../collection.js';
-import type { CollectionConfig, OptimizerConfig, TableConfig } from '../config.js';
+import { stateWidth, type CollectionConfig, type OptimizerConfig, type TableConfig } from '../config.js';
+import { storageWithin, type StorageBudget } from '../storage/budget.js';
 import type { JaggedBatch } from '../batch.js';
 import type { DType } from '../binding.js';
 import type { Batch } from '../data/types.js';
@@ -48,23 +49,29 @@ export interface TablesForOptions {
   device?: string;
   /** Initial values uniform in ±initScale (default 1/√rows, DLRM's choice). */
   initScale?: number;
+  /** Disk-backed tables under one RAM budget (lib/storage/budget.ts); default: every table in memory. */
+  storage?: StorageBudget;
 }
 
-const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true });
+const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true, storage: true });
 
 /** The config of one table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
 export function tablesFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): CollectionConfig {
   rejectUnknownFields(o, TABLES_FOR_FIELDS);
   if (features.length !== rows.length)
     throw new EmbshardError('LENGTH_MISMATCH', `${features.length} features but ${rows.length} table sizes`);
+  const optimizer = o.optimizer ?? { type: 'adagrad', lr: 0.01 };
+  const dtype = o.dtype ?? 'fp32';
+  const rowBytes = o.dim * (dtype === 'fp32' ? 4 : 2) + 4 * stateWidth(optimizer.type, o.dim);
+  const storage = o.storage ? storageWithin(rows, rows.map(() => rowBytes), o.storage) : undefined;
   const tables: TableConfig[] = features.map((name, f) => {
     const n = rows[f]!;
     const scale = o.initScale ?? 1 / Math.sqrt(n);
-    return { name, rows: n, dim: o.dim, dtype: o.dtype ?? 'fp32', init: { type: 'uniform', low: -scale, high: scale } };
+    return { name, rows: n, dim: o.dim, dtype, init: { type: 'uniform', low: -scale, high: scale }, ...(storage ? { storage: storage[f] } : {}) };
   });
   return {
     tables,
-    optimizer: o.optimizer ?? { type: 'adagrad', lr: 0.01 },
+    optimizer,
     seed: o.seed ?? 0,
     ...(o.device ? { device: o.device } : {}),
   };

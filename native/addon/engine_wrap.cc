@@ -14,10 +14,12 @@
 #include "addon/output_pool.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
+#include "addon/storage_args.h"
 #include "core/checkpoint.h"
 #include "core/engine.h"
 #include "core/profile.h"
 #include "cpu/cpu_engine.h"
+#include "storage/disk_engine.h"
 #if defined(EMBSHARD_WITH_CUDA)
 #include "cuda/cuda_engine.h"
 #endif
@@ -33,6 +35,8 @@ struct Guarded {
   // Storage of a prepared batch whose backward is done, reused by the next forward (no fresh vectors
   // per step). Guarded by mu.
   std::unique_ptr<PreparedBatch> spare;
+  // The engine as a collection with disk-backed tables, when it is one (prefetch, flush, stats).
+  storage::DiskEngine* disk = nullptr;
 };
 using EnginePtr = std::shared_ptr<Guarded>;
 
@@ -221,6 +225,26 @@ class LoadWorker : public PromiseWorker {
   PayloadInfo expect_;
 };
 
+// Disk-backed tables: stage a batch's rows ahead of its step / write dirty rows back.
+class StorageWorker : public PromiseWorker {
+ public:
+  StorageWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch) : PromiseWorker(env), e_(std::move(e)), flush_(batch.IsUndefined()) {
+    if (!flush_) view_ = parse_batch(env, batch), Keep(batch);
+  }
+  void Run() override {
+    std::lock_guard<std::mutex> lk(e_->mu);
+    if (flush_) return e_->disk->flush();
+    PreparedBatch b;
+    prepare_batch(e_->engine->spec(), view_, b, /*resolveIds=*/true);
+    e_->disk->prefetch(b);
+  }
+
+ private:
+  EnginePtr e_;
+  bool flush_;
+  BatchView view_;
+};
+
 class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
  public:
   static void Init(Napi::Env env, Napi::Object exports) {
@@ -236,6 +260,8 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
          InstanceMethod<&EngineWrap::ReadState>("readState"), InstanceMethod<&EngineWrap::WriteState>("writeState"),
          InstanceMethod<&EngineWrap::SavePayload>("savePayload"), InstanceMethod<&EngineWrap::LoadPayload>("loadPayload"),
          InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::ReleaseOutputs>("releaseOutputs"),
+         InstanceMethod<&EngineWrap::Prefetch>("prefetch"), InstanceMethod<&EngineWrap::Flush>("flush"),
+         InstanceMethod<&EngineWrap::StorageStats>("storageStats"),
          InstanceMethod<&EngineWrap::Dispose>("dispose")});
     exports.Set("Engine", ctor);
   }
@@ -249,7 +275,16 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       CollectionSpec spec = parse_collection(env, info[0].As<Napi::Object>(), &initialize);
       Layout layout = make_layout(spec);
       auto g = std::make_shared<Guarded>();
-      g->engine = create_engine(env, device, spec, layout, initialize);
+      auto disk = parse_storage(env, info[2], spec.tables.size());
+      if (!disk.empty()) {
+        // the caches live on the collection's device (the CUDA engine: device memory), the tables on disk
+        auto inner = [&](const CollectionSpec& s, const Layout& l, bool init) { return create_engine(env, device, s, l, init); };
+        auto de = std::make_unique<storage::DiskEngine>(spec, layout, disk, initialize, inner);
+        g->disk = de.get();
+        g->engine = std::move(de);
+      } else {
+        g->engine = create_engine(env, device, spec, layout, initialize);
+      }
       g->caps = g->engine->capabilities();
       engine_ = g;
       return 0;
@@ -400,6 +435,36 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
       if (!info[0].IsArray()) throw_error(env, "INVALID_ARGUMENT", "releaseOutputs(arrays) expects an array of typed arrays");
       return Napi::Number::New(env, release_outputs(env, info[0].As<Napi::Array>()));
     });
+  }
+
+  // prefetch(batch) / flush(): promises; storageStats(): per table, counters or null (memory tables).
+  Napi::Value Prefetch(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&] {
+      if (info[0].IsUndefined()) throw_error(env, "INVALID_ARGUMENT", "prefetch(batch) needs a batch");
+      return (new StorageWorker(env, disk_ptr(env), info[0]))->Start();
+    });
+  }
+  Napi::Value Flush(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&] { return (new StorageWorker(env, disk_ptr(env), env.Undefined()))->Start(); });
+  }
+  Napi::Value StorageStats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      Guarded& g = live(env);
+      if (!g.disk) return env.Null();
+      std::lock_guard<std::mutex> lk(g.mu);
+      const auto tables = g.disk->disk_tables();
+      Napi::Array a = Napi::Array::New(env, tables.size());
+      for (uint32_t t = 0; t < tables.size(); ++t) a.Set(t, tables[t] ? Napi::Value(disk_stats_object(env, *tables[t])) : env.Null());
+      return a;
+    });
+  }
+  EnginePtr disk_ptr(Napi::Env env) {
+    EnginePtr e = live_ptr(env);
+    if (!e->disk) throw_error(env, "INVALID_ARGUMENT", "this collection has no disk-backed table");
+    return e;
   }
 
   Napi::Value Dispose(const Napi::CallbackInfo& info) {

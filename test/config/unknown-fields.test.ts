@@ -51,6 +51,9 @@ describe('the collection config', () => {
     await rejects('optimizer.momentum', () => new EmbeddingCollection({ tables, optimizer: { type: 'sgd', lr: 0.1, momentum: 0.9 } as never }));
     await rejects('devcie', () => new EmbeddingCollection({ tables, devcie: 'cpu' } as never));
     await rejects('tables[0].init.std', () => new EmbeddingCollection({ tables: [{ name: 't', rows: 10, dim: 4, init: { type: 'uniform', std: 1 } as never }] }));
+    await rejects('tables[0].storage.cachebytes', () =>
+      new EmbeddingCollection({ tables: [{ name: 't', rows: 10, dim: 4, storage: { kind: 'disk', path: join(dir, 'st'), cacheBytes: 4096, cachebytes: 1 } as never }] }));
+    await rejects('tables[0].storage.path', () => new EmbeddingCollection({ tables: [{ name: 't', rows: 10, dim: 4, storage: { kind: 'memory', path: dir } as never }] }));
   });
 
   it('names an unknown load option', async () => {

@@ -1,0 +1,78 @@
+// row_cache.h — the bookkeeping of a disk-backed table's RAM cache: which row each slot holds, which
+// slots are dirty, and the eviction policy. Slots form `sets` sets of `ways` ways; row r may live only
+// in set r % sets. Per batch (one call of plan): every row of the batch gets a slot; a miss takes, in
+// its set, an empty way if there is one, else the way the policy ranks lowest among those the batch
+// does not use (LRU: least recently used batch; LFU: fewest batches used in, then least recent), ties
+// to the lowest way. The data (rows and state) lives elsewhere (the CPU engine's arenas); this class
+// holds none, so it is tested against a naive model of the same rules.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace embshard::storage {
+
+enum class Policy : uint8_t { LRU = 0, LFU = 1 };
+
+// Bytes of bookkeeping per slot (tag, last use, use count, pin, flags), counted against cacheBytes.
+constexpr uint64_t kSlotMetaBytes = 32;
+constexpr uint64_t kMaxWays = 16;
+
+struct CacheGeometry {
+  uint64_t slots = 0, ways = 0, sets = 0;
+};
+// The most slots of slotDataBytes + kSlotMetaBytes that fit in cacheBytes (never more than a multiple of
+// `ways` covering the table's rows); INVALID_CONFIG naming storage.cacheBytes when not even one fits.
+CacheGeometry cache_geometry(uint64_t cacheBytes, uint64_t slotDataBytes, uint64_t rows, const char* table);
+
+// A batch's placement: for each of its rows the slot, and for the misses the row each replaced.
+struct CachePlan {
+  std::vector<int64_t> slot;       // per batch row: its slot (-1: no room, only when best effort)
+  std::vector<uint32_t> miss;      // indices of the rows that were not resident
+  std::vector<uint64_t> victim;    // per miss: the row its slot held (kEmptySlot when none)
+  std::vector<uint8_t> victimDirty;
+};
+
+class RowCache {
+ public:
+  static constexpr uint64_t kEmptySlot = ~uint64_t(0);
+  RowCache(CacheGeometry g, Policy p);
+
+  const CacheGeometry& geometry() const { return g_; }
+  // Slot holding `row`, or -1.
+  int64_t find(uint64_t row) const;
+  // The set whose ways the batch's distinct `rows` overflow (more rows than ways), or -1; with *need.
+  int64_t overflowing_set(const uint64_t* rows, int64_t n, uint64_t* need);
+  // Places the distinct `rows`; nothing takes effect until commit (a plan that is dropped leaves the
+  // cache as it was). bestEffort: rows that find no way are left out (slot -1) instead of being
+  // impossible (the caller checked overflowing_set). respectPins: pinned slots are never victims.
+  void plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan& out);
+  // The plan's data moved: misses now hold their rows (clean); with `use` every placed row counts as
+  // used by this batch (a prefetch only places its misses, as most recent, with no use counted).
+  void commit(const uint64_t* rows, const CachePlan& p, bool use);
+  // Pins the slots of a plan (replacing the previous pins) / releases every pin.
+  void pin(const CachePlan& p);
+  void unpin() { pinEpoch_ = 0; }
+  void mark_dirty(int64_t slot) { dirty_[slot] = 1; }
+  void mark_clean(int64_t slot) { dirty_[slot] = 0; }
+  bool dirty(int64_t slot) const { return dirty_[slot] != 0; }
+  uint64_t tag(int64_t slot) const { return tag_[slot]; }
+
+ private:
+  bool pinned(uint64_t s) const { return pinEpoch_ != 0 && pin_[s] == pinEpoch_; }
+  // true when slot a ranks below slot b for eviction
+  bool colder(uint64_t a, uint64_t b) const;
+
+  CacheGeometry g_;
+  Policy policy_;
+  std::vector<uint64_t> tag_;
+  std::vector<uint64_t> tick_;   // batch clock of the last use
+  std::vector<uint32_t> uses_;   // batches used in (LFU)
+  std::vector<uint32_t> stamp_;  // plan epoch that placed a row here (one row per slot per batch)
+  std::vector<uint32_t> pin_;
+  std::vector<uint8_t> dirty_;
+  std::vector<uint16_t> demand_;  // per set, scratch of overflowing_set
+  uint32_t epoch_ = 0, pinEpoch_ = 0;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace embshard::storage
