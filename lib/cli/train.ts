@@ -33,6 +33,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   [--warmup N] [--decay-start N --decay-steps N]
   data:           [--max-rows N] (cap every table)  [--table-rows N] (arrow: rows per table)
                   [--seed 0] [--prefetch 4]
+                  [--dynamic-capacity N] (every table keyed by the raw ids, N rows held; one rank)
   evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
@@ -64,6 +65,7 @@ interface Args {
   decaySteps: number;
   maxRows?: number;
   tableRows?: number;
+  dynamicCapacity?: number;
   evalBatches: number;
   evalEvery?: number;
   evalData?: string;
@@ -126,6 +128,7 @@ function parse(argv: string[]): Args | string {
         case '--decay-steps': a.decaySteps = int(0); break;
         case '--max-rows': a.maxRows = int(); break;
         case '--table-rows': a.tableRows = int(); break;
+        case '--dynamic-capacity': a.dynamicCapacity = int(); break;
         case '--eval-batches': a.evalBatches = v === 'all' ? Infinity : int(0); break;
         case '--eval-data': a.evalData = v; break;
         case '--eval-split':
@@ -256,6 +259,8 @@ async function train(a: Args): Promise<number> {
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
     let trainer: Trainer;
     let planNote = '';
+    if (group && a.dynamicCapacity !== undefined)
+      throw new EmbshardError('INVALID_ARGUMENT', '--dynamic-capacity: dynamic tables train on one rank (the sharded runtime does not shard them)');
     if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
       planNote = `, sharded over ${group.size} rank(s) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
@@ -264,7 +269,10 @@ async function train(a: Args): Promise<number> {
         ...(a.precision ? { precision: a.precision } : {}),
       });
     } else {
-      const emb = embeddingsFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device });
+      const emb = embeddingsFor(data.train.features, data.tableRows, {
+        dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device,
+        ...(a.dynamicCapacity !== undefined ? { dynamicCapacity: a.dynamicCapacity } : {}),
+      });
       trainer = new Trainer({
         model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
       });

@@ -21,7 +21,8 @@ export interface EmbeddingModule {
   readonly learningRate: number;
   setLearningRate(lr: number): void;
   step: number;
-  forward(batch: JaggedBatch): Promise<EmbeddingOutput>;
+  /** `admit: false` (evaluation, prediction): dynamic tables admit no new ids. */
+  forward(batch: JaggedBatch, options?: { admit?: boolean }): Promise<EmbeddingOutput>;
   backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
   /**
@@ -42,9 +43,11 @@ export interface TablesForOptions {
   device?: string;
   /** Initial values uniform in ±initScale (default 1/√rows, DLRM's choice). */
   initScale?: number;
+  /** Every table dynamic (rows: 'dynamic', keyed by the raw ids) holding this many rows. */
+  dynamicCapacity?: number;
 }
 
-const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true });
+const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true, dynamicCapacity: true });
 
 /** One table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
 export function embeddingsFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): EmbeddingCollection {
@@ -54,7 +57,8 @@ export function embeddingsFor(features: readonly string[], rows: readonly number
   const tables: TableConfig[] = features.map((name, f) => {
     const n = rows[f]!;
     const scale = o.initScale ?? 1 / Math.sqrt(n);
-    return { name, rows: n, dim: o.dim, dtype: o.dtype ?? 'fp32', init: { type: 'uniform', low: -scale, high: scale } };
+    const size = o.dynamicCapacity === undefined ? { rows: n } : { rows: 'dynamic' as const, capacity: o.dynamicCapacity };
+    return { name, ...size, dim: o.dim, dtype: o.dtype ?? 'fp32', init: { type: 'uniform', low: -scale, high: scale } };
   });
   return new EmbeddingCollection({
     tables,
