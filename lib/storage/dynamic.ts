@@ -120,9 +120,12 @@ export class DynamicTables {
     this.checkFeatures(batch);
     const out = this.widen(batch.ids);
     const sinks: number[] = [];
-    for (const e of this.entries) {
-      const mine = Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0));
-      const r = await e.map.translate(batch.ids, batch.lengths, batch.batchSize, mine, out);
+    // the maps are independent and write disjoint positions of `out`: translated concurrently
+    const done = await Promise.all(
+      this.entries.map((e) => e.map.translate(batch.ids, batch.lengths, batch.batchSize, Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0)), out)),
+    );
+    for (const [k, e] of this.entries.entries()) {
+      const r = done[k]!;
       if (r.slots.length > 0) {
         engine.writeRows(e.table, r.slots, r.values);
         if (e.stateWidth > 0) engine.writeState(e.table, r.slots, new Float32Array(r.slots.length * e.stateWidth));

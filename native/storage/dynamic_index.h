@@ -1,7 +1,8 @@
 // dynamic_index.h — the two containers a dynamic table's id map is built from: an open-addressing hash
 // index from a raw 64-bit id to a 32-bit value (linear probing, backward-shift deletion, no tombstones),
-// and a lazy min-heap of (key, index) entries whose keys only grow, so a stale entry is recognised when it
-// surfaces and re-pushed with its current key (one entry per live index, no per-touch heap work).
+// a lazy min-heap of (key, index) entries whose keys only grow, so a stale entry is recognised when it
+// surfaces and re-pushed with its current key (one entry per live index, no per-touch heap work), and an
+// intrusive recency list (least recently used first; a touch moves an index to the end in O(1)).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -25,6 +26,13 @@ class IdIndex {
     size_ = 0;
   }
   uint64_t size() const { return size_; }
+
+  // Starts loading the bucket `key` probes first (a lookup of it follows shortly).
+  void prefetch(uint64_t key) const {
+    const uint64_t p = home(key);
+    __builtin_prefetch(&keys_[p]);
+    __builtin_prefetch(&vals_[p]);
+  }
 
   uint32_t find(uint64_t key) const {
     for (uint64_t p = home(key);; p = (p + 1) & mask_) {
@@ -105,6 +113,40 @@ class LazyHeap {
  private:
   static bool greater(const HeapEntry& a, const HeapEntry& b) { return a.k1 != b.k1 ? a.k1 > b.k1 : a.k2 > b.k2; }
   std::vector<HeapEntry> h_;
+};
+
+class RecencyList {
+ public:
+  static constexpr uint32_t kNone = 0xffffffffu;
+  void reset(uint32_t n) {
+    prev_.assign(n, kNone);
+    next_.assign(n, kNone);
+    head_ = tail_ = kNone;
+  }
+  uint32_t front() const { return head_; }
+  void push_back(uint32_t i) {
+    prev_[i] = tail_;
+    next_[i] = kNone;
+    if (tail_ != kNone) next_[tail_] = i;
+    else head_ = i;
+    tail_ = i;
+  }
+  void unlink(uint32_t i) {
+    const uint32_t p = prev_[i], n = next_[i];
+    if (p != kNone) next_[p] = n;
+    else head_ = n;
+    if (n != kNone) prev_[n] = p;
+    else tail_ = p;
+  }
+  void touch(uint32_t i) {
+    if (tail_ == i) return;
+    unlink(i);
+    push_back(i);
+  }
+
+ private:
+  std::vector<uint32_t> prev_, next_;
+  uint32_t head_ = kNone, tail_ = kNone;
 };
 
 }  // namespace embshard

@@ -2,11 +2,13 @@
 // (rules in dynamic_map.h).
 #include "storage/dynamic_map.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/checkpoint.h"
 #include "core/errors.h"
 #include "core/init.h"
+#include "core/parallel.h"
 
 namespace embshard {
 
@@ -25,6 +27,7 @@ DynamicMap::DynamicMap(const DynamicSpec& spec) : spec_(spec) {
   last_.assign(C, 0);
   used_.assign(C, 0);
   index_.reset(C);
+  if (spec.eviction == Eviction::Lru) recency_.reset(spec.capacity);
   if (spec.minCount > 1) {
     cid_.assign(spec.candidates, 0);
     ccount_.assign(spec.candidates, 0);
@@ -46,6 +49,15 @@ bool DynamicMap::live(const HeapEntry& e) const {
 
 uint32_t DynamicMap::take_slot() {
   if (size_ < spec_.capacity) return size_++;
+  if (spec_.eviction == Eviction::Lru) {
+    // rows used in this step were all moved behind the others: the oldest is unused unless all are used
+    const uint32_t s = recency_.front();
+    if (used_[s] == step_) return IdIndex::kNone;
+    recency_.unlink(s);
+    index_.erase(id_[s]);
+    ++stats_.evictions;
+    return s;
+  }
   while (!heap_.empty()) {
     HeapEntry e = heap_.pop();
     if (!live(e)) {
@@ -69,13 +81,22 @@ void DynamicMap::occupy(uint32_t s, uint64_t id, uint64_t count, Admitted& admit
   last_[s] = ++tick_;
   used_[s] = step_;
   index_.put(id, s);
-  heap_.push(key_of(s));
+  if (spec_.eviction == Eviction::Lru) recency_.push_back(s);
+  else heap_.push(key_of(s));
   ++stats_.admissions;
   admitted.slots.push_back(s);
-  const size_t D = spec_.dim, at = admitted.values.size();
-  admitted.values.resize(at + D);
-  for (size_t c = 0; c < D; ++c)
-    admitted.values[at + c] = init_value(spec_.init.kind, spec_.init.a, spec_.init.b, spec_.seed, spec_.table, id * D + c);
+  admitted.ids.push_back(id);
+}
+
+void DynamicMap::init_rows(Admitted& admitted) const {
+  const uint64_t D = spec_.dim;
+  admitted.values.resize(admitted.ids.size() * D);
+  const uint64_t stream = init_stream(spec_.seed, spec_.table);
+  parallel_for(static_cast<int64_t>(admitted.ids.size()), 64, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k)
+      for (uint64_t c = 0; c < D; ++c)
+        admitted.values[k * D + c] = init_value_at(spec_.init.kind, spec_.init.a, spec_.init.b, stream, admitted.ids[k] * D + c);
+  });
 }
 
 void DynamicMap::sight(uint64_t id) {
@@ -134,7 +155,9 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
       pos += len;
       continue;
     }
+    constexpr int64_t kAhead = 16;
     for (int64_t i = pos; i < pos + len; ++i) {
+      if (i + kAhead < pos + len) index_.prefetch(ids.at(i + kAhead));
       const uint64_t id = ids.at(i);
       ++tick_;
       const uint32_t s = index_.find(id);
@@ -143,6 +166,7 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
         ++count_[s];
         last_[s] = tick_;
         used_[s] = step_;
+        if (spec_.eviction == Eviction::Lru) recency_.touch(s);
         out[i] = s;
         continue;
       }
@@ -177,6 +201,7 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
   }
   for (const HeapEntry& e : aside_) heap_.push(e);
   aside_.clear();
+  init_rows(admitted);
   // pass 3: misses read their new slot, or the sink
   pos = 0;
   for (int64_t f = 0; f < F; ++f) {
@@ -204,9 +229,16 @@ void DynamicMap::lookup(const RawIds& ids, int64_t* slots) const {
   }
 }
 
-void DynamicMap::rebuild_heaps() {
+void DynamicMap::rebuild_order() {
   heap_.clear();
-  for (uint32_t s = 0; s < size_; ++s) heap_.push(key_of(s));
+  if (spec_.eviction == Eviction::Lru) {
+    std::vector<uint32_t> order(size_);
+    for (uint32_t s = 0; s < size_; ++s) order[s] = s;
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return last_[a] < last_[b]; });
+    for (uint32_t s : order) recency_.push_back(s);
+  } else {
+    for (uint32_t s = 0; s < size_; ++s) heap_.push(key_of(s));
+  }
   pendingHeap_.clear();
   for (uint32_t c = 0; c < cid_.size(); ++c)
     if (ccount_[c] != 0) pendingHeap_.push(HeapEntry{0, clast_[c], c});
@@ -268,7 +300,7 @@ void DynamicMap::deserialize(const uint8_t* data, size_t n) {
     m.clast_[c] = p[2];
     m.pendingIndex_.put(p[0], c);
   }
-  m.rebuild_heaps();
+  m.rebuild_order();
   *this = std::move(m);
 }
 

@@ -59,6 +59,7 @@ struct RawIds {
 // What one step admitted: the rows the engine must initialise (slots, init values [n × dim]).
 struct Admitted {
   std::vector<int64_t> slots;
+  std::vector<uint64_t> ids;
   std::vector<float> values;
   uint64_t sinkIds = 0;  // occurrences that read the sink (not held after admission)
 };
@@ -94,9 +95,10 @@ class DynamicMap {
   // A slot for a new id: a free one, else the coldest row not used in step `step`; kNone when none.
   uint32_t take_slot();
   void occupy(uint32_t s, uint64_t id, uint64_t count, Admitted& admitted);
+  void init_rows(Admitted& admitted) const;  // values of the admitted rows, in parallel
   void sight(uint64_t id);
   void forget_candidate(uint64_t id);
-  void rebuild_heaps();
+  void rebuild_order();
 
   DynamicSpec spec_;
   DynamicStats stats_;
@@ -106,7 +108,8 @@ class DynamicMap {
   // per slot
   std::vector<uint64_t> id_, count_, last_, used_;  // used_: the step that last used it
   IdIndex index_;
-  LazyHeap heap_;
+  RecencyList recency_;  // LRU: rows by last use, oldest first
+  LazyHeap heap_;        // LFU: rows by (count, last use)
   std::vector<HeapEntry> aside_;  // rows used in this step, popped while looking for a victim
   // candidates (minCount > 1)
   std::vector<uint64_t> cid_, ccount_, clast_;
