@@ -23,9 +23,7 @@ DynamicMap::DynamicMap(const DynamicSpec& spec) : spec_(spec) {
   if (spec.minCount > 1 && spec.candidates == 0) fail("INVALID_CONFIG", "admission.candidates must be at least 1");
   const size_t C = spec.capacity;
   id_.assign(C, 0);
-  count_.assign(C, 0);
-  last_.assign(C, 0);
-  used_.assign(C, 0);
+  meta_.assign(C, Meta{});
   index_.reset(C);
   if (spec.eviction == Eviction::Lru) recency_.reset(spec.capacity);
   if (spec.minCount > 1) {
@@ -39,7 +37,7 @@ DynamicMap::DynamicMap(const DynamicSpec& spec) : spec_(spec) {
 }
 
 HeapEntry DynamicMap::key_of(uint32_t s) const {
-  return HeapEntry{spec_.eviction == Eviction::Lfu ? count_[s] : 0, last_[s], s};
+  return HeapEntry{spec_.eviction == Eviction::Lfu ? meta_[s].count : 0, meta_[s].last, s};
 }
 
 bool DynamicMap::live(const HeapEntry& e) const {
@@ -52,7 +50,7 @@ uint32_t DynamicMap::take_slot() {
   if (spec_.eviction == Eviction::Lru) {
     // rows used in this step were all moved behind the others: the oldest is unused unless all are used
     const uint32_t s = recency_.front();
-    if (used_[s] == step_) return IdIndex::kNone;
+    if (meta_[s].used == step_) return IdIndex::kNone;
     recency_.unlink(s);
     index_.erase(id_[s]);
     ++stats_.evictions;
@@ -64,7 +62,7 @@ uint32_t DynamicMap::take_slot() {
       heap_.push(key_of(e.index));  // keys only grow: re-queue with the current one
       continue;
     }
-    if (used_[e.index] == step_) {
+    if (meta_[e.index].used == step_) {
       aside_.push_back(e);  // used in this step: never evicted
       continue;
     }
@@ -77,9 +75,9 @@ uint32_t DynamicMap::take_slot() {
 
 void DynamicMap::occupy(uint32_t s, uint64_t id, uint64_t count, Admitted& admitted) {
   id_[s] = id;
-  count_[s] = count;
-  last_[s] = ++tick_;
-  used_[s] = step_;
+  meta_[s].count = count;
+  meta_[s].last = ++tick_;
+  meta_[s].used = step_;
   index_.put(id, s);
   if (spec_.eviction == Eviction::Lru) recency_.push_back(s);
   else heap_.push(key_of(s));
@@ -163,10 +161,14 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
       const uint32_t s = index_.find(id);
       if (s != IdIndex::kNone) {
         ++stats_.hits;
-        ++count_[s];
-        last_[s] = tick_;
-        used_[s] = step_;
-        if (spec_.eviction == Eviction::Lru) recency_.touch(s);
+        Meta& m = meta_[s];
+        if (spec_.eviction == Eviction::Lru && m.used != step_) {
+          recency_.unlink(s);  // back in, by last use, once the step's hits are known
+          touched_.push_back(s);
+        }
+        ++m.count;
+        m.last = tick_;
+        m.used = step_;
         out[i] = s;
         continue;
       }
@@ -183,6 +185,13 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
       if (spec_.minCount > 1) sight(id);
     }
     pos += len;
+  }
+  // LRU: the rows hit in this step go back behind the others, in order of last use; the front of the
+  // list is then the coldest row not used in this step (admissions below get later ticks still)
+  if (spec_.eviction == Eviction::Lru) {
+    std::sort(touched_.begin(), touched_.end(), [&](uint32_t a, uint32_t b) { return meta_[a].last < meta_[b].last; });
+    for (uint32_t s : touched_) recency_.push_back(s);
+    touched_.clear();
   }
   // pass 2: admissions in order of first occurrence
   aside_.clear();
@@ -234,7 +243,7 @@ void DynamicMap::rebuild_order() {
   if (spec_.eviction == Eviction::Lru) {
     std::vector<uint32_t> order(size_);
     for (uint32_t s = 0; s < size_; ++s) order[s] = s;
-    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return last_[a] < last_[b]; });
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return meta_[a].last < meta_[b].last; });
     for (uint32_t s : order) recency_.push_back(s);
   } else {
     for (uint32_t s = 0; s < size_; ++s) heap_.push(key_of(s));
@@ -251,7 +260,7 @@ std::vector<uint8_t> DynamicMap::serialize() const {
   std::vector<uint64_t> w = {kMagic,           kVersion,       spec_.capacity,    spec_.minCount,     spec_.candidates,
                              static_cast<uint64_t>(spec_.eviction), spec_.dim, tick_, step_, size_,
                              stats_.hits,      stats_.misses,  stats_.admissions, stats_.evictions,   pendingIndex_.size()};
-  for (uint32_t s = 0; s < size_; ++s) w.insert(w.end(), {id_[s], count_[s], last_[s]});
+  for (uint32_t s = 0; s < size_; ++s) w.insert(w.end(), {id_[s], meta_[s].count, meta_[s].last});
   for (uint32_t c = 0; c < cid_.size(); ++c)
     if (ccount_[c] != 0) w.insert(w.end(), {cid_[c], ccount_[c], clast_[c]});
   std::vector<uint8_t> out(w.size() * 8 + 4);
@@ -286,8 +295,8 @@ void DynamicMap::deserialize(const uint8_t* data, size_t n) {
   for (uint32_t s = 0; s < size; ++s, p += 3) {
     if (m.index_.find(p[0]) != IdIndex::kNone) fail("CHECKPOINT_CORRUPT", "dynamic table map: an id is held twice");
     m.id_[s] = p[0];
-    m.count_[s] = p[1];
-    m.last_[s] = p[2];
+    m.meta_[s].count = p[1];
+    m.meta_[s].last = p[2];
     m.index_.put(p[0], s);
   }
   for (uint64_t k = 0; k < pending; ++k, p += 3) {

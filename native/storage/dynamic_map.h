@@ -106,9 +106,17 @@ class DynamicMap {
   uint64_t step_ = 0;
   uint32_t size_ = 0;
   // per slot
-  std::vector<uint64_t> id_, count_, last_, used_;  // used_: the step that last used it
+  // per slot: its id, and what a hit updates kept together (one cache line per touch)
+  struct Meta {
+    uint64_t count = 0;
+    uint64_t last = 0;  // tick of the last use
+    uint64_t used = 0;  // the step that last used it
+  };
+  std::vector<uint64_t> id_;
+  std::vector<Meta> meta_;
+  std::vector<uint32_t> touched_;  // LRU: rows used in this step, out of the recency list until it ends
   IdIndex index_;
-  RecencyList recency_;  // LRU: rows by last use, oldest first
+  RecencyList recency_;  // LRU: rows not used in this step by last use, oldest first
   LazyHeap heap_;        // LFU: rows by (count, last use)
   std::vector<HeapEntry> aside_;  // rows used in this step, popped while looking for a victim
   // candidates (minCount > 1)
