@@ -1,11 +1,13 @@
 // dynamic.test.ts — dynamic tables (rows: 'dynamic') against a naive oracle: raw 64-bit ids from a pool
 // far larger than the capacity (uniform and Zipf), multi-step training with every optimizer and pooling,
 // LRU / LFU eviction, admission after minCount sightings; held ids, stats, rows and optimizer state
-// compared with the naive map + naive math after every step.
+// compared with the naive map + naive math after every step. On the CPU and, where one is usable (or
+// emulated: scripts/test-cuda-emu.mjs), on cuda:0 (the slot table then lives in device memory).
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import type { OptimizerConfig } from '../../lib/index.js';
 import { Oracle, rng, worst, type OBatch, type OTable, type Pool } from '../embedding/oracle.js';
+import { testDevices } from '../embedding/devices.js';
 import { NaiveDynamicMap, initRow, type NaiveSpec } from './dynamic-oracle.js';
 
 const DIM = 4;
@@ -19,6 +21,7 @@ export interface Case {
   spec: NaiveSpec;
   zipf: boolean;
   weights: boolean;
+  device?: string;
 }
 
 /** A pool of distinct raw 64-bit ids (any bit pattern, negative as BigInt64 included). */
@@ -39,6 +42,7 @@ export function dynamicPair(c: Case) {
     ],
     optimizer: c.opt,
     seed: SEED,
+    device: c.device ?? 'cpu',
   });
   const U = 2000; // oracle rows: every admission takes a fresh one; row 0 is the sink
   const nState = c.opt.type === 'adam' ? 2 : c.opt.type === 'sgd' ? 0 : 1;
@@ -162,24 +166,27 @@ const OPTS: OptimizerConfig[] = [
 ];
 const POOLS: Pool[] = ['sum', 'mean', 'none'];
 
-describe('dynamic tables vs a naive map and naive math', () => {
-  let k = 0;
-  for (const opt of OPTS)
-    for (const pooling of POOLS) {
-      const i = k++;
-      const spec: NaiveSpec = { capacity: 24, minCount: i % 3 === 2 ? 2 : 1, candidates: i % 3 === 2 ? 30 : 24, eviction: i % 2 ? 'lfu' : 'lru' };
-      const c: Case = { opt, pooling, dtype: 'fp32', spec, zipf: i % 4 < 2, weights: pooling !== 'none' && i % 2 === 0 };
-      it(`${opt.type} / ${pooling} / ${spec.eviction} minCount ${spec.minCount} / ${c.zipf ? 'zipf' : 'uniform'} ids`, async () => {
-        await runCase(c, 100 + i, 8);
-      });
-    }
+for (const { device, skip } of testDevices())
+  describe.skipIf(skip)(`dynamic tables vs a naive map and naive math (${device})`, () => {
+    let k = 0;
+    for (const opt of OPTS)
+      for (const pooling of POOLS) {
+        const i = k++;
+        // the CPU runs every optimizer × pooling; a CUDA device one pooling per optimizer (emulated kernels are slow)
+        if (device !== 'cpu' && i % 3 !== Math.floor(i / 3) % 3) continue;
+        const spec: NaiveSpec = { capacity: 24, minCount: i % 3 === 2 ? 2 : 1, candidates: i % 3 === 2 ? 30 : 24, eviction: i % 2 ? 'lfu' : 'lru' };
+        const c: Case = { opt, pooling, dtype: 'fp32', spec, zipf: i % 4 < 2, weights: pooling !== 'none' && i % 2 === 0, device };
+        it(`${opt.type} / ${pooling} / ${spec.eviction} minCount ${spec.minCount} / ${c.zipf ? 'zipf' : 'uniform'} ids`, async () => {
+          await runCase(c, 100 + i, 8);
+        });
+      }
 
-  it('fp16 and bf16 storage (round to nearest) under adam and LFU with minCount 3', async () => {
-    for (const dtype of ['fp16', 'bf16'] as const)
-      await runCase({ opt: { type: 'adam', lr: 0.05 }, pooling: 'sum', dtype, spec: { capacity: 16, minCount: 3, candidates: 8, eviction: 'lfu' }, zipf: true, weights: false }, 7, 8);
-  });
+    it('fp16 and bf16 storage (round to nearest) under adam and LFU with minCount 3', async () => {
+      for (const dtype of ['fp16', 'bf16'] as const)
+        await runCase({ opt: { type: 'adam', lr: 0.05 }, pooling: 'sum', dtype, spec: { capacity: 16, minCount: 3, candidates: 8, eviction: 'lfu' }, zipf: true, weights: false, device }, 7, 8);
+    });
 
-  it('a capacity of one row: every step but its first admission reads zero for the rest', async () => {
-    await runCase({ opt: { type: 'sgd', lr: 0.1 }, pooling: 'sum', dtype: 'fp32', spec: { capacity: 1, minCount: 1, candidates: 1, eviction: 'lru' }, zipf: false, weights: false }, 9, 5);
+    it('a capacity of one row: after its first admission every other id reads zero', async () => {
+      await runCase({ opt: { type: 'sgd', lr: 0.1 }, pooling: 'sum', dtype: 'fp32', spec: { capacity: 1, minCount: 1, candidates: 1, eviction: 'lru' }, zipf: false, weights: false, device }, 9, 5);
+    });
   });
-});
