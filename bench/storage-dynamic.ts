@@ -9,6 +9,7 @@
 // their ratio (the form of the target: ≥ 60% of the dense step rate) holds on a loaded machine.
 import { EmbeddingCollection, JaggedBatch } from '../lib/index.js';
 import type { TableConfig } from '../lib/index.js';
+import { Rng } from '../lib/random/rng.js';
 import { zipfParams, zipfRank } from '../lib/random/zipf.js';
 import { machine, table, writeResults } from './report.js';
 
@@ -19,22 +20,12 @@ const WARM = 6;
 const TARGET = 0.6;
 const SCRAMBLE = 0x9e3779b97f4a7c15n; // odd: multiplication mod 2^64 is a bijection
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296;
-  };
-}
-
 interface Case { name: string; dist: 'uniform' | number; rows: number; space: number }
 
 /** Batches of the dense table (ids mod rows) and of the dynamic one (the full id, scrambled). */
 function batches(c: Case, count: number, seed: number): { dense: JaggedBatch[]; dynamic: JaggedBatch[] } {
-  const r = rng(seed);
+  const g = new Rng(seed);
+  const r = () => g.float();
   const zp = typeof c.dist === 'number' ? zipfParams(c.space, c.dist) : undefined;
   const features = Array.from({ length: T }, (_, t) => `f${t}`);
   const lengths = new Int32Array(T * B).fill(L);
