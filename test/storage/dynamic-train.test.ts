@@ -39,6 +39,9 @@ describe('dynamic tables in the Trainer', () => {
       await b.evaluate([src.batch(1001)]);
       expect(emb.stats()).toEqual(before);
       expect(Object.values(before).every((s) => s.evictions === 0 && s.admissions === s.rows)).toBe(true);
+      // a dynamic table has no id range: the model's inputs (serving's id checks) are not derived from it
+      expect(b.inputs).toBeUndefined();
+      expect(a.inputs?.tableRows).toEqual(src.tableRows);
     });
 });
 
