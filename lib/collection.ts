@@ -197,6 +197,7 @@ export class EmbeddingCollection extends EngineOwner {
       const a = this.backwardArgs(out, grads, options);
       return this.enqueue(async () => {
         const engine = this.live();
+        this.checkFresh(a.dynamic); // a forward queued before this backward may have evicted rows
         const r = await engine.backward(a.native, a.pooled, a.seq, a.prepared);
         if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
         this.consumed(engine, out, a.consume);
@@ -346,8 +347,7 @@ export class EmbeddingCollection extends EngineOwner {
       // slots are only meaningful for the map state the forward saw
       if (!own || !p.dynamic)
         throw new EmbshardError('INVALID_ARGUMENT', 'a collection with dynamic tables needs the output of its own forward() in backward()');
-      if (p.dynamic.version !== this.dynamic.version())
-        throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: dynamic tables evicted rows since its forward; run forward() again');
+      this.checkFresh(p.dynamic);
     }
     return {
       dynamic: own ? p.dynamic : undefined,
@@ -357,6 +357,12 @@ export class EmbeddingCollection extends EngineOwner {
       seq,
       consume: own && options.keepOutput !== true,
     };
+  }
+
+  /** A forward's slots are meaningful only while no later forward evicted rows (checked again when the backward runs). */
+  private checkFresh(step: DynamicStep | undefined): void {
+    if (step && step.version !== this.dynamic!.version())
+      throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: dynamic tables evicted rows since its forward; run forward() again');
   }
 
   /** After a successful backward: the output has been used; unless kept, its memory goes back to the engine. */

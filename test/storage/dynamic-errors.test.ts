@@ -104,6 +104,12 @@ describe('bad input to a collection with a dynamic table', () => {
     await rejects(ec.backward(out, { pooled: new Float32Array(ec.pooledDim).fill(1) }), 'INVALID_ARGUMENT', 'stale');
     expect(snap()).toEqual(mid);
     await ec.backward(evicting, { pooled: new Float32Array(ec.pooledDim).fill(1) });
+    // the same when the evicting forward is only queued when backward is called
+    const first = await ec.forward(JaggedBatch.fromLengths({ features: ['a', 's'], batchSize: 1, lengths: Int32Array.of(1, 0), ids: BigInt64Array.of(100n) }));
+    const queued = ec.forward(JaggedBatch.fromLengths({ features: ['a', 's'], batchSize: 1, lengths: Int32Array.of(4, 0), ids: BigInt64Array.of(200n, 201n, 202n, 203n) }));
+    const late = ec.backward(first, { pooled: new Float32Array(ec.pooledDim).fill(1) });
+    await queued;
+    await rejects(late, 'INVALID_ARGUMENT', 'stale');
     ec.dispose();
   });
 
