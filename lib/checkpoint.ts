@@ -1,6 +1,7 @@
 // checkpoint.ts — the checkpoint directory format and its atomic write / verified read.
 //   <dir>/manifest.json  { format: 'embshard.checkpoint', version: 1, config, step, payload: { file, bytes, crc32c } }
 //   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
+//   <dir>/dynamic-<t>.bin the id map of each dynamic table (lib/storage/dynamic.ts), when there are any
 // A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with renames,
 // so a crash leaves either the old checkpoint or the new one, never a torn one.
 import { randomBytes } from 'node:crypto';
@@ -12,12 +13,22 @@ import type { ResolvedConfig } from './config.js';
 export const PAYLOAD_FILE = 'tables.bin';
 export const MANIFEST_FILE = 'manifest.json';
 
+/** One dynamic table's id map in a checkpoint folder. */
+export interface DynamicPayload {
+  table: string;
+  file: string;
+  bytes: number;
+  crc32c: number;
+}
+
 export interface Manifest {
   format: 'embshard.checkpoint';
   version: 1;
   config: ResolvedConfig;
   step: number;
   payload: { file: string; bytes: number; crc32c: number };
+  /** the id maps of the collection's dynamic tables */
+  dynamic?: DynamicPayload[];
   /** extra state written by higher layers (trainer, sharded runtime) */
   extra?: Record<string, unknown>;
 }

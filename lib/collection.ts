@@ -3,6 +3,8 @@
 // event loop and are queued per collection (never interleaved); sync twins exist for pipelines. A
 // forward output remembers its engine-side prepared batch; its backward reuses that and then hands the
 // output's memory back to the engine, so a plain forward → backward loop reuses the same buffers.
+// Dynamic tables (rows: 'dynamic') go through lib/storage/dynamic.ts: their raw ids become slots of the
+// engine table before the engine sees the batch.
 import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
@@ -10,10 +12,11 @@ import { JaggedBatch } from './batch.js';
 import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
 import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
-import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
+import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
+import { DynamicTables, type DynamicStep, type DynamicTableStats } from './storage/dynamic.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -50,6 +53,14 @@ export interface BackwardOptions {
    * garbage-collected.
    */
   keepOutput?: boolean;
+}
+
+export interface ForwardOptions {
+  /**
+   * Dynamic tables: admit new ids (and evict rows to make room) — default true, the training forward.
+   * false (evaluation, prediction): ids without a row read zero and nothing changes.
+   */
+  admit?: boolean;
 }
 
 export interface BackwardResult {
@@ -93,7 +104,9 @@ export class EmbeddingCollection extends EngineOwner {
 
   private readonly tableIndex = new Map<string, number>();
   /** what forward() left for the backward of each output it returned: the native batch and its prepared handle */
-  private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch }>();
+  private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch; dynamic?: DynamicStep }>();
+  /** the dynamic tables (rows: 'dynamic'), when there are any */
+  private readonly dynamic: DynamicTables | undefined;
 
   constructor(config: CollectionConfig);
   /** @internal used by load(): an engine with zeroed tables */
@@ -106,6 +119,8 @@ export class EmbeddingCollection extends EngineOwner {
     const addon = resolveBackend(this.device);
     makeStorageDirs(this.config.tables);
     this.engine = new addon.Engine(native, this.device, nativeStorage(this.config.tables));
+    this.dynamic = DynamicTables.of(this.config, addon);
+    this.dynamic?.resetSinks(this.engine, this.config.tables.flatMap((t, i) => (t.dynamic ? [i] : [])));
     let offset = 0;
     this.featureInfo = native.features.map((f) => {
       const t = this.config.tables[f.table]!;
@@ -121,16 +136,40 @@ export class EmbeddingCollection extends EngineOwner {
 
 
   /** Looks up every feature of the batch; resolves when done, off the event loop. */
-  forward(batch: JaggedBatch): Promise<ForwardOutput> {
+  forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<ForwardOutput> {
     return this.rejecting(() => {
       const nb = this.nativeBatch(batch);
-      return this.enqueue(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
+      rejectUnknownFields(options, ['admit'], 'forward options', 'INVALID_ARGUMENT');
+      const dyn = this.dynamic;
+      if (!dyn) return this.enqueue(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
+      return this.enqueue(async () => {
+        const engine = this.live();
+        const step = options.admit === false ? dyn.lookupBatch(batch) : await dyn.translate(batch, engine);
+        return this.wrapForward(batch, step.native, await engine.forward(step.native), step);
+      });
     });
   }
 
   forwardSync(batch: JaggedBatch): ForwardOutput {
     const nb = this.nativeBatch(batch);
+    if (this.dynamic) {
+      const step = this.dynamic.lookupBatch(batch);
+      return this.wrapForward(batch, step.native, this.live().forwardSync(step.native), step);
+    }
     return this.wrapForward(batch, nb, this.live().forwardSync(nb));
+  }
+
+  /** Per dynamic table (rows: 'dynamic'): hits, misses, admissions, evictions and rows held. */
+  stats(): Record<string, DynamicTableStats> {
+    this.live();
+    return this.dynamic?.stats() ?? {};
+  }
+
+  /** The raw ids a dynamic table holds rows for (in slot order). */
+  heldIds(table: string): BigInt64Array {
+    const t = this.table(table);
+    if (!this.dynamic?.has(t)) throw new EmbshardError('INVALID_ARGUMENT', `table '${table}' is not dynamic`);
+    return this.dynamic.heldIds(t);
   }
 
   /**
@@ -161,7 +200,9 @@ export class EmbeddingCollection extends EngineOwner {
       const a = this.backwardArgs(out, grads, options);
       return this.enqueue(async () => {
         const engine = this.live();
+        this.checkFresh(a.dynamic); // a forward queued before this backward may have evicted rows
         const r = await engine.backward(a.native, a.pooled, a.seq, a.prepared);
+        if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
         this.consumed(engine, out, a.consume);
         return r;
       });
@@ -172,23 +213,30 @@ export class EmbeddingCollection extends EngineOwner {
     const a = this.backwardArgs(out, grads, options);
     const engine = this.live();
     const r = engine.backwardSync(a.native, a.pooled, a.seq, a.prepared);
+    if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
     this.consumed(engine, out, a.consume);
     return r;
   }
 
-  /** Rows of a table in fp32: [ids.length × dim]. Waits for a running step. */
+  /**
+   * Rows of a table in fp32: [ids.length × dim]. Waits for a running step. A dynamic table takes raw ids;
+   * an id without a row reads zero.
+   */
   readRows(table: string, ids: Ids): Float32Array {
     const t = this.table(table);
-    const big = toBigIds(ids);
+    const big = this.rowIds(t, ids, false);
     const out = new Float32Array(big.length * this.config.tables[t]!.dim);
     this.live().readRows(t, big, out);
     return out;
   }
 
-  /** Overwrites rows (values [ids.length × dim], rounded to the table dtype). Duplicate ids: last wins. */
+  /**
+   * Overwrites rows (values [ids.length × dim], rounded to the table dtype). Duplicate ids: last wins.
+   * A dynamic table's ids must have rows (ID_OUT_OF_RANGE otherwise).
+   */
   writeRows(table: string, ids: Ids, values: Float32Array): void {
     const t = this.table(table);
-    this.live().writeRows(t, toBigIds(ids), values);
+    this.live().writeRows(t, this.rowIds(t, ids, true), values);
   }
 
   /** Floats of optimizer state per row of a table. */
@@ -199,14 +247,15 @@ export class EmbeddingCollection extends EngineOwner {
   /** Optimizer state of rows: [ids.length × stateWidth] (adam: m then v). */
   readState(table: string, ids: Ids): Float32Array {
     const t = this.table(table);
-    const big = toBigIds(ids);
+    const big = this.rowIds(t, ids, false);
     const out = new Float32Array(big.length * this.stateWidth(table));
     this.live().readState(t, big, out);
     return out;
   }
 
   writeState(table: string, ids: Ids, values: Float32Array): void {
-    this.live().writeState(this.table(table), toBigIds(ids), values);
+    const t = this.table(table);
+    this.live().writeState(t, this.rowIds(t, ids, true), values);
   }
 
   /**
@@ -247,12 +296,14 @@ export class EmbeddingCollection extends EngineOwner {
         const engine = this.live();
         if (engine.storageStats() !== null) await engine.flush();
         const payload = await engine.savePayload(join(tmp, PAYLOAD_FILE));
+        const dynamic = await this.dynamic?.save(tmp);
         const manifest: Manifest = {
           format: 'embshard.checkpoint',
           version: 1,
           config: this.config,
           step: engine.step,
           payload: { file: PAYLOAD_FILE, ...payload },
+          ...(dynamic ? { dynamic } : {}),
           ...(extra ? { extra } : {}),
         };
         return manifest;
@@ -270,13 +321,14 @@ export class EmbeddingCollection extends EngineOwner {
     let ec: EmbeddingCollection;
     try {
       const tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
-      ec = new EmbeddingCollection({ ...m.config, tables, device: options.device ?? m.config.device }, { initialize: false });
+      ec = new EmbeddingCollection({ ...configOf({ ...m.config, tables }), device: options.device ?? m.config.device }, { initialize: false });
     } catch (e) {
       if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED' || e.code === 'IO_ERROR')) throw e;
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': its config is invalid: ${(e as Error).message}`);
     }
     try {
       await ec.live().loadPayload(join(dir, m.payload.file), m.payload.bytes, m.payload.crc32c);
+      await ec.dynamic?.load(dir, m.dynamic);
       ec.step = m.step;
     } catch (e) {
       ec.dispose();
@@ -293,19 +345,26 @@ export class EmbeddingCollection extends EngineOwner {
     return t;
   }
 
+  /** The engine's row ids of `ids` in table t: a dynamic table's raw ids become slots (`held`: all must have one). */
+  private rowIds(t: number, ids: Ids, held: boolean): BigInt64Array {
+    const big = toBigIds(ids);
+    if (!this.dynamic?.has(t)) return big;
+    return held ? this.dynamic.heldSlots(t, big) : this.dynamic.slots(t, big);
+  }
+
   private nativeBatch(batch: JaggedBatch): NativeBatch {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     this.live();
     return batch.toNative();
   }
 
-  private wrapForward(batch: JaggedBatch, native: NativeBatch, r: NativeForwardResult): ForwardOutput {
+  private wrapForward(batch: JaggedBatch, native: NativeBatch, r: NativeForwardResult, dynamic?: DynamicStep): ForwardOutput {
     const sequences: Record<string, SequenceOutput> = {};
     this.featureInfo.forEach((f, i) => {
       if (f.pooling === 'none') sequences[f.name] = { values: r.sequences[i]!, lengths: batch.feature(f.name).lengths };
     });
     const out: ForwardOutput = { pooled: r.pooled, sequences, batch };
-    this.pending.set(out, { batch, native, prepared: r.prepared });
+    this.pending.set(out, { batch, native, prepared: r.prepared, ...(dynamic ? { dynamic } : {}) });
     return out;
   }
 
@@ -323,13 +382,26 @@ export class EmbeddingCollection extends EngineOwner {
     // the output exactly as this collection's forward returned it (same batch): reuse its prepared batch
     const p = this.pending.get(out);
     const own = p !== undefined && p.batch === out.batch;
+    if (this.dynamic) {
+      // slots are only meaningful for the map state the forward saw
+      if (!own || !p.dynamic)
+        throw new EmbshardError('INVALID_ARGUMENT', 'a collection with dynamic tables needs the output of its own forward() in backward()');
+      this.checkFresh(p.dynamic);
+    }
     return {
+      dynamic: own ? p.dynamic : undefined,
       native: own ? p.native : this.nativeBatch(out.batch),
       prepared: own ? p.prepared : undefined,
       pooled: grads.pooled ?? null,
       seq,
       consume: own && options.keepOutput !== true,
     };
+  }
+
+  /** A forward's slots are meaningful only while no later forward evicted rows (checked again when the backward runs). */
+  private checkFresh(step: DynamicStep | undefined): void {
+    if (step && step.version !== this.dynamic!.version())
+      throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: dynamic tables evicted rows since its forward; run forward() again');
   }
 
   /** After a successful backward: the output has been used; unless kept, its memory goes back to the engine. */

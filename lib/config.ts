@@ -4,15 +4,17 @@ import { EmbshardError } from './errors.js';
 import { fieldsOf, rejectUnknownFields } from './fields.js';
 import type { DType, NativeCollectionConfig, NativeInit, OptimizerType, Pooling } from './binding.js';
 import { resolveStorage, type ResolvedStorage, type StorageConfig } from './storage/config.js';
+import { dynamicFieldsOf, resolveDynamic, type DynamicTableFields, type ResolvedDynamic } from './storage/dynamic-config.js';
 
 export type InitConfig =
   | { type: 'uniform'; low?: number; high?: number }
   | { type: 'normal'; mean?: number; std?: number }
   | { type: 'constant'; value: number };
 
-export interface TableConfig {
+export interface TableConfig extends DynamicTableFields {
   name: string;
-  rows: number;
+  /** rows of ids 0 … rows-1, or 'dynamic': any 64-bit id, `capacity` rows held (lib/storage/dynamic-config.ts) */
+  rows: number | 'dynamic';
   dim: number;
   /** default 'sum' */
   pooling?: Pooling;
@@ -56,7 +58,14 @@ export interface CollectionConfig {
 }
 
 /** A table config with every default filled in. */
-export type ResolvedTable = Required<Omit<TableConfig, 'init' | 'storage'>> & { init: InitConfig; storage: ResolvedStorage };
+export type ResolvedTable = Required<Omit<TableConfig, 'init' | 'rows' | 'storage' | keyof DynamicTableFields>> & {
+  /** a dynamic table: its capacity */
+  rows: number;
+  init: InitConfig;
+  storage: ResolvedStorage;
+  /** present on dynamic tables only */
+  dynamic?: ResolvedDynamic;
+};
 export type ResolvedOptimizer = Required<OptimizerConfig>;
 
 export interface ResolvedConfig {
@@ -72,7 +81,9 @@ export const POOLINGS: readonly Pooling[] = ['sum', 'mean', 'none'];
 export const OPTIMIZERS: readonly OptimizerType[] = ['sgd', 'adagrad', 'rowwise_adagrad', 'adam'];
 
 const COLLECTION_FIELDS = fieldsOf<CollectionConfig>({ tables: true, optimizer: true, device: true, seed: true });
-const TABLE_FIELDS = fieldsOf<TableConfig>({ name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true, storage: true });
+const TABLE_FIELDS = fieldsOf<TableConfig>({
+  name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true, storage: true, capacity: true, admission: true, eviction: true,
+});
 const OPTIMIZER_FIELDS = fieldsOf<OptimizerConfig>({
   type: true, lr: true, eps: true, beta1: true, beta2: true, weightDecay: true, stochasticRounding: true, nonFinite: true,
 });
@@ -104,8 +115,10 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     if (typeof t.name !== 'string' || t.name.length === 0) bad('INVALID_CONFIG', `${where}.name must be a non-empty string`);
     if (names.has(t.name)) bad('INVALID_CONFIG', `two tables are named '${t.name}'`);
     names.add(t.name);
-    if (!Number.isSafeInteger(t.rows) || t.rows < 1 || t.rows > 2 ** 40)
-      bad('INVALID_SIZE', `table '${t.name}': rows must be an integer in [1, 2^40] (got ${t.rows})`);
+    const dynamic = resolveDynamic(t, where, t.name);
+    const rows = dynamic ? dynamic.capacity : t.rows;
+    if (typeof rows !== 'number' || !Number.isSafeInteger(rows) || rows < 1 || rows > 2 ** 40)
+      bad('INVALID_SIZE', `table '${t.name}': rows must be an integer in [1, 2^40] or 'dynamic' (got ${String(t.rows)})`);
     if (!Number.isSafeInteger(t.dim) || t.dim < 1 || t.dim > 65536)
       bad('INVALID_SIZE', `table '${t.name}': dim must be an integer in [1, 65536] (got ${t.dim})`);
     const dtype = t.dtype ?? 'fp32';
@@ -115,6 +128,7 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     if (!POOLINGS.includes(pooling)) bad('INVALID_CONFIG', `table '${t.name}': pooling must be sum | mean | none`);
     const idPolicy = t.idPolicy ?? 'error';
     if (idPolicy !== 'error' && idPolicy !== 'modulo') bad('INVALID_CONFIG', `table '${t.name}': idPolicy must be 'error' or 'modulo'`);
+    if (dynamic && idPolicy !== 'error') bad('INVALID_CONFIG', `${where}.idPolicy: table '${t.name}' is dynamic: every 64-bit id is valid, idPolicy does not apply`);
     const features = t.features ?? [t.name];
     if (!Array.isArray(features) || features.length === 0 || features.some((f) => typeof f !== 'string' || f.length === 0))
       bad('INVALID_CONFIG', `table '${t.name}': features must be a non-empty array of names`);
@@ -127,13 +141,15 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
         );
       featureOwner.set(f, t.name);
     }
-    const bound = 1 / Math.sqrt(t.rows);
+    const bound = 1 / Math.sqrt(rows);
     const init: InitConfig = t.init ?? { type: 'uniform', low: -bound, high: bound };
     if (typeof init !== 'object' || init === null || !Object.hasOwn(INIT_FIELDS, init.type))
       bad('INVALID_CONFIG', `table '${t.name}': init.type must be uniform | normal | constant`);
     rejectUnknownFields(init, INIT_FIELDS[init.type], `${where}.init`);
     const storage = resolveStorage(t.storage, where);
-    return { name: t.name, rows: t.rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init, storage };
+    if (dynamic && storage.kind === 'disk')
+      bad('INVALID_CONFIG', `${where}.storage: table '${t.name}' is dynamic; its rows live in memory (disk storage takes tables with numeric rows)`);
+    return { name: t.name, rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init, storage, ...(dynamic ? { dynamic } : {}) };
   });
   const o = config.optimizer ?? { type: 'sgd', lr: 0.01 };
   if (typeof o !== 'object' || o === null) bad('INVALID_CONFIG', 'optimizer must be an object');
@@ -163,7 +179,7 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
   return { tables, optimizer, device, seed };
 }
 
-function nativeInit(init: InitConfig, rows: number): NativeInit {
+export function nativeInit(init: InitConfig, rows: number): NativeInit {
   const bound = 1 / Math.sqrt(rows);
   switch (init.type) {
     case 'uniform':
@@ -178,12 +194,18 @@ function nativeInit(init: InitConfig, rows: number): NativeInit {
 export function toNativeConfig(c: ResolvedConfig, initialize: boolean): NativeCollectionConfig {
   const features = c.tables.flatMap((t, i) => t.features.map((name) => ({ name, table: i, pooling: t.pooling })));
   return {
-    tables: c.tables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: t.dtype, idPolicy: t.idPolicy, init: nativeInit(t.init, t.rows) })),
+    // a dynamic table's slot table has one more row: the sink (see lib/storage/dynamic.ts)
+    tables: c.tables.map((t) => ({ name: t.name, rows: t.dynamic ? t.rows + 1 : t.rows, dim: t.dim, dtype: t.dtype, idPolicy: t.idPolicy, init: nativeInit(t.init, t.rows) })),
     features,
     optimizer: { ...c.optimizer },
     seed: c.seed,
     initialize,
   };
+}
+
+/** The config that builds `c` again (a checkpoint keeps the resolved form; a dynamic table's is rows: 'dynamic'). */
+export function configOf(c: ResolvedConfig): CollectionConfig {
+  return { ...c, tables: c.tables.map(({ dynamic, ...t }) => (dynamic ? { ...t, ...dynamicFieldsOf(dynamic) } : t)) };
 }
 
 /** Optimizer-state floats per row (0 sgd, dim adagrad, 1 rowwise_adagrad, 2·dim adam). */

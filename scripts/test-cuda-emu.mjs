@@ -22,6 +22,7 @@ const SUITES = [
   'test/train/cuda-model.test.ts',
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
+  'test/storage/dynamic.test.ts',
   'test/sharded/group-nccl.test.ts',
   'test/herald/herald-cuda.test.ts',
   'test/storage/cuda-disk.test.ts',

@@ -35,6 +35,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   [--warmup N] [--decay-start N --decay-steps N]
   data:           [--max-rows N] (cap every table)  [--table-rows N] (arrow: rows per table)
                   [--seed 0] [--prefetch 4]
+                  [--dynamic-capacity N] (every table keyed by the raw ids, N rows held; one rank)
   evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
@@ -71,6 +72,7 @@ interface Args {
   decaySteps: number;
   maxRows?: number;
   tableRows?: number;
+  dynamicCapacity?: number;
   evalBatches: number;
   evalEvery?: number;
   evalData?: string;
@@ -138,6 +140,7 @@ function parse(argv: string[]): Args | string {
         case '--decay-steps': a.decaySteps = int(0); break;
         case '--max-rows': a.maxRows = int(); break;
         case '--table-rows': a.tableRows = int(); break;
+        case '--dynamic-capacity': a.dynamicCapacity = int(); break;
         case '--eval-batches': a.evalBatches = v === 'all' ? Infinity : int(0); break;
         case '--eval-data': a.evalData = v; break;
         case '--eval-split':
@@ -288,6 +291,8 @@ async function train(a: Args): Promise<number> {
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
     let trainer: Trainer;
     let planNote = '';
+    if (group && a.dynamicCapacity !== undefined)
+      throw new EmbshardError('INVALID_ARGUMENT', '--dynamic-capacity: dynamic tables train on one rank (the sharded runtime does not shard them)');
     if (group && a.storageDir !== undefined)
       throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: runs in one process without --plan (sharded disk-backed tables are not supported)');
     if (herald) {
@@ -310,6 +315,7 @@ async function train(a: Args): Promise<number> {
       const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
       const emb = embeddingsFor(data.train.features, data.tableRows, {
         dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, ...(storage ? { storage } : {}),
+        ...(a.dynamicCapacity !== undefined ? { dynamicCapacity: a.dynamicCapacity } : {}),
       });
       trainer = new Trainer({
         model: spec, embeddings: emb, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),

@@ -23,7 +23,8 @@ export interface EmbeddingModule {
   readonly learningRate: number;
   setLearningRate(lr: number): void;
   step: number;
-  forward(batch: JaggedBatch): Promise<EmbeddingOutput>;
+  /** `admit: false` (evaluation, prediction): dynamic tables admit no new ids. */
+  forward(batch: JaggedBatch, options?: { admit?: boolean }): Promise<EmbeddingOutput>;
   backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
   /**
@@ -51,9 +52,11 @@ export interface TablesForOptions {
   initScale?: number;
   /** Disk-backed tables under one RAM budget (lib/storage/budget.ts); default: every table in memory. */
   storage?: StorageBudget;
+  /** Every table dynamic (rows: 'dynamic', keyed by the raw ids) holding this many rows. */
+  dynamicCapacity?: number;
 }
 
-const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true, storage: true });
+const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: true, seed: true, dtype: true, device: true, initScale: true, storage: true, dynamicCapacity: true });
 
 /** The config of one table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
 export function tablesFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): CollectionConfig {
@@ -67,7 +70,8 @@ export function tablesFor(features: readonly string[], rows: readonly number[], 
   const tables: TableConfig[] = features.map((name, f) => {
     const n = rows[f]!;
     const scale = o.initScale ?? 1 / Math.sqrt(n);
-    return { name, rows: n, dim: o.dim, dtype, init: { type: 'uniform', low: -scale, high: scale }, ...(storage ? { storage: storage[f] } : {}) };
+    const size = o.dynamicCapacity === undefined ? { rows: n } : { rows: 'dynamic' as const, capacity: o.dynamicCapacity };
+    return { name, ...size, dim: o.dim, dtype, init: { type: 'uniform', low: -scale, high: scale }, ...(storage ? { storage: storage[f] } : {}) };
   });
   return {
     tables,

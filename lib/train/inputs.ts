@@ -20,10 +20,13 @@ export interface ModelInputs {
 
 const KEYS = new Set(['sparse', 'numDense', 'tableRows', 'hash']);
 
-/** Rows per pooled feature of a module that lists its tables (an EmbeddingCollection); undefined otherwise. */
+/**
+ * Rows per pooled feature of a module that lists its tables (an EmbeddingCollection); undefined otherwise,
+ * and for dynamic tables (rows: 'dynamic'), whose ids are any 64-bit value.
+ */
 function rowsOf(emb: EmbeddingModule): number[] | undefined {
-  const tables = (emb as { tables?: readonly { rows: number; features: readonly string[] }[] }).tables;
-  if (!Array.isArray(tables)) return undefined;
+  const tables = (emb as { tables?: readonly { rows: number; features: readonly string[]; dynamic?: unknown }[] }).tables;
+  if (!Array.isArray(tables) || tables.some((t) => t.dynamic)) return undefined;
   return emb.pooledFeatures.map((f) => tables.find((t) => t.features.includes(f))?.rows ?? NaN);
 }
 

@@ -325,7 +325,7 @@ export class Trainer {
       return Promise.reject(e);
     }
     return this.enqueue(async () => {
-      const out = await this.embeddings.forward(batch.sparse);
+      const out = await this.embeddings.forward(batch.sparse, { admit: false });
       const z = await this.dense.forward(batch.dense, out.pooled, batch.size);
       if (this.embeddings.release) await this.embeddings.release(out);
       const p = new Float32Array(z.length);
@@ -343,7 +343,7 @@ export class Trainer {
       for await (const b of batches as AsyncIterable<Batch>) {
         if (k++ >= max) break;
         this.checkBatch(b);
-        const out = await this.embeddings.forward(b.sparse);
+        const out = await this.embeddings.forward(b.sparse, { admit: false });
         const z = await this.dense.forward(b.dense, out.pooled, b.size);
         if (n + b.size > logits.length) {
           const cap = Math.max(2 * logits.length, n + b.size);

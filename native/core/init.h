@@ -12,14 +12,22 @@
 
 namespace embshard {
 
+// The per-table part of the init hash: hash3(seed, table, x) == mix64(init_stream(seed, table) ^ x).
+EMB_HD uint64_t init_stream(uint64_t seed, uint64_t table) { return mix64(mix64(seed) ^ table); }
+
+// Value of element `elem` of the table whose init_stream is `stream` (loops over many elements hoist it).
+EMB_HD float init_value_at(InitKind kind, float a, float b, uint64_t stream, uint64_t elem) {
+  if (kind == InitKind::Constant) return a;
+  if (kind == InitKind::Uniform) return a + (b - a) * uniform01(mix64(stream ^ elem));
+  // Normal: Box–Muller from two independent uniforms; u1 in (0, 1].
+  float u1 = 1.0f - uniform01(mix64(stream ^ (2 * elem)));
+  float u2 = uniform01(mix64(stream ^ (2 * elem + 1)));
+  return a + b * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+
 // Value of element `elem` (= row * dim + col) of table `table` in fp32.
 EMB_HD float init_value(InitKind kind, float a, float b, uint64_t seed, uint64_t table, uint64_t elem) {
-  if (kind == InitKind::Constant) return a;
-  if (kind == InitKind::Uniform) return a + (b - a) * uniform01(hash3(seed, table, elem));
-  // Normal: Box–Muller from two independent uniforms; u1 in (0, 1].
-  float u1 = 1.0f - uniform01(hash3(seed, table, 2 * elem));
-  float u2 = uniform01(hash3(seed, table, 2 * elem + 1));
-  return a + b * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+  return init_value_at(kind, a, b, init_stream(seed, table), elem);
 }
 
 // Stores fp32 `v` in a table of dtype `t` at `dst` (round to nearest even).

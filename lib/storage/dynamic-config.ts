@@ -1,0 +1,72 @@
+// dynamic-config.ts — the config of a dynamic table (`rows: 'dynamic'`, keyed by raw 64-bit ids): its
+// fields, their validation (INVALID_CONFIG / INVALID_SIZE naming the field, before anything is built) and
+// the resolved form a collection and its checkpoints keep.
+import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
+
+export type Eviction = 'lru' | 'lfu';
+
+export interface DynamicAdmission {
+  /** sightings before an id gets a row; default 1 (admitted at first sight) */
+  minCount: number;
+  /** candidate ids whose sightings are counted (the one seen longest ago is forgotten first); default capacity */
+  candidates?: number;
+}
+
+/** The fields a table config has only when `rows` is 'dynamic'. */
+export interface DynamicTableFields {
+  /** rows held in memory (with their optimizer state) */
+  capacity?: number;
+  admission?: DynamicAdmission;
+  /** which row makes room when the table is full: 'lru' (default) or 'lfu' */
+  eviction?: Eviction;
+}
+
+export interface ResolvedDynamic {
+  capacity: number;
+  minCount: number;
+  candidates: number;
+  eviction: Eviction;
+}
+
+/** The most rows a dynamic table can hold (slots are 32-bit; one more is the sink). */
+export const MAX_DYNAMIC_CAPACITY = 2 ** 31 - 2;
+
+const DYNAMIC_KEYS = fieldsOf<DynamicTableFields>({ capacity: true, admission: true, eviction: true });
+const ADMISSION_FIELDS = fieldsOf<DynamicAdmission>({ minCount: true, candidates: true });
+
+function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string, path: string): never {
+  throw new EmbshardError(code, msg, { path });
+}
+
+/**
+ * Checks the dynamic fields of table config `t` (at `where`, named `name`): with `rows: 'dynamic'` returns
+ * them resolved; with a numeric `rows` rejects any of them; undefined for a plain table.
+ */
+export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where: string, name: string): ResolvedDynamic | undefined {
+  if (t.rows !== 'dynamic') {
+    for (const k of DYNAMIC_KEYS)
+      if (Object.hasOwn(t, k)) bad('INVALID_CONFIG', `${where}.${k}: table '${name}' has ${k} only with rows: 'dynamic'`, `${where}.${k}`);
+    return undefined;
+  }
+  const c = t.capacity;
+  if (c === undefined) bad('INVALID_CONFIG', `${where}.capacity: table '${name}' is dynamic and needs a capacity (rows held in memory)`, `${where}.capacity`);
+  if (!Number.isSafeInteger(c) || c < 1 || c > MAX_DYNAMIC_CAPACITY)
+    bad('INVALID_SIZE', `${where}.capacity: table '${name}': capacity must be an integer in [1, 2^31 - 2] (got ${String(c)})`, `${where}.capacity`);
+  const a = t.admission ?? { minCount: 1 };
+  if (typeof a !== 'object' || a === null) bad('INVALID_CONFIG', `${where}.admission must be an object`, `${where}.admission`);
+  rejectUnknownFields(a, ADMISSION_FIELDS, `${where}.admission`);
+  if (!Number.isSafeInteger(a.minCount) || a.minCount < 1 || a.minCount > 2 ** 31 - 1)
+    bad('INVALID_CONFIG', `${where}.admission.minCount must be an integer >= 1 (got ${String(a.minCount)})`, `${where}.admission.minCount`);
+  const candidates = a.candidates ?? c;
+  if (!Number.isSafeInteger(candidates) || candidates < 1 || candidates > MAX_DYNAMIC_CAPACITY)
+    bad('INVALID_CONFIG', `${where}.admission.candidates must be an integer in [1, 2^31 - 2] (got ${String(candidates)})`, `${where}.admission.candidates`);
+  const eviction = t.eviction ?? 'lru';
+  if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${String(eviction)})`, `${where}.eviction`);
+  return { capacity: c, minCount: a.minCount, candidates, eviction };
+}
+
+/** The table-config fields that rebuild a resolved dynamic table (checkpoints keep the resolved form). */
+export function dynamicFieldsOf(d: ResolvedDynamic): { rows: 'dynamic' } & Required<DynamicTableFields> {
+  return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction };
+}

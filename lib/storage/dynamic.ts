@@ -1,0 +1,243 @@
+// dynamic.ts — the dynamic tables of one collection (rows: 'dynamic'): each keeps a native id map
+// (native/storage/dynamic_map.h) from raw 64-bit ids to the slots of an engine table of capacity + 1 rows.
+// Before a forward the batch's ids of those tables are translated into slots (admitting and evicting by
+// the map's rules) and the rows it admitted get their init values and zero optimizer state; the engine
+// then runs unchanged on the slot batch. Slot `capacity` is the sink: ids not held read it (zero) and the
+// gradient it gathers is dropped by zeroing it again after the backward. Checkpoints keep each map
+// (ids, counts, last uses, candidates, stats) beside the engine payload.
+import { promises as fs } from 'node:fs';
+import { join } from 'node:path';
+import type { JaggedBatch } from '../batch.js';
+import type { Addon, IdArray, NativeBatch, NativeEngine } from '../binding.js';
+import { writeFileDurable, type DynamicPayload } from '../checkpoint.js';
+import { nativeInit, stateWidth, type ResolvedConfig } from '../config.js';
+import { EmbshardError } from '../errors.js';
+
+/** Counters of one dynamic table since it was created (kept by checkpoints). */
+export interface DynamicTableStats {
+  /** id occurrences that found their row */
+  hits: number;
+  /** id occurrences whose id had no row when the step began */
+  misses: number;
+  /** ids given a row */
+  admissions: number;
+  /** rows taken from an id to make room */
+  evictions: number;
+  /** rows held now (≤ capacity) */
+  rows: number;
+  /** candidate ids whose sightings are being counted (admission.minCount > 1) */
+  candidates: number;
+}
+
+interface NativeDynamicSpec {
+  capacity: number;
+  minCount: number;
+  candidates: number;
+  eviction: 'lru' | 'lfu';
+  dim: number;
+  init: { kind: string; a: number; b: number };
+  seed: number;
+  table: number;
+}
+
+/** The addon's DynamicMap (native/addon/dynamic_map_wrap.cc). */
+interface NativeDynamicMap {
+  translate(ids: IdArray, lengths: Int32Array, batchSize: number, mine: Uint8Array, out: BigInt64Array): Promise<{ slots: BigInt64Array; values: Float32Array; sinkIds: number }>;
+  lookup(ids: IdArray): BigInt64Array;
+  heldIds(): BigInt64Array;
+  stats(): DynamicTableStats;
+  serialize(): Uint8Array;
+  deserialize(bytes: Uint8Array): void;
+}
+
+interface DynamicAddon {
+  DynamicMap: new (spec: NativeDynamicSpec) => NativeDynamicMap;
+  widenIds(ids: IdArray, out: BigInt64Array): void;
+}
+
+/** What a translated forward leaves for its backward. */
+export interface DynamicStep {
+  /** the engine batch: the dynamic tables' ids replaced by slots */
+  native: NativeBatch;
+  /** tables whose sink was read (zeroed again after the backward) */
+  sinks: number[];
+  /** the maps' evictions when it was translated: a backward after further evictions is refused */
+  version: number;
+}
+
+interface Entry {
+  table: number;
+  name: string;
+  capacity: number;
+  dim: number;
+  stateWidth: number;
+  map: NativeDynamicMap;
+}
+
+export class DynamicTables {
+  private readonly entries: Entry[];
+  private readonly byTable = new Map<number, Entry>();
+  private readonly addon: DynamicAddon;
+  /** every feature of the collection → its table index */
+  private readonly tableOf: Map<string, number>;
+
+  private constructor(config: ResolvedConfig, addon: Addon) {
+    this.addon = addon as unknown as DynamicAddon;
+    this.tableOf = new Map(config.tables.flatMap((t, i) => t.features.map((f) => [f, i] as const)));
+    this.entries = [];
+    config.tables.forEach((t, i) => {
+      const d = t.dynamic;
+      if (!d) return;
+      const spec: NativeDynamicSpec = {
+        capacity: d.capacity, minCount: d.minCount, candidates: d.minCount > 1 ? d.candidates : 0, eviction: d.eviction,
+        dim: t.dim, init: nativeInit(t.init, t.rows), seed: config.seed, table: i,
+      };
+      const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: stateWidth(config.optimizer.type, t.dim), map: new this.addon.DynamicMap(spec) };
+      this.entries.push(e);
+      this.byTable.set(i, e);
+    });
+  }
+
+  /** The dynamic tables of `config`, or undefined when it has none. */
+  static of(config: ResolvedConfig, addon: Addon): DynamicTables | undefined {
+    return config.tables.some((t) => t.dynamic) ? new DynamicTables(config, addon) : undefined;
+  }
+
+  has(table: number): boolean {
+    return this.byTable.has(table);
+  }
+
+  /** Evictions so far over all maps: slots of a translated batch stay valid while this is unchanged. */
+  version(): number {
+    return this.entries.reduce((s, e) => s + e.map.stats().evictions, 0);
+  }
+
+  /**
+   * Translates a batch for a training forward: admits and evicts by the maps' rules, initialises the
+   * admitted rows in `engine`. The batch's features are checked first (nothing changes on a bad batch).
+   */
+  async translate(batch: JaggedBatch, engine: NativeEngine): Promise<DynamicStep> {
+    this.checkFeatures(batch);
+    const out = this.widen(batch.ids);
+    const sinks: number[] = [];
+    // the maps are independent and write disjoint positions of `out`: translated concurrently
+    const done = await Promise.all(
+      this.entries.map((e) => e.map.translate(batch.ids, batch.lengths, batch.batchSize, Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0)), out)),
+    );
+    for (const [k, e] of this.entries.entries()) {
+      const r = done[k]!;
+      if (r.slots.length > 0) {
+        engine.writeRows(e.table, r.slots, r.values);
+        if (e.stateWidth > 0) engine.writeState(e.table, r.slots, new Float32Array(r.slots.length * e.stateWidth));
+      }
+      if (r.sinkIds > 0) sinks.push(e.table);
+    }
+    return { native: this.nativeOf(batch, out), sinks, version: this.version() };
+  }
+
+  /** A batch for a forward that admits nothing (evaluation): ids not held read zero. */
+  lookupBatch(batch: JaggedBatch): DynamicStep {
+    this.checkFeatures(batch);
+    const out = this.widen(batch.ids);
+    const sinks: number[] = [];
+    const o = batch.offsets;
+    const B = batch.batchSize;
+    batch.features.forEach((f, k) => {
+      const e = this.byTable.get(this.tableOf.get(f)!);
+      if (!e) return;
+      const s = o[k * B]!, end = o[(k + 1) * B]!;
+      out.set(e.map.lookup(batch.ids.subarray(s, end) as IdArray), s);
+      if (!sinks.includes(e.table)) sinks.push(e.table);
+    });
+    return { native: this.nativeOf(batch, out), sinks, version: this.version() };
+  }
+
+  /** Zeroes the sink rows (and state) a backward may have updated. */
+  resetSinks(engine: NativeEngine, tables: readonly number[]): void {
+    for (const t of tables) {
+      const e = this.byTable.get(t)!;
+      const sink = BigInt64Array.of(BigInt(e.capacity));
+      engine.writeRows(t, sink, new Float32Array(e.dim));
+      if (e.stateWidth > 0) engine.writeState(t, sink, new Float32Array(e.stateWidth));
+    }
+  }
+
+  /** Slots of raw ids in table `t` (the sink for ids not held). */
+  slots(t: number, ids: BigInt64Array): BigInt64Array {
+    return this.byTable.get(t)!.map.lookup(ids);
+  }
+
+  /** Slots of ids that must be held (writes): ID_OUT_OF_RANGE naming the first id that is not. */
+  heldSlots(t: number, ids: BigInt64Array): BigInt64Array {
+    const e = this.byTable.get(t)!;
+    const slots = e.map.lookup(ids);
+    const at = slots.indexOf(BigInt(e.capacity));
+    if (at >= 0) throw new EmbshardError('ID_OUT_OF_RANGE', `ids[${at}] = ${ids[at]} has no row in dynamic table '${e.name}' (not admitted, or evicted)`);
+    return slots;
+  }
+
+  heldIds(t: number): BigInt64Array {
+    return this.byTable.get(t)!.map.heldIds();
+  }
+
+  stats(): Record<string, DynamicTableStats> {
+    return Object.fromEntries(this.entries.map((e) => [e.name, e.map.stats()]));
+  }
+
+  /** Writes each map into checkpoint folder `dir` (durably); returns the manifest entries. */
+  async save(dir: string): Promise<DynamicPayload[]> {
+    const out: DynamicPayload[] = [];
+    for (const e of this.entries) {
+      const bytes = e.map.serialize();
+      const file = `dynamic-${e.table}.bin`;
+      await writeFileDurable(join(dir, file), bytes);
+      out.push({ table: e.name, file, bytes: bytes.length, crc32c: embeddedCrc(bytes) });
+    }
+    return out;
+  }
+
+  /** Reads the maps a checkpoint saved (CHECKPOINT_CORRUPT when one is missing, truncated or altered). */
+  async load(dir: string, saved: readonly DynamicPayload[] | undefined): Promise<void> {
+    for (const e of this.entries) {
+      const p = saved?.find((s) => s.table === e.name);
+      if (!p || typeof p.file !== 'string' || p.file.includes('/') || !Number.isSafeInteger(p.bytes))
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no map for dynamic table '${e.name}'`);
+      let bytes: Uint8Array;
+      try {
+        bytes = new Uint8Array(await fs.readFile(join(dir, p.file)));
+      } catch (err) {
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+      }
+      if (bytes.length !== p.bytes || embeddedCrc(bytes) !== p.crc32c)
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} has ${bytes.length} bytes / another checksum than its manifest says (truncated or altered)`);
+      e.map.deserialize(bytes);
+    }
+  }
+
+  // ---- internals ----
+
+  private checkFeatures(batch: JaggedBatch): void {
+    for (const f of batch.features)
+      if (!this.tableOf.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `batch feature '${f}' is not a feature of this collection`);
+    if (batch.features.length !== this.tableOf.size)
+      for (const f of this.tableOf.keys())
+        if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch has no feature '${f}'`);
+  }
+
+  /** The batch's ids as 64-bit values in a fresh array (the engine batch is rebuilt in it). */
+  private widen(ids: IdArray): BigInt64Array {
+    const out = new BigInt64Array(ids.length);
+    if (ids instanceof BigInt64Array) out.set(ids);
+    else this.addon.widenIds(ids, out);
+    return out;
+  }
+
+  private nativeOf(batch: JaggedBatch, ids: BigInt64Array): NativeBatch {
+    return { batchSize: batch.batchSize, features: [...batch.features], lengths: batch.lengths, ids, weights: batch.weights };
+  }
+}
+
+/** The CRC-32C a serialized map ends with (little-endian), which covers the bytes before it. */
+function embeddedCrc(bytes: Uint8Array): number {
+  return bytes.length < 4 ? -1 : new DataView(bytes.buffer, bytes.byteOffset + bytes.length - 4, 4).getUint32(0, true);
+}

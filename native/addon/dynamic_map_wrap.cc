@@ -1,0 +1,208 @@
+// dynamic_map_wrap.cc — `DynamicMap`, the ObjectWrap over one dynamic table's id map
+// (storage/dynamic_map.h): translate (async: a batch's raw ids of the table's features → slots, plus the
+// rows it admitted and their init values), lookup, held ids, stats, and the checkpoint form; and
+// `widenIds`, which copies any batch id array into the BigInt64Array an engine batch is rebuilt in.
+// Calls on one map never interleave (a mutex per map).
+#include <napi.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "addon/errors.h"
+#include "addon/js_args.h"
+#include "addon/promise_worker.h"
+#include "addon/registry.h"
+#include "storage/dynamic_map.h"
+
+namespace embshard::addon {
+namespace {
+
+struct GuardedMap {
+  explicit GuardedMap(const DynamicSpec& s) : map(s) {}
+  DynamicMap map;
+  std::mutex mu;
+};
+
+// Raw ids from BigInt64Array, BigUint64Array, Int32Array or Uint32Array (in place).
+RawIds raw_ids(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsTypedArray()) throw_error(env, "UNSUPPORTED_DTYPE", std::string(what) + " must be a BigInt64Array, BigUint64Array, Int32Array or Uint32Array");
+  auto ta = v.As<Napi::TypedArray>();
+  RawIds r;
+  r.data = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+  r.n = static_cast<int64_t>(ta.ElementLength());
+  switch (ta.TypedArrayType()) {
+    case napi_bigint64_array:
+    case napi_biguint64_array: r.type = IdType::I64; break;
+    case napi_int32_array: r.type = IdType::I32; break;
+    case napi_uint32_array: r.type = IdType::U32; break;
+    default: throw_error(env, "UNSUPPORTED_DTYPE", std::string(what) + " must be a BigInt64Array, BigUint64Array, Int32Array or Uint32Array");
+  }
+  return r;
+}
+
+Napi::BigInt64Array i64_out(Napi::Env env, const std::vector<int64_t>& v) {
+  auto a = Napi::BigInt64Array::New(env, v.size());
+  if (!v.empty()) std::memcpy(a.Data(), v.data(), v.size() * 8);
+  return a;
+}
+
+class TranslateWorker : public PromiseWorker {
+ public:
+  TranslateWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, RawIds ids, const int32_t* lengths, int64_t F, int64_t B,
+                  const uint8_t* mine, int64_t* out)
+      : PromiseWorker(env), m_(std::move(m)), ids_(ids), lengths_(lengths), F_(F), B_(B), mine_(mine), out_(out) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    m_->map.translate(ids_, lengths_, F_, B_, mine_, out_, admitted_);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("slots", i64_out(env, admitted_.slots));
+    auto values = Napi::Float32Array::New(env, admitted_.values.size());
+    if (!admitted_.values.empty()) std::memcpy(values.Data(), admitted_.values.data(), admitted_.values.size() * 4);
+    o.Set("values", values);
+    o.Set("sinkIds", static_cast<double>(admitted_.sinkIds));
+    return o;
+  }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  RawIds ids_;
+  const int32_t* lengths_;
+  int64_t F_, B_;
+  const uint8_t* mine_;
+  int64_t* out_;
+  Admitted admitted_;
+};
+
+class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "DynamicMap",
+                       {InstanceMethod("translate", &DynamicMapWrap::Translate), InstanceMethod("lookup", &DynamicMapWrap::Lookup),
+                        InstanceMethod("heldIds", &DynamicMapWrap::HeldIds), InstanceMethod("stats", &DynamicMapWrap::Stats),
+                        InstanceMethod("serialize", &DynamicMapWrap::Serialize),
+                        InstanceMethod("deserialize", &DynamicMapWrap::Deserialize)});
+  }
+
+  explicit DynamicMapWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DynamicMapWrap>(info) {
+    Napi::Env env = info.Env();
+    guard(env, [&] {
+      if (!info[0].IsObject()) throw_error(env, "INVALID_CONFIG", "DynamicMap(spec) expects an object");
+      Napi::Object o = info[0].As<Napi::Object>();
+      DynamicSpec s;
+      s.capacity = static_cast<uint32_t>(int_arg(env, o.Get("capacity"), "capacity", 1, 0x7ffffffe));
+      s.minCount = static_cast<uint32_t>(int_arg(env, o.Get("minCount"), "admission.minCount", 1, 0x7fffffff));
+      s.candidates = static_cast<uint32_t>(int_arg(env, o.Get("candidates"), "admission.candidates", 0, 0x7ffffffe));
+      const std::string ev = string_arg(env, o.Get("eviction"), "eviction");
+      if (ev != "lru" && ev != "lfu") throw_error(env, "INVALID_CONFIG", "eviction must be 'lru' or 'lfu'");
+      s.eviction = ev == "lfu" ? Eviction::Lfu : Eviction::Lru;
+      s.dim = static_cast<uint32_t>(int_arg(env, o.Get("dim"), "dim", 1, 65536));
+      s.seed = static_cast<uint64_t>(int_arg(env, o.Get("seed"), "seed"));
+      s.table = static_cast<uint64_t>(int_arg(env, o.Get("table"), "table"));
+      if (!o.Get("init").IsObject()) throw_error(env, "INVALID_CONFIG", "init must be an object");
+      Napi::Object init = o.Get("init").As<Napi::Object>();
+      const std::string kind = string_arg(env, init.Get("kind"), "init.kind");
+      s.init.kind = kind == "normal" ? InitKind::Normal : kind == "constant" ? InitKind::Constant : InitKind::Uniform;
+      s.init.a = static_cast<float>(number_arg(env, init.Get("a"), "init.a", -1e30, 1e30));
+      s.init.b = static_cast<float>(number_arg(env, init.Get("b"), "init.b", -1e30, 1e30));
+      m_ = std::make_shared<GuardedMap>(s);
+    });
+  }
+
+ private:
+  // translate(ids, lengths, batchSize, mine: Uint8Array [F], out: BigInt64Array [n]) → Promise<{ slots, values, sinkIds }>
+  Napi::Value Translate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      RawIds ids = raw_ids(env, info[0], "batch.ids");
+      const int64_t B = int_arg(env, info[2], "batchSize", 1);
+      if (!info[3].IsTypedArray()) throw_error(env, "INVALID_ARGUMENT", "mine must be a Uint8Array");
+      const int64_t F = static_cast<int64_t>(info[3].As<Napi::TypedArray>().ElementLength());
+      const auto* lengths = typed_array<int32_t>(env, info[1], napi_int32_array, "batch.lengths", F * B);
+      if (static_cast<int64_t>(info[1].As<Napi::TypedArray>().ElementLength()) != F * B)
+        throw_error(env, "LENGTH_MISMATCH", "batch.lengths must hold features × batchSize entries");
+      const auto* mine = typed_array<uint8_t>(env, info[3], napi_uint8_array, "mine", F);
+      auto* out = typed_array<int64_t>(env, info[4], napi_bigint64_array, "out", ids.n);
+      auto* w = new TranslateWorker(env, m_, ids, lengths, F, B, mine, out);
+      for (int i = 0; i < 5; ++i) w->Keep(info[i]);
+      return w->Start();
+    });
+  }
+
+  // lookup(ids) → BigInt64Array of slots (the sink for ids not held)
+  Napi::Value Lookup(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      RawIds ids = raw_ids(env, info[0], "ids");
+      auto out = Napi::BigInt64Array::New(env, static_cast<size_t>(ids.n));
+      std::lock_guard<std::mutex> lock(m_->mu);
+      m_->map.lookup(ids, out.Data());
+      return out;
+    });
+  }
+
+  // heldIds() → BigInt64Array of the held ids, by slot
+  Napi::Value HeldIds(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    const auto& ids = m_->map.ids();
+    auto out = Napi::BigInt64Array::New(info.Env(), m_->map.size());
+    if (m_->map.size() > 0) std::memcpy(out.Data(), ids.data(), m_->map.size() * 8);
+    return out;
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    const DynamicStats& s = m_->map.stats();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("hits", static_cast<double>(s.hits));
+    o.Set("misses", static_cast<double>(s.misses));
+    o.Set("admissions", static_cast<double>(s.admissions));
+    o.Set("evictions", static_cast<double>(s.evictions));
+    o.Set("rows", static_cast<double>(m_->map.size()));
+    o.Set("candidates", static_cast<double>(m_->map.candidates()));
+    return o;
+  }
+
+  Napi::Value Serialize(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    std::vector<uint8_t> bytes = m_->map.serialize();
+    auto out = Napi::Uint8Array::New(info.Env(), bytes.size());
+    std::memcpy(out.Data(), bytes.data(), bytes.size());
+    return out;
+  }
+
+  Napi::Value Deserialize(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      Bytes b = typed_bytes(env, info[0], "map bytes");
+      std::lock_guard<std::mutex> lock(m_->mu);
+      m_->map.deserialize(b.data, static_cast<size_t>(b.size));
+      return env.Undefined();
+    });
+  }
+
+  std::shared_ptr<GuardedMap> m_;
+};
+
+// widenIds(ids, out: BigInt64Array) — every id as a 64-bit value
+Napi::Value WidenIds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    RawIds ids = raw_ids(env, info[0], "batch.ids");
+    auto* out = typed_array<int64_t>(env, info[1], napi_bigint64_array, "out", ids.n);
+    for (int64_t i = 0; i < ids.n; ++i) out[i] = static_cast<int64_t>(ids.at(i));
+    return env.Undefined();
+  });
+}
+
+void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("DynamicMap", DynamicMapWrap::Define(env));
+  exports.Set("widenIds", Napi::Function::New(env, WidenIds));
+}
+
+Part part("dynamic_map", &Init);
+
+}  // namespace
+}  // namespace embshard::addon
