@@ -76,6 +76,8 @@ export class HeraldEmbeddingCollection {
   private readonly tables: HeraldTable[];
   private readonly featCol = new Map<string, number>();
   private readonly queue: Scheduled[] = [];
+  /** the batch prepare() is scheduling off the event loop */
+  private preparing: { global: JaggedBatch; done: Promise<void> } | undefined;
   private readonly calls = new CallQueue();
   /** per table: the key each cache slot holds (−1: free), as of the steps executed */
   private readonly slotKey: Float64Array[];
@@ -150,6 +152,8 @@ export class HeraldEmbeddingCollection {
     const head = this.queue[0];
     if (head && head.global === global) return head.local;
     if (head) throw new EmbshardError('INVALID_ARGUMENT', 'herald: this is not the batch scheduled next (prepare(next) must be followed by training next)');
+    if (this.preparing)
+      throw new EmbshardError('INVALID_ARGUMENT', 'herald: the next batch is still being scheduled (await prepare(next) before training)');
     return this.enqueueSchedule(global).local;
   }
 
@@ -169,16 +173,18 @@ export class HeraldEmbeddingCollection {
 
   /** Schedules the next global batch while the current step runs (the trainer calls it during the dense compute). */
   prepare(next: JaggedBatch): Promise<void> {
-    return new Promise((resolve) =>
-      setImmediate(() => {
-        try {
-          if (!this.queue.some((q) => q.global === next)) this.enqueueSchedule(next);
-        } catch {
-          /* surfaces when the batch is trained */
-        }
-        resolve();
-      }),
+    if (this.preparing) return this.preparing.global === next ? this.preparing.done : Promise.resolve();
+    if (!(next instanceof JaggedBatch) || this.queue.some((q) => q.global === next)) return Promise.resolve();
+    const done = this.scheduler.scheduleAsync(next).then(
+      (plan) => {
+        this.queue.push({ global: next, plan, local: takeSparse(next, plan.samples[this.group.rank]!) });
+      },
+      () => {
+        /* surfaces when the batch is trained (assign schedules it again and throws) */
+      },
     );
+    this.preparing = { global: next, done: done.finally(() => (this.preparing = undefined)) };
+    return this.preparing.done;
   }
 
   /**

@@ -13,9 +13,12 @@
 //     row that leaves a cache (eviction, or a reader elsewhere) carries its value and state home: the
 //     dirty evictions and flushes. Nothing else moves.
 // Moves and copies travel in one exchange before the forward, gradients in one after it; every record of
-// the plan names its rows by engine id on both sides (lib/herald/owners.ts).
+// the plan names its rows by engine id on both sides (lib/herald/owners.ts). The per-id work (keys, scores,
+// caches, the plan) runs natively (native/herald/scheduler.cc): synchronously in schedule(), on a worker
+// thread in scheduleAsync().
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
+import { loadAddon } from '../native.js';
 import { Rng } from '../random/rng.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 
@@ -86,28 +89,41 @@ export interface StepPlan {
   counts: StepCounts;
 }
 
-function zeroCounts(): StepCounts {
-  return { moves: 0, evictions: 0, copies: 0, grads: 0, rows: 0, bytes: 0, reads: 0, hits: 0, score: 0 };
+/** The step a native schedule returns (native/addon/herald_ops.cc): flat typed arrays. */
+interface NativeStep {
+  samples: Int32Array;
+  xMove: Uint8Array;
+  xKey: Float64Array;
+  xTable: Int32Array;
+  xFrom: Int32Array;
+  xTo: Int32Array;
+  xFromId: Int32Array;
+  xToId: Int32Array;
+  gTable: Int32Array;
+  gFrom: Int32Array;
+  gTo: Int32Array;
+  gToId: Int32Array;
+  gPos: Int32Array;
+  readRows: Float64Array;
+  readLoc: Int32Array;
+  readStart: Int32Array;
+  /** moves, evictions, copies, grads, rows, bytes, reads, hits, score */
+  counts: Float64Array;
 }
-
-class Records {
-  move: number[] = [];
-  key: number[] = [];
-  table: number[] = [];
-  from: number[] = [];
-  to: number[] = [];
-  fromId: number[] = [];
-  toId: number[] = [];
-  push(move: boolean, key: number, t: number, from: number, to: number, fromId: number, toId: number): void {
-    this.move.push(move ? 1 : 0);
-    this.key.push(key);
-    this.table.push(t);
-    this.from.push(from);
-    this.to.push(to);
-    this.fromId.push(fromId);
-    this.toId.push(toId);
-  }
+interface NativeFeature {
+  table: number;
+  lengths: Int32Array;
+  ids: ArrayLike<number | bigint>;
 }
+interface NativeScheduler {
+  scheduleSync(step: number, feats: NativeFeature[], assign: Int32Array | null): NativeStep;
+  schedule(step: number, feats: NativeFeature[], assign: Int32Array | null): Promise<NativeStep>;
+}
+type NativeSchedulerCtor = new (
+  world: number,
+  batchSize: number,
+  tables: { name: string; rows: number; dim: number; stateWidth: number; slots: number }[],
+) => NativeScheduler;
 
 export class HeraldScheduler {
   readonly owners: RowOwners;
@@ -117,11 +133,7 @@ export class HeraldScheduler {
   readonly seed: number;
   /** steps scheduled so far */
   steps = 0;
-  /** rows checked out into a cache: key → the rank holding them (absent: at the owner) */
-  private readonly home = new Map<number, number>();
-  /** per (rank, table): key → slot, least recently used first */
-  private readonly lru: Map<number, number>[];
-  private readonly free: number[][];
+  private readonly core: NativeScheduler;
   private readonly featureTable = new Map<string, number>();
 
   constructor(
@@ -137,26 +149,13 @@ export class HeraldScheduler {
     if (alloc !== 'herald' && alloc !== 'random') throw new EmbshardError('INVALID_CONFIG', `allocation must be 'herald' or 'random' (got '${String(alloc)}')`);
     this.allocation = alloc;
     this.seed = o.seed ?? 0;
-    const T = tables.length;
-    this.lru = Array.from({ length: this.W * T }, () => new Map<number, number>());
-    this.free = Array.from({ length: this.W * T }, (_, i) => {
-      const n = this.owners.slots[i % T]!;
-      return Array.from({ length: n }, (_, k) => n - 1 - k);
-    });
     tables.forEach((t, i) => t.features.forEach((f) => this.featureTable.set(f, i)));
-  }
-
-  /** Rows rank w holds checked out in its cache of table t, least recently used first (a copy). */
-  cached(w: number, t: number): Map<number, number> {
-    return new Map(this.lru[w * this.owners.T + t]!);
-  }
-
-  /** The rank a row's current value and state live on. */
-  homeOf(key: number): number {
-    const h = this.home.get(key);
-    if (h !== undefined) return h;
-    const t = this.owners.tableOf(key);
-    return this.owners.ownerOf(t, key - this.owners.rowBase[t]!);
+    const Ctor = (loadAddon() as unknown as { herald: { Scheduler: NativeSchedulerCtor } }).herald.Scheduler;
+    this.core = new Ctor(
+      this.W,
+      this.batchSize,
+      tables.map((t, i) => ({ name: t.name, rows: t.rows, dim: t.dim, stateWidth: t.stateWidth, slots: this.owners.slots[i]! })),
+    );
   }
 
   /**
@@ -164,223 +163,75 @@ export class HeraldScheduler {
    * allocation and the plan. Bad input throws before any state changes.
    */
   schedule(batch: JaggedBatch): StepPlan {
-    const W = this.W, B = this.batchSize, G = batch.batchSize, O = this.owners, T = O.T;
+    const { feats, assign } = this.inputs(batch);
+    const out = this.core.scheduleSync(this.steps, feats, assign);
+    return this.plan(this.steps++, out);
+  }
+
+  /** schedule() off the event loop (one at a time; the next call waits for this one to settle). */
+  async scheduleAsync(batch: JaggedBatch): Promise<StepPlan> {
+    const { feats, assign } = this.inputs(batch);
+    const out = await this.core.schedule(this.steps, feats, assign);
+    return this.plan(this.steps++, out);
+  }
+
+  private inputs(batch: JaggedBatch): { feats: NativeFeature[]; assign: Int32Array | null } {
+    const W = this.W, B = this.batchSize, G = batch.batchSize;
     if (G !== W * B) throw new EmbshardError('INVALID_SIZE', `herald: a global batch has world × batchSize = ${W} × ${B} = ${W * B} samples (got ${G})`);
-    // ---- every sample's keys and their owners (checked before any state changes)
-    const sampleLen = new Int32Array(G);
-    const feats: { t: number; lengths: Int32Array; ids: ArrayLike<number | bigint> }[] = [];
+    const feats: NativeFeature[] = [];
     for (const [f, t] of this.featureTable) {
       const fv = batch.feature(f);
-      feats.push({ t, lengths: fv.lengths, ids: fv.ids });
-      for (let b = 0; b < G; b++) sampleLen[b] += fv.lengths[b]!;
+      feats.push({ table: t, lengths: fv.lengths, ids: fv.ids });
     }
-    const start = new Int32Array(G + 1);
-    for (let b = 0; b < G; b++) start[b + 1] = start[b]! + sampleLen[b]!;
-    const keys = new Float64Array(start[G]!);
-    const own = new Int32Array(start[G]!);
-    const at = start.slice(0, G);
-    for (const { t, lengths, ids } of feats) {
-      const rows = O.tables[t]!.rows, base = O.rowBase[t]!;
-      let i = 0;
-      for (let b = 0; b < G; b++)
-        for (let k = 0; k < lengths[b]!; k++, i++) {
-          const id = Number(ids[i]!);
-          if (!(id >= 0 && id < rows))
-            throw new EmbshardError('ID_OUT_OF_RANGE', `herald: table '${O.tables[t]!.name}' (${rows} rows): id ${id} is outside [0, ${rows})`);
-          const e = at[b]!++;
-          keys[e] = base + id;
-          own[e] = O.ownerOf(t, id);
-        }
+    return { feats, assign: this.allocation === 'random' ? this.randomPlacement(this.steps) : null };
+  }
+
+  /** The seeded random placement of one step: a shuffle of the global batch, batchSize samples per rank in order. */
+  private randomPlacement(step: number): Int32Array {
+    const G = this.W * this.batchSize, B = this.batchSize;
+    const perm = Int32Array.from({ length: G }, (_, i) => i);
+    const rng = new Rng(this.seed, step);
+    for (let j = G - 1; j > 0; j--) {
+      const k = rng.int(0, j);
+      const x = perm[j]!;
+      perm[j] = perm[k]!;
+      perm[k] = x;
     }
-    const step = this.steps++;
-    const counts = zeroCounts();
-    // ---- allocation
     const assign = new Int32Array(G);
-    const fill = new Int32Array(W);
-    if (this.allocation === 'random') {
-      const perm = Int32Array.from({ length: G }, (_, i) => i);
-      const rng = new Rng(this.seed, step);
-      for (let j = G - 1; j > 0; j--) {
-        const k = rng.int(0, j);
-        const x = perm[j]!;
-        perm[j] = perm[k]!;
-        perm[k] = x;
-      }
-      for (let j = 0; j < G; j++) assign[perm[j]!] = Math.floor(j / B);
-      for (let i = 0; i < G; i++) for (let e = start[i]!; e < start[i + 1]!; e++) if (this.home.get(keys[e]!) === assign[i]) counts.score++;
-    } else {
-      const sc = new Int32Array(W);
-      const touched: number[] = [];
-      const first = step % W;
-      for (let i = 0; i < G; i++) {
-        for (let e = start[i]!; e < start[i + 1]!; e++) {
-          const h = this.home.get(keys[e]!);
-          if (h !== undefined && sc[h]++ === 0) touched.push(h);
-        }
-        let best = -1, bs = -1;
-        for (let j = 0; j < W; j++) {
-          const r = (first + j) % W;
-          if (fill[r]! < B && sc[r]! > bs) {
-            best = r;
-            bs = sc[r]!;
-          }
-        }
-        assign[i] = best;
-        fill[best]++;
-        counts.score += bs;
-        for (const h of touched) sc[h] = 0;
-        touched.length = 0;
-      }
-    }
-    const samples = Array.from({ length: W }, () => new Int32Array(B));
-    fill.fill(0);
-    for (let i = 0; i < G; i++) {
-      const w = assign[i]!;
-      samples[w]![fill[w]!++] = i;
-    }
-    // ---- readers of every row: value = 2·(last reader) + (1 if several)
-    const users = new Map<number, number>();
-    const mine: number[][] = Array.from({ length: W }, () => []);
-    for (let w = 0; w < W; w++)
-      for (const i of samples[w]!)
-        for (let e = start[i]!; e < start[i + 1]!; e++) {
-          const x = keys[e]!;
-          const v = users.get(x);
-          if (v === undefined) {
-            users.set(x, 2 * w);
-            mine[w]!.push(x);
-          } else if (v >> 1 !== w) {
-            users.set(x, 2 * w + 1);
-            mine[w]!.push(x);
-          }
-        }
-    const all = Float64Array.from(users.keys()).sort();
-    const X = new Records();
-    const lruOf = (w: number, t: number) => this.lru[w * T + t]!;
-    const slotId = (w: number, t: number, slot: number) => O.owned(t, w) + slot;
-    const move = (key: number, t: number, from: number, to: number, fromId: number, toId: number) => {
-      X.push(true, key, t, from, to, fromId, toId);
-      if (from !== to) {
-        counts.moves++;
-        counts.bytes += (O.tables[t]!.dim + O.tables[t]!.stateWidth) * 4;
-      }
-    };
-    /** a checked-out row goes home to its owner */
-    const flush = (x: number, t: number, h: number, o: number) => {
-      const slot = lruOf(h, t).get(x)!;
-      move(x, t, h, o, slotId(h, t, slot), x - O.rowBase[t]! - O.lo(t, o));
-      lruOf(h, t).delete(x);
-      this.free[h * T + t]!.push(slot);
-      this.home.delete(x);
-    };
-    // where every row lived before this step (copies are read from there, before anything is written)
-    const preHome = new Map<number, number>();
-    const preSlot = new Map<number, number>();
-    for (const x of all) {
-      const h = this.home.get(x);
-      if (h === undefined) continue;
-      const t = O.tableOf(x);
-      preHome.set(x, h);
-      preSlot.set(x, lruOf(h, t).get(x)!);
-    }
-    // ---- 1: rows held in a cache: kept (their only reader holds them), or sent home (several readers, or the owner reads)
-    for (const [x, h] of preHome) {
-      const t = O.tableOf(x), o = O.ownerOf(t, x - O.rowBase[t]!);
-      const v = users.get(x)!, u = v >> 1, single = (v & 1) === 0;
-      if (single && u === h) {
-        const c = lruOf(h, t), s = c.get(x)!;
-        c.delete(x);
-        c.set(x, s); // most recently used
-      } else if (!single || u === o) flush(x, t, h, o);
-    }
-    // ---- 2: rows with one reader that is not their owner: moved into the reader's cache when it has room
-    const alloc = (w: number, t: number): number => {
-      const f = this.free[w * T + t]!;
-      if (f.length) return f.pop()!;
-      const c = lruOf(w, t);
-      const front = c.keys().next();
-      if (front.done || users.has(front.value)) return -1;
-      const y = front.value, s = c.get(y)!, oy = O.ownerOf(t, y - O.rowBase[t]!);
-      move(y, t, w, oy, slotId(w, t, s), y - O.rowBase[t]! - O.lo(t, oy));
-      counts.evictions++;
-      c.delete(y);
-      this.home.delete(y);
-      return s;
-    };
-    for (const x of all) {
-      const v = users.get(x)!;
-      if (v & 1) continue;
-      const u = v >> 1, t = O.tableOf(x), row = x - O.rowBase[t]!, o = O.ownerOf(t, row);
-      const h = this.home.get(x) ?? o;
-      if (u === o || h === u) continue;
-      const s = alloc(u, t);
-      if (s >= 0) {
-        if (h === o) move(x, t, o, u, row - O.lo(t, o), slotId(u, t, s));
-        else {
-          const hs = lruOf(h, t).get(x)!;
-          move(x, t, h, u, slotId(h, t, hs), slotId(u, t, s));
-          lruOf(h, t).delete(x);
-          this.free[h * T + t]!.push(hs);
-        }
-        lruOf(u, t).set(x, s);
-        this.home.set(x, u);
-      } else if (h !== o) flush(x, t, h, o); // no room: the owner applies its update
-    }
-    // ---- 3: every rank's reads: local (owned at home, or in its cache) or a copy from where the row lived
-    const gT: number[] = [], gF: number[] = [], gTo: number[] = [], gId: number[] = [], gP: number[] = [];
+    for (let j = 0; j < G; j++) assign[perm[j]!] = Math.floor(j / B);
+    return assign;
+  }
+
+  private plan(step: number, n: NativeStep): StepPlan {
+    const W = this.W, B = this.batchSize, T = this.owners.T;
     const reads: RankReads[][] = [];
     for (let w = 0; w < W; w++) {
-      const list = Float64Array.from(mine[w]!).sort();
       const per: RankReads[] = [];
-      let a = 0;
       for (let t = 0; t < T; t++) {
-        let b = a;
-        while (b < list.length && list[b]! < O.rowBase[t + 1]!) b++;
-        const rows = list.subarray(a, b).map((x) => x - O.rowBase[t]!);
-        const loc = new Int32Array(b - a);
-        let copies = 0;
-        for (let j = 0; j < rows.length; j++) {
-          const x = list[a + j]!, row = rows[j]!, o = O.ownerOf(t, row);
-          const pre = preHome.get(x) ?? o;
-          counts.reads++;
-          if (pre === w) counts.hits++;
-          const held = this.home.get(x);
-          if (held === w) loc[j] = slotId(w, t, lruOf(w, t).get(x)!);
-          else if (held === undefined && o === w) loc[j] = row - O.lo(t, w);
-          else {
-            loc[j] = -(1 + copies++);
-            X.push(false, x, t, pre, w, pre === o ? row - O.lo(t, o) : slotId(pre, t, preSlot.get(x)!), -1);
-            if (pre !== w) counts.copies++;
-            gT.push(t);
-            gF.push(w);
-            gTo.push(o);
-            gId.push(row - O.lo(t, o));
-            gP.push(j);
-            counts.grads++;
-            counts.bytes += O.tables[t]!.dim * 4 * (pre !== w ? 2 : 1);
-          }
-        }
-        per.push({ rows, loc });
-        a = b;
+        const a = n.readStart[w * T + t]!, b = n.readStart[w * T + t + 1]!;
+        per.push({ rows: n.readRows.subarray(a, b), loc: n.readLoc.subarray(a, b) });
       }
       reads.push(per);
     }
-    counts.rows = counts.moves + counts.copies + counts.grads;
+    const c = n.counts;
+    const counts: StepCounts = {
+      moves: c[0]!, evictions: c[1]!, copies: c[2]!, grads: c[3]!, rows: c[4]!, bytes: c[5]!, reads: c[6]!, hits: c[7]!, score: c[8]!,
+    };
     return {
       step,
-      samples,
-      xMove: Uint8Array.from(X.move),
-      xKey: Float64Array.from(X.key),
-      xTable: Int32Array.from(X.table),
-      xFrom: Int32Array.from(X.from),
-      xTo: Int32Array.from(X.to),
-      xFromId: Int32Array.from(X.fromId),
-      xToId: Int32Array.from(X.toId),
-      gTable: Int32Array.from(gT),
-      gFrom: Int32Array.from(gF),
-      gTo: Int32Array.from(gTo),
-      gToId: Int32Array.from(gId),
-      gPos: Int32Array.from(gP),
+      samples: Array.from({ length: W }, (_, w) => n.samples.subarray(w * B, (w + 1) * B)),
+      xMove: n.xMove,
+      xKey: n.xKey,
+      xTable: n.xTable,
+      xFrom: n.xFrom,
+      xTo: n.xTo,
+      xFromId: n.xFromId,
+      xToId: n.xToId,
+      gTable: n.gTable,
+      gFrom: n.gFrom,
+      gTo: n.gTo,
+      gToId: n.gToId,
+      gPos: n.gPos,
       reads,
       counts,
     };

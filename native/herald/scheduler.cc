@@ -1,0 +1,295 @@
+// scheduler.cc — Herald's embedding scheduler (scheduler.h): allocation, cache simulation and the step's
+// communication plan, in the exact order lib/herald/scheduler.ts documents.
+#include "herald/scheduler.h"
+
+#include <algorithm>
+
+#include "core/errors.h"
+
+namespace embshard::herald {
+
+void Scheduler::Cache::unlink(int32_t s) {
+  const int32_t p = prev[s], n = next[s];
+  if (p >= 0) next[p] = n; else head = n;
+  if (n >= 0) prev[n] = p; else tail = p;
+  prev[s] = next[s] = -1;
+}
+
+void Scheduler::Cache::append(int32_t s, int64_t k) {
+  key[s] = k;
+  prev[s] = tail;
+  next[s] = -1;
+  if (tail >= 0) next[tail] = s; else head = s;
+  tail = s;
+}
+
+Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names)
+    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), tables_(std::move(tables)), names_(std::move(names)) {
+  rowBase_.assign(T_ + 1, 0);
+  lo_.assign(static_cast<size_t>(T_) * (W_ + 1), 0);
+  caches_.resize(static_cast<size_t>(W_) * T_);
+  for (int32_t t = 0; t < T_; ++t) {
+    rowBase_[t + 1] = rowBase_[t] + tables_[t].rows;
+    for (int32_t p = 0; p <= W_; ++p) lo_[static_cast<size_t>(t) * (W_ + 1) + p] = tables_[t].rows * p / W_;
+    for (int32_t w = 0; w < W_; ++w) {
+      Cache& c = cache(w, t);
+      const int32_t n = tables_[t].slots;
+      c.key.assign(n, -1);
+      c.prev.assign(n, -1);
+      c.next.assign(n, -1);
+      c.free.resize(n);
+      for (int32_t k = 0; k < n; ++k) c.free[k] = n - 1 - k;
+    }
+  }
+}
+
+int32_t Scheduler::ownerOf(int32_t t, int64_t row) const {
+  const int64_t* l = &lo_[static_cast<size_t>(t) * (W_ + 1)];
+  const int32_t p = static_cast<int32_t>(std::upper_bound(l, l + W_, row) - l) - 1;
+  return p < 0 ? 0 : p;
+}
+
+int32_t Scheduler::tableOf(int64_t key) const {
+  return static_cast<int32_t>(std::upper_bound(rowBase_.begin() + 1, rowBase_.begin() + T_, key) - (rowBase_.begin() + 1));
+}
+
+namespace {
+inline int64_t id_at(const void* ids, IdType type, int64_t i) {
+  switch (type) {
+    case IdType::I64: return static_cast<const int64_t*>(ids)[i];
+    case IdType::I32: return static_cast<const int32_t*>(ids)[i];
+    default: return static_cast<const uint32_t*>(ids)[i];
+  }
+}
+}  // namespace
+
+void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assignIn, StepOut& out) {
+  const int32_t W = W_, B = B_, T = T_;
+  const int64_t G = static_cast<int64_t>(W) * B;
+  // ---- every sample's keys (checked before any state changes)
+  std::vector<int64_t> start(G + 1, 0);
+  for (const FeatureSpan& f : feats) {
+    int64_t total = 0;
+    for (int64_t b = 0; b < G; ++b) {
+      if (f.lengths[b] < 0) throw Error("INVALID_ARGUMENT", format("herald: table '%s': negative bag length", names_[f.table].c_str()));
+      start[b + 1] += f.lengths[b];
+      total += f.lengths[b];
+    }
+    if (total != f.n) throw Error("LENGTH_MISMATCH", format("herald: table '%s': the lengths sum to %lld but there are %lld ids", names_[f.table].c_str(), static_cast<long long>(total), static_cast<long long>(f.n)));
+  }
+  for (int64_t b = 0; b < G; ++b) start[b + 1] += start[b];
+  std::vector<int64_t> keys(start[G]);
+  {
+    std::vector<int64_t> at(start.begin(), start.end() - 1);
+    for (const FeatureSpan& f : feats) {
+      const int64_t rows = tables_[f.table].rows, base = rowBase_[f.table];
+      int64_t i = 0;
+      for (int64_t b = 0; b < G; ++b)
+        for (int32_t k = 0; k < f.lengths[b]; ++k, ++i) {
+          const int64_t id = id_at(f.ids, f.idType, i);
+          if (!(id >= 0 && id < rows))
+            throw Error("ID_OUT_OF_RANGE", format("herald: table '%s' (%lld rows): id %lld is outside [0, %lld)", names_[f.table].c_str(),
+                                                  static_cast<long long>(rows), static_cast<long long>(id), static_cast<long long>(rows)));
+          keys[at[b]++] = base + id;
+        }
+    }
+  }
+  double* counts = out.counts;
+  std::fill(counts, counts + 9, 0.0);
+  enum { MOVES, EVICTIONS, COPIES, GRADS, ROWS, BYTES, READS, HITS, SCORE };
+  // ---- allocation
+  std::vector<int32_t> assign(G);
+  std::vector<int32_t> fill(W, 0);
+  if (assignIn) {
+    for (int64_t i = 0; i < G; ++i) {
+      assign[i] = assignIn[i];
+      for (int64_t e = start[i]; e < start[i + 1]; ++e) {
+        auto it = home_.find(keys[e]);
+        if (it != home_.end() && it->second.rank == assign[i]) counts[SCORE]++;
+      }
+    }
+  } else {
+    std::vector<int32_t> sc(W, 0), touched;
+    const int32_t first = static_cast<int32_t>(step % W);
+    for (int64_t i = 0; i < G; ++i) {
+      for (int64_t e = start[i]; e < start[i + 1]; ++e) {
+        auto it = home_.find(keys[e]);
+        if (it != home_.end() && sc[it->second.rank]++ == 0) touched.push_back(it->second.rank);
+      }
+      int32_t best = -1, bs = -1;
+      for (int32_t j = 0; j < W; ++j) {
+        const int32_t r = (first + j) % W;
+        if (fill[r] < B && sc[r] > bs) {
+          best = r;
+          bs = sc[r];
+        }
+      }
+      assign[i] = best;
+      fill[best]++;
+      counts[SCORE] += bs;
+      for (int32_t h : touched) sc[h] = 0;
+      touched.clear();
+    }
+  }
+  out.samples.assign(G, 0);
+  std::fill(fill.begin(), fill.end(), 0);
+  for (int64_t i = 0; i < G; ++i) {
+    const int32_t w = assign[i];
+    out.samples[static_cast<size_t>(w) * B + fill[w]++] = static_cast<int32_t>(i);
+  }
+  // ---- readers of every row: value = 2·(last reader) + (1 if several)
+  std::unordered_map<int64_t, int32_t> users;
+  users.reserve(keys.size() * 2);
+  std::vector<std::vector<int64_t>> mine(W);
+  for (int32_t w = 0; w < W; ++w)
+    for (int32_t j = 0; j < B; ++j) {
+      const int32_t i = out.samples[static_cast<size_t>(w) * B + j];
+      for (int64_t e = start[i]; e < start[i + 1]; ++e) {
+        const int64_t x = keys[e];
+        auto [it, fresh] = users.try_emplace(x, 2 * w);
+        if (fresh) mine[w].push_back(x);
+        else if ((it->second >> 1) != w) {
+          it->second = 2 * w + 1;
+          mine[w].push_back(x);
+        }
+      }
+    }
+  std::vector<int64_t> all;
+  all.reserve(users.size());
+  for (const auto& kv : users) all.push_back(kv.first);
+  std::sort(all.begin(), all.end());
+
+  auto rowBytes = [&](int32_t t) { return static_cast<double>(tables_[t].dim + tables_[t].stateWidth) * 4; };
+  auto push = [&](bool mv, int64_t key, int32_t t, int32_t from, int32_t to, int64_t fromId, int64_t toId) {
+    out.xMove.push_back(mv ? 1 : 0);
+    out.xKey.push_back(static_cast<double>(key));
+    out.xTable.push_back(t);
+    out.xFrom.push_back(from);
+    out.xTo.push_back(to);
+    out.xFromId.push_back(static_cast<int32_t>(fromId));
+    out.xToId.push_back(static_cast<int32_t>(toId));
+  };
+  auto move = [&](int64_t key, int32_t t, int32_t from, int32_t to, int64_t fromId, int64_t toId) {
+    push(true, key, t, from, to, fromId, toId);
+    if (from != to) {
+      counts[MOVES]++;
+      counts[BYTES] += rowBytes(t);
+    }
+  };
+  // a checked-out row goes home to its owner
+  auto flush = [&](int64_t x, int32_t t, int32_t h, int32_t o) {
+    auto it = home_.find(x);
+    const int32_t slot = it->second.slot;
+    move(x, t, h, o, slotId(h, t, slot), x - rowBase_[t] - lo(t, o));
+    Cache& c = cache(h, t);
+    c.unlink(slot);
+    c.free.push_back(slot);
+    home_.erase(it);
+  };
+  // where every row lived before this step (copies are read from there, before anything is written)
+  std::unordered_map<int64_t, Where> pre;
+  std::vector<int64_t> preKeys;
+  for (int64_t x : all) {
+    auto it = home_.find(x);
+    if (it == home_.end()) continue;
+    pre.emplace(x, it->second);
+    preKeys.push_back(x);
+  }
+  // ---- 1: rows held in a cache: kept (their only reader holds them), or sent home
+  for (int64_t x : preKeys) {
+    const int32_t t = tableOf(x), o = ownerOf(t, x - rowBase_[t]);
+    const int32_t h = pre[x].rank;
+    const int32_t v = users[x], u = v >> 1;
+    const bool single = (v & 1) == 0;
+    if (single && u == h) {
+      Cache& c = cache(h, t);
+      const int32_t s = pre[x].slot;
+      c.unlink(s);
+      c.append(s, x);  // most recently used
+    } else if (!single || u == o) flush(x, t, h, o);
+  }
+  // ---- 2: rows with one reader that is not their owner: moved into the reader's cache when it has room
+  auto alloc = [&](int32_t w, int32_t t) -> int32_t {
+    Cache& c = cache(w, t);
+    if (!c.free.empty()) {
+      const int32_t s = c.free.back();
+      c.free.pop_back();
+      return s;
+    }
+    if (c.head < 0) return -1;
+    const int32_t s = c.head;
+    const int64_t y = c.key[s];
+    if (users.count(y)) return -1;
+    const int32_t oy = ownerOf(t, y - rowBase_[t]);
+    move(y, t, w, oy, slotId(w, t, s), y - rowBase_[t] - lo(t, oy));
+    counts[EVICTIONS]++;
+    c.unlink(s);
+    home_.erase(y);
+    return s;
+  };
+  for (int64_t x : all) {
+    const int32_t v = users[x];
+    if (v & 1) continue;
+    const int32_t u = v >> 1, t = tableOf(x);
+    const int64_t row = x - rowBase_[t];
+    const int32_t o = ownerOf(t, row);
+    auto it = home_.find(x);
+    const int32_t h = it == home_.end() ? o : it->second.rank;
+    if (u == o || h == u) continue;
+    const int32_t s = alloc(u, t);
+    if (s >= 0) {
+      if (h == o) move(x, t, o, u, row - lo(t, o), slotId(u, t, s));
+      else {
+        auto ih = home_.find(x);
+        const int32_t hs = ih->second.slot;
+        move(x, t, h, u, slotId(h, t, hs), slotId(u, t, s));
+        Cache& ch = cache(h, t);
+        ch.unlink(hs);
+        ch.free.push_back(hs);
+      }
+      cache(u, t).append(s, x);
+      home_[x] = Where{u, s};
+    } else if (h != o) flush(x, t, h, o);  // no room: the owner applies its update
+  }
+  // ---- 3: every rank's reads: local (owned at home, or in its cache) or a copy from where the row lived
+  out.readStart.assign(static_cast<size_t>(W) * T + 1, 0);
+  for (int32_t w = 0; w < W; ++w) {
+    std::vector<int64_t>& list = mine[w];
+    std::sort(list.begin(), list.end());
+    size_t a = 0;
+    for (int32_t t = 0; t < T; ++t) {
+      size_t b = a;
+      while (b < list.size() && list[b] < rowBase_[t + 1]) ++b;
+      int32_t copies = 0;
+      for (size_t j = 0; j < b - a; ++j) {
+        const int64_t x = list[a + j], row = x - rowBase_[t];
+        const int32_t o = ownerOf(t, row);
+        auto ip = pre.find(x);
+        const int32_t p = ip == pre.end() ? o : ip->second.rank;
+        counts[READS]++;
+        if (p == w) counts[HITS]++;
+        auto ih = home_.find(x);
+        out.readRows.push_back(static_cast<double>(row));
+        if (ih != home_.end() && ih->second.rank == w) out.readLoc.push_back(slotId(w, t, ih->second.slot));
+        else if (ih == home_.end() && o == w) out.readLoc.push_back(static_cast<int32_t>(row - lo(t, w)));
+        else {
+          out.readLoc.push_back(-(1 + copies++));
+          push(false, x, t, p, w, p == o ? row - lo(t, o) : slotId(p, t, ip->second.slot), -1);
+          if (p != w) counts[COPIES]++;
+          out.gTable.push_back(t);
+          out.gFrom.push_back(w);
+          out.gTo.push_back(o);
+          out.gToId.push_back(static_cast<int32_t>(row - lo(t, o)));
+          out.gPos.push_back(static_cast<int32_t>(j));
+          counts[GRADS]++;
+          counts[BYTES] += static_cast<double>(tables_[t].dim) * 4 * (p != w ? 2 : 1);
+        }
+      }
+      out.readStart[static_cast<size_t>(w) * T + t + 1] = static_cast<int32_t>(out.readRows.size());
+      a = b;
+    }
+  }
+  counts[ROWS] = counts[MOVES] + counts[COPIES] + counts[GRADS];
+}
+
+}  // namespace embshard::herald

@@ -1,0 +1,86 @@
+// scheduler.h — Herald's embedding scheduler, host code: per global batch the location-aware sample
+// allocation (or the score of a given placement) and the step's communication plan over every rank's
+// simulated LRU caches (the rules are documented in lib/herald/scheduler.ts, which drives this class).
+// State: which rows are checked out into which rank's cache (and its slot), each (rank, table) cache's
+// recency order and its free slots. A call validates every id before any state changes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/types.h"
+
+namespace embshard::herald {
+
+struct TableInfo {
+  int64_t rows;
+  int32_t dim;
+  int32_t stateWidth;
+  int32_t slots;  // cache slots per rank
+  const char* name;
+};
+
+// One feature of the global batch: its table, its G lengths and its ids.
+struct FeatureSpan {
+  int32_t table;
+  const int32_t* lengths;
+  const void* ids;
+  IdType idType;
+  int64_t n;
+};
+
+struct StepOut {
+  std::vector<int32_t> samples;  // W × B
+  std::vector<uint8_t> xMove;
+  std::vector<double> xKey;
+  std::vector<int32_t> xTable, xFrom, xTo, xFromId, xToId;
+  std::vector<int32_t> gTable, gFrom, gTo, gToId, gPos;
+  std::vector<double> readRows;  // rows per (rank, table), concatenated
+  std::vector<int32_t> readLoc;
+  std::vector<int32_t> readStart;  // W × T + 1
+  // moves, evictions, copies, grads, rows, bytes, reads, hits, score
+  double counts[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+};
+
+class Scheduler {
+ public:
+  Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names);
+
+  // Schedules one global batch of world × batchSize samples. `assign` (G ranks, or null) is a given placement
+  // (random allocation); null runs the greedy allocator, ties counted from rank step % world.
+  void schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out);
+
+  int32_t world() const { return W_; }
+  int32_t batchSize() const { return B_; }
+
+ private:
+  struct Where {
+    int32_t rank;
+    int32_t slot;
+  };
+  struct Cache {  // one (rank, table) cache: slots linked least → most recently used
+    std::vector<int64_t> key;
+    std::vector<int32_t> prev, next;
+    int32_t head = -1, tail = -1;
+    std::vector<int32_t> free;
+    void unlink(int32_t s);
+    void append(int32_t s, int64_t k);
+  };
+
+  int64_t lo(int32_t t, int32_t p) const { return lo_[static_cast<size_t>(t) * (W_ + 1) + p]; }
+  int32_t ownerOf(int32_t t, int64_t row) const;
+  int32_t tableOf(int64_t key) const;
+  int32_t slotId(int32_t w, int32_t t, int32_t s) const { return static_cast<int32_t>(lo(t, w + 1) - lo(t, w)) + s; }
+  Cache& cache(int32_t w, int32_t t) { return caches_[static_cast<size_t>(w) * T_ + t]; }
+
+  int32_t W_, B_, T_;
+  std::vector<TableInfo> tables_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> rowBase_;
+  std::vector<int64_t> lo_;
+  std::vector<Cache> caches_;
+  std::unordered_map<int64_t, Where> home_;
+};
+
+}  // namespace embshard::herald
