@@ -65,10 +65,8 @@ export interface RankReads {
   loc: Int32Array;
 }
 
-export interface StepPlan {
-  step: number;
-  /** per rank: the global sample indices it trains, ascending (exactly batchSize each) */
-  samples: Int32Array[];
+/** The step's transfers, in their one order, each a typed array with one entry per record. */
+export interface PlanRecords {
   /** transfers before the forward, in their one order: move (1: value + state) or copy (0: value) */
   xMove: Uint8Array;
   xKey: Float64Array;
@@ -84,26 +82,21 @@ export interface StepPlan {
   gTo: Int32Array;
   gToId: Int32Array;
   gPos: Int32Array;
+}
+
+export interface StepPlan extends PlanRecords {
+  step: number;
+  /** per rank: the global sample indices it trains, ascending (exactly batchSize each) */
+  samples: Int32Array[];
   /** reads[rank][table] */
   reads: RankReads[][];
   counts: StepCounts;
 }
 
 /** The step a native schedule returns (native/addon/herald_ops.cc): flat typed arrays. */
-interface NativeStep {
+interface NativeStep extends PlanRecords {
+  /** W × batchSize */
   samples: Int32Array;
-  xMove: Uint8Array;
-  xKey: Float64Array;
-  xTable: Int32Array;
-  xFrom: Int32Array;
-  xTo: Int32Array;
-  xFromId: Int32Array;
-  xToId: Int32Array;
-  gTable: Int32Array;
-  gFrom: Int32Array;
-  gTo: Int32Array;
-  gToId: Int32Array;
-  gPos: Int32Array;
   readRows: Float64Array;
   readLoc: Int32Array;
   readStart: Int32Array;
@@ -204,36 +197,19 @@ export class HeraldScheduler {
 
   private plan(step: number, n: NativeStep): StepPlan {
     const W = this.W, B = this.batchSize, T = this.owners.T;
+    const { samples, readRows, readLoc, readStart, counts: c, ...records } = n;
     const reads: RankReads[][] = [];
     for (let w = 0; w < W; w++) {
       const per: RankReads[] = [];
       for (let t = 0; t < T; t++) {
-        const a = n.readStart[w * T + t]!, b = n.readStart[w * T + t + 1]!;
-        per.push({ rows: n.readRows.subarray(a, b), loc: n.readLoc.subarray(a, b) });
+        const a = readStart[w * T + t]!, b = readStart[w * T + t + 1]!;
+        per.push({ rows: readRows.subarray(a, b), loc: readLoc.subarray(a, b) });
       }
       reads.push(per);
     }
-    const c = n.counts;
     const counts: StepCounts = {
       moves: c[0]!, evictions: c[1]!, copies: c[2]!, grads: c[3]!, rows: c[4]!, bytes: c[5]!, reads: c[6]!, hits: c[7]!, score: c[8]!,
     };
-    return {
-      step,
-      samples: Array.from({ length: W }, (_, w) => n.samples.subarray(w * B, (w + 1) * B)),
-      xMove: n.xMove,
-      xKey: n.xKey,
-      xTable: n.xTable,
-      xFrom: n.xFrom,
-      xTo: n.xTo,
-      xFromId: n.xFromId,
-      xToId: n.xToId,
-      gTable: n.gTable,
-      gFrom: n.gFrom,
-      gTo: n.gTo,
-      gToId: n.gToId,
-      gPos: n.gPos,
-      reads,
-      counts,
-    };
+    return { step, samples: Array.from({ length: W }, (_, w) => samples.subarray(w * B, (w + 1) * B)), ...records, reads, counts };
   }
 }
