@@ -28,6 +28,23 @@ Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> ta
   rowBase_.assign(T_ + 1, 0);
   lo_.assign(static_cast<size_t>(T_) * (W_ + 1), 0);
   caches_.resize(static_cast<size_t>(W_) * T_);
+  cacheBase_.assign(static_cast<size_t>(W_) * T_, 0);
+  uint64_t total = 0;
+  for (int32_t w = 0; w < W_; ++w)
+    for (int32_t t = 0; t < T_; ++t) {
+      cacheBase_[static_cast<size_t>(w) * T_ + t] = static_cast<uint32_t>(total);
+      total += static_cast<uint64_t>(tables_[t].slots);
+      if (total >= IdIndex::kNone) throw Error("INVALID_SIZE", "herald: world × cache slots of all tables must stay below 2^32");
+    }
+  slotRank_.resize(total);
+  slotNo_.resize(total);
+  for (int32_t w = 0; w < W_; ++w)
+    for (int32_t t = 0; t < T_; ++t)
+      for (int32_t s = 0; s < tables_[t].slots; ++s) {
+        slotRank_[slotKey(w, t, s)] = w;
+        slotNo_[slotKey(w, t, s)] = s;
+      }
+  home_.reset(total);
   for (int32_t t = 0; t < T_; ++t) {
     rowBase_[t + 1] = rowBase_[t] + tables_[t].rows;
     for (int32_t p = 0; p <= W_; ++p) lo_[static_cast<size_t>(t) * (W_ + 1) + p] = tables_[t].rows * p / W_;
@@ -104,17 +121,19 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     for (int64_t i = 0; i < G; ++i) {
       assign[i] = assignIn[i];
       for (int64_t e = start[i]; e < start[i + 1]; ++e) {
-        auto it = home_.find(keys[e]);
-        if (it != home_.end() && it->second.rank == assign[i]) counts[SCORE]++;
+        const uint32_t g = home_.find(static_cast<uint64_t>(keys[e]));
+        if (g != IdIndex::kNone && slotRank_[g] == assign[i]) counts[SCORE]++;
       }
     }
   } else {
     std::vector<int32_t> sc(W, 0), touched;
     const int32_t first = static_cast<int32_t>(step % W);
     for (int64_t i = 0; i < G; ++i) {
+      if (i + 1 < G)  // the next sample's buckets load while this one is scored
+        for (int64_t e = start[i + 1]; e < start[i + 2]; ++e) home_.prefetch(static_cast<uint64_t>(keys[e]));
       for (int64_t e = start[i]; e < start[i + 1]; ++e) {
-        auto it = home_.find(keys[e]);
-        if (it != home_.end() && sc[it->second.rank]++ == 0) touched.push_back(it->second.rank);
+        const uint32_t g = home_.find(static_cast<uint64_t>(keys[e]));
+        if (g != IdIndex::kNone && sc[slotRank_[g]]++ == 0) touched.push_back(slotRank_[g]);
       }
       int32_t best = -1, bs = -1;
       for (int32_t j = 0; j < W; ++j) {
@@ -138,25 +157,26 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     out.samples[static_cast<size_t>(w) * B + fill[w]++] = static_cast<int32_t>(i);
   }
   // ---- readers of every row: value = 2·(last reader) + (1 if several)
-  std::unordered_map<int64_t, int32_t> users;
-  users.reserve(keys.size() * 2);
+  IdIndex users;  // value = 2·(last reader) + (1 if several)
+  std::vector<int64_t> all;
+  users.reset(keys.size());
   std::vector<std::vector<int64_t>> mine(W);
   for (int32_t w = 0; w < W; ++w)
     for (int32_t j = 0; j < B; ++j) {
       const int32_t i = out.samples[static_cast<size_t>(w) * B + j];
       for (int64_t e = start[i]; e < start[i + 1]; ++e) {
         const int64_t x = keys[e];
-        auto [it, fresh] = users.try_emplace(x, 2 * w);
-        if (fresh) mine[w].push_back(x);
-        else if ((it->second >> 1) != w) {
-          it->second = 2 * w + 1;
+        const uint32_t v = users.find(static_cast<uint64_t>(x));
+        if (v == IdIndex::kNone) {
+          users.put(static_cast<uint64_t>(x), 2u * w);
+          mine[w].push_back(x);
+          all.push_back(x);
+        } else if (static_cast<int32_t>(v >> 1) != w) {
+          users.put(static_cast<uint64_t>(x), 2u * w + 1);
           mine[w].push_back(x);
         }
       }
     }
-  std::vector<int64_t> all;
-  all.reserve(users.size());
-  for (const auto& kv : users) all.push_back(kv.first);
   std::sort(all.begin(), all.end());
 
   auto rowBytes = [&](int32_t t) { return static_cast<double>(tables_[t].dim + tables_[t].stateWidth) * 4; };
@@ -178,32 +198,33 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
   };
   // a checked-out row goes home to its owner
   auto flush = [&](int64_t x, int32_t t, int32_t h, int32_t o) {
-    auto it = home_.find(x);
-    const int32_t slot = it->second.slot;
+    const int32_t slot = slotNo_[home_.find(static_cast<uint64_t>(x))];
     move(x, t, h, o, slotId(h, t, slot), x - rowBase_[t] - lo(t, o));
     Cache& c = cache(h, t);
     c.unlink(slot);
     c.free.push_back(slot);
-    home_.erase(it);
+    home_.erase(static_cast<uint64_t>(x));
   };
   // where every row lived before this step (copies are read from there, before anything is written)
-  std::unordered_map<int64_t, Where> pre;
+  IdIndex pre;  // row → numbered slot, for the rows a cache held before this step
+  pre.reset(all.size());
   std::vector<int64_t> preKeys;
   for (int64_t x : all) {
-    auto it = home_.find(x);
-    if (it == home_.end()) continue;
-    pre.emplace(x, it->second);
+    const uint32_t g = home_.find(static_cast<uint64_t>(x));
+    if (g == IdIndex::kNone) continue;
+    pre.put(static_cast<uint64_t>(x), g);
     preKeys.push_back(x);
   }
   // ---- 1: rows held in a cache: kept (their only reader holds them), or sent home
   for (int64_t x : preKeys) {
     const int32_t t = tableOf(x), o = ownerOf(t, x - rowBase_[t]);
-    const int32_t h = pre[x].rank;
-    const int32_t v = users[x], u = v >> 1;
+    const uint32_t g = pre.find(static_cast<uint64_t>(x));
+    const int32_t h = slotRank_[g];
+    const int32_t v = static_cast<int32_t>(users.find(static_cast<uint64_t>(x))), u = v >> 1;
     const bool single = (v & 1) == 0;
     if (single && u == h) {
       Cache& c = cache(h, t);
-      const int32_t s = pre[x].slot;
+      const int32_t s = slotNo_[g];
       c.unlink(s);
       c.append(s, x);  // most recently used
     } else if (!single || u == o) flush(x, t, h, o);
@@ -219,36 +240,35 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     if (c.head < 0) return -1;
     const int32_t s = c.head;
     const int64_t y = c.key[s];
-    if (users.count(y)) return -1;
+    if (users.find(static_cast<uint64_t>(y)) != IdIndex::kNone) return -1;
     const int32_t oy = ownerOf(t, y - rowBase_[t]);
     move(y, t, w, oy, slotId(w, t, s), y - rowBase_[t] - lo(t, oy));
     counts[EVICTIONS]++;
     c.unlink(s);
-    home_.erase(y);
+    home_.erase(static_cast<uint64_t>(y));
     return s;
   };
   for (int64_t x : all) {
-    const int32_t v = users[x];
+    const uint32_t v = users.find(static_cast<uint64_t>(x));
     if (v & 1) continue;
-    const int32_t u = v >> 1, t = tableOf(x);
+    const int32_t u = static_cast<int32_t>(v >> 1), t = tableOf(x);
     const int64_t row = x - rowBase_[t];
     const int32_t o = ownerOf(t, row);
-    auto it = home_.find(x);
-    const int32_t h = it == home_.end() ? o : it->second.rank;
+    const uint32_t gx = home_.find(static_cast<uint64_t>(x));
+    const int32_t h = gx == IdIndex::kNone ? o : slotRank_[gx];
     if (u == o || h == u) continue;
     const int32_t s = alloc(u, t);
     if (s >= 0) {
       if (h == o) move(x, t, o, u, row - lo(t, o), slotId(u, t, s));
       else {
-        auto ih = home_.find(x);
-        const int32_t hs = ih->second.slot;
+        const int32_t hs = slotNo_[gx];
         move(x, t, h, u, slotId(h, t, hs), slotId(u, t, s));
         Cache& ch = cache(h, t);
         ch.unlink(hs);
         ch.free.push_back(hs);
       }
       cache(u, t).append(s, x);
-      home_[x] = Where{u, s};
+      home_.put(static_cast<uint64_t>(x), slotKey(u, t, s));
     } else if (h != o) flush(x, t, h, o);  // no room: the owner applies its update
   }
   // ---- 3: every rank's reads: local (owned at home, or in its cache) or a copy from where the row lived
@@ -264,17 +284,17 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
       for (size_t j = 0; j < b - a; ++j) {
         const int64_t x = list[a + j], row = x - rowBase_[t];
         const int32_t o = ownerOf(t, row);
-        auto ip = pre.find(x);
-        const int32_t p = ip == pre.end() ? o : ip->second.rank;
+        const uint32_t gp = pre.find(static_cast<uint64_t>(x));
+        const int32_t p = gp == IdIndex::kNone ? o : slotRank_[gp];
         counts[READS]++;
         if (p == w) counts[HITS]++;
-        auto ih = home_.find(x);
+        const uint32_t gh = home_.find(static_cast<uint64_t>(x));
         out.readRows.push_back(static_cast<double>(row));
-        if (ih != home_.end() && ih->second.rank == w) out.readLoc.push_back(slotId(w, t, ih->second.slot));
-        else if (ih == home_.end() && o == w) out.readLoc.push_back(static_cast<int32_t>(row - lo(t, w)));
+        if (gh != IdIndex::kNone && slotRank_[gh] == w) out.readLoc.push_back(slotId(w, t, slotNo_[gh]));
+        else if (gh == IdIndex::kNone && o == w) out.readLoc.push_back(static_cast<int32_t>(row - lo(t, w)));
         else {
           out.readLoc.push_back(-(1 + copies++));
-          push(false, x, t, p, w, p == o ? row - lo(t, o) : slotId(p, t, ip->second.slot), -1);
+          push(false, x, t, p, w, p == o ? row - lo(t, o) : slotId(p, t, slotNo_[gp]), -1);
           if (p != w) counts[COPIES]++;
           out.gTable.push_back(t);
           out.gFrom.push_back(w);

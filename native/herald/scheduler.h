@@ -6,10 +6,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/types.h"
+#include "storage/dynamic_index.h"
 
 namespace embshard::herald {
 
@@ -55,10 +55,6 @@ class Scheduler {
   int32_t batchSize() const { return B_; }
 
  private:
-  struct Where {
-    int32_t rank;
-    int32_t slot;
-  };
   struct Cache {  // one (rank, table) cache: slots linked least → most recently used
     std::vector<int64_t> key;
     std::vector<int32_t> prev, next;
@@ -73,6 +69,8 @@ class Scheduler {
   int32_t tableOf(int64_t key) const;
   int32_t slotId(int32_t w, int32_t t, int32_t s) const { return static_cast<int32_t>(lo(t, w + 1) - lo(t, w)) + s; }
   Cache& cache(int32_t w, int32_t t) { return caches_[static_cast<size_t>(w) * T_ + t]; }
+  // every cache slot of every rank numbered in one space: the value `home_` maps a checked-out row to
+  uint32_t slotKey(int32_t w, int32_t t, int32_t s) const { return cacheBase_[static_cast<size_t>(w) * T_ + t] + static_cast<uint32_t>(s); }
 
   int32_t W_, B_, T_;
   std::vector<TableInfo> tables_;
@@ -80,7 +78,9 @@ class Scheduler {
   std::vector<int64_t> rowBase_;
   std::vector<int64_t> lo_;
   std::vector<Cache> caches_;
-  std::unordered_map<int64_t, Where> home_;
+  std::vector<uint32_t> cacheBase_;
+  std::vector<int32_t> slotRank_, slotNo_;  // per numbered slot: its rank and its slot in that cache
+  IdIndex home_;                            // checked-out row → numbered slot holding it
 };
 
 }  // namespace embshard::herald

@@ -181,4 +181,24 @@ describe('HeraldScheduler vs a naive simulation of the same caches', () => {
     expect(s.steps).toBe(0);
     expect(s.schedule(S.globalBatch(lib, 0, 8)).step).toBe(0);
   });
+
+  it('off the event loop (scheduleAsync): the decisions of the naive simulation; one call at a time', async () => {
+    const W = 4, B = 12;
+    const s = new HeraldScheduler(TABLES, { world: W, batchSize: B, cacheRows: 3 });
+    const n = new Naive(W, 3);
+    for (let step = 0; step < 6; step++) {
+      const g: JaggedBatch = S.globalBatch(lib, step, W * B);
+      const keys = n.sampleKeys(g);
+      const want = n.greedy(keys, B, step);
+      const pending = s.scheduleAsync(g);
+      expect(() => s.schedule(g)).toThrow(/still running/);
+      const p = await pending;
+      expect(p.step).toBe(step);
+      const assign = new Int32Array(W * B);
+      p.samples.forEach((list, w) => list.forEach((i) => (assign[i] = w)));
+      expect(Array.from(assign)).toEqual(want);
+      const { moves, evictions, copies, grads, reads, hits, score } = p.counts;
+      expect({ moves, evictions, copies, grads, reads, hits, score }).toEqual(n.step(keys, assign));
+    }
+  });
 });
