@@ -58,6 +58,18 @@ class TranslateWorker : public PromiseWorker {
       : PromiseWorker(env), m_(std::move(m)), ids_(ids), lengths_(lengths), F_(F), B_(B), mine_(mine), out_(out) {}
   void Run() override {
     std::lock_guard<std::mutex> lock(m_->mu);
+    // the batch's spilled rows are read and verified first: a bad record fails the step before the map changes
+    if (m_->spill) {
+      std::vector<uint64_t> ids(static_cast<size_t>(ids_.n));
+      for (int64_t i = 0; i < ids_.n; ++i) ids[i] = ids_.at(i);
+      m_->spill->stage(ids.data(), ids.size());
+    }
+    struct Unstage {
+      SpillFile* s;
+      ~Unstage() {
+        if (s) s->unstage();
+      }
+    } unstage{m_->spill.get()};
     m_->map.translate(ids_, lengths_, F_, B_, mine_, out_, admitted_);
     // admitted ids that were spilled take their row and state back (the others: init, zero state)
     const size_t n = admitted_.ids.size(), D = m_->map.spec().dim, S = m_->stateWidth;

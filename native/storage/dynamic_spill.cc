@@ -46,14 +46,12 @@ void SpillFile::put(const uint64_t* ids, size_t n, const float* values, const fl
   end_ += buf_.size();
 }
 
-bool SpillFile::take(uint64_t id, float* values, float* state) {
-  auto it = index_.find(id);
-  if (it == index_.end()) return false;
+void SpillFile::read(uint64_t id, uint64_t offset, float* row) const {
   const size_t R = recordBytes();
   std::vector<uint8_t> r(R);
   size_t done = 0;
   while (done < R) {
-    const ssize_t got = ::pread(fd_, r.data() + done, R - done, static_cast<off_t>(it->second + done));
+    const ssize_t got = ::pread(fd_, r.data() + done, R - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) fail("IO_ERROR", "reading spill file '%s': %s", path_.c_str(), std::strerror(errno));
     if (got == 0) fail("CHECKPOINT_CORRUPT", "spill file '%s' is truncated: the record of a spilled id is missing", path_.c_str());
@@ -65,9 +63,35 @@ bool SpillFile::take(uint64_t id, float* values, float* state) {
   std::memcpy(&rid, r.data(), 8);
   if (crc32c(0, r.data(), R - 4) != crc || rid != id)
     fail("CHECKPOINT_CORRUPT", "spill file '%s': the record at offset %llu fails its checksum (altered)", path_.c_str(),
-         static_cast<unsigned long long>(it->second));
-  std::memcpy(values, r.data() + 8, 4 * static_cast<size_t>(dim_));
-  if (stateWidth_ > 0) std::memcpy(state, r.data() + 8 + 4 * static_cast<size_t>(dim_), 4 * static_cast<size_t>(stateWidth_));
+         static_cast<unsigned long long>(offset));
+  std::memcpy(row, r.data() + 8, R - 12);
+}
+
+void SpillFile::stage(const uint64_t* ids, size_t n) {
+  staged_.clear();
+  for (size_t k = 0; k < n; ++k) {
+    auto it = index_.find(ids[k]);
+    if (it == index_.end() || staged_.count(ids[k])) continue;
+    std::vector<float> row(static_cast<size_t>(dim_) + stateWidth_);
+    read(ids[k], it->second, row.data());
+    staged_.emplace(ids[k], std::move(row));
+  }
+}
+
+bool SpillFile::take(uint64_t id, float* values, float* state) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return false;
+  std::vector<float> row;
+  auto st = staged_.find(id);
+  if (st != staged_.end()) {
+    row = std::move(st->second);
+    staged_.erase(st);
+  } else {
+    row.resize(static_cast<size_t>(dim_) + stateWidth_);
+    read(id, it->second, row.data());
+  }
+  std::memcpy(values, row.data(), 4 * static_cast<size_t>(dim_));
+  if (stateWidth_ > 0) std::memcpy(state, row.data() + dim_, 4 * static_cast<size_t>(stateWidth_));
   index_.erase(it);
   return true;
 }

@@ -27,10 +27,15 @@ class SpillFile {
   // Appends rows `ids[k]` (values [n × dim], state [n × stateWidth]); IO_ERROR when the write fails
   // (the index then is unchanged).
   void put(const uint64_t* ids, size_t n, const float* values, const float* state);
-  // Reads id's row into values [dim] and state [stateWidth] and forgets it; false when not spilled.
+  // Reads and verifies the records of the spilled ones among ids[0, n) (IO_ERROR / CHECKPOINT_CORRUPT
+  // before anything else changes); take() then serves them from memory until unstage().
+  void stage(const uint64_t* ids, size_t n);
+  void unstage() { staged_.clear(); }
+  // Gives id's row into values [dim] and state [stateWidth] and forgets it; false when not spilled.
   bool take(uint64_t id, float* values, float* state);
 
  private:
+  void read(uint64_t id, uint64_t offset, float* row) const;  // values then state, verified
   size_t recordBytes() const { return 8 + 4 * (static_cast<size_t>(dim_) + stateWidth_) + 4; }
   std::string path_;
   int fd_ = -1;
@@ -38,6 +43,7 @@ class SpillFile {
   uint64_t end_ = 0;
   std::unordered_map<uint64_t, uint64_t> index_;  // id → offset of its record
   std::vector<uint8_t> buf_;
+  std::unordered_map<uint64_t, std::vector<float>> staged_;  // id → values then state
 };
 
 }  // namespace embshard
