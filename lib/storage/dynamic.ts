@@ -67,6 +67,8 @@ interface NativeDynamicMap {
   stats(): DynamicTableStats;
   serialize(): Uint8Array;
   deserialize(bytes: Uint8Array): void;
+  /** closes the spill file (waits for a running call) */
+  close(): void;
 }
 
 interface DynamicAddon {
@@ -211,6 +213,11 @@ export class DynamicTables {
 
   stats(): Record<string, DynamicTableStats> {
     return Object.fromEntries(this.entries.map((e) => [e.name, e.map.stats()]));
+  }
+
+  /** Closes the spill files (their locks are released; the files stay as scratch). */
+  dispose(): void {
+    for (const e of this.entries) e.map.close();
   }
 
   /** Writes each map into checkpoint folder `dir` (durably); returns the manifest entries. */

@@ -129,7 +129,8 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
                        {InstanceMethod("translate", &DynamicMapWrap::Translate), InstanceMethod("lookup", &DynamicMapWrap::Lookup),
                         InstanceMethod("heldIds", &DynamicMapWrap::HeldIds), InstanceMethod("stats", &DynamicMapWrap::Stats),
                         InstanceMethod("serialize", &DynamicMapWrap::Serialize),
-                        InstanceMethod("deserialize", &DynamicMapWrap::Deserialize), InstanceMethod("spill", &DynamicMapWrap::Spill)});
+                        InstanceMethod("deserialize", &DynamicMapWrap::Deserialize), InstanceMethod("spill", &DynamicMapWrap::Spill),
+                        InstanceMethod("close", &DynamicMapWrap::Close)});
   }
 
   explicit DynamicMapWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DynamicMapWrap>(info) {
@@ -196,6 +197,13 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       for (int i = 0; i < 3; ++i) w->Keep(info[i]);
       return w->Start();
     });
+  }
+
+  // close(): the spill file is closed (its lock released); the map keeps working without one
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    m_->spill.reset();
+    return info.Env().Undefined();
   }
 
   // lookup(ids) → BigInt64Array of slots (the sink for ids not held)

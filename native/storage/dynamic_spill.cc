@@ -3,6 +3,7 @@
 #include "storage/dynamic_spill.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,8 +16,16 @@ namespace embshard {
 
 SpillFile::SpillFile(const std::string& path, const std::string& field, uint32_t dim, uint32_t stateWidth)
     : path_(path), dim_(dim), stateWidth_(stateWidth) {
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("IO_ERROR", "%s: cannot create spill file '%s': %s", field.c_str(), path.c_str(), std::strerror(errno));
+  // one live table per spill file: another collection's is never truncated under it
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 || ::ftruncate(fd_, 0) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    fail("IO_ERROR", "%s: spill file '%s' %s (%s)", field.c_str(), path.c_str(),
+         err == EWOULDBLOCK ? "is in use by another collection" : "cannot be emptied", std::strerror(err));
+  }
 }
 
 SpillFile::~SpillFile() {

@@ -4,7 +4,8 @@
 // [values f32 × dim][state f32 × stateWidth][CRC-32C u32 of the bytes before it]; an in-memory index maps
 // each spilled id to its newest record. Taking a row back removes it from the index (the record's bytes
 // stay in the file as garbage). A record that fails its checksum or names another id is CHECKPOINT_CORRUPT.
-// The file is scratch: created (truncated) when the table is built, valid only while it lives.
+// The file is scratch: created (emptied) when the table is built, valid only while it lives, and locked
+// (flock) so that a second live table cannot take the same file.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,7 +16,7 @@ namespace embshard {
 
 class SpillFile {
  public:
-  // Creates (truncates) `path`; IO_ERROR naming `field` when it cannot.
+  // Creates (empties) `path`; IO_ERROR naming `field` when it cannot or another table holds it.
   SpillFile(const std::string& path, const std::string& field, uint32_t dim, uint32_t stateWidth);
   ~SpillFile();
   SpillFile(const SpillFile&) = delete;

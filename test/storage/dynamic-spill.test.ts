@@ -78,6 +78,12 @@ describe('spill faults', () => {
     expect([bad.code, bad.message.includes('tables[0].spill.size: unknown field')]).toEqual(['INVALID_CONFIG', true]);
     const empty = await err(() => make(4, { type: 'sgd', lr: 0.1 }, { spill: { path: '' } }));
     expect([empty.code, empty.message.includes('tables[0].spill.path')]).toEqual(['INVALID_CONFIG', true]);
+    // a spill file is held by one live table: a second collection on the same folder is refused
+    const sub = mkdtempSync(join(dir, 'lock-'));
+    const first = make(4, { type: 'sgd', lr: 0.1 }, { spill: { path: sub } });
+    const second = await err(() => make(4, { type: 'sgd', lr: 0.1 }, { spill: { path: sub } }));
+    expect([second.code, second.message.includes('tables[0].spill.path'), second.message.includes('in use')]).toEqual(['IO_ERROR', true, true]);
+    first.dispose();
     const numeric = await err(() => new EmbeddingCollection({ tables: [{ name: 'd', rows: 10, dim: 4, spill: { path: dir } }] }));
     expect([numeric.code, numeric.message.includes('tables[0].spill')]).toEqual(['INVALID_CONFIG', true]);
   });
