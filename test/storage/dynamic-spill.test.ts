@@ -28,14 +28,11 @@ function batch(r: () => number, pool: bigint[], B: number): JaggedBatch {
   return JaggedBatch.fromLengths({ features: ['a', 'b'], batchSize: B, lengths, ids });
 }
 
+/** The EmbshardError `f` (sync or async) raised. */
 async function err(f: () => unknown): Promise<EmbshardError> {
-  try {
-    await f();
-  } catch (e) {
-    expect(e).toBeInstanceOf(EmbshardError);
-    return e as EmbshardError;
-  }
-  throw new Error('no error was raised');
+  const e: unknown = await Promise.resolve().then(f).then(() => undefined, (x: unknown) => x);
+  expect(e, 'an EmbshardError was raised').toBeInstanceOf(EmbshardError);
+  return e as EmbshardError;
 }
 
 describe('a dynamic table with spill trains like one whose capacity holds every id', () => {
