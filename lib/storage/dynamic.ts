@@ -147,15 +147,17 @@ export class DynamicTables {
     const done = await Promise.all(
       this.entries.map((e) => e.map.translate(batch.ids, batch.lengths, batch.batchSize, Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0)), out)),
     );
+    let failed: unknown;
     for (const [k, e] of this.entries.entries()) {
       const r = done[k]!;
       const n = r.evictedSlots.length;
       if (e.spill && n > 0) {
-        // the evicted rows, as stored, go to the spill file before the admitted rows take their slots
+        // the evicted rows, as stored, go to the spill file before the admitted rows take their slots; a
+        // failed append (IO_ERROR) loses them, but the admitted rows are still written before it is raised
         const values = new Float32Array(n * e.dim), state = new Float32Array(n * e.stateWidth);
         engine.readRows(e.table, r.evictedSlots, values);
         if (e.stateWidth > 0) engine.readState(e.table, r.evictedSlots, state);
-        await e.map.spill(r.evictedIds, values, state);
+        await e.map.spill(r.evictedIds, values, state).catch((err: unknown) => void (failed ??= err));
       }
       if (r.slots.length > 0) {
         engine.writeRows(e.table, r.slots, r.values);
@@ -163,6 +165,7 @@ export class DynamicTables {
       }
       if (r.sinkIds > 0) sinks.push(e.table);
     }
+    if (failed !== undefined) throw failed;
     return { native: this.nativeOf(batch, out), sinks, version: this.version() };
   }
 
