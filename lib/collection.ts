@@ -159,6 +159,12 @@ export class EmbeddingCollection extends EngineOwner {
     return this.wrapForward(batch, nb, this.live().forwardSync(nb));
   }
 
+  /** Frees native memory and closes dynamic tables' spill files now; any later use raises DISPOSED. */
+  override dispose(): void {
+    super.dispose();
+    this.dynamic?.dispose();
+  }
+
   /** Per dynamic table (rows: 'dynamic'): hits, misses, admissions, evictions and rows held. */
   stats(): Record<string, DynamicTableStats> {
     this.live();

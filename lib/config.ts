@@ -82,7 +82,7 @@ export const OPTIMIZERS: readonly OptimizerType[] = ['sgd', 'adagrad', 'rowwise_
 
 const COLLECTION_FIELDS = fieldsOf<CollectionConfig>({ tables: true, optimizer: true, device: true, seed: true });
 const TABLE_FIELDS = fieldsOf<TableConfig>({
-  name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true, storage: true, capacity: true, admission: true, eviction: true,
+  name: true, rows: true, dim: true, pooling: true, features: true, dtype: true, idPolicy: true, init: true, storage: true, capacity: true, admission: true, eviction: true, spill: true,
 });
 const OPTIMIZER_FIELDS = fieldsOf<OptimizerConfig>({
   type: true, lr: true, eps: true, beta1: true, beta2: true, weightDecay: true, stochasticRounding: true, nonFinite: true,

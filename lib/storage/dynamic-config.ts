@@ -20,6 +20,13 @@ export interface DynamicTableFields {
   admission?: DynamicAdmission;
   /** which row makes room when the table is full: 'lru' (default) or 'lfu' */
   eviction?: Eviction;
+  /** evicted rows (values and optimizer state) go to a spill file in this folder and come back on re-admission */
+  spill?: DynamicSpill;
+}
+
+export interface DynamicSpill {
+  /** an existing, writable folder: the spill file `spill-<table index>.bin` is created (truncated) in it */
+  path: string;
 }
 
 export interface ResolvedDynamic {
@@ -27,12 +34,14 @@ export interface ResolvedDynamic {
   minCount: number;
   candidates: number;
   eviction: Eviction;
+  spill?: DynamicSpill;
 }
 
 /** The most rows a dynamic table can hold (slots are 32-bit; one more is the sink). */
 export const MAX_DYNAMIC_CAPACITY = 2 ** 31 - 2;
 
-const DYNAMIC_KEYS = fieldsOf<DynamicTableFields>({ capacity: true, admission: true, eviction: true });
+const DYNAMIC_KEYS = fieldsOf<DynamicTableFields>({ capacity: true, admission: true, eviction: true, spill: true });
+const SPILL_FIELDS = fieldsOf<DynamicSpill>({ path: true });
 const ADMISSION_FIELDS = fieldsOf<DynamicAdmission>({ minCount: true, candidates: true });
 
 function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string, path: string): never {
@@ -63,10 +72,16 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
     bad('INVALID_CONFIG', `${where}.admission.candidates must be an integer in [1, 2^31 - 2] (got ${String(candidates)})`, `${where}.admission.candidates`);
   const eviction = t.eviction ?? 'lru';
   if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${String(eviction)})`, `${where}.eviction`);
-  return { capacity: c, minCount: a.minCount, candidates, eviction };
+  const sp = t.spill;
+  if (sp !== undefined) {
+    if (typeof sp !== 'object' || sp === null) bad('INVALID_CONFIG', `${where}.spill must be an object { path }`, `${where}.spill`);
+    rejectUnknownFields(sp, SPILL_FIELDS, `${where}.spill`);
+    if (typeof sp.path !== 'string' || sp.path === '') bad('INVALID_CONFIG', `${where}.spill.path must be a non-empty string (a folder)`, `${where}.spill.path`);
+  }
+  return { capacity: c, minCount: a.minCount, candidates, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
 }
 
 /** The table-config fields that rebuild a resolved dynamic table (checkpoints keep the resolved form). */
-export function dynamicFieldsOf(d: ResolvedDynamic): { rows: 'dynamic' } & Required<DynamicTableFields> {
-  return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction };
+export function dynamicFieldsOf(d: ResolvedDynamic): { rows: 'dynamic' } & Required<Omit<DynamicTableFields, 'spill'>> & Pick<DynamicTableFields, 'spill'> {
+  return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction, ...(d.spill ? { spill: d.spill } : {}) };
 }

@@ -3,8 +3,12 @@
 // Before a forward the batch's ids of those tables are translated into slots (admitting and evicting by
 // the map's rules) and the rows it admitted get their init values and zero optimizer state; the engine
 // then runs unchanged on the slot batch. Slot `capacity` is the sink: ids not held read it (zero) and the
-// gradient it gathers is dropped by zeroing it again after the backward. Checkpoints keep each map
-// (ids, counts, last uses, candidates, stats) beside the engine payload.
+// gradient it gathers is dropped by zeroing it again after the backward. With `spill`, the rows a
+// translation evicted (values and optimizer state as stored) are read from the engine and appended to the
+// table's spill file (native/storage/dynamic_spill.h) before the admitted rows overwrite their slots, and
+// an admitted id found in the spill file gets its row and state back instead of its init: the table then
+// trains as one whose capacity holds every id. Checkpoints keep each map (ids, counts, last uses,
+// candidates, stats) beside the engine payload; a collection whose dynamic tables spill refuses save().
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import type { JaggedBatch } from '../batch.js';
@@ -27,6 +31,8 @@ export interface DynamicTableStats {
   rows: number;
   /** candidate ids whose sightings are being counted (admission.minCount > 1) */
   candidates: number;
+  /** rows in the spill file now (tables with `spill` only) */
+  spilled?: number;
 }
 
 interface NativeDynamicSpec {
@@ -38,16 +44,31 @@ interface NativeDynamicSpec {
   init: { kind: string; a: number; b: number };
   seed: number;
   table: number;
+  stateWidth: number;
+  spillPath?: string;
+  spillField?: string;
+}
+
+interface Translated {
+  slots: BigInt64Array;
+  values: Float32Array;
+  state: Float32Array;
+  sinkIds: number;
+  evictedSlots: BigInt64Array;
+  evictedIds: BigInt64Array;
 }
 
 /** The addon's DynamicMap (native/addon/dynamic_map_wrap.cc). */
 interface NativeDynamicMap {
-  translate(ids: IdArray, lengths: Int32Array, batchSize: number, mine: Uint8Array, out: BigInt64Array): Promise<{ slots: BigInt64Array; values: Float32Array; sinkIds: number }>;
+  translate(ids: IdArray, lengths: Int32Array, batchSize: number, mine: Uint8Array, out: BigInt64Array): Promise<Translated>;
+  spill(ids: BigInt64Array, values: Float32Array, state: Float32Array): Promise<void>;
   lookup(ids: IdArray): BigInt64Array;
   heldIds(): BigInt64Array;
   stats(): DynamicTableStats;
   serialize(): Uint8Array;
   deserialize(bytes: Uint8Array): void;
+  /** closes the spill file (waits for a running call) */
+  close(): void;
 }
 
 interface DynamicAddon {
@@ -71,6 +92,7 @@ interface Entry {
   capacity: number;
   dim: number;
   stateWidth: number;
+  spill: boolean;
   map: NativeDynamicMap;
 }
 
@@ -90,9 +112,10 @@ export class DynamicTables {
       if (!d) return;
       const spec: NativeDynamicSpec = {
         capacity: d.capacity, minCount: d.minCount, candidates: d.minCount > 1 ? d.candidates : 0, eviction: d.eviction,
-        dim: t.dim, init: nativeInit(t.init, t.rows), seed: config.seed, table: i,
+        dim: t.dim, init: nativeInit(t.init, t.rows), seed: config.seed, table: i, stateWidth: stateWidth(config.optimizer.type, t.dim),
+        ...(d.spill ? { spillPath: join(d.spill.path, `spill-${i}.bin`), spillField: `tables[${i}].spill.path` } : {}),
       };
-      const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: stateWidth(config.optimizer.type, t.dim), map: new this.addon.DynamicMap(spec) };
+      const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: spec.stateWidth, spill: !!d.spill, map: new this.addon.DynamicMap(spec) };
       this.entries.push(e);
       this.byTable.set(i, e);
     });
@@ -124,14 +147,25 @@ export class DynamicTables {
     const done = await Promise.all(
       this.entries.map((e) => e.map.translate(batch.ids, batch.lengths, batch.batchSize, Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0)), out)),
     );
+    let failed: unknown;
     for (const [k, e] of this.entries.entries()) {
       const r = done[k]!;
+      const n = r.evictedSlots.length;
+      if (e.spill && n > 0) {
+        // the evicted rows, as stored, go to the spill file before the admitted rows take their slots; a
+        // failed append (IO_ERROR) loses them, but the admitted rows are still written before it is raised
+        const values = new Float32Array(n * e.dim), state = new Float32Array(n * e.stateWidth);
+        engine.readRows(e.table, r.evictedSlots, values);
+        if (e.stateWidth > 0) engine.readState(e.table, r.evictedSlots, state);
+        await e.map.spill(r.evictedIds, values, state).catch((err: unknown) => void (failed ??= err));
+      }
       if (r.slots.length > 0) {
         engine.writeRows(e.table, r.slots, r.values);
-        if (e.stateWidth > 0) engine.writeState(e.table, r.slots, new Float32Array(r.slots.length * e.stateWidth));
+        if (e.stateWidth > 0) engine.writeState(e.table, r.slots, r.state);
       }
       if (r.sinkIds > 0) sinks.push(e.table);
     }
+    if (failed !== undefined) throw failed;
     return { native: this.nativeOf(batch, out), sinks, version: this.version() };
   }
 
@@ -184,8 +218,16 @@ export class DynamicTables {
     return Object.fromEntries(this.entries.map((e) => [e.name, e.map.stats()]));
   }
 
+  /** Closes the spill files (their locks are released; the files stay as scratch). */
+  dispose(): void {
+    for (const e of this.entries) e.map.close();
+  }
+
   /** Writes each map into checkpoint folder `dir` (durably); returns the manifest entries. */
   async save(dir: string): Promise<DynamicPayload[]> {
+    const spilling = this.entries.find((e) => e.spill);
+    if (spilling)
+      throw new EmbshardError('INVALID_ARGUMENT', `save(): dynamic table '${spilling.name}' spills evicted rows to a scratch file that checkpoints do not hold; a table with spill cannot be saved`);
     const out: DynamicPayload[] = [];
     for (const e of this.entries) {
       const bytes = e.map.serialize();

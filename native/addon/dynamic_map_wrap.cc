@@ -1,6 +1,7 @@
 // dynamic_map_wrap.cc — `DynamicMap`, the ObjectWrap over one dynamic table's id map
 // (storage/dynamic_map.h): translate (async: a batch's raw ids of the table's features → slots, plus the
 // rows it admitted and their init values), lookup, held ids, stats, and the checkpoint form; and
+// spill (async: evicted rows appended to the table's spill file, storage/dynamic_spill.h), and
 // `widenIds`, which copies any batch id array into the BigInt64Array an engine batch is rebuilt in.
 // Calls on one map never interleave (a mutex per map).
 #include <napi.h>
@@ -14,6 +15,7 @@
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
 #include "storage/dynamic_map.h"
+#include "storage/dynamic_spill.h"
 
 namespace embshard::addon {
 namespace {
@@ -21,6 +23,8 @@ namespace {
 struct GuardedMap {
   explicit GuardedMap(const DynamicSpec& s) : map(s) {}
   DynamicMap map;
+  std::unique_ptr<SpillFile> spill;  // when the table spills evicted rows
+  uint32_t stateWidth = 0;
   std::mutex mu;
 };
 
@@ -54,7 +58,24 @@ class TranslateWorker : public PromiseWorker {
       : PromiseWorker(env), m_(std::move(m)), ids_(ids), lengths_(lengths), F_(F), B_(B), mine_(mine), out_(out) {}
   void Run() override {
     std::lock_guard<std::mutex> lock(m_->mu);
+    // the batch's spilled rows are read and verified first: a bad record fails the step before the map changes
+    if (m_->spill) {
+      std::vector<uint64_t> ids(static_cast<size_t>(ids_.n));
+      for (int64_t i = 0; i < ids_.n; ++i) ids[i] = ids_.at(i);
+      m_->spill->stage(ids.data(), ids.size());
+    }
+    struct Unstage {
+      SpillFile* s;
+      ~Unstage() {
+        if (s) s->unstage();
+      }
+    } unstage{m_->spill.get()};
     m_->map.translate(ids_, lengths_, F_, B_, mine_, out_, admitted_);
+    // admitted ids that were spilled take their row and state back (the others: init, zero state)
+    const size_t n = admitted_.ids.size(), D = m_->map.spec().dim, S = m_->stateWidth;
+    state_.assign(n * S, 0.0f);
+    if (m_->spill)
+      for (size_t k = 0; k < n; ++k) m_->spill->take(admitted_.ids[k], admitted_.values.data() + k * D, state_.data() + k * S);
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
@@ -62,7 +83,13 @@ class TranslateWorker : public PromiseWorker {
     auto values = Napi::Float32Array::New(env, admitted_.values.size());
     if (!admitted_.values.empty()) std::memcpy(values.Data(), admitted_.values.data(), admitted_.values.size() * 4);
     o.Set("values", values);
+    auto state = Napi::Float32Array::New(env, state_.size());
+    if (!state_.empty()) std::memcpy(state.Data(), state_.data(), state_.size() * 4);
+    o.Set("state", state);
     o.Set("sinkIds", static_cast<double>(admitted_.sinkIds));
+    o.Set("evictedSlots", i64_out(env, admitted_.evictedSlots));
+    std::vector<int64_t> ev(admitted_.evictedIds.begin(), admitted_.evictedIds.end());
+    o.Set("evictedIds", i64_out(env, ev));
     return o;
   }
 
@@ -74,6 +101,25 @@ class TranslateWorker : public PromiseWorker {
   const uint8_t* mine_;
   int64_t* out_;
   Admitted admitted_;
+  std::vector<float> state_;
+};
+
+class SpillWorker : public PromiseWorker {
+ public:
+  SpillWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, const uint64_t* ids, size_t n, const float* values, const float* state)
+      : PromiseWorker(env), m_(std::move(m)), ids_(ids), n_(n), values_(values), state_(state) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    m_->spill->put(ids_, n_, values_, state_);
+  }
+  Napi::Value Result(Napi::Env env) override { return env.Undefined(); }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  const uint64_t* ids_;
+  size_t n_;
+  const float* values_;
+  const float* state_;
 };
 
 class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
@@ -83,7 +129,8 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
                        {InstanceMethod("translate", &DynamicMapWrap::Translate), InstanceMethod("lookup", &DynamicMapWrap::Lookup),
                         InstanceMethod("heldIds", &DynamicMapWrap::HeldIds), InstanceMethod("stats", &DynamicMapWrap::Stats),
                         InstanceMethod("serialize", &DynamicMapWrap::Serialize),
-                        InstanceMethod("deserialize", &DynamicMapWrap::Deserialize)});
+                        InstanceMethod("deserialize", &DynamicMapWrap::Deserialize), InstanceMethod("spill", &DynamicMapWrap::Spill),
+                        InstanceMethod("close", &DynamicMapWrap::Close)});
   }
 
   explicit DynamicMapWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DynamicMapWrap>(info) {
@@ -107,7 +154,12 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       s.init.kind = kind == "normal" ? InitKind::Normal : kind == "constant" ? InitKind::Constant : InitKind::Uniform;
       s.init.a = static_cast<float>(number_arg(env, init.Get("a"), "init.a", -1e30, 1e30));
       s.init.b = static_cast<float>(number_arg(env, init.Get("b"), "init.b", -1e30, 1e30));
-      m_ = std::make_shared<GuardedMap>(s);
+      auto m = std::make_shared<GuardedMap>(s);
+      m->stateWidth = static_cast<uint32_t>(int_arg(env, o.Get("stateWidth"), "stateWidth", 0, 1 << 20));
+      if (o.Has("spillPath"))
+        m->spill = std::make_unique<SpillFile>(string_arg(env, o.Get("spillPath"), "spill.path"), string_arg(env, o.Get("spillField"), "spillField"),
+                                               s.dim, m->stateWidth);
+      m_ = std::move(m);
     });
   }
 
@@ -129,6 +181,29 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       for (int i = 0; i < 5; ++i) w->Keep(info[i]);
       return w->Start();
     });
+  }
+
+  // spill(ids: BigInt64Array [n], values: Float32Array [n × dim], state: Float32Array [n × stateWidth]) → Promise
+  Napi::Value Spill(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!m_->spill) throw_error(env, "INVALID_ARGUMENT", "this dynamic table has no spill file");
+      if (!info[0].IsTypedArray()) throw_error(env, "INVALID_ARGUMENT", "ids must be a BigInt64Array");
+      const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+      const auto* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "ids", n);
+      const auto* values = typed_array<float>(env, info[1], napi_float32_array, "values", n * m_->map.spec().dim);
+      const auto* state = m_->stateWidth > 0 ? typed_array<float>(env, info[2], napi_float32_array, "state", n * m_->stateWidth) : nullptr;
+      auto* w = new SpillWorker(env, m_, reinterpret_cast<const uint64_t*>(ids), static_cast<size_t>(n), values, state);
+      for (int i = 0; i < 3; ++i) w->Keep(info[i]);
+      return w->Start();
+    });
+  }
+
+  // close(): the spill file is closed (its lock released); the map keeps working without one
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    m_->spill.reset();
+    return info.Env().Undefined();
   }
 
   // lookup(ids) → BigInt64Array of slots (the sink for ids not held)
@@ -162,6 +237,7 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
     o.Set("evictions", static_cast<double>(s.evictions));
     o.Set("rows", static_cast<double>(m_->map.size()));
     o.Set("candidates", static_cast<double>(m_->map.candidates()));
+    if (m_->spill) o.Set("spilled", static_cast<double>(m_->spill->size()));
     return o;
   }
 

@@ -45,7 +45,7 @@ bool DynamicMap::live(const HeapEntry& e) const {
   return k.k1 == e.k1 && k.k2 == e.k2;
 }
 
-uint32_t DynamicMap::take_slot() {
+uint32_t DynamicMap::take_slot(Admitted& admitted) {
   if (size_ < spec_.capacity) return size_++;
   if (spec_.eviction == Eviction::Lru) {
     // rows used in this step were all moved behind the others: the oldest is unused unless all are used
@@ -54,6 +54,8 @@ uint32_t DynamicMap::take_slot() {
     recency_.unlink(s);
     index_.erase(id_[s]);
     ++stats_.evictions;
+    admitted.evictedSlots.push_back(s);
+    admitted.evictedIds.push_back(id_[s]);
     return s;
   }
   while (!heap_.empty()) {
@@ -68,6 +70,8 @@ uint32_t DynamicMap::take_slot() {
     }
     index_.erase(id_[e.index]);
     ++stats_.evictions;
+    admitted.evictedSlots.push_back(e.index);
+    admitted.evictedIds.push_back(id_[e.index]);
     return e.index;
   }
   return IdIndex::kNone;
@@ -203,7 +207,7 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
       seen = c == IdIndex::kNone ? 0 : ccount_[c];
     }
     if (seen < spec_.minCount) continue;
-    const uint32_t s = take_slot();
+    const uint32_t s = take_slot(admitted);
     if (s == IdIndex::kNone) break;  // every row is used by this step
     if (spec_.minCount > 1) forget_candidate(id);
     occupy(s, id, seen, admitted);

@@ -62,6 +62,9 @@ struct Admitted {
   std::vector<uint64_t> ids;
   std::vector<float> values;
   uint64_t sinkIds = 0;  // occurrences that read the sink (not held after admission)
+  // rows evicted to make room (their slot is one of `slots`; read them before the admitted rows land)
+  std::vector<int64_t> evictedSlots;
+  std::vector<uint64_t> evictedIds;
 };
 
 class DynamicMap {
@@ -92,8 +95,9 @@ class DynamicMap {
  private:
   HeapEntry key_of(uint32_t s) const;
   bool live(const HeapEntry& e) const;
-  // A slot for a new id: a free one, else the coldest row not used in step `step`; kNone when none.
-  uint32_t take_slot();
+  // A slot for a new id: a free one, else the coldest row not used in step `step` (listed as evicted);
+  // kNone when none.
+  uint32_t take_slot(Admitted& admitted);
   void occupy(uint32_t s, uint64_t id, uint64_t count, Admitted& admitted);
   void init_rows(Admitted& admitted) const;  // values of the admitted rows, in parallel
   void sight(uint64_t id);

@@ -2,7 +2,8 @@
 // ("Dynamic tables"): JS Maps from raw id to (count, last use) for held rows and for candidates, linear
 // scans for the coldest row and the oldest candidate; and the init of an admitted row as a pure function
 // of the id (BigInt SplitMix64, as the docs state). Rows live in the test/embedding Oracle's tables: every
-// admission gets a fresh oracle row, row 0 is the sink (zero, reset after each backward).
+// admission gets a fresh oracle row, row 0 is the sink (zero, reset after each backward). With `spill`, an
+// evicted id keeps its oracle row (values and state untouched) and takes it back when it is admitted again.
 import { roundTo } from '../embedding/oracle.js';
 
 const M64 = (1n << 64n) - 1n;
@@ -28,12 +29,16 @@ export interface NaiveSpec {
   minCount: number;
   candidates: number;
   eviction: 'lru' | 'lfu';
+  /** evicted rows are kept and come back on re-admission (instead of a fresh init) */
+  spill?: boolean;
 }
 
 /** The held ids and candidates of one dynamic table, and its counters. */
 export class NaiveDynamicMap {
   readonly held = new Map<bigint, { count: number; last: number; usedStep: number; row: number }>();
   readonly cand = new Map<bigint, { count: number; last: number }>();
+  /** spilled ids → their oracle rows */
+  readonly spilled = new Map<bigint, number>();
   tick = 0;
   step = 0;
   stats = { hits: 0, misses: 0, admissions: 0, evictions: 0 };
@@ -87,11 +92,14 @@ export class NaiveDynamicMap {
           if (key[0] < best[0] || (key[0] === best[0] && key[1] < best[1])) { best = key; victim = k; }
         }
         if (victim === undefined) break;
+        if (this.spec.spill) this.spilled.set(victim, this.held.get(victim)!.row);
         this.held.delete(victim);
         this.stats.evictions++;
       }
       this.cand.delete(id);
-      this.held.set(id, { count: seen, last: ++this.tick, usedStep: this.step, row: newRow(id) });
+      const back = this.spilled.get(id);
+      this.spilled.delete(id);
+      this.held.set(id, { count: seen, last: ++this.tick, usedStep: this.step, row: back ?? newRow(id) });
       this.stats.admissions++;
     }
     return ids.map((id) => this.held.get(id)?.row ?? 0);

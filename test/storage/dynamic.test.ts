@@ -3,6 +3,9 @@
 // LRU / LFU eviction, admission after minCount sightings; held ids, stats, rows and optimizer state
 // compared with the naive map + naive math after every step. On the CPU and, where one is usable (or
 // emulated: scripts/test-cuda-emu.mjs), on cuda:0 (the slot table then lives in device memory).
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import type { OptimizerConfig } from '../../lib/index.js';
@@ -22,6 +25,8 @@ export interface Case {
   zipf: boolean;
   weights: boolean;
   device?: string;
+  /** a folder for the table's spill file (spec.spill must then be true) */
+  spillDir?: string;
 }
 
 /** A pool of distinct raw 64-bit ids (any bit pattern, negative as BigInt64 included). */
@@ -37,6 +42,7 @@ export function dynamicPair(c: Case) {
       {
         name: 'dyn', rows: 'dynamic', capacity: c.spec.capacity, dim: DIM, pooling: c.pooling, features: ['a', 'b'], dtype: c.dtype,
         init: { type: 'uniform', low: LOW, high: HIGH }, admission: { minCount: c.spec.minCount, candidates: c.spec.candidates }, eviction: c.spec.eviction,
+        ...(c.spillDir ? { spill: { path: c.spillDir } } : {}),
       },
       { name: 's', rows: 10, dim: 3, pooling: 'sum' },
     ],
@@ -134,6 +140,7 @@ export async function runCase(c: Case, caseSeed: number, steps: number): Promise
       const s = ec.stats()['dyn']!;
       expect({ hits: s.hits, misses: s.misses, admissions: s.admissions, evictions: s.evictions }, `step ${step} stats`).toEqual(naive.stats);
       expect(s.rows).toBe(naive.held.size);
+      if (c.spillDir) expect(s.spilled, `step ${step} spilled rows`).toBe(naive.spilled.size);
     }
     // rows and state of every held id, of a few ids not held (zero), and of the static table
     const probe = [...naive.held.keys(), pool[0]!, pool[1]!, 12345n];
@@ -184,6 +191,19 @@ for (const { device, skip } of testDevices())
     it('fp16 and bf16 storage (round to nearest) under adam and LFU with minCount 3', async () => {
       for (const dtype of ['fp16', 'bf16'] as const)
         await runCase({ opt: { type: 'adam', lr: 0.05 }, pooling: 'sum', dtype, spec: { capacity: 16, minCount: 3, candidates: 8, eviction: 'lfu' }, zipf: true, weights: false, device }, 7, 8);
+    });
+
+    it('spill: evicted rows (values + state) come back on re-admission, under every optimizer, LRU / LFU, minCount 1 / 2', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'embshard-spill-'));
+      try {
+        for (const [i, opt] of OPTS.entries()) {
+          if (device !== 'cpu' && i % 2 === 1) continue;
+          const spec: NaiveSpec = { capacity: 24, minCount: i === 3 ? 2 : 1, candidates: 30, eviction: i % 2 ? 'lfu' : 'lru', spill: true };
+          await runCase({ opt, pooling: i === 2 ? 'mean' : 'sum', dtype: i === 3 ? 'bf16' : 'fp32', spec, zipf: i % 2 === 0, weights: i === 1, device, spillDir: dir }, 300 + i, 10);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('a capacity of one row: after its first admission every other id reads zero', async () => {
