@@ -6,6 +6,7 @@
 
 #include "core/init.h"
 #include "core/optim.h"
+#include "core/row_sum_squares.h"
 #include "core/types.h"
 #include "cpu/row_ops.h"
 
@@ -47,11 +48,9 @@ inline void update_row_impl(const UpdateContext& u, uint8_t* __restrict w, float
       }
       break;
     case OptType::RowwiseAdagrad: {
-      float sq = 0.0f;
       if constexpr (WD)
         for (uint32_t c = 0; c < dim; ++c) g[c] = apply_weight_decay(g[c], ld<DT>(w, c), wd);
-      for (uint32_t c = 0; c < dim; ++c) sq += g[c] * g[c];
-      state[0] += sq / static_cast<float>(dim);
+      state[0] += row_sum_squares(g, dim) / static_cast<float>(dim);
       const float s = state[0];
       for (uint32_t c = 0; c < dim; ++c) st<DT, SR>(w, c, rowwise_adagrad_step(ld<DT>(w, c), g[c], s, lr, eps), u, globalRow);
       break;

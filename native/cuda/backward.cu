@@ -22,6 +22,7 @@
 #include "core/engine.h"
 #include "core/init.h"
 #include "core/optim.h"
+#include "core/row_sum_squares.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernel_launch.h"
 #include "cuda/kernels.h"
@@ -204,22 +205,27 @@ __global__ void __launch_bounds__(kBlock) update_kernel(BackwardArgs a) {
     };
     float g[kColsPerLane];
     if (a.opt == OptType::RowwiseAdagrad) {
-      // s_row += mean(g²): squares added in column order (as on the CPU), every lane accumulating the
-      // same sequence of shuffled values; then every element steps with the new s_row.
+      // s_row += mean(g²) in core/row_sum_squares.h's order: column c = c0 + lane + 32k falls in sum lane
+      // c mod 16 = lane mod 16, so thread j < 16 adds its own square and then thread j + 16's (the next
+      // column of that sum lane), block after block in increasing c; the 16 partials then meet in the
+      // shared tree. Then every element steps with the new s_row.
+      static_assert(kSqLanes == 16 && kWarpCols % 32 == 0, "warp columns map onto the sum lanes");
       const float sOld = st[0];
-      float sq = 0.0f;
+      float part = 0.0f;
       for (uint32_t c0 = 0; c0 < dim; c0 += kWarpCols) {
         row_block(c0, g);
 #pragma unroll
         for (int k = 0; k < kColsPerLane; ++k) {
           const uint32_t c = c0 + static_cast<uint32_t>(lane + 32 * k);
-          const float gsq = c < dim ? g[k] * g[k] : 0.0f;
-          for (int j = 0; j < 32; ++j) {
-            const float v = __shfl_sync(kFull, gsq, j);
-            if (c0 + static_cast<uint32_t>(32 * k + j) < dim) sq += v;
-          }
+          const float gsq = c < dim ? g[k] * g[k] : 0.0f;  // + 0 leaves a partial (≥ +0 or NaN) unchanged
+          const float upper = __shfl_down_sync(kFull, gsq, 16);
+          part = (part + gsq) + upper;
         }
       }
+      float lanes[kSqLanes];
+#pragma unroll
+      for (int j = 0; j < kSqLanes; ++j) lanes[j] = __shfl_sync(kFull, part, j);
+      const float sq = sum_sq_lanes(lanes);
       const float sNew = sOld + sq / static_cast<float>(dim);
       __syncwarp();
       if (lane == 0) st[0] = sNew;

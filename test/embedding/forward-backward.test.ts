@@ -2,6 +2,7 @@
 // inputs: dims 1, 3, 64, 129; shared tables; sum / mean / none pooling; empty bags; duplicate ids within
 // and across bags; weights; every id array type; fp16 / bf16 tables; multi-step runs.
 import { describe, expect, it } from 'vitest';
+import { JaggedBatch } from '../../lib/index.js';
 import type { TableConfig, OptimizerConfig } from '../../lib/index.js';
 import { rng, roundTo, worst } from './oracle.js';
 import { allRows, pair, randomBatch, randomGrads } from './helpers.js';
@@ -103,6 +104,36 @@ describe.each(testDevices())('on $device', ({ device, skip }) => {
           ec.dispose();
         });
       }
+    }
+  });
+
+  it('rowwise adagrad sums the squares in the documented order, bit for bit', async () => {
+    // one bag of one id per row: each row's gradient is exactly its upstream gradient, so the stored
+    // s_row = fl(sum of squares / dim) depends only on the order the squares are added in. dims 200 and 67
+    // have a tail past the last full group of 16 columns; 200 spans more than one CUDA warp block.
+    for (const dim of [200, 67]) {
+      const rows = 6;
+      const { ec, oracle } = pair([{ name: 't', rows, dim }], { type: 'rowwise_adagrad', lr: 0.05, eps: 1e-8 }, 7, device);
+      const r = rng(dim);
+      const ids = Array.from({ length: rows }, (_, k) => k);
+      const lengths = new Int32Array(rows).fill(1);
+      const batch = JaggedBatch.fromLengths({ features: ['t'], batchSize: rows, lengths, ids: BigInt64Array.from(ids, (x) => BigInt(x)) });
+      // magnitudes spread over 2^-6 .. 2^6 so that different addition orders round differently
+      const g = Float32Array.from({ length: rows * dim }, () => (r() * 2 - 1) * 2 ** Math.floor(r() * 13 - 6));
+      const out = await ec.forward(batch);
+      await ec.backward(out, { pooled: g });
+      oracle.backward({ B: rows, features: ['t'], lengths, ids }, g, new Map());
+      const st = ec.readState('t', BigInt64Array.from(ids, (x) => BigInt(x)));
+      let differsFromColumnOrder = 0;
+      for (let row = 0; row < rows; row++) {
+        expect(st[row], `row ${row} dim ${dim}`).toBe(oracle.tables[0]!.state[0]![row]);
+        let serial = 0;
+        for (let c = 0; c < dim; c++) serial = Math.fround(serial + Math.fround(g[row * dim + c]! ** 2));
+        if (Math.fround(serial / dim) !== st[row]) differsFromColumnOrder++;
+      }
+      // the inputs tell the orders apart: a column-order sum would fail the check above
+      expect(differsFromColumnOrder).toBeGreaterThan(0);
+      ec.dispose();
     }
   });
 

@@ -144,8 +144,15 @@ export class Oracle {
       const gd = new Float64Array(D);
       for (let c = 0; c < D; c++) gd[c] = o.weightDecay ? f(g[c]! + f(o.weightDecay * T.w[row * D + c]!)) : g[c]!;
       if (o.type === 'rowwise_adagrad') {
-        let sq = 0;
-        for (let c = 0; c < D; c++) sq = f(sq + f(gd[c]! * gd[c]!));
+        // The documented order: 16 partial sums (column c goes to partial c mod 16, columns ascending),
+        // then halves folded onto the lower half (8, 4, 2, 1) until one sum is left.
+        let parts: number[] = new Array<number>(16).fill(0);
+        for (let c = 0; c < D; c++) parts[c % 16] = f(parts[c % 16]! + f(gd[c]! * gd[c]!));
+        while (parts.length > 1) {
+          const half = parts.length / 2;
+          parts = parts.slice(0, half).map((x, j) => f(x + parts[j + half]!));
+        }
+        const sq = parts[0]!;
         T.state[0]![row] = f(T.state[0]![row]! + f(sq / D));
       }
       for (let c = 0; c < D; c++) {
