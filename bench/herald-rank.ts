@@ -4,7 +4,7 @@
 // global batches: Herald allocation, random placement with the same caches, no cache, and the planner's
 // static plan (ShardedEmbeddingCollection). Rank 0 prints one JSON line per schedule.
 import { HeraldEmbeddingCollection } from '../lib/herald/collection.js';
-import { takeSparse } from '../lib/herald/take.js';
+import { takeSparse } from '../lib/data/take.js';
 import { planShards } from '../lib/plan/planner.js';
 import { topologyPreset } from '../lib/plan/topology.js';
 import { createMpiGroup } from '../lib/sharded/group.js';

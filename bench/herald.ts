@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { stateWidth } from '../lib/config.js';
 import { HeraldScheduler, type StepCounts } from '../lib/herald/scheduler.js';
 import type { HeraldTable } from '../lib/herald/owners.js';
-import { takeSparse } from '../lib/herald/take.js';
+import { takeSparse } from '../lib/data/take.js';
 import { planShards } from '../lib/plan/planner.js';
 import { topologyPreset } from '../lib/plan/topology.js';
 import { measureTraffic } from '../lib/plan/traffic.js';

@@ -1,13 +1,12 @@
 // sample-range.ts — samples [start, end) of a source's stream, by sample index (the position of a sample
 // in the order the source yields it, malformed input already skipped), and the held-out split built on it:
 // the last fraction of a finite source is kept for evaluation and never trained on. Batches inside the
-// range pass through untouched; only the (at most two) batches cut by a boundary are sliced (one copy of
-// their dense values, labels, lengths and ids).
+// range pass through untouched; only the (at most two) batches cut by a boundary are sliced (take.ts: one
+// copy per bag and per row).
 import { EmbshardError } from '../errors.js';
-import { JaggedBatch } from '../batch.js';
-import type { IdArray } from '../binding.js';
 import type { Batch, BatchSource } from './types.js';
 import { SourceView } from './source-view.js';
+import { takeBatch, takeSparse } from './take.js';
 
 /** Samples [a, e) of a batch as a new batch (copies; weights and planted scores carried along). */
 export function sliceBatch(b: Batch, a: number, e: number): Batch {
@@ -15,28 +14,9 @@ export function sliceBatch(b: Batch, a: number, e: number): Batch {
   if (!Number.isSafeInteger(a) || !Number.isSafeInteger(e) || a < 0 || e > B || n <= 0)
     throw new EmbshardError('INVALID_ARGUMENT', `sliceBatch: [${a}, ${e}) is not a non-empty range of a batch of ${B}`);
   if (a === 0 && e === B) return b;
-  const s = b.sparse, F = s.features.length, D = b.dense.length / B;
-  const off = s.offsets;
-  const lengths = new Int32Array(F * n);
-  let total = 0;
-  for (let f = 0; f < F; f++) {
-    lengths.set(s.lengths.subarray(f * B + a, f * B + e), f * n);
-    total += off[f * B + e]! - off[f * B + a]!;
-  }
-  const Ctor = s.ids.constructor as new (n: number) => IdArray;
-  const ids = new Ctor(total);
-  const weights = s.weights ? new Float32Array(total) : undefined;
-  let o = 0;
-  for (let f = 0; f < F; f++) {
-    const lo = off[f * B + a]!, hi = off[f * B + e]!;
-    (ids as Int32Array).set(s.ids.subarray(lo, hi) as Int32Array, o);
-    weights?.set(s.weights!.subarray(lo, hi), o);
-    o += hi - lo;
-  }
-  const sparse = JaggedBatch.fromLengths({ features: s.features, batchSize: n, lengths, ids, weights });
-  const out: Batch = { dense: b.dense.slice(a * D, e * D), sparse, labels: b.labels.slice(a, e), size: n };
-  if (b.planted) out.planted = b.planted.slice(a, e);
-  return out;
+  const idx = new Int32Array(n);
+  for (let k = 0; k < n; k++) idx[k] = a + k;
+  return takeBatch(b, idx, takeSparse(b.sparse, idx));
 }
 
 /** The samples [start, end) of `inner`, as a BatchSource (each pass reads `inner` from its start). */

@@ -18,7 +18,7 @@ import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
-import { takeBatch, takeSparse } from './take.js';
+import { takeBatch, takeSparse } from '../data/take.js';
 
 export interface HeraldOptions {
   /** cache slots per rank per table for rows the rank does not own (0: every remote row is copied each step) */

@@ -9,7 +9,7 @@ import { JaggedBatch } from '../../lib/batch.js';
 import { cudaBackend } from '../../lib/backends.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import { HeraldEmbeddingCollection } from '../../lib/herald/collection.js';
-import { takeRows } from '../../lib/herald/take.js';
+import { takeRows } from '../../lib/data/take.js';
 import { createInProcessGroups, createNcclGroup } from '../../lib/sharded/group.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';

@@ -9,7 +9,7 @@ import { EmbeddingCollection } from '../../lib/collection.js';
 import type { OptimizerConfig } from '../../lib/config.js';
 import { HeraldEmbeddingCollection } from '../../lib/herald/collection.js';
 import type { Allocation } from '../../lib/herald/scheduler.js';
-import { takeRows } from '../../lib/herald/take.js';
+import { takeRows } from '../../lib/data/take.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';

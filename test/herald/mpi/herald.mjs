@@ -6,7 +6,7 @@ import { JaggedBatch } from '../../../dist/lib/batch.js';
 import { EmbeddingCollection } from '../../../dist/lib/collection.js';
 import { createMpiGroup } from '../../../dist/lib/sharded/group.js';
 import { HeraldEmbeddingCollection } from '../../../dist/lib/herald/collection.js';
-import { takeRows } from '../../../dist/lib/herald/take.js';
+import { takeRows } from '../../../dist/lib/data/take.js';
 import * as S from '../scenario.mjs';
 
 const [optName = 'adagrad', cacheArg = '8', stepsArg = '4'] = process.argv.slice(2);

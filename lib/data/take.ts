@@ -1,10 +1,11 @@
-// take.ts — a rank's share of a global batch: the samples the allocator gave it, in ascending global
-// order, with their dense features, labels and bags following them (one typed-array copy per bag or row).
+// take.ts — chosen samples of a batch, by index, as a new batch: their bags (ids, weights), dense
+// features, labels and planted scores follow them (one typed-array copy per bag or row). Used for a rank's
+// share of a Herald global batch and for the samples of a range (sample-range.ts).
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
-import type { Batch } from '../data/types.js';
+import type { Batch } from './types.js';
 
-/** The bags of samples `idx` (ascending global indices) of every feature of `g`. */
+/** The bags of samples `idx` (batch indices, in the order given) of every feature of `g`. */
 export function takeSparse(g: JaggedBatch, idx: Int32Array): JaggedBatch {
   const G = g.batchSize, B = idx.length, F = g.features.length, off = g.offsets;
   const lengths = new Int32Array(F * B);
