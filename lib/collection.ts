@@ -107,6 +107,8 @@ export class EmbeddingCollection extends EngineOwner {
   private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch; dynamic?: DynamicStep }>();
   /** the dynamic tables (rows: 'dynamic'), when there are any */
   private readonly dynamic: DynamicTables | undefined;
+  /** whether any table is disk-backed (storage.kind 'disk'): prefetch on prepare(), flush before save() */
+  private readonly hasDiskTables: boolean;
 
   constructor(config: CollectionConfig);
   /** @internal used by load(): an engine with zeroed tables */
@@ -118,6 +120,7 @@ export class EmbeddingCollection extends EngineOwner {
     const native = toNativeConfig(this.config, internal?.initialize ?? true);
     const addon = resolveBackend(this.device);
     makeStorageDirs(this.config.tables);
+    this.hasDiskTables = this.config.tables.some((t) => t.storage.kind === 'disk');
     this.engine = new addon.Engine(native, this.device, nativeStorage(this.config.tables));
     this.dynamic = DynamicTables.of(this.config, addon);
     this.dynamic?.resetSinks(this.engine, this.config.tables.flatMap((t, i) => (t.dynamic ? [i] : [])));
@@ -281,7 +284,7 @@ export class EmbeddingCollection extends EngineOwner {
    * this step's dense model runs. Never rejects (a failure surfaces in that batch's forward).
    */
   prepare(batch: JaggedBatch): Promise<void> {
-    if (!this.config.tables.some((t) => t.storage.kind === 'disk')) return Promise.resolve();
+    if (!this.hasDiskTables) return Promise.resolve();
     return this.prefetch(batch).catch(() => undefined);
   }
 
@@ -300,7 +303,7 @@ export class EmbeddingCollection extends EngineOwner {
     return this.enqueue(() =>
       writeCheckpointDir(dir, async (tmp) => {
         const engine = this.live();
-        if (engine.storageStats() !== null) await engine.flush();
+        if (this.hasDiskTables) await engine.flush();
         const payload = await engine.savePayload(join(tmp, PAYLOAD_FILE));
         const dynamic = await this.dynamic?.save(tmp);
         const manifest: Manifest = {
