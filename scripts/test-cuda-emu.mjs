@@ -26,6 +26,7 @@ const SUITES = [
   'test/sharded/group-nccl.test.ts',
   'test/herald/herald-cuda.test.ts',
   'test/storage/cuda-disk.test.ts',
+  'test/train/cli-comm.test.ts',
 ];
 
 const args = process.argv.slice(2);

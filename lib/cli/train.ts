@@ -16,7 +16,8 @@ import { embeddingsFor, tablesFor } from '../train/embeddings.js';
 import { HeraldEmbeddingCollection } from '../herald/collection.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
-import { createInProcessGroups, createMpiGroup, localDevice, type ProcessGroup } from '../sharded/group.js';
+import { localDevice, type ProcessGroup } from '../sharded/group.js';
+import { COMM_CHOICES, openRunGroup, type CommChoice } from './comm.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
@@ -28,7 +29,8 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                       (--steps N | --epochs N) [--batch 2048] [--device cpu|cuda:N|cuda:local] [--plan auto|<file>]
   several ranks:  mpirun -np 4 embshard train ... (tables sharded by the planner, or by --plan <file>;
                   every data source split by rank; the dense model is data parallel;
-                  --device cuda:local gives each rank the GPU of its local rank on its node)
+                  --device cuda:local gives each rank the GPU of its local rank on its node;
+                  [--comm auto|mpi|nccl]: auto = NCCL when the ranks train on GPUs and the addon has it)
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
@@ -89,10 +91,11 @@ interface Args {
   storageDir?: string;
   cacheBytes?: number;
   cachePolicy?: CachePolicy;
+  comm: CommChoice;
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { batch: 2048, device: 'cpu', warmup: 0, decayStart: 0, decaySteps: 0, evalBatches: 4, seed: 0, prefetch: 4, quiet: false };
+  const a: Args = { batch: 2048, device: 'cpu', warmup: 0, decayStart: 0, decaySteps: 0, evalBatches: 4, seed: 0, prefetch: 4, quiet: false, comm: 'auto' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';
@@ -120,6 +123,10 @@ function parse(argv: string[]): Args | string {
         case '--epochs': a.epochs = int(); break;
         case '--batch': a.batch = int(); break;
         case '--device': a.device = v; break;
+        case '--comm':
+          if (!(COMM_CHOICES as readonly string[]).includes(v)) return `--comm must be ${COMM_CHOICES.join(', ')} (got '${v}')`;
+          a.comm = v as CommChoice;
+          break;
         case '--plan': a.plan = v; break;
         case '--bottom': a.bottom = parseLayers(v, '--bottom'); break;
         case '--top': a.top = parseLayers(v, '--top'); break;
@@ -269,15 +276,20 @@ async function train(a: Args): Promise<number> {
   const world = Number(process.env.OMPI_COMM_WORLD_SIZE ?? process.env.PMI_SIZE ?? 1);
   let data: Data | undefined;
   let group: ProcessGroup | undefined;
+  let bootstrap: ProcessGroup | undefined;
   try {
     if (a.plan !== undefined && a.plan !== 'auto' && !existsSync(a.plan))
       throw new EmbshardError('INVALID_ARGUMENT', `--plan '${a.plan}' is neither 'auto' nor an existing plan file`);
     // several ranks (mpirun), or a plan file: sharded tables over a process group
     const herald = a.schedule === 'herald';
-    if (world > 1) group = await createMpiGroup({ timeoutMs: 300_000 });
-    else if ((a.plan !== undefined && a.plan !== 'auto') || herald) group = createInProcessGroups(1)[0];
+    const run = await openRunGroup({
+      world, comm: a.comm, needsGroup: (a.plan !== undefined && a.plan !== 'auto') || herald,
+      resolveDevice: (boot) => (a.device = localDevice(a.device, boot?.rank ?? 0, boot?.ranksPerNode ?? 1)),
+    });
+    group = run.group;
+    bootstrap = run.bootstrap;
     const rank = group?.rank ?? 0;
-    a.device = localDevice(a.device, rank, group?.ranksPerNode ?? 1);
+    if (run.note && rank === 0 && !a.quiet) console.error(`embshard train: ${run.note}`);
     if (rank !== 0) a.quiet = true;
     if (a.threads) loadAddon().setThreads(a.threads);
     // Herald: every rank reads the global batches; the allocator deals their samples
@@ -306,7 +318,7 @@ async function train(a: Args): Promise<number> {
       });
     } else if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
-      planNote = `, sharded over ${group.size} rank(s) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
+      planNote = `, sharded over ${group.size} rank(s) (${group.kind === 'nccl' ? 'NCCL' : group.kind === 'mpi' ? 'MPI' : 'one process'}) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
       trainer = new Trainer({
         model: spec, plan, group, optimizer: { type: optType, lr }, embeddingOptimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, schedule,
         ...(a.precision ? { precision: a.precision } : {}),
@@ -428,6 +440,7 @@ async function train(a: Args): Promise<number> {
   } finally {
     await data?.close();
     group?.close();
+    bootstrap?.close();
   }
 }
 
