@@ -16,7 +16,7 @@ import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionCon
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
-import { DynamicTables, type DynamicStep, type DynamicTableStats } from './storage/dynamic.js';
+import { DynamicTables, type DynamicStep, type DynamicTableStats, type FeatureOutput } from './storage/dynamic.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -148,7 +148,9 @@ export class EmbeddingCollection extends EngineOwner {
       return this.enqueue(async () => {
         const engine = this.live();
         const step = options.admit === false ? dyn.lookupBatch(batch) : await dyn.translate(batch, engine);
-        return this.wrapForward(batch, step.native, await engine.forward(step.native), step);
+        const r = await engine.forward(step.native);
+        await dyn.addDefaults(step, batch, (f) => this.featureOutput(f, r), r.pooled, this.pooledDim);
+        return this.wrapForward(batch, step.native, r, step);
       });
     });
   }
@@ -157,7 +159,9 @@ export class EmbeddingCollection extends EngineOwner {
     const nb = this.nativeBatch(batch);
     if (this.dynamic) {
       const step = this.dynamic.lookupBatch(batch);
-      return this.wrapForward(batch, step.native, this.live().forwardSync(step.native), step);
+      const r = this.live().forwardSync(step.native);
+      this.dynamic.addDefaultsSync(step, batch, (f) => this.featureOutput(f, r), r.pooled, this.pooledDim);
+      return this.wrapForward(batch, step.native, r, step);
     }
     return this.wrapForward(batch, nb, this.live().forwardSync(nb));
   }
@@ -229,13 +233,14 @@ export class EmbeddingCollection extends EngineOwner {
 
   /**
    * Rows of a table in fp32: [ids.length × dim]. Waits for a running step. A dynamic table takes raw ids;
-   * an id without a row reads zero.
+   * an id without a row reads the table's default (zero, or its hashed init row).
    */
   readRows(table: string, ids: Ids): Float32Array {
     const t = this.table(table);
     const big = this.rowIds(t, ids, false);
     const out = new Float32Array(big.length * this.config.tables[t]!.dim);
     this.live().readRows(t, big, out);
+    if (this.dynamic?.has(t)) this.dynamic.fillDefaults(t, toBigIds(ids), big, out);
     return out;
   }
 
@@ -365,6 +370,13 @@ export class EmbeddingCollection extends EngineOwner {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     this.live();
     return batch.toNative();
+  }
+
+  /** Where feature `name`'s outputs are in forward result `r` (a hashed default adds into them). */
+  private featureOutput(name: string, r: NativeForwardResult): FeatureOutput {
+    const i = this.featureInfo.findIndex((f) => f.name === name);
+    const f = this.featureInfo[i]!;
+    return { mean: f.pooling === 'mean', column: f.offset, sequence: r.sequences[i] ?? null };
   }
 
   private wrapForward(batch: JaggedBatch, native: NativeBatch, r: NativeForwardResult, dynamic?: DynamicStep): ForwardOutput {
