@@ -17,6 +17,7 @@ import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatc
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
 import { DynamicTables, type DynamicStep, type DynamicTableStats, type FeatureOutput } from './storage/dynamic.js';
+import { withSpillPath } from './storage/dynamic-config.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -327,14 +328,16 @@ export class EmbeddingCollection extends EngineOwner {
 
   /**
    * Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one;
-   * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one.
+   * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one, and
+   * `spillPath` the spill files of dynamic tables (the saved collection may still hold its own).
    */
-  static async load(dir: string, options: { device?: string; storagePath?: string } = {}): Promise<EmbeddingCollection> {
-    rejectUnknownFields(options, ['device', 'storagePath'], 'options');
+  static async load(dir: string, options: { device?: string; storagePath?: string; spillPath?: string } = {}): Promise<EmbeddingCollection> {
+    rejectUnknownFields(options, ['device', 'storagePath', 'spillPath'], 'options');
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {
-      const tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
+      let tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
+      if (options.spillPath !== undefined) tables = withSpillPath(tables, options.spillPath);
       ec = new EmbeddingCollection({ ...configOf({ ...m.config, tables }), device: options.device ?? m.config.device }, { initialize: false });
     } catch (e) {
       if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED' || e.code === 'IO_ERROR')) throw e;

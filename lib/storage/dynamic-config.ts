@@ -97,3 +97,9 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
 export function dynamicFieldsOf(d: ResolvedDynamic): { rows: 'dynamic' } & Required<Omit<DynamicTableFields, 'spill'>> & Pick<DynamicTableFields, 'spill'> {
   return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates, default: d.default ?? 'zero' }, eviction: d.eviction, ...(d.spill ? { spill: d.spill } : {}) };
 }
+
+/** The same tables with every spilling dynamic table's spill folder replaced by `path` (loading a checkpoint elsewhere). */
+export function withSpillPath<T extends { dynamic?: ResolvedDynamic }>(tables: readonly T[], path: string): T[] {
+  if (typeof path !== 'string' || path === '') throw new EmbshardError('INVALID_ARGUMENT', 'options.spillPath must be a non-empty string (a folder)');
+  return tables.map((t) => (t.dynamic?.spill ? { ...t, dynamic: { ...t.dynamic, spill: { path } } } : t));
+}

@@ -10,7 +10,8 @@
 // table's spill file (native/storage/dynamic_spill.h) before the admitted rows overwrite their slots, and
 // an admitted id found in the spill file gets its row and state back instead of its init: the table then
 // trains as one whose capacity holds every id. Checkpoints keep each map (ids, counts, last uses,
-// candidates, stats) beside the engine payload; a collection whose dynamic tables spill refuses save().
+// candidates, stats) beside the engine payload, and a compact, checksummed copy of each spill file's live
+// records, which load() verifies and copies into the loaded table's own spill file.
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import type { JaggedBatch } from '../batch.js';
@@ -76,6 +77,10 @@ interface NativeDynamicMap {
   addDefaultsSync(...args: DefaultsArgs): void;
   /** hashed default: rows read by id (`out`, from `slots`) of ids without a row get their init row */
   fillDefaults(ids: BigInt64Array, slots: BigInt64Array, out: Float32Array): void;
+  /** the spill file's live records into a checkpoint file (fsynced) */
+  saveSpill(path: string): Promise<{ bytes: number; records: number; crc32c: number }>;
+  /** the spill file's records replaced by a checkpoint's copy (verified first: CHECKPOINT_CORRUPT) */
+  loadSpill(path: string, bytes: number, crc32c: number): Promise<void>;
   /** closes the spill file (waits for a running call) */
   close(): void;
 }
@@ -263,17 +268,22 @@ export class DynamicTables {
     for (const e of this.entries) e.map.close();
   }
 
-  /** Writes each map into checkpoint folder `dir` (durably); returns the manifest entries. */
+  /**
+   * Writes each map into checkpoint folder `dir` (durably), and the live records of each spill file as a
+   * compact copy beside it; returns the manifest entries.
+   */
   async save(dir: string): Promise<DynamicPayload[]> {
-    const spilling = this.entries.find((e) => e.spill);
-    if (spilling)
-      throw new EmbshardError('INVALID_ARGUMENT', `save(): dynamic table '${spilling.name}' spills evicted rows to a scratch file that checkpoints do not hold; a table with spill cannot be saved`);
     const out: DynamicPayload[] = [];
     for (const e of this.entries) {
       const bytes = e.map.serialize();
       const file = `dynamic-${e.table}.bin`;
       await writeFileDurable(join(dir, file), bytes);
-      out.push({ table: e.name, file, bytes: bytes.length, crc32c: embeddedCrc(bytes) });
+      const p: DynamicPayload = { table: e.name, file, bytes: bytes.length, crc32c: embeddedCrc(bytes) };
+      if (e.spill) {
+        const spillFile = `spill-${e.table}.bin`;
+        p.spill = { file: spillFile, ...(await e.map.saveSpill(join(dir, spillFile))) };
+      }
+      out.push(p);
     }
     return out;
   }
@@ -293,6 +303,11 @@ export class DynamicTables {
       if (bytes.length !== p.bytes || embeddedCrc(bytes) !== p.crc32c)
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} has ${bytes.length} bytes / another checksum than its manifest says (truncated or altered)`);
       e.map.deserialize(bytes);
+      if (!e.spill) continue;
+      const sp = p.spill;
+      if (!sp || typeof sp.file !== 'string' || sp.file.includes('/') || !Number.isSafeInteger(sp.bytes) || !Number.isInteger(sp.crc32c))
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no spill copy for dynamic table '${e.name}'`);
+      await e.map.loadSpill(join(dir, sp.file), sp.bytes, sp.crc32c);
     }
   }
 

@@ -1,7 +1,8 @@
 // dynamic_map_wrap.cc — `DynamicMap`, the ObjectWrap over one dynamic table's id map
 // (storage/dynamic_map.h): translate (async: a batch's raw ids of the table's features → slots, plus the
 // rows it admitted and their init values), lookup, held ids, stats, and the checkpoint form; and
-// spill (async: evicted rows appended to the table's spill file, storage/dynamic_spill.h), and
+// spill (async: evicted rows appended to the table's spill file, storage/dynamic_spill.h), saveSpill /
+// loadSpill (async: the spill file's compact copy in a checkpoint), and
 // addDefaults / fillDefaults (a hashed default: the init rows of ids without a row put into a forward's
 // outputs, or into rows read by id; storage/dynamic_default.h), and `widenIds`, which copies any batch id
 // array into the BigInt64Array an engine batch is rebuilt in.
@@ -125,6 +126,50 @@ class SpillWorker : public PromiseWorker {
   const float* state_;
 };
 
+// saveSpill(path): the spill file's compact copy into a checkpoint folder
+class SaveSpillWorker : public PromiseWorker {
+ public:
+  SaveSpillWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, std::string path) : PromiseWorker(env), m_(std::move(m)), path_(std::move(path)) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    img_ = m_->spill->save_to(path_);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("bytes", static_cast<double>(img_.bytes));
+    o.Set("records", static_cast<double>(img_.records));
+    o.Set("crc32c", static_cast<double>(img_.crc32c));
+    return o;
+  }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  std::string path_;
+  SpillFile::Image img_;
+};
+
+// loadSpill(path, bytes, crc32c): the spill file's records replaced by a checkpoint's verified copy
+class LoadSpillWorker : public PromiseWorker {
+ public:
+  LoadSpillWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, std::string path, uint64_t bytes, uint32_t crc)
+      : PromiseWorker(env), m_(std::move(m)), path_(std::move(path)), bytes_(bytes), crc_(crc) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    const DynamicMap& map = m_->map;
+    m_->spill->load_from(path_, bytes_, crc_, [&](uint64_t id) {
+      int64_t slot;
+      map.lookup(RawIds{&id, IdType::I64, 1}, &slot);
+      return slot != map.sink();
+    });
+  }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  std::string path_;
+  uint64_t bytes_;
+  uint32_t crc_;
+};
+
 // One forward's defaults: where they go and what they are read from (the JS arrays are kept alive).
 struct DefaultsCall {
   DynamicSpec spec;
@@ -159,7 +204,8 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
                         InstanceMethod("deserialize", &DynamicMapWrap::Deserialize), InstanceMethod("spill", &DynamicMapWrap::Spill),
                         InstanceMethod("close", &DynamicMapWrap::Close), InstanceMethod("addDefaults", &DynamicMapWrap::AddDefaults),
                         InstanceMethod("addDefaultsSync", &DynamicMapWrap::AddDefaultsSync),
-                        InstanceMethod("fillDefaults", &DynamicMapWrap::FillDefaults)});
+                        InstanceMethod("fillDefaults", &DynamicMapWrap::FillDefaults),
+                        InstanceMethod("saveSpill", &DynamicMapWrap::SaveSpill), InstanceMethod("loadSpill", &DynamicMapWrap::LoadSpill)});
   }
 
   explicit DynamicMapWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DynamicMapWrap>(info) {
@@ -298,6 +344,27 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       auto* out = typed_array<float>(env, info[2], napi_float32_array, "out", ids.n * m_->map.spec().dim);
       if (m_->map.spec().hashedDefault) fill_defaults(m_->map.spec(), m_->map.sink(), ids, slots, out);
       return env.Undefined();
+    });
+  }
+
+  // saveSpill(path) → Promise<{ bytes, records, crc32c }>
+  Napi::Value SaveSpill(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!m_->spill) throw_error(env, "INVALID_ARGUMENT", "this dynamic table has no spill file");
+      return (new SaveSpillWorker(env, m_, string_arg(env, info[0], "path")))->Start();
+    });
+  }
+
+  // loadSpill(path, bytes, crc32c) → Promise (after deserialize: the copy's ids must not be held)
+  Napi::Value LoadSpill(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!m_->spill) throw_error(env, "INVALID_ARGUMENT", "this dynamic table has no spill file");
+      const std::string path = string_arg(env, info[0], "path");
+      const auto bytes = static_cast<uint64_t>(int_arg(env, info[1], "bytes"));
+      const auto crc = static_cast<uint32_t>(int_arg(env, info[2], "crc32c", 0, 0xffffffffll));
+      return (new LoadSpillWorker(env, m_, path, bytes, crc))->Start();
     });
   }
 
