@@ -2,6 +2,7 @@
 //   <dir>/manifest.json  { format: 'embshard.checkpoint', version: 1, config, step, payload: { file, bytes, crc32c } }
 //   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
 //   <dir>/dynamic-<t>.bin the id map of each dynamic table (lib/storage/dynamic.ts), when there are any
+//   <dir>/spill-<t>.bin   the live records of a spilling dynamic table's spill file (a compact copy)
 // A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with renames,
 // so a crash leaves either the old checkpoint or the new one, never a torn one.
 import { randomBytes } from 'node:crypto';
@@ -19,6 +20,8 @@ export interface DynamicPayload {
   file: string;
   bytes: number;
   crc32c: number;
+  /** a table with spill: the copy of its spill file's live records */
+  spill?: { file: string; bytes: number; crc32c: number; records: number };
 }
 
 export interface Manifest {

@@ -16,7 +16,8 @@ import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionCon
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
-import { DynamicTables, type DynamicStep, type DynamicTableStats } from './storage/dynamic.js';
+import { DynamicTables, type DynamicStep, type DynamicTableStats, type FeatureOutput } from './storage/dynamic.js';
+import { withSpillPath } from './storage/dynamic-config.js';
 
 export interface SequenceOutput {
   /** [Σ lengths × dim] */
@@ -148,7 +149,9 @@ export class EmbeddingCollection extends EngineOwner {
       return this.enqueue(async () => {
         const engine = this.live();
         const step = options.admit === false ? dyn.lookupBatch(batch) : await dyn.translate(batch, engine);
-        return this.wrapForward(batch, step.native, await engine.forward(step.native), step);
+        const r = await engine.forward(step.native);
+        await dyn.addDefaults(step, batch, (f) => this.featureOutput(f, r), r.pooled, this.pooledDim);
+        return this.wrapForward(batch, step.native, r, step);
       });
     });
   }
@@ -157,7 +160,9 @@ export class EmbeddingCollection extends EngineOwner {
     const nb = this.nativeBatch(batch);
     if (this.dynamic) {
       const step = this.dynamic.lookupBatch(batch);
-      return this.wrapForward(batch, step.native, this.live().forwardSync(step.native), step);
+      const r = this.live().forwardSync(step.native);
+      this.dynamic.addDefaultsSync(step, batch, (f) => this.featureOutput(f, r), r.pooled, this.pooledDim);
+      return this.wrapForward(batch, step.native, r, step);
     }
     return this.wrapForward(batch, nb, this.live().forwardSync(nb));
   }
@@ -229,13 +234,14 @@ export class EmbeddingCollection extends EngineOwner {
 
   /**
    * Rows of a table in fp32: [ids.length × dim]. Waits for a running step. A dynamic table takes raw ids;
-   * an id without a row reads zero.
+   * an id without a row reads the table's default (zero, or its hashed init row).
    */
   readRows(table: string, ids: Ids): Float32Array {
     const t = this.table(table);
     const big = this.rowIds(t, ids, false);
     const out = new Float32Array(big.length * this.config.tables[t]!.dim);
     this.live().readRows(t, big, out);
+    if (this.dynamic?.has(t)) this.dynamic.fillDefaults(t, toBigIds(ids), big, out);
     return out;
   }
 
@@ -322,14 +328,16 @@ export class EmbeddingCollection extends EngineOwner {
 
   /**
    * Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one;
-   * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one.
+   * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one, and
+   * `spillPath` the spill files of dynamic tables (the saved collection may still hold its own).
    */
-  static async load(dir: string, options: { device?: string; storagePath?: string } = {}): Promise<EmbeddingCollection> {
-    rejectUnknownFields(options, ['device', 'storagePath'], 'options');
+  static async load(dir: string, options: { device?: string; storagePath?: string; spillPath?: string } = {}): Promise<EmbeddingCollection> {
+    rejectUnknownFields(options, ['device', 'storagePath', 'spillPath'], 'options');
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {
-      const tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
+      let tables = options.storagePath === undefined ? m.config.tables : withStoragePath(m.config.tables, options.storagePath);
+      if (options.spillPath !== undefined) tables = withSpillPath(tables, options.spillPath);
       ec = new EmbeddingCollection({ ...configOf({ ...m.config, tables }), device: options.device ?? m.config.device }, { initialize: false });
     } catch (e) {
       if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED' || e.code === 'IO_ERROR')) throw e;
@@ -365,6 +373,13 @@ export class EmbeddingCollection extends EngineOwner {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     this.live();
     return batch.toNative();
+  }
+
+  /** Where feature `name`'s outputs are in forward result `r` (a hashed default adds into them). */
+  private featureOutput(name: string, r: NativeForwardResult): FeatureOutput {
+    const i = this.featureInfo.findIndex((f) => f.name === name);
+    const f = this.featureInfo[i]!;
+    return { mean: f.pooling === 'mean', column: f.offset, sequence: r.sequences[i] ?? null };
   }
 
   private wrapForward(batch: JaggedBatch, native: NativeBatch, r: NativeForwardResult, dynamic?: DynamicStep): ForwardOutput {

@@ -23,6 +23,7 @@ const SUITES = [
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
   'test/storage/dynamic.test.ts',
+  'test/storage/dynamic-default.test.ts',
   'test/sharded/group-nccl.test.ts',
   'test/herald/herald-cuda.test.ts',
   'test/storage/cuda-disk.test.ts',

@@ -17,6 +17,7 @@ import { HeraldEmbeddingCollection } from '../herald/collection.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
 import { localDevice, type ProcessGroup } from '../sharded/group.js';
+import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import { COMM_CHOICES, openRunGroup, type CommChoice } from './comm.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import { planShards } from '../plan/planner.js';
@@ -45,8 +46,9 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   herald:         [--schedule herald] [--cache-rows 65536]  (Herald embedding scheduling: every rank reads
                   global batches of ranks × --batch samples and trains the ones its allocator assigns; each
                   rank owns a row range of every table and caches up to --cache-rows rows per table)
-  storage:        [--storage memory|disk:<dir> --cache-bytes N [--cache-policy lru|lfu]] (one process: tables
-                  larger than their share of N live in files under <dir> behind RAM caches)
+  storage:        [--storage memory|disk:<dir> --cache-bytes N [--cache-policy lru|lfu]] (tables larger than
+                  their share of N live in files under <dir> behind RAM caches; sharded: N per rank, each
+                  rank's shards in its own files)
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
 drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
@@ -305,8 +307,9 @@ async function train(a: Args): Promise<number> {
     let planNote = '';
     if (group && a.dynamicCapacity !== undefined)
       throw new EmbshardError('INVALID_ARGUMENT', '--dynamic-capacity: dynamic tables train on one rank (the sharded runtime does not shard them)');
-    if (group && a.storageDir !== undefined)
-      throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: runs in one process without --plan (sharded disk-backed tables are not supported)');
+    if (herald && a.storageDir !== undefined)
+      throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: is not supported with --schedule herald');
+    const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
     if (herald) {
       const cacheRows = a.cacheRows ?? 65_536;
       const emb = new HeraldEmbeddingCollection(tablesFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device }), group!, {
@@ -319,12 +322,15 @@ async function train(a: Args): Promise<number> {
     } else if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
       planNote = `, sharded over ${group.size} rank(s) (${group.kind === 'nccl' ? 'NCCL' : group.kind === 'mpi' ? 'MPI' : 'one process'}) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
+      // disk-backed shards (lib/storage/shards.ts): the sharded collection is built here with the rank's budget
+      const sharded = storage
+        ? { embeddings: new ShardedEmbeddingCollection(plan, group, { optimizer: { type: optType, lr: embLr }, seed: a.seed, ...(a.device !== 'cpu' ? { device: a.device } : {}), storage }) }
+        : { plan, embeddingOptimizer: { type: optType, lr: embLr } };
       trainer = new Trainer({
-        model: spec, plan, group, optimizer: { type: optType, lr }, embeddingOptimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, schedule,
+        model: spec, ...sharded, group, optimizer: { type: optType, lr }, seed: a.seed, device: a.device, schedule,
         ...(a.precision ? { precision: a.precision } : {}),
       });
     } else {
-      const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
       const emb = embeddingsFor(data.train.features, data.tableRows, {
         dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device, ...(storage ? { storage } : {}),
         ...(a.dynamicCapacity !== undefined ? { dynamicCapacity: a.dynamicCapacity } : {}),

@@ -6,11 +6,20 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export type Eviction = 'lru' | 'lfu';
 
+/** What ids without a row read: zero, or their own init row (a pure function of seed, table and id). */
+export type DynamicDefault = 'zero' | 'hashed';
+
 export interface DynamicAdmission {
   /** sightings before an id gets a row; default 1 (admitted at first sight) */
   minCount: number;
   /** candidate ids whose sightings are counted (the one seen longest ago is forgotten first); default capacity */
   candidates?: number;
+  /**
+   * What an id without a row (not yet admitted, or not admitted because every row was in use) reads:
+   * 'zero' (default) or 'hashed', the init row it gets when admitted (so its value does not jump then).
+   * Either way it receives no update.
+   */
+  default?: DynamicDefault;
 }
 
 /** The fields a table config has only when `rows` is 'dynamic'. */
@@ -33,6 +42,7 @@ export interface ResolvedDynamic {
   capacity: number;
   minCount: number;
   candidates: number;
+  default: DynamicDefault;
   eviction: Eviction;
   spill?: DynamicSpill;
 }
@@ -42,7 +52,7 @@ export const MAX_DYNAMIC_CAPACITY = 2 ** 31 - 2;
 
 const DYNAMIC_KEYS = fieldsOf<DynamicTableFields>({ capacity: true, admission: true, eviction: true, spill: true });
 const SPILL_FIELDS = fieldsOf<DynamicSpill>({ path: true });
-const ADMISSION_FIELDS = fieldsOf<DynamicAdmission>({ minCount: true, candidates: true });
+const ADMISSION_FIELDS = fieldsOf<DynamicAdmission>({ minCount: true, candidates: true, default: true });
 
 function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string, path: string): never {
   throw new EmbshardError(code, msg, { path });
@@ -70,6 +80,8 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
   const candidates = a.candidates ?? c;
   if (!Number.isSafeInteger(candidates) || candidates < 1 || candidates > MAX_DYNAMIC_CAPACITY)
     bad('INVALID_CONFIG', `${where}.admission.candidates must be an integer in [1, 2^31 - 2] (got ${String(candidates)})`, `${where}.admission.candidates`);
+  const def = a.default ?? 'zero';
+  if (def !== 'zero' && def !== 'hashed') bad('INVALID_CONFIG', `${where}.admission.default must be 'zero' or 'hashed' (got ${String(def)})`, `${where}.admission.default`);
   const eviction = t.eviction ?? 'lru';
   if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${String(eviction)})`, `${where}.eviction`);
   const sp = t.spill;
@@ -78,10 +90,16 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
     rejectUnknownFields(sp, SPILL_FIELDS, `${where}.spill`);
     if (typeof sp.path !== 'string' || sp.path === '') bad('INVALID_CONFIG', `${where}.spill.path must be a non-empty string (a folder)`, `${where}.spill.path`);
   }
-  return { capacity: c, minCount: a.minCount, candidates, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
+  return { capacity: c, minCount: a.minCount, candidates, default: def, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
 }
 
 /** The table-config fields that rebuild a resolved dynamic table (checkpoints keep the resolved form). */
 export function dynamicFieldsOf(d: ResolvedDynamic): { rows: 'dynamic' } & Required<Omit<DynamicTableFields, 'spill'>> & Pick<DynamicTableFields, 'spill'> {
-  return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction, ...(d.spill ? { spill: d.spill } : {}) };
+  return { rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates, default: d.default ?? 'zero' }, eviction: d.eviction, ...(d.spill ? { spill: d.spill } : {}) };
+}
+
+/** The same tables with every spilling dynamic table's spill folder replaced by `path` (loading a checkpoint elsewhere). */
+export function withSpillPath<T extends { dynamic?: ResolvedDynamic }>(tables: readonly T[], path: string): T[] {
+  if (typeof path !== 'string' || path === '') throw new EmbshardError('INVALID_ARGUMENT', 'options.spillPath must be a non-empty string (a folder)');
+  return tables.map((t) => (t.dynamic?.spill ? { ...t, dynamic: { ...t.dynamic, spill: { path } } } : t));
 }

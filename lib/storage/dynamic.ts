@@ -3,12 +3,15 @@
 // Before a forward the batch's ids of those tables are translated into slots (admitting and evicting by
 // the map's rules) and the rows it admitted get their init values and zero optimizer state; the engine
 // then runs unchanged on the slot batch. Slot `capacity` is the sink: ids not held read it (zero) and the
-// gradient it gathers is dropped by zeroing it again after the backward. With `spill`, the rows a
+// gradient it gathers is dropped by zeroing it again after the backward. With `admission.default: 'hashed'`
+// the init rows of those ids are then added into the forward's outputs natively (addDefaults,
+// native/storage/dynamic_default.h): each reads the row it would be admitted with, and still gets no update. With `spill`, the rows a
 // translation evicted (values and optimizer state as stored) are read from the engine and appended to the
 // table's spill file (native/storage/dynamic_spill.h) before the admitted rows overwrite their slots, and
 // an admitted id found in the spill file gets its row and state back instead of its init: the table then
 // trains as one whose capacity holds every id. Checkpoints keep each map (ids, counts, last uses,
-// candidates, stats) beside the engine payload; a collection whose dynamic tables spill refuses save().
+// candidates, stats) beside the engine payload, and a compact, checksummed copy of each spill file's live
+// records, which load() verifies and copies into the loaded table's own spill file.
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import type { JaggedBatch } from '../batch.js';
@@ -42,6 +45,8 @@ interface NativeDynamicSpec {
   eviction: 'lru' | 'lfu';
   dim: number;
   init: { kind: string; a: number; b: number };
+  dtype: string;
+  default: 'zero' | 'hashed';
   seed: number;
   table: number;
   stateWidth: number;
@@ -67,8 +72,28 @@ interface NativeDynamicMap {
   stats(): DynamicTableStats;
   serialize(): Uint8Array;
   deserialize(bytes: Uint8Array): void;
+  /** hashed default: adds the init rows of the positions whose slot is the sink into a forward's outputs */
+  addDefaults(...args: DefaultsArgs): Promise<void>;
+  addDefaultsSync(...args: DefaultsArgs): void;
+  /** hashed default: rows read by id (`out`, from `slots`) of ids without a row get their init row */
+  fillDefaults(ids: BigInt64Array, slots: BigInt64Array, out: Float32Array): void;
+  /** the spill file's live records into a checkpoint file (fsynced) */
+  saveSpill(path: string): Promise<{ bytes: number; records: number; crc32c: number }>;
+  /** the spill file's records replaced by a checkpoint's copy (verified first: CHECKPOINT_CORRUPT) */
+  loadSpill(path: string, bytes: number, crc32c: number): Promise<void>;
   /** closes the spill file (waits for a running call) */
   close(): void;
+}
+
+/** ids, slots, lengths, batchSize, columns [F], mean [F], sequences [F], weights, pooled, pooledDim */
+type DefaultsArgs = [IdArray, BigInt64Array, Int32Array, number, Int32Array, Uint8Array, (Float32Array | null)[], Float32Array | null, Float32Array, number];
+
+/** Where one feature's forward outputs are: its first pooled column, or (pooling 'none') its sequence values. */
+export interface FeatureOutput {
+  mean: boolean;
+  /** first column in the pooled output; -1 for a sequence feature */
+  column: number;
+  sequence: Float32Array | null;
 }
 
 interface DynamicAddon {
@@ -93,6 +118,7 @@ interface Entry {
   dim: number;
   stateWidth: number;
   spill: boolean;
+  hashed: boolean;
   map: NativeDynamicMap;
 }
 
@@ -112,10 +138,10 @@ export class DynamicTables {
       if (!d) return;
       const spec: NativeDynamicSpec = {
         capacity: d.capacity, minCount: d.minCount, candidates: d.minCount > 1 ? d.candidates : 0, eviction: d.eviction,
-        dim: t.dim, init: nativeInit(t.init, t.rows), seed: config.seed, table: i, stateWidth: stateWidth(config.optimizer.type, t.dim),
+        dim: t.dim, init: nativeInit(t.init, t.rows), dtype: t.dtype, default: d.default, seed: config.seed, table: i, stateWidth: stateWidth(config.optimizer.type, t.dim),
         ...(d.spill ? { spillPath: join(d.spill.path, `spill-${i}.bin`), spillField: `tables[${i}].spill.path` } : {}),
       };
-      const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: spec.stateWidth, spill: !!d.spill, map: new this.addon.DynamicMap(spec) };
+      const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: spec.stateWidth, spill: !!d.spill, hashed: d.default === 'hashed', map: new this.addon.DynamicMap(spec) };
       this.entries.push(e);
       this.byTable.set(i, e);
     });
@@ -186,6 +212,25 @@ export class DynamicTables {
     return { native: this.nativeOf(batch, out), sinks, version: this.version() };
   }
 
+  /**
+   * Tables with a hashed default: adds the init rows of the ids that read the sink into a forward's
+   * outputs (`pooled` [B × pooledDim]; `output(feature)` says where each feature's outputs are).
+   */
+  async addDefaults(step: DynamicStep, batch: JaggedBatch, output: (feature: string) => FeatureOutput, pooled: Float32Array, pooledDim: number): Promise<void> {
+    for (const e of this.entries) if (e.hashed && step.sinks.includes(e.table)) await e.map.addDefaults(...this.defaultsArgs(e, step, batch, output, pooled, pooledDim));
+  }
+
+  /** addDefaults, on the calling thread (forwardSync). */
+  addDefaultsSync(step: DynamicStep, batch: JaggedBatch, output: (feature: string) => FeatureOutput, pooled: Float32Array, pooledDim: number): void {
+    for (const e of this.entries) if (e.hashed && step.sinks.includes(e.table)) e.map.addDefaultsSync(...this.defaultsArgs(e, step, batch, output, pooled, pooledDim));
+  }
+
+  /** Rows read from table `t` by raw `ids` at `slots` into `out`: ids without a row get their default. */
+  fillDefaults(t: number, ids: BigInt64Array, slots: BigInt64Array, out: Float32Array): void {
+    const e = this.byTable.get(t)!;
+    if (e.hashed) e.map.fillDefaults(ids, slots, out);
+  }
+
   /** Zeroes the sink rows (and state) a backward may have updated. */
   resetSinks(engine: NativeEngine, tables: readonly number[]): void {
     for (const t of tables) {
@@ -223,17 +268,22 @@ export class DynamicTables {
     for (const e of this.entries) e.map.close();
   }
 
-  /** Writes each map into checkpoint folder `dir` (durably); returns the manifest entries. */
+  /**
+   * Writes each map into checkpoint folder `dir` (durably), and the live records of each spill file as a
+   * compact copy beside it; returns the manifest entries.
+   */
   async save(dir: string): Promise<DynamicPayload[]> {
-    const spilling = this.entries.find((e) => e.spill);
-    if (spilling)
-      throw new EmbshardError('INVALID_ARGUMENT', `save(): dynamic table '${spilling.name}' spills evicted rows to a scratch file that checkpoints do not hold; a table with spill cannot be saved`);
     const out: DynamicPayload[] = [];
     for (const e of this.entries) {
       const bytes = e.map.serialize();
       const file = `dynamic-${e.table}.bin`;
       await writeFileDurable(join(dir, file), bytes);
-      out.push({ table: e.name, file, bytes: bytes.length, crc32c: embeddedCrc(bytes) });
+      const p: DynamicPayload = { table: e.name, file, bytes: bytes.length, crc32c: embeddedCrc(bytes) };
+      if (e.spill) {
+        const spillFile = `spill-${e.table}.bin`;
+        p.spill = { file: spillFile, ...(await e.map.saveSpill(join(dir, spillFile))) };
+      }
+      out.push(p);
     }
     return out;
   }
@@ -253,6 +303,11 @@ export class DynamicTables {
       if (bytes.length !== p.bytes || embeddedCrc(bytes) !== p.crc32c)
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} has ${bytes.length} bytes / another checksum than its manifest says (truncated or altered)`);
       e.map.deserialize(bytes);
+      if (!e.spill) continue;
+      const sp = p.spill;
+      if (!sp || typeof sp.file !== 'string' || sp.file.includes('/') || !Number.isSafeInteger(sp.bytes) || !Number.isInteger(sp.crc32c))
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no spill copy for dynamic table '${e.name}'`);
+      await e.map.loadSpill(join(dir, sp.file), sp.bytes, sp.crc32c);
     }
   }
 
@@ -264,6 +319,15 @@ export class DynamicTables {
     if (batch.features.length !== this.tableOf.size)
       for (const f of this.tableOf.keys())
         if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch has no feature '${f}'`);
+  }
+
+  private defaultsArgs(e: Entry, step: DynamicStep, batch: JaggedBatch, output: (feature: string) => FeatureOutput, pooled: Float32Array, pooledDim: number): DefaultsArgs {
+    const mine = batch.features.map((f) => (this.tableOf.get(f) === e.table ? output(f) : undefined));
+    return [
+      batch.ids, step.native.ids as BigInt64Array, batch.lengths, batch.batchSize,
+      Int32Array.from(mine, (o) => (o ? o.column : -2)), Uint8Array.from(mine, (o) => (o?.mean ? 1 : 0)), mine.map((o) => o?.sequence ?? null),
+      batch.weights ?? null, pooled, pooledDim,
+    ];
   }
 
   /** The batch's ids as 64-bit values in a fresh array (the engine batch is rebuilt in it). */

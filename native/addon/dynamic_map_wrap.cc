@@ -1,8 +1,11 @@
 // dynamic_map_wrap.cc — `DynamicMap`, the ObjectWrap over one dynamic table's id map
 // (storage/dynamic_map.h): translate (async: a batch's raw ids of the table's features → slots, plus the
 // rows it admitted and their init values), lookup, held ids, stats, and the checkpoint form; and
-// spill (async: evicted rows appended to the table's spill file, storage/dynamic_spill.h), and
-// `widenIds`, which copies any batch id array into the BigInt64Array an engine batch is rebuilt in.
+// spill (async: evicted rows appended to the table's spill file, storage/dynamic_spill.h), saveSpill /
+// loadSpill (async: the spill file's compact copy in a checkpoint), and
+// addDefaults / fillDefaults (a hashed default: the init rows of ids without a row put into a forward's
+// outputs, or into rows read by id; storage/dynamic_default.h), and `widenIds`, which copies any batch id
+// array into the BigInt64Array an engine batch is rebuilt in.
 // Calls on one map never interleave (a mutex per map).
 #include <napi.h>
 
@@ -14,6 +17,7 @@
 #include "addon/js_args.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
+#include "storage/dynamic_default.h"
 #include "storage/dynamic_map.h"
 #include "storage/dynamic_spill.h"
 
@@ -122,6 +126,74 @@ class SpillWorker : public PromiseWorker {
   const float* state_;
 };
 
+// saveSpill(path): the spill file's compact copy into a checkpoint folder
+class SaveSpillWorker : public PromiseWorker {
+ public:
+  SaveSpillWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, std::string path) : PromiseWorker(env), m_(std::move(m)), path_(std::move(path)) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    img_ = m_->spill->save_to(path_);
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("bytes", static_cast<double>(img_.bytes));
+    o.Set("records", static_cast<double>(img_.records));
+    o.Set("crc32c", static_cast<double>(img_.crc32c));
+    return o;
+  }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  std::string path_;
+  SpillFile::Image img_;
+};
+
+// loadSpill(path, bytes, crc32c): the spill file's records replaced by a checkpoint's verified copy
+class LoadSpillWorker : public PromiseWorker {
+ public:
+  LoadSpillWorker(Napi::Env env, std::shared_ptr<GuardedMap> m, std::string path, uint64_t bytes, uint32_t crc)
+      : PromiseWorker(env), m_(std::move(m)), path_(std::move(path)), bytes_(bytes), crc_(crc) {}
+  void Run() override {
+    std::lock_guard<std::mutex> lock(m_->mu);
+    const DynamicMap& map = m_->map;
+    m_->spill->load_from(path_, bytes_, crc_, [&](uint64_t id) {
+      int64_t slot;
+      map.lookup(RawIds{&id, IdType::I64, 1}, &slot);
+      return slot != map.sink();
+    });
+  }
+
+ private:
+  std::shared_ptr<GuardedMap> m_;
+  std::string path_;
+  uint64_t bytes_;
+  uint32_t crc_;
+};
+
+// One forward's defaults: where they go and what they are read from (the JS arrays are kept alive).
+struct DefaultsCall {
+  DynamicSpec spec;
+  RawIds ids;
+  const int64_t* slots = nullptr;
+  const int32_t* lengths = nullptr;
+  int64_t F = 0, B = 0, pooledDim = 0;
+  const float* weights = nullptr;
+  std::vector<DefaultTarget> targets;
+  float* pooled = nullptr;
+  void run() const {
+    add_defaults(spec, spec.capacity, ids, slots, lengths, F, B, weights, targets.data(), pooled, pooledDim);
+  }
+};
+
+class DefaultsWorker : public PromiseWorker {
+ public:
+  DefaultsWorker(Napi::Env env, DefaultsCall call) : PromiseWorker(env), call_(std::move(call)) {}
+  void Run() override { call_.run(); }
+
+ private:
+  DefaultsCall call_;
+};
+
 class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
@@ -130,7 +202,10 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
                         InstanceMethod("heldIds", &DynamicMapWrap::HeldIds), InstanceMethod("stats", &DynamicMapWrap::Stats),
                         InstanceMethod("serialize", &DynamicMapWrap::Serialize),
                         InstanceMethod("deserialize", &DynamicMapWrap::Deserialize), InstanceMethod("spill", &DynamicMapWrap::Spill),
-                        InstanceMethod("close", &DynamicMapWrap::Close)});
+                        InstanceMethod("close", &DynamicMapWrap::Close), InstanceMethod("addDefaults", &DynamicMapWrap::AddDefaults),
+                        InstanceMethod("addDefaultsSync", &DynamicMapWrap::AddDefaultsSync),
+                        InstanceMethod("fillDefaults", &DynamicMapWrap::FillDefaults),
+                        InstanceMethod("saveSpill", &DynamicMapWrap::SaveSpill), InstanceMethod("loadSpill", &DynamicMapWrap::LoadSpill)});
   }
 
   explicit DynamicMapWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DynamicMapWrap>(info) {
@@ -154,6 +229,10 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       s.init.kind = kind == "normal" ? InitKind::Normal : kind == "constant" ? InitKind::Constant : InitKind::Uniform;
       s.init.a = static_cast<float>(number_arg(env, init.Get("a"), "init.a", -1e30, 1e30));
       s.init.b = static_cast<float>(number_arg(env, init.Get("b"), "init.b", -1e30, 1e30));
+      s.dtype = parse_dtype(string_arg(env, o.Get("dtype"), "dtype").c_str(), "dtype");
+      const std::string def = string_arg(env, o.Get("default"), "admission.default");
+      if (def != "zero" && def != "hashed") throw_error(env, "INVALID_CONFIG", "admission.default must be 'zero' or 'hashed'");
+      s.hashedDefault = def == "hashed";
       auto m = std::make_shared<GuardedMap>(s);
       m->stateWidth = static_cast<uint32_t>(int_arg(env, o.Get("stateWidth"), "stateWidth", 0, 1 << 20));
       if (o.Has("spillPath"))
@@ -196,6 +275,96 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
       auto* w = new SpillWorker(env, m_, reinterpret_cast<const uint64_t*>(ids), static_cast<size_t>(n), values, state);
       for (int i = 0; i < 3; ++i) w->Keep(info[i]);
       return w->Start();
+    });
+  }
+
+  // addDefaults(ids, slots, lengths, batchSize, columns: Int32Array [F], mean: Uint8Array [F],
+  // sequences: (Float32Array | null)[F], weights: Float32Array | null, pooled: Float32Array, pooledDim)
+  // → Promise: the hashed defaults of the positions whose slot is the sink added to the outputs
+  Napi::Value AddDefaults(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      auto* w = new DefaultsWorker(env, defaults_call(info));
+      for (size_t i = 0; i < info.Length(); ++i) w->Keep(info[i]);
+      return w->Start();
+    });
+  }
+
+  Napi::Value AddDefaultsSync(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      defaults_call(info).run();
+      return env.Undefined();
+    });
+  }
+
+  DefaultsCall defaults_call(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!m_->map.spec().hashedDefault) throw_error(env, "INVALID_ARGUMENT", "this dynamic table's default is zero");
+    DefaultsCall c;
+    c.spec = m_->map.spec();
+    c.ids = raw_ids(env, info[0], "batch.ids");
+    c.slots = typed_array<int64_t>(env, info[1], napi_bigint64_array, "slots", c.ids.n);
+    c.B = int_arg(env, info[3], "batchSize", 1);
+    if (!info[4].IsTypedArray() || !info[6].IsArray()) throw_error(env, "INVALID_ARGUMENT", "columns / sequences missing");
+    c.F = static_cast<int64_t>(info[4].As<Napi::TypedArray>().ElementLength());
+    c.lengths = typed_array<int32_t>(env, info[2], napi_int32_array, "batch.lengths", c.F * c.B);
+    const auto* cols = typed_array<int32_t>(env, info[4], napi_int32_array, "columns", c.F);
+    const auto* mean = typed_array<uint8_t>(env, info[5], napi_uint8_array, "mean", c.F);
+    c.weights = typed_array<float>(env, info[7], napi_float32_array, "batch.weights", c.ids.n, true);
+    c.pooledDim = int_arg(env, info[9], "pooledDim");
+    c.pooled = typed_array<float>(env, info[8], napi_float32_array, "pooled", c.B * c.pooledDim);
+    Napi::Array seqs = info[6].As<Napi::Array>();
+    int64_t total = 0;
+    for (int64_t k = 0; k < c.F * c.B; ++k) total += c.lengths[k];
+    if (total != c.ids.n) throw_error(env, "LENGTH_MISMATCH", "the lengths do not sum to the number of ids");
+    c.targets.resize(static_cast<size_t>(c.F));
+    for (int64_t f = 0; f < c.F; ++f) {
+      DefaultTarget& t = c.targets[f];
+      t.column = cols[f];
+      t.mean = mean[f] != 0;
+      if (t.column >= 0 && t.column + static_cast<int64_t>(c.spec.dim) > c.pooledDim)
+        throw_error(env, "INVALID_ARGUMENT", "a pooled column is out of range");
+      if (t.column == -1) {
+        int64_t len = 0;
+        for (int64_t b = 0; b < c.B; ++b) len += c.lengths[f * c.B + b];
+        t.sequence = typed_array<float>(env, seqs.Get(static_cast<uint32_t>(f)), napi_float32_array, "sequence values", len * c.spec.dim);
+      }
+    }
+    return c;
+  }
+
+  // fillDefaults(ids: BigInt64Array, slots: BigInt64Array, out: Float32Array [n × dim]): rows of ids
+  // without a row get their default
+  Napi::Value FillDefaults(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      RawIds ids = raw_ids(env, info[0], "ids");
+      const auto* slots = typed_array<int64_t>(env, info[1], napi_bigint64_array, "slots", ids.n);
+      auto* out = typed_array<float>(env, info[2], napi_float32_array, "out", ids.n * m_->map.spec().dim);
+      if (m_->map.spec().hashedDefault) fill_defaults(m_->map.spec(), m_->map.sink(), ids, slots, out);
+      return env.Undefined();
+    });
+  }
+
+  // saveSpill(path) → Promise<{ bytes, records, crc32c }>
+  Napi::Value SaveSpill(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!m_->spill) throw_error(env, "INVALID_ARGUMENT", "this dynamic table has no spill file");
+      return (new SaveSpillWorker(env, m_, string_arg(env, info[0], "path")))->Start();
+    });
+  }
+
+  // loadSpill(path, bytes, crc32c) → Promise (after deserialize: the copy's ids must not be held)
+  Napi::Value LoadSpill(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!m_->spill) throw_error(env, "INVALID_ARGUMENT", "this dynamic table has no spill file");
+      const std::string path = string_arg(env, info[0], "path");
+      const auto bytes = static_cast<uint64_t>(int_arg(env, info[1], "bytes"));
+      const auto crc = static_cast<uint32_t>(int_arg(env, info[2], "crc32c", 0, 0xffffffffll));
+      return (new LoadSpillWorker(env, m_, path, bytes, crc))->Start();
     });
   }
 

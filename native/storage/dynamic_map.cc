@@ -1,13 +1,13 @@
 // dynamic_map.cc — admission, eviction, translation and the checkpoint form of a dynamic table's id map
 // (rules in dynamic_map.h).
 #include "storage/dynamic_map.h"
+#include "storage/dynamic_default.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/checkpoint.h"
 #include "core/errors.h"
-#include "core/init.h"
 #include "core/parallel.h"
 
 namespace embshard {
@@ -93,11 +93,8 @@ void DynamicMap::occupy(uint32_t s, uint64_t id, uint64_t count, Admitted& admit
 void DynamicMap::init_rows(Admitted& admitted) const {
   const uint64_t D = spec_.dim;
   admitted.values.resize(admitted.ids.size() * D);
-  const uint64_t stream = init_stream(spec_.seed, spec_.table);
   parallel_for(static_cast<int64_t>(admitted.ids.size()), 64, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k)
-      for (uint64_t c = 0; c < D; ++c)
-        admitted.values[k * D + c] = init_value_at(spec_.init.kind, spec_.init.a, spec_.init.b, stream, admitted.ids[k] * D + c);
+    for (int64_t k = b; k < e; ++k) init_row(spec_, admitted.ids[k], admitted.values.data() + k * D);
   });
 }
 

@@ -2,7 +2,8 @@
 // in-memory table of `capacity` rows, with admission after `minCount` sightings (a bounded map of
 // candidate ids and their counts), LRU or LFU eviction that never takes a row the current step uses, and
 // the init values of newly admitted rows (a pure function of the id). The engine then runs unchanged on
-// the slot table; slot `capacity` is the sink that ids not (yet) held read (zero) and whose gradient is
+// the slot table; slot `capacity` is the sink that ids not (yet) held read (zero; with a hashed default
+// their init row is added to the outputs afterwards, storage/dynamic_default.h) and whose gradient is
 // dropped. The rules, exactly (docs/storage.md, "Dynamic tables"):
 //   every occurrence of an id in the step (features in batch order, bags in order) advances the tick;
 //   a held id: hit, its count + 1, its last use = tick; an absent id: miss, and when minCount > 1 it is
@@ -32,6 +33,8 @@ struct DynamicSpec {
   InitSpec init;
   uint64_t seed = 0;
   uint64_t table = 0;  // the table's index: a stream of the init hash
+  DType dtype = DType::F32;  // the slot table's dtype (defaults are read as it stores them)
+  bool hashedDefault = false;  // ids without a row read their init row (storage/dynamic_default.h), not zero
 };
 
 struct DynamicStats {

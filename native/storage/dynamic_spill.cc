@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -103,6 +104,138 @@ bool SpillFile::take(uint64_t id, float* values, float* state) {
   if (stateWidth_ > 0) std::memcpy(state, row.data() + dim_, 4 * static_cast<size_t>(stateWidth_));
   index_.erase(it);
   return true;
+}
+
+// ---- the checkpoint copy (format in dynamic_spill.h) ----
+
+namespace {
+constexpr uint64_t kSpillMagic = 0x314c5053424d45ull;  // "EMBSPL1"
+constexpr size_t kSpillHeader = 24;
+constexpr size_t kChunk = size_t(4) << 20;
+
+// Reads exactly n bytes at offset; false at end of file.
+bool pread_all(int fd, uint8_t* dst, size_t n, uint64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+void pwrite_all(int fd, const uint8_t* src, size_t n, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::pwrite(fd, src + done, n - done, static_cast<off_t>(offset + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("IO_ERROR", "writing '%s': %s", path.c_str(), w < 0 ? std::strerror(errno) : "no space written");
+    done += static_cast<size_t>(w);
+  }
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace
+
+SpillFile::Image SpillFile::save_to(const std::string& path) const {
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // (offset, id), in file order
+  live.reserve(index_.size());
+  for (const auto& kv : index_) live.emplace_back(kv.second, kv.first);
+  std::sort(live.begin(), live.end());
+  Fd out{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (out.fd < 0) fail("IO_ERROR", "cannot create '%s': %s", path.c_str(), std::strerror(errno));
+  Image img;
+  img.records = live.size();
+  std::vector<uint8_t> buf(kSpillHeader);
+  const uint64_t header[3] = {kSpillMagic, static_cast<uint64_t>(dim_) | (static_cast<uint64_t>(stateWidth_) << 32), img.records};
+  std::memcpy(buf.data(), header, kSpillHeader);
+  const size_t R = recordBytes();
+  std::vector<float> row(static_cast<size_t>(dim_) + stateWidth_);
+  auto flush = [&] {
+    pwrite_all(out.fd, buf.data(), buf.size(), img.bytes, path);
+    img.crc32c = crc32c(img.crc32c, buf.data(), buf.size());
+    img.bytes += buf.size();
+    buf.clear();
+  };
+  for (const auto& [offset, id] : live) {
+    read(id, offset, row.data());  // verified: a bad record is not carried into a checkpoint
+    const size_t at = buf.size();
+    buf.resize(at + R);
+    std::memcpy(buf.data() + at, &id, 8);
+    std::memcpy(buf.data() + at + 8, row.data(), R - 12);
+    const uint32_t crc = crc32c(0, buf.data() + at, R - 4);
+    std::memcpy(buf.data() + at + R - 4, &crc, 4);
+    if (buf.size() >= kChunk) flush();
+  }
+  flush();
+  if (::fsync(out.fd) != 0) fail("IO_ERROR", "fsync '%s': %s", path.c_str(), std::strerror(errno));
+  return img;
+}
+
+void SpillFile::corrupt_copy(const std::string& path, const char* what) {
+  fail("CHECKPOINT_CORRUPT", "spill copy '%s' %s (truncated or altered)", path.c_str(), what);
+}
+
+std::unordered_map<uint64_t, uint64_t> SpillFile::verify_copy(const std::string& path, uint64_t bytes, uint32_t crc) const {
+  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) fail("CHECKPOINT_CORRUPT", "spill copy '%s' cannot be read: %s", path.c_str(), std::strerror(errno));
+  const off_t size = ::lseek(in.fd, 0, SEEK_END);
+  if (size < 0 || static_cast<uint64_t>(size) != bytes || bytes < kSpillHeader) corrupt_copy(path, "does not have the size its manifest says");
+  // the whole file's checksum first, then the header and every record
+  std::vector<uint8_t> buf(kChunk);
+  uint32_t got = 0;
+  for (uint64_t at = 0; at < bytes; at += buf.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - at));
+    if (!pread_all(in.fd, buf.data(), n, at)) corrupt_copy(path, "cannot be read to its end");
+    got = crc32c(got, buf.data(), n);
+  }
+  if (got != crc) corrupt_copy(path, "fails its checksum");
+  uint64_t header[3];
+  if (!pread_all(in.fd, reinterpret_cast<uint8_t*>(header), kSpillHeader, 0)) corrupt_copy(path, "has no header");
+  const size_t R = recordBytes();
+  if (header[0] != kSpillMagic || header[1] != (static_cast<uint64_t>(dim_) | (static_cast<uint64_t>(stateWidth_) << 32)))
+    corrupt_copy(path, "is not a spill copy of this table's dim and optimizer state");
+  if (header[2] > (bytes - kSpillHeader) / R || kSpillHeader + header[2] * R != bytes)
+    corrupt_copy(path, "does not hold the records its header counts");
+  std::unordered_map<uint64_t, uint64_t> index;
+  index.reserve(static_cast<size_t>(header[2]));
+  const size_t per = std::max<size_t>(1, kChunk / R);
+  for (uint64_t k = 0; k < header[2]; k += per) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(per, header[2] - k));
+    if (!pread_all(in.fd, buf.data(), n * R, kSpillHeader + k * R)) corrupt_copy(path, "cannot be read to its end");
+    for (size_t j = 0; j < n; ++j) {
+      const uint8_t* r = buf.data() + j * R;
+      uint32_t rc;
+      std::memcpy(&rc, r + R - 4, 4);
+      if (crc32c(0, r, R - 4) != rc) corrupt_copy(path, "has a record that fails its checksum");
+      uint64_t id;
+      std::memcpy(&id, r, 8);
+      if (!index.emplace(id, (k + j) * R).second) corrupt_copy(path, "lists an id twice");
+    }
+  }
+  return index;
+}
+
+void SpillFile::replace_with(const std::string& path, std::unordered_map<uint64_t, uint64_t> index) {
+  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) fail("CHECKPOINT_CORRUPT", "spill copy '%s' cannot be read: %s", path.c_str(), std::strerror(errno));
+  const uint64_t body = index.size() * recordBytes();
+  if (::ftruncate(fd_, 0) != 0) fail("IO_ERROR", "emptying spill file '%s': %s", path_.c_str(), std::strerror(errno));
+  std::vector<uint8_t> buf(kChunk);
+  for (uint64_t at = 0; at < body; at += buf.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), body - at));
+    if (!pread_all(in.fd, buf.data(), n, kSpillHeader + at)) corrupt_copy(path, "cannot be read to its end");
+    pwrite_all(fd_, buf.data(), n, at, path_);
+  }
+  end_ = body;
+  index_ = std::move(index);
+  staged_.clear();
 }
 
 }  // namespace embshard

@@ -6,6 +6,10 @@
 // stay in the file as garbage). A record that fails its checksum or names another id is CHECKPOINT_CORRUPT.
 // The file is scratch: created (emptied) when the table is built, valid only while it lives, and locked
 // (flock) so that a second live table cannot take the same file.
+// Checkpoints hold a compact copy (save_to): a header [magic u64 "EMBSPL1"][dim u32][stateWidth u32]
+// [records u64], then the live records in the scratch format, in file order; the whole file's CRC-32C
+// goes to the checkpoint's manifest. load_from verifies a copy completely (size, checksum, header, every
+// record, no id twice or held by the map) before it replaces this file's contents and index.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,8 +39,31 @@ class SpillFile {
   // Gives id's row into values [dim] and state [stateWidth] and forgets it; false when not spilled.
   bool take(uint64_t id, float* values, float* state);
 
+  struct Image {
+    uint64_t bytes = 0;
+    uint64_t records = 0;
+    uint32_t crc32c = 0;
+  };
+  // Writes the compact copy of the live records to `path` (fsynced); each record is verified as it is
+  // read (CHECKPOINT_CORRUPT), IO_ERROR when the copy cannot be written.
+  Image save_to(const std::string& path) const;
+  // Replaces this file's records with the copy at `path` (`bytes`, `crc32c` from the manifest);
+  // CHECKPOINT_CORRUPT naming the file when it is missing, truncated or altered, or holds an id for which
+  // `held(id)` is true; nothing changes then.
+  template <typename Held>
+  void load_from(const std::string& path, uint64_t bytes, uint32_t crc32c, Held held) {
+    std::unordered_map<uint64_t, uint64_t> index = verify_copy(path, bytes, crc32c);
+    for (const auto& kv : index)
+      if (held(kv.first)) corrupt_copy(path, "holds a spilled id that the map holds too");
+    replace_with(path, std::move(index));
+  }
+
  private:
   void read(uint64_t id, uint64_t offset, float* row) const;  // values then state, verified
+  // The id → record offset (in this file, once copied) index of a verified copy.
+  std::unordered_map<uint64_t, uint64_t> verify_copy(const std::string& path, uint64_t bytes, uint32_t crc32c) const;
+  [[noreturn]] static void corrupt_copy(const std::string& path, const char* what);
+  void replace_with(const std::string& path, std::unordered_map<uint64_t, uint64_t> index);
   size_t recordBytes() const { return 8 + 4 * (static_cast<size_t>(dim_) + stateWidth_) + 4; }
   std::string path_;
   int fd_ = -1;

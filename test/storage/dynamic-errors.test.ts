@@ -47,7 +47,7 @@ describe('dynamic table configs', () => {
 
   it('accept the documented fields', () => {
     const ec = new EmbeddingCollection(dyn({ admission: { minCount: 2, candidates: 100 }, eviction: 'lfu' }));
-    expect(ec.tables[0]!.dynamic).toEqual({ capacity: 8, minCount: 2, candidates: 100, eviction: 'lfu' });
+    expect(ec.tables[0]!.dynamic).toEqual({ capacity: 8, minCount: 2, candidates: 100, default: 'zero', eviction: 'lfu' });
     expect(ec.stats()).toEqual({ d: { hits: 0, misses: 0, admissions: 0, evictions: 0, rows: 0, candidates: 0 } });
     ec.dispose();
   });
