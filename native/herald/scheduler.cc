@@ -23,8 +23,13 @@ void Scheduler::Cache::append(int32_t s, int64_t k) {
   tail = s;
 }
 
-Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names)
-    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), tables_(std::move(tables)), names_(std::move(names)) {
+Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names, ViewSpec view)
+    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), viewSpec_(std::move(view)), tables_(std::move(tables)), names_(std::move(names)) {
+  if (viewSpec_.rank >= W_ || (viewSpec_.rank >= 0 && static_cast<int32_t>(viewSpec_.cols.size()) != T_))
+    throw Error("INVALID_ARGUMENT", "herald: the view's rank must be in the world and name every table's column");
+  int64_t perRank = 0;
+  for (const TableInfo& t : tables_) perRank += t.slots;
+  if (viewSpec_.rank >= 0 && perRank > INT32_MAX) throw Error("INVALID_SIZE", "herald: a rank's cache slots of all tables must stay below 2^31");
   rowBase_.assign(T_ + 1, 0);
   lo_.assign(static_cast<size_t>(T_) * (W_ + 1), 0);
   caches_.resize(static_cast<size_t>(W_) * T_);
@@ -80,7 +85,22 @@ inline int64_t id_at(const void* ids, IdType type, int64_t i) {
 }
 }  // namespace
 
-void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assignIn, StepOut& out) {
+void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out) {
+  plan(step, feats, assign, out);
+  const int32_t me = viewSpec_.rank;
+  if (me < 0) return;
+  std::vector<ViewTable> vt(T_);
+  int64_t slotBase = 0;
+  for (int32_t t = 0; t < T_; ++t) {
+    vt[t] = {tables_[t].dim, tables_[t].stateWidth, lo(t, me + 1) - lo(t, me), static_cast<int32_t>(slotBase), viewSpec_.cols[t]};
+    slotBase += tables_[t].slots;
+  }
+  out.view = RankView{};
+  rank_view(out, me, W_, vt, viewSpec_.pooledDim, out.view);
+  out.hasView = true;
+}
+
+void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assignIn, StepOut& out) {
   const int32_t W = W_, B = B_, T = T_;
   const int64_t G = static_cast<int64_t>(W) * B;
   // ---- every sample's keys (checked before any state changes)
