@@ -96,6 +96,7 @@ class Scheduler {
   std::vector<uint32_t> cacheBase_;
   std::vector<int32_t> slotRank_, slotNo_;  // per numbered slot: its rank and its slot in that cache
   IdIndex home_;                            // checked-out row → numbered slot holding it
+  IdIndex batchRows_;                       // a step's scratch: key → its distinct row in the batch
 };
 
 }  // namespace embshard::herald
