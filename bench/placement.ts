@@ -2,7 +2,8 @@
 // workload is generated twice from the same draws: with ids = Zipf ranks (frequency-ordered) and with every
 // table's ids scattered by a random permutation (as hashed ids are). For each, three plans:
 //   declared  — planned from the workload's declared Zipf law (hot rows assumed to be the lowest ids);
-//   profiled  — planned from profileAccess on independent sample batches of the same ids (hot-id remap).
+//   profiled  — planned from profileAccess on independent sample batches of the same ids (hot-id remap), once
+//               per profile size (sample steps).
 // Every plan is measured exactly (measureTraffic) on held-out batches: bytes sent between ranks per step and
 // the simulated embedding-stage time. Then, on a smaller copy of the model (tables capped), in-process ranks
 // run one sharded step of each plan and report the bytes they really sent (equal to measureTraffic's).
@@ -33,8 +34,8 @@ const GPUS = Number(process.env.EMBSHARD_BENCH_GPUS ?? 16);
 const RPN = 8;
 const BATCH = 2048;
 const TOP_K = Number(process.env.EMBSHARD_BENCH_TOP_K ?? 262_144);
-/** sample steps profiled (all ranks' batches of each) */
-const PROFILE_STEPS = 2;
+/** sample steps profiled (all ranks' batches of each), one profiled plan per entry */
+const PROFILE_STEPS = (process.env.EMBSHARD_BENCH_PROFILE_STEPS ?? '2,8').split(',').map(Number);
 const SEED = 2024, PERM_SEED = 77;
 const SEARCH = { maxIterations: 2000, timeBudgetMs: Number.POSITIVE_INFINITY } as const;
 /** the runtime check: this many in-process ranks, tables capped at this many rows */
@@ -45,6 +46,8 @@ interface Row {
   model: string;
   ids: Ids;
   plan: 'declared' | 'profiled';
+  /** sample steps profiled (profiled plans) */
+  profileSteps?: number;
   sentMB: number;
   simulatedMs: number;
   predictedMs: number;
@@ -67,15 +70,18 @@ function tierRows(plan: ShardPlan): number {
   return plan.layouts.reduce((s, l) => s + l.tiers.replicated + l.tiers.node, 0);
 }
 
-async function plans(w: Workload, topo: Topology, ids: Ids, W: number, B: number, search: object): Promise<{ declared: ShardPlan; profiled: ShardPlan; shuffled: string; hotMass: number }> {
-  const declared = planShardsReport(w.tables, topo, { batchSize: B, ...search, meta: { model: w.name } }).plan;
+function declaredPlan(w: Workload, topo: Topology, B: number, search: object): ShardPlan {
+  return planShardsReport(w.tables, topo, { batchSize: B, ...search, meta: { model: w.name } }).plan;
+}
+
+async function profiledPlan(w: Workload, topo: Topology, ids: Ids, W: number, B: number, search: object, steps: number): Promise<{ profiled: ShardPlan; shuffled: string; hotMass: number }> {
   const sample: JaggedBatch[] = [];
-  for (let s = 0; s < PROFILE_STEPS; s++) sample.push(...batchesOf(w, W, ids, SEED + 1, s, B));
+  for (let s = 0; s < steps; s++) sample.push(...batchesOf(w, W, ids, SEED + 1, s, B));
   const prof = await profileAccess(sample, w.tables, { topK: TOP_K });
   const profiled = planShardsReport(withProfiledAccess(w.tables, prof), topo, { batchSize: B, ...search, meta: { model: w.name } }).plan;
   const lookups = prof.reduce((s, p) => s + p.lookups, 0);
   return {
-    declared, profiled,
+    profiled,
     shuffled: `${prof.filter((p, i) => w.tables[i]!.rows > TOP_K && p.tail === 'shuffled').length}/${w.tables.filter((t) => t.rows > TOP_K).length}`,
     hotMass: prof.reduce((s, p) => s + p.hotMass * p.lookups, 0) / lookups,
   };
@@ -98,26 +104,40 @@ async function runtimeBytes(plan: ShardPlan, batches: JaggedBatch[]): Promise<{ 
   }
 }
 
-async function measureModel(name: string): Promise<{ rows: Row[]; gapToday: number; gapProfiled: number; gapBytes: number }> {
+interface Gap {
+  profileSteps: number;
+  /** permuted / ordered: simulated time, bytes */
+  time: number;
+  bytes: number;
+}
+
+async function measureModel(name: string): Promise<{ rows: Row[]; gapToday: number; gaps: Gap[] }> {
   const w = workload(name);
   const topo = topologyPreset('dgx-h100', { worldSize: GPUS, ranksPerNode: RPN });
   const rows: Row[] = [];
+  const declared = declaredPlan(w, topo, BATCH, SEARCH);
   for (const ids of ['ordered', 'permuted'] as const) {
-    const p = await plans(w, topo, ids, GPUS, BATCH, SEARCH);
     const evalBatches = batchesOf(w, GPUS, ids, SEED, 0, BATCH);
-    for (const kind of ['declared', 'profiled'] as const) {
-      const plan = p[kind];
+    const add = (plan: ShardPlan, kind: Row['plan'], extra: Partial<Row>) => {
       const m = sentBytes(plan, evalBatches);
-      rows.push({ model: name, ids, plan: kind, sentMB: m.sent / 1e6, simulatedMs: m.simulated * 1e3, predictedMs: estimatePlan(plan).time * 1e3, tierRows: tierRows(plan), ...(kind === 'profiled' ? { shuffled: p.shuffled, hotMass: p.hotMass } : {}) });
-      console.log(`${name} ${ids} ${kind}: ${(m.sent / 1e6).toFixed(1)} MB sent, simulated ${(m.simulated * 1e3).toFixed(3)} ms, ${tierRows(plan)} tier rows`);
+      rows.push({ model: name, ids, plan: kind, sentMB: m.sent / 1e6, simulatedMs: m.simulated * 1e3, predictedMs: estimatePlan(plan).time * 1e3, tierRows: tierRows(plan), ...extra });
+      console.log(`${name} ${ids} ${kind}${extra.profileSteps ? ` (${extra.profileSteps} steps)` : ''}: ${(m.sent / 1e6).toFixed(1)} MB sent, simulated ${(m.simulated * 1e3).toFixed(3)} ms, ${tierRows(plan)} tier rows`);
+    };
+    add(declared, 'declared', {});
+    for (const steps of PROFILE_STEPS) {
+      const p = await profiledPlan(w, topo, ids, GPUS, BATCH, SEARCH, steps);
+      add(p.profiled, 'profiled', { profileSteps: steps, shuffled: p.shuffled, hotMass: p.hotMass });
     }
   }
-  const get = (ids: Ids, plan: Row['plan']) => rows.find((r) => r.ids === ids && r.plan === plan)!;
+  const get = (ids: Ids, plan: Row['plan'], steps?: number) => rows.find((r) => r.ids === ids && r.plan === plan && r.profileSteps === steps)!;
   return {
     rows,
     gapToday: get('permuted', 'declared').simulatedMs / get('ordered', 'declared').simulatedMs,
-    gapProfiled: get('permuted', 'profiled').simulatedMs / get('ordered', 'profiled').simulatedMs,
-    gapBytes: get('permuted', 'profiled').sentMB / get('ordered', 'profiled').sentMB,
+    gaps: PROFILE_STEPS.map((n) => ({
+      profileSteps: n,
+      time: get('permuted', 'profiled', n).simulatedMs / get('ordered', 'profiled', n).simulatedMs,
+      bytes: get('permuted', 'profiled', n).sentMB / get('ordered', 'profiled', n).sentMB,
+    })),
   };
 }
 
@@ -131,7 +151,7 @@ async function main(): Promise<void> {
   const rtTopo: Topology = topologyPreset('dgx-h100', { worldSize: RT_GPUS, ranksPerNode: RT_RPN });
   const runtime: { ids: Ids; runtimeMB: number; measuredMB: number }[] = [];
   for (const ids of ['ordered', 'permuted'] as const) {
-    const p = await plans(small, rtTopo, ids, RT_GPUS, RT_BATCH, { maxIterations: 500, timeBudgetMs: Number.POSITIVE_INFINITY });
+    const p = await profiledPlan(small, rtTopo, ids, RT_GPUS, RT_BATCH, { maxIterations: 500, timeBudgetMs: Number.POSITIVE_INFINITY }, PROFILE_STEPS[0]!);
     const r = await runtimeBytes(p.profiled, batchesOf(small, RT_GPUS, ids, SEED, 0, RT_BATCH));
     runtime.push({ ids, runtimeMB: r.runtime / 1e6, measuredMB: r.measured / 1e6 });
     console.log(`runtime ${ids}: ${(r.runtime / 1e6).toFixed(2)} MB sent by the ranks, measureTraffic ${(r.measured / 1e6).toFixed(2)} MB`);
@@ -141,21 +161,21 @@ async function main(): Promise<void> {
   const md: string[] = [];
   md.push(`# Hot-row placement bench: ${GPUS} ranks (dgx-h100, ${RPN} per node), ${BATCH} samples per rank`);
   md.push('');
-  md.push(`The same Zipf draws with ids = Zipf ranks (\`ordered\`) and with every table's ids scattered by a random permutation (\`permuted\`, as hashed ids are). \`declared\` plans from the workload's Zipf law (hot rows assumed to be the lowest ids); \`profiled\` plans from profileAccess on ${PROFILE_STEPS} independent sample steps (ids hit twice or more, at most ${TOP_K} per table → hot-id remap). Measured on one held-out step: MB = exact bytes sent between ranks (measureTraffic, forward + backward); simulated = the simulator on that exact per-rank traffic and HBM load (the step's critical path); predicted = the cost model. Planner: maxIterations ${SEARCH.maxIterations}, no wall-clock budget (deterministic).`);
+  md.push(`The same Zipf draws with ids = Zipf ranks (\`ordered\`) and with every table's ids scattered by a random permutation (\`permuted\`, as hashed ids are). \`declared\` plans from the workload's Zipf law (hot rows assumed to be the lowest ids); \`profiled\` plans from profileAccess on ${PROFILE_STEPS.join(' or ')} independent sample steps of ${GPUS} × ${BATCH} samples (ids hit twice or more, at most ${TOP_K} per table → hot-id remap). Measured on one held-out step: MB = exact bytes sent between ranks (measureTraffic, forward + backward); simulated = the simulator on that exact per-rank traffic and HBM load (the step's critical path); predicted = the cost model. Planner: maxIterations ${SEARCH.maxIterations}, no wall-clock budget (deterministic).`);
   md.push('');
-  md.push('| model | ids | plan | MB sent / step | simulated ms | predicted ms | tier rows | shuffled tails | lookups on the hot ids |');
-  md.push('|---|---|---|---:|---:|---:|---:|---:|---:|');
+  md.push('| model | ids | plan | profile steps | MB sent / step | simulated ms | predicted ms | tier rows | shuffled tails | lookups on the hot ids |');
+  md.push('|---|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const res of results)
     for (const r of res.rows)
-      md.push(`| ${r.model} | ${r.ids} | ${r.plan} | ${r.sentMB.toFixed(1)} | ${r.simulatedMs.toFixed(3)} | ${r.predictedMs.toFixed(3)} | ${r.tierRows} | ${r.shuffled ?? ''} | ${r.hotMass === undefined ? '' : (100 * r.hotMass).toFixed(1) + '%'} |`);
+      md.push(`| ${r.model} | ${r.ids} | ${r.plan} | ${r.profileSteps ?? ''} | ${r.sentMB.toFixed(1)} | ${r.simulatedMs.toFixed(3)} | ${r.predictedMs.toFixed(3)} | ${r.tierRows} | ${r.shuffled ?? ''} | ${r.hotMass === undefined ? '' : (100 * r.hotMass).toFixed(1) + '%'} |`);
   md.push('');
   md.push('Permuted / ordered (simulated step time on the measured traffic; bytes):');
   md.push('');
-  md.push('| model | declared plan (time) | profiled plan (time) | profiled plan (bytes) |');
-  md.push('|---|---:|---:|---:|');
-  for (const r of results) md.push(`| ${r.model} | ${r.gapToday.toFixed(3)}× | ${r.gapProfiled.toFixed(3)}× | ${r.gapBytes.toFixed(3)}× |`);
+  md.push(`| model | declared plan (time) | ${PROFILE_STEPS.map((n) => `profiled, ${n} steps (time) | profiled, ${n} steps (bytes)`).join(' | ')} |`);
+  md.push(`|---|---:|${PROFILE_STEPS.map(() => '---:|---:').join('|')}|`);
+  for (const r of results) md.push(`| ${r.model} | ${r.gapToday.toFixed(3)}× | ${r.gaps.map((g) => `${g.time.toFixed(3)}× | ${g.bytes.toFixed(3)}×`).join(' | ')} |`);
   md.push('');
-  md.push(`Runtime (${MODELS[0]} with tables capped at ${RT_ROWS} rows, ${RT_GPUS} in-process ranks, ${RT_RPN} per node, ${RT_BATCH} samples per rank, profiled plans): bytes the ranks' counters saw in one step.`);
+  md.push(`Runtime (${MODELS[0]} with tables capped at ${RT_ROWS} rows, ${RT_GPUS} in-process ranks, ${RT_RPN} per node, ${RT_BATCH} samples per rank, profiled plans from ${PROFILE_STEPS[0]} sample steps): bytes the ranks' counters saw in one step.`);
   md.push('');
   md.push('| ids | runtime MB sent | measureTraffic MB |');
   md.push('|---|---:|---:|');

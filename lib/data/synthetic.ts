@@ -10,7 +10,8 @@
 // 1 + ⌊u·(2h−1)⌋, mean h; 'fixed': h); id k of the bag is: u = draw k, rank = zipfRank(u) over the feature's
 // cardinality N_f, raw = scatter(rank) ∈ [0, N_f) (the identity with scatter: false), id = raw mod rows_f where rows_f = min(N_f, maxRows)
 // (the `--max-ind-range` hashing of DLRM). Hidden scores belong to the final ids, so a model with rows_f
-// rows can represent the planted model exactly.
+// rows can represent the planted model exactly. With `sessions` (synthetic-sessions.ts) a session field's
+// bag key is its session's instead of the sample's, so the samples of a session repeat those bags.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
@@ -28,6 +29,7 @@ import { auc, expectedAUC } from './metrics.js';
 import { draw32, hash2, hashIndex, unit } from '../random/rng.js';
 import { positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
+import { resolveSessions, SessionModel, type SessionConfig, type SessionOptions } from './synthetic-sessions.js';
 
 export type SyntheticPreset = 'criteo-kaggle' | 'criteo-1tb' | 'mlperf-dcnv2' | 'dlrm-benchmark';
 
@@ -64,6 +66,8 @@ export interface SyntheticOptions {
   rank?: number | undefined;
   worldSize?: number | undefined;
   planted?: PlantedOptions | undefined;
+  /** Session locality (synthetic-sessions.ts): samples of one session repeat its session fields' bags. Default: none (i.i.d. samples). */
+  sessions?: SessionOptions | undefined;
 }
 
 /** The fully resolved, JSON-serializable configuration (what a worker thread receives). */
@@ -83,11 +87,12 @@ export interface SyntheticConfig {
   rank: number;
   worldSize: number;
   planted: PlantedConfig;
+  sessions: SessionConfig | null;
 }
 
 const SYNTHETIC_FIELDS = fieldsOf<SyntheticOptions>({
   batchSize: true, preset: true, cardinalities: true, features: true, maxRows: true, hotness: true, lengths: true, numDense: true,
-  alpha: true, scatter: true, seed: true, numBatches: true, sampleOffset: true, rank: true, worldSize: true, planted: true,
+  alpha: true, scatter: true, seed: true, numBatches: true, sampleOffset: true, rank: true, worldSize: true, planted: true, sessions: true,
 });
 
 const MAX_ROWS = 0x7fffffff; // ids are Int32
@@ -153,7 +158,7 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
   return {
     batchSize, features, cardinalities: cards, tableRows, hotness, lengths, numDense, alpha, scatter, seed: seed | 0,
-    numBatches, sampleOffset, rank, worldSize, planted: resolvePlanted(o.planted),
+    numBatches, sampleOffset, rank, worldSize, planted: resolvePlanted(o.planted), sessions: resolveSessions(o.sessions),
   };
 }
 
@@ -169,6 +174,7 @@ interface FeaturePlan {
 export class SyntheticGenerator {
   readonly model: PlantedModel;
   private readonly plans: FeaturePlan[];
+  private readonly sessions: SessionModel | null;
   private readonly denseKey: number;
   private readonly labelKey: number;
   /**
@@ -187,6 +193,7 @@ export class SyntheticGenerator {
       key: hash2(cfg.seed, 0x100 + f),
       hot: cfg.hotness[f]!,
     }));
+    this.sessions = cfg.sessions ? new SessionModel(cfg.sessions, cfg.seed, cfg.features.length) : null;
     this.denseKey = hash2(cfg.seed, 0xde);
     this.labelKey = hash2(cfg.seed, 0x1abe1);
     let off = cfg.planted.bias;
@@ -221,7 +228,8 @@ export class SyntheticGenerator {
       const p = this.plans[f]!;
       const span = 2 * p.hot - 1;
       for (let b = 0; b < B; b++) {
-        const key = hashIndex(p.key, first + b);
+        const own = hashIndex(p.key, first + b);
+        const key = this.sessions ? this.sessions.bagKey(f, first + b, own) : own;
         bagKeys[f * B + b] = key;
         const len = c.lengths === 'fixed' ? p.hot : 1 + Math.floor(unit(draw32(key, 1 << 20)) * span);
         lengths[f * B + b] = len;

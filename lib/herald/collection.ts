@@ -17,6 +17,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
 import { RowOwners, type HeraldTable } from './owners.js';
+import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
 import { takeBatch, takeSparse } from '../data/take.js';
 
@@ -79,8 +80,11 @@ export class HeraldEmbeddingCollection {
   /** the batch prepare() is scheduling off the event loop */
   private preparing: { global: JaggedBatch; done: Promise<void> } | undefined;
   private readonly calls = new CallQueue();
-  /** per table: the key each cache slot holds (−1: free), as of the steps executed */
-  private readonly slotKey: Float64Array[];
+  /** the key each cache slot holds (−1: free), as of the steps executed: table t's slots at slotBase[t] … slotBase[t + 1] − 1 */
+  private readonly slotKey: Float64Array;
+  private readonly slotBase: Int32Array;
+  /** the table whose first feature a feature is */
+  private readonly firstFeatureOf = new Map<string, number>();
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
@@ -94,6 +98,7 @@ export class HeraldEmbeddingCollection {
     this.scheduler = new HeraldScheduler(this.tables, {
       world: group.size, batchSize: options.batchSize, cacheRows: options.cacheRows,
       ...(options.allocation !== undefined ? { allocation: options.allocation } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}),
+      rank: group.rank,
     });
     const O = (this.owners = this.scheduler.owners);
     const r = group.rank;
@@ -101,7 +106,9 @@ export class HeraldEmbeddingCollection {
     for (const t of this.config.tables) for (const f of t.features) (this.featCol.set(f, col), (col += t.dim));
     this.pooledDim = col;
     this.pooledFeatures = this.config.tables.flatMap((t) => t.features);
-    this.slotKey = this.tables.map((_, t) => new Float64Array(O.slots[t]!).fill(-1));
+    this.slotBase = new Int32Array(this.tables.length + 1);
+    this.tables.forEach((t, i) => ((this.slotBase[i + 1] = this.slotBase[i]! + O.slots[i]!), this.firstFeatureOf.set(t.features[0]!, i)));
+    this.slotKey = new Float64Array(this.slotBase[this.tables.length]!).fill(-1);
     this.local = new EmbeddingCollection({
       tables: this.config.tables.map((t, i) => ({
         name: t.name, rows: Math.max(1, O.owned(i, r) + O.slots[i]!), dim: t.dim, dtype: t.dtype, pooling: t.pooling, features: [...t.features],
@@ -228,87 +235,38 @@ export class HeraldEmbeddingCollection {
 
   /** Moves (value + state) and copies (value) of the plan; returns the copies this rank receives, per table. */
   private async exchangeRows(plan: StepPlan): Promise<Float32Array[]> {
-    const me = this.group.rank, W = this.group.size, T = this.tables.length;
-    const sendTo: number[][] = Array.from({ length: W }, () => []);
-    const recvFrom: number[][] = Array.from({ length: W }, () => []);
-    const size = (i: number) => this.tables[plan.xTable[i]!]!.dim + (plan.xMove[i] ? this.tables[plan.xTable[i]!]!.stateWidth : 0);
-    for (let i = 0; i < plan.xMove.length; i++) {
-      if (plan.xFrom[i] === me) sendTo[plan.xTo[i]!]!.push(i);
-      if (plan.xTo[i] === me) recvFrom[plan.xFrom[i]!]!.push(i);
-    }
+    const v = viewOf(plan), H = heraldOps(), T = this.tables.length;
     // what this rank sends, read from its engine before anything is written
-    const byTable: number[][] = Array.from({ length: T }, () => []);
-    for (const list of sendTo) for (const i of list) byTable[plan.xTable[i]!]!.push(i);
-    const at = new Map<number, number>();
-    const vals: Float32Array[] = [], states: Float32Array[] = [];
-    byTable.forEach((list, t) => {
-      const ids = Int32Array.from(list, (i) => plan.xFromId[i]!);
-      list.forEach((i, j) => at.set(i, j));
-      vals.push(list.length ? this.local.readRows(this.tables[t]!.name, ids) : new Float32Array(0));
-      states.push(list.length && this.tables[t]!.stateWidth ? this.local.readState(this.tables[t]!.name, ids) : new Float32Array(0));
-    });
-    const sendCounts = sendTo.map((l) => l.reduce((n, i) => n + size(i), 0));
-    const send = new Float32Array(sendCounts.reduce((a, b) => a + b, 0));
-    let o = 0;
-    for (const list of sendTo)
-      for (const i of list) {
-        const t = plan.xTable[i]!, j = at.get(i)!, { dim, stateWidth: sw } = this.tables[t]!;
-        send.set(vals[t]!.subarray(j * dim, (j + 1) * dim), o);
-        o += dim;
-        if (plan.xMove[i] && sw) {
-          send.set(states[t]!.subarray(j * sw, (j + 1) * sw), o);
-          o += sw;
-        }
-        // a row moved out of a cache slot frees it
-        if (plan.xMove[i] && plan.xTo[i] !== me) this.releaseSlot(t, plan.xFromId[i]!, plan.xKey[i]!);
-      }
-    const recvCounts = recvFrom.map((l) => l.reduce((n, i) => n + size(i), 0));
-    const { data } = await this.group.allToAllV(send, sendCounts, { recvCounts });
-    // where each received record starts
-    const off = new Map<number, number>();
-    o = 0;
-    for (const list of recvFrom)
-      for (const i of list) {
-        off.set(i, o);
-        o += size(i);
-      }
-    // this rank's received records per table, in record order: moves into its engine, copies for its forward
-    const mvT: number[][] = Array.from({ length: T }, () => []), cpT: number[][] = Array.from({ length: T }, () => []);
-    for (let i = 0; i < plan.xMove.length; i++) if (plan.xTo[i] === me) (plan.xMove[i] ? mvT : cpT)[plan.xTable[i]!]!.push(i);
-    const copies: Float32Array[] = [];
+    const srcs: Float32Array[] = [];
     for (let t = 0; t < T; t++) {
-      const { dim, stateWidth: sw, name } = this.tables[t]!;
-      const mv = mvT[t]!, cp = cpT[t]!;
-      if (mv.length) {
-        const v = new Float32Array(mv.length * dim), st = new Float32Array(mv.length * sw);
-        mv.forEach((i, j) => {
-          const a = off.get(i)!;
-          v.set(data.subarray(a, a + dim), j * dim);
-          if (sw) st.set(data.subarray(a + dim, a + dim + sw), j * sw);
-          this.holdSlot(t, plan.xToId[i]!, plan.xKey[i]!);
-        });
-        const ids = Int32Array.from(mv, (i) => plan.xToId[i]!);
-        this.local.writeRows(name, ids, v);
-        if (sw) this.local.writeState(name, ids, st);
-      }
-      const c = new Float32Array(cp.length * dim);
-      cp.forEach((i, j) => {
-        const a = off.get(i)!;
-        c.set(data.subarray(a, a + dim), j * dim);
-      });
-      copies.push(c);
+      const { name, stateWidth: sw } = this.tables[t]!;
+      const ids = v.sendIds.subarray(v.sendStart[t]!, v.sendStart[t + 1]!), sid = v.sendStateIds.subarray(v.sendStateStart[t]!, v.sendStateStart[t + 1]!);
+      srcs.push(ids.length ? this.local.readRows(name, ids) : NONE, sid.length && sw ? this.local.readState(name, sid) : NONE);
     }
-    return copies;
+    const send = new Float32Array(total(v.sendCounts));
+    H.copySegments([send], srcs, v.sendSegs);
+    const { data } = await this.group.allToAllV(send, v.sendCounts, { recvCounts: v.recvCounts });
+    // moves into this rank's engine, copies for its forward
+    const dsts: Float32Array[] = [];
+    for (let t = 0; t < T; t++) {
+      const { dim, stateWidth: sw } = this.tables[t]!, m = v.moveStart[t + 1]! - v.moveStart[t]!, c = v.copyStart[t + 1]! - v.copyStart[t]!;
+      dsts.push(new Float32Array(m * dim), new Float32Array(m * sw), new Float32Array(c * dim));
+    }
+    H.copySegments(dsts, [data], v.recvSegs);
+    for (let t = 0; t < T; t++) {
+      const { name, stateWidth: sw } = this.tables[t]!, ids = v.moveIds.subarray(v.moveStart[t]!, v.moveStart[t + 1]!);
+      if (!ids.length) continue;
+      this.local.writeRows(name, ids, dsts[3 * t]!);
+      if (sw) this.local.writeState(name, ids, dsts[3 * t + 1]!);
+    }
+    // a row moved out of a cache slot frees it; a row moved in holds its slot
+    H.applySlots(this.slotKey, v.freeSlots, v.freeKeys, v.holdSlots, v.holdKeys);
+    return Array.from({ length: T }, (_, t) => dsts[3 * t + 2]!);
   }
 
-  private releaseSlot(t: number, engineId: number, key: number): void {
-    const s = engineId - this.owners.owned(t, this.group.rank);
-    if (s >= 0 && this.slotKey[t]![s] === key) this.slotKey[t]![s] = -1;
-  }
-
-  private holdSlot(t: number, engineId: number, key: number): void {
-    const s = engineId - this.owners.owned(t, this.group.rank);
-    if (s >= 0) this.slotKey[t]![s] = key;
+  /** Table t's cache slots in `slotKey`: the key each holds (−1: free). */
+  private slotsOf(t: number): Float64Array {
+    return this.slotKey.subarray(this.slotBase[t]!, this.slotBase[t + 1]!);
   }
 
   /** The distinct rows of table ti in a batch (ascending) and every id's index among them, feature by feature. */
@@ -340,23 +298,16 @@ export class HeraldEmbeddingCollection {
 
   /** Pools this rank's bags from its distinct rows (engine rows and received copies), feature by feature. */
   private pool(s: Scheduled, copies: Float32Array[], ctx: StepCtx): Float32Array {
-    const K = exchangeOps(), me = this.group.rank, batch = s.local, B = batch.batchSize;
+    const K = exchangeOps(), me = this.group.rank, batch = s.local, B = batch.batchSize, v = viewOf(s.plan);
     const pooled = new Float32Array(B * this.pooledDim);
     this.tables.forEach((t, ti) => {
       const reads = s.plan.reads[me]![ti]!;
       const { uq, featOff } = this.distinct(batch, ti);
       if (uq.values.length !== reads.rows.length) throw new EmbshardError('COMM_FAILED', `herald: table '${t.name}': the plan and the batch disagree on rank ${me}'s rows`);
-      const U = reads.rows.length, dim = t.dim;
-      const rows = new Float32Array(U * dim);
-      const eng: number[] = [], engPos: number[] = [];
-      const cpPos = new Int32Array(copies[ti]!.length / dim);
-      for (let j = 0; j < U; j++) {
-        const l = reads.loc[j]!;
-        if (l >= 0) (eng.push(l), engPos.push(j));
-        else cpPos[-l - 1] = j;
-      }
-      if (eng.length) K.unpack(this.local.readRows(t.name, Int32Array.from(eng)), 0, 'fp32', eng.length, dim, rows, dim, Int32Array.from(engPos), 0, 0, false);
-      if (cpPos.length) K.unpack(copies[ti]!, 0, 'fp32', cpPos.length, dim, rows, dim, cpPos, 0, 0, false);
+      const dim = t.dim, rows = new Float32Array(reads.rows.length * dim);
+      const a = v.engStart[ti]!, b = v.engStart[ti + 1]!, cp = v.copyPos.subarray(v.copyStart[ti]!, v.copyStart[ti + 1]!);
+      if (b > a) K.unpack(this.local.readRows(t.name, v.engIds.subarray(a, b)), 0, 'fp32', b - a, dim, rows, dim, v.engPos.subarray(a, b), 0, 0, false);
+      if (cp.length) K.unpack(copies[ti]!, 0, 'fp32', cp.length, dim, rows, dim, cp, 0, 0, false);
       this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
       ctx.tables.push({ inverse: uq.inverse, featOff, loc: reads.loc });
     });
@@ -376,7 +327,7 @@ export class HeraldEmbeddingCollection {
       const { uq, featOff } = this.distinct(batch, ti);
       // every cache's checked-out rows of the table
       const heldKeys: number[] = [], heldIds: number[] = [];
-      this.slotKey[ti]!.forEach((k, s) => {
+      this.slotsOf(ti).forEach((k, s) => {
         if (k >= 0) (heldKeys.push(k - O.rowBase[ti]!), heldIds.push(n + s));
       });
       const hk = (await g.allGather(Float64Array.from(heldKeys))).data;
@@ -426,68 +377,27 @@ export class HeraldEmbeddingCollection {
 
   /** Gradient rows to their owners, then this rank's one engine update: every row's contributions in rank order. */
   private async applyGradients(plan: StepPlan, partial: Float32Array[]): Promise<{ skipped: boolean; uniqueRows: number }> {
-    const K = exchangeOps(), me = this.group.rank, W = this.group.size, T = this.tables.length;
-    const sendTo: number[][] = Array.from({ length: W }, () => []);
-    const recvFrom: number[][] = Array.from({ length: W }, () => []);
-    for (let i = 0; i < plan.gTable.length; i++) {
-      if (plan.gFrom[i] === me) sendTo[plan.gTo[i]!]!.push(i);
-      if (plan.gTo[i] === me) recvFrom[plan.gFrom[i]!]!.push(i);
-    }
-    const dimOf = (i: number) => this.tables[plan.gTable[i]!]!.dim;
-    const sendCounts = sendTo.map((l) => l.reduce((n, i) => n + dimOf(i), 0));
-    const send = new Float32Array(sendCounts.reduce((a, b) => a + b, 0));
-    let o = 0;
-    for (const list of sendTo)
-      for (const i of list) {
-        const d = dimOf(i), p = plan.gPos[i]!;
-        send.set(partial[plan.gTable[i]!]!.subarray(p * d, (p + 1) * d), o);
-        o += d;
-      }
-    const recvCounts = recvFrom.map((l) => l.reduce((n, i) => n + dimOf(i), 0));
-    const { data } = await this.group.allToAllV(send, sendCounts, { recvCounts });
-    // contributions per table, source rank by source rank (this rank's own rows at its place)
-    const ids: number[][] = Array.from({ length: T }, () => []);
-    const src: { buf: Float32Array; row: number }[][] = Array.from({ length: T }, () => []);
-    o = 0;
-    for (let p = 0; p < W; p++) {
-      if (p === me) {
-        for (let t = 0; t < T; t++) {
-          const loc = plan.reads[me]![t]!.loc;
-          for (let j = 0; j < loc.length; j++)
-            if (loc[j]! >= 0) {
-              ids[t]!.push(loc[j]!);
-              src[t]!.push({ buf: partial[t]!, row: j });
-            }
-        }
-        continue;
-      }
-      for (const i of recvFrom[p]!) {
-        const t = plan.gTable[i]!, d = dimOf(i);
-        ids[t]!.push(plan.gToId[i]!);
-        src[t]!.push({ buf: data, row: o / d });
-        o += d;
-      }
-    }
-    const Bs = Math.max(1, ...ids.map((l) => l.length));
-    const features = this.pooledFeatures;
-    const lengths = new Int32Array(features.length * Bs);
+    const v = viewOf(plan), H = heraldOps(), T = this.tables.length;
+    const send = new Float32Array(total(v.gradSendCounts));
+    H.copySegments([send], partial, v.gradSendSegs);
+    const { data } = await this.group.allToAllV(send, v.gradSendCounts, { recvCounts: v.gradRecvCounts });
+    // the backward's batch: one bag of one row per contribution, on each table's first feature
+    const Bs = v.updRows, features = this.pooledFeatures;
     const pooledGrad = new Float32Array(Bs * this.pooledDim);
-    const idList: number[] = [];
-    let unique = 0;
-    this.tables.forEach((t, ti) => {
-      const n = ids[ti]!.length, f0 = features.indexOf(t.features[0]!), col = this.featCol.get(t.features[0]!)!;
-      lengths.fill(1, f0 * Bs, f0 * Bs + n);
-      const rows = new Float32Array(n * t.dim);
-      src[ti]!.forEach((s, j) => rows.set(s.buf.subarray(s.row * t.dim, (s.row + 1) * t.dim), j * t.dim));
-      if (n) K.unpack(rows, 0, 'fp32', n, t.dim, pooledGrad, this.pooledDim, null, 0, col, false);
-      unique += new Set(ids[ti]).size;
+    H.copySegments([pooledGrad], [...partial, data], v.updSegs);
+    const lengths = new Int32Array(features.length * Bs);
+    const ids = new BigInt64Array(v.updIds.length);
+    let o = 0, unique = 0;
+    features.forEach((f, fi) => {
+      const ti = this.firstFeatureOf.get(f);
+      if (ti === undefined) return;
+      const a = v.updStart[ti]!, b = v.updStart[ti + 1]!;
+      lengths.fill(1, fi * Bs, fi * Bs + (b - a));
+      ids.set(v.updIds.subarray(a, b), o);
+      o += b - a;
     });
-    // ids in feature-major order (only each table's first feature has bags)
-    for (const f of features) {
-      const ti = this.tables.findIndex((t) => t.features[0] === f);
-      if (ti >= 0) idList.push(...ids[ti]!);
-    }
-    const batch = JaggedBatch.fromLengths({ features, batchSize: Bs, lengths, ids: Int32Array.from(idList) });
+    for (let t = 0; t < T; t++) unique += v.updDistinct[t]!;
+    const batch = JaggedBatch.fromLengths({ features, batchSize: Bs, lengths, ids });
     const r = await this.local.backward({ pooled: new Float32Array(0), sequences: {}, batch }, { pooled: pooledGrad });
     return { skipped: r.skipped, uniqueRows: unique };
   }
@@ -506,7 +416,7 @@ export class HeraldEmbeddingCollection {
       const n = O.owned(ti, me);
       const ids = Int32Array.from({ length: n }, (_, j) => j);
       const held: number[] = [], heldIds: number[] = [];
-      this.slotKey[ti]!.forEach((k, s) => {
+      this.slotsOf(ti).forEach((k, s) => {
         if (k >= 0) (held.push(k - O.rowBase[ti]!), heldIds.push(n + s));
       });
       const hid = Int32Array.from(heldIds);
@@ -551,6 +461,17 @@ export class HeraldEmbeddingCollection {
   dispose(): void {
     this.local.dispose();
   }
+}
+
+const NONE = new Float32Array(0);
+
+function total(counts: Float64Array): number {
+  return counts.reduce((a, b) => a + b, 0);
+}
+
+function viewOf(plan: StepPlan): RankView {
+  if (!plan.view) throw new EmbshardError('INTERNAL', 'herald: the step plan carries no view of this rank');
+  return plan.view;
 }
 
 /** Rows `idx` of a [n × dim] array, in that order. */

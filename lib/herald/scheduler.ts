@@ -15,12 +15,14 @@
 // Moves and copies travel in one exchange before the forward, gradients in one after it; every record of
 // the plan names its rows by engine id on both sides (lib/herald/owners.ts). The per-id work (keys, scores,
 // caches, the plan) runs natively (native/herald/scheduler.cc): synchronously in schedule(), on a worker
-// thread in scheduleAsync().
+// thread in scheduleAsync(). With a `rank`, every plan also carries that rank's view of the step
+// (rank-view.ts), computed natively beside it.
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { Rng } from '../random/rng.js';
 import { RowOwners, type HeraldTable } from './owners.js';
+import type { RankView } from './rank-view.js';
 
 export type Allocation = 'herald' | 'random';
 
@@ -35,6 +37,8 @@ export interface SchedulerOptions {
   allocation?: Allocation;
   /** seed of the random placement */
   seed?: number;
+  /** the rank whose view of every step (rank-view.ts) the plans carry (none: counting only) */
+  rank?: number;
 }
 
 /** What one step moves between ranks, in rows (transmissions) and bytes. */
@@ -91,6 +95,8 @@ export interface StepPlan extends PlanRecords {
   /** reads[rank][table] */
   reads: RankReads[][];
   counts: StepCounts;
+  /** the scheduler's rank's view of the step (with the `rank` option) */
+  view?: RankView;
 }
 
 /** The step a native schedule returns (native/addon/herald_ops.cc): flat typed arrays. */
@@ -102,6 +108,7 @@ interface NativeStep extends PlanRecords {
   readStart: Int32Array;
   /** moves, evictions, copies, grads, rows, bytes, reads, hits, score */
   counts: Float64Array;
+  view?: RankView;
 }
 interface NativeFeature {
   table: number;
@@ -116,6 +123,7 @@ type NativeSchedulerCtor = new (
   world: number,
   batchSize: number,
   tables: { name: string; rows: number; dim: number; stateWidth: number; slots: number }[],
+  view?: { rank: number; pooledDim: number; cols: Int32Array },
 ) => NativeScheduler;
 
 export class HeraldScheduler {
@@ -143,11 +151,22 @@ export class HeraldScheduler {
     this.allocation = alloc;
     this.seed = o.seed ?? 0;
     tables.forEach((t, i) => t.features.forEach((f) => this.featureTable.set(f, i)));
+    let view: { rank: number; pooledDim: number; cols: Int32Array } | undefined;
+    if (o.rank !== undefined) {
+      if (!Number.isSafeInteger(o.rank) || o.rank < 0 || o.rank >= o.world)
+        throw new EmbshardError('INVALID_ARGUMENT', `rank must be an integer in [0, ${o.world}) (got ${String(o.rank)})`);
+      // the pooled output: every table's features in order, dim columns each
+      const cols = new Int32Array(tables.length);
+      let col = 0;
+      tables.forEach((t, i) => ((cols[i] = col), (col += t.dim * t.features.length)));
+      view = { rank: o.rank, pooledDim: col, cols };
+    }
     const Ctor = (loadAddon() as unknown as { herald: { Scheduler: NativeSchedulerCtor } }).herald.Scheduler;
     this.core = new Ctor(
       this.W,
       this.batchSize,
       tables.map((t, i) => ({ name: t.name, rows: t.rows, dim: t.dim, stateWidth: t.stateWidth, slots: this.owners.slots[i]! })),
+      view,
     );
   }
 
@@ -197,7 +216,7 @@ export class HeraldScheduler {
 
   private plan(step: number, n: NativeStep): StepPlan {
     const W = this.W, B = this.batchSize, T = this.owners.T;
-    const { samples, readRows, readLoc, readStart, counts: c, ...records } = n;
+    const { samples, readRows, readLoc, readStart, counts: c, view, ...records } = n;
     const reads: RankReads[][] = [];
     for (let w = 0; w < W; w++) {
       const per: RankReads[] = [];
@@ -210,6 +229,6 @@ export class HeraldScheduler {
     const counts: StepCounts = {
       moves: c[0]!, evictions: c[1]!, copies: c[2]!, grads: c[3]!, rows: c[4]!, bytes: c[5]!, reads: c[6]!, hits: c[7]!, score: c[8]!,
     };
-    return { step, samples: Array.from({ length: W }, (_, w) => samples.subarray(w * B, (w + 1) * B)), ...records, reads, counts };
+    return { step, samples: Array.from({ length: W }, (_, w) => samples.subarray(w * B, (w + 1) * B)), ...records, reads, counts, ...(view ? { view } : {}) };
   }
 }

@@ -1,9 +1,14 @@
-// herald_ops.cc — binding of Herald's scheduler (native/herald/scheduler.h):
-//   herald.Scheduler(world, batchSize, tables: [{ name, rows, dim, stateWidth, slots }])
+// herald_ops.cc — binding of Herald's scheduler (native/herald/scheduler.h) and of a rank's step work
+// (native/herald/rank_view.h):
+//   herald.Scheduler(world, batchSize, tables: [{ name, rows, dim, stateWidth, slots }],
+//                    view?: { rank, pooledDim, cols: Int32Array })
 //     .scheduleSync(step, feats: [{ table, lengths: Int32Array, ids }], assign: Int32Array | null) → StepOut
 //     .schedule(step, feats, assign) → Promise<StepOut>   (off the event loop; one call at a time)
+//   herald.copySegments(dsts: Float32Array[], srcs: Float32Array[], segs: Int32Array)   (rank_view.h copy_segments)
+//   herald.applySlots(slotKey: Float64Array, freeSlots, freeKeys, holdSlots, holdKeys)   (rank_view.h apply_slots)
 // StepOut: { samples, xMove, xKey, xTable, xFrom, xTo, xFromId, xToId, gTable, gFrom, gTo, gToId, gPos,
-// readRows, readLoc, readStart, counts } — typed arrays that own the native vectors (no copies).
+// readRows, readLoc, readStart, counts, view? } — typed arrays that own the native vectors (no copies); `view`
+// (with a view rank) holds RankView's fields under their names.
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +34,38 @@ Napi::Value hand_over(Napi::Env env, std::vector<T>&& v) {
   return TA::New(env, owned->size(), buf, 0);
 }
 
+Napi::Object view_object(Napi::Env env, herald::RankView& v) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("sendIds", hand_over<Napi::BigInt64Array>(env, std::move(v.sendIds)));
+  o.Set("sendStart", hand_over<Napi::Int32Array>(env, std::move(v.sendStart)));
+  o.Set("sendStateIds", hand_over<Napi::BigInt64Array>(env, std::move(v.sendStateIds)));
+  o.Set("sendStateStart", hand_over<Napi::Int32Array>(env, std::move(v.sendStateStart)));
+  o.Set("sendSegs", hand_over<Napi::Int32Array>(env, std::move(v.sendSegs)));
+  o.Set("sendCounts", hand_over<Napi::Float64Array>(env, std::move(v.sendCounts)));
+  o.Set("recvCounts", hand_over<Napi::Float64Array>(env, std::move(v.recvCounts)));
+  o.Set("moveIds", hand_over<Napi::BigInt64Array>(env, std::move(v.moveIds)));
+  o.Set("moveStart", hand_over<Napi::Int32Array>(env, std::move(v.moveStart)));
+  o.Set("copyStart", hand_over<Napi::Int32Array>(env, std::move(v.copyStart)));
+  o.Set("recvSegs", hand_over<Napi::Int32Array>(env, std::move(v.recvSegs)));
+  o.Set("freeSlots", hand_over<Napi::Int32Array>(env, std::move(v.freeSlots)));
+  o.Set("freeKeys", hand_over<Napi::Float64Array>(env, std::move(v.freeKeys)));
+  o.Set("holdSlots", hand_over<Napi::Int32Array>(env, std::move(v.holdSlots)));
+  o.Set("holdKeys", hand_over<Napi::Float64Array>(env, std::move(v.holdKeys)));
+  o.Set("engIds", hand_over<Napi::BigInt64Array>(env, std::move(v.engIds)));
+  o.Set("engPos", hand_over<Napi::Int32Array>(env, std::move(v.engPos)));
+  o.Set("engStart", hand_over<Napi::Int32Array>(env, std::move(v.engStart)));
+  o.Set("copyPos", hand_over<Napi::Int32Array>(env, std::move(v.copyPos)));
+  o.Set("gradSendSegs", hand_over<Napi::Int32Array>(env, std::move(v.gradSendSegs)));
+  o.Set("gradSendCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradSendCounts)));
+  o.Set("gradRecvCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradRecvCounts)));
+  o.Set("updIds", hand_over<Napi::BigInt64Array>(env, std::move(v.updIds)));
+  o.Set("updStart", hand_over<Napi::Int32Array>(env, std::move(v.updStart)));
+  o.Set("updSegs", hand_over<Napi::Int32Array>(env, std::move(v.updSegs)));
+  o.Set("updDistinct", hand_over<Napi::Int32Array>(env, std::move(v.updDistinct)));
+  o.Set("updRows", Napi::Number::New(env, v.updRows));
+  return o;
+}
+
 Napi::Object result(Napi::Env env, StepOut& s) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("samples", hand_over<Napi::Int32Array>(env, std::move(s.samples)));
@@ -49,6 +86,7 @@ Napi::Object result(Napi::Env env, StepOut& s) {
   o.Set("readStart", hand_over<Napi::Int32Array>(env, std::move(s.readStart)));
   std::vector<double> c(s.counts, s.counts + 9);
   o.Set("counts", hand_over<Napi::Float64Array>(env, std::move(c)));
+  if (s.hasView) o.Set("view", view_object(env, s.view));
   return o;
 }
 
@@ -102,7 +140,19 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
         ti.slots = static_cast<int32_t>(int_arg(env, t.Get("slots"), "herald: tables[].slots", 0, (int64_t(1) << 31) - 1));
         tables.push_back(ti);
       }
-      sched_ = std::make_unique<herald::Scheduler>(static_cast<int32_t>(W), static_cast<int32_t>(B), std::move(tables), std::move(names));
+      herald::ViewSpec view;
+      if (info.Length() > 3 && !info[3].IsUndefined() && !info[3].IsNull()) {
+        if (!info[3].IsObject()) throw_error(env, "INVALID_ARGUMENT", "herald: view must be { rank, pooledDim, cols }");
+        auto vo = info[3].As<Napi::Object>();
+        view.rank = static_cast<int32_t>(int_arg(env, vo.Get("rank"), "herald: view.rank", 0, W - 1));
+        view.pooledDim = static_cast<int32_t>(int_arg(env, vo.Get("pooledDim"), "herald: view.pooledDim", 1, (int64_t(1) << 31) - 1));
+        const int32_t* cols = typed_array<int32_t>(env, vo.Get("cols"), napi_int32_array, "herald: view.cols", static_cast<int64_t>(tables.size()));
+        view.cols.assign(cols, cols + tables.size());
+        for (size_t t = 0; t < tables.size(); ++t)
+          if (view.cols[t] < 0 || static_cast<int64_t>(view.cols[t]) + tables[t].dim > view.pooledDim)
+            throw_error(env, "INVALID_ARGUMENT", "herald: view.cols must place every table inside pooledDim");
+      }
+      sched_ = std::make_unique<herald::Scheduler>(static_cast<int32_t>(W), static_cast<int32_t>(B), std::move(tables), std::move(names), std::move(view));
       return env.Undefined();
     });
   }
@@ -180,9 +230,55 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
   bool busy_ = false;
 };
 
+// A JS array of Float32Array → pointers and sizes (in floats).
+template <typename P>
+void float_arrays(Napi::Env env, const Napi::Value& v, const char* what, std::vector<P>& ptr, std::vector<int64_t>& size) {
+  if (!v.IsArray()) throw_error(env, "INVALID_ARGUMENT", std::string(what) + " must be an array of Float32Array");
+  auto arr = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length(); ++i) {
+    size_t n = 0;
+    ptr.push_back(float_array_mut(env, arr.Get(i), what, &n));
+    size.push_back(static_cast<int64_t>(n));
+  }
+}
+
+Napi::Value CopySegments(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    std::vector<float*> dsts;
+    std::vector<const float*> srcs;
+    std::vector<int64_t> dstSize, srcSize;
+    float_arrays(env, info[0], "herald: copySegments dsts", dsts, dstSize);
+    float_arrays(env, info[1], "herald: copySegments srcs", srcs, srcSize);
+    const Bytes segs = typed_bytes(env, info[2], "herald: copySegments segs");
+    if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array || segs.size % 20 != 0)
+      throw_error(env, "INVALID_ARGUMENT", "herald: copySegments segs must be an Int32Array of 5-tuples");
+    herald::copy_segments(reinterpret_cast<const int32_t*>(segs.data), segs.size / 20, dsts.data(), dstSize.data(), static_cast<int32_t>(dsts.size()),
+                          srcs.data(), srcSize.data(), static_cast<int32_t>(srcs.size()), "herald: copySegments");
+    return env.Undefined();
+  });
+}
+
+Napi::Value ApplySlots(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const Bytes key = typed_bytes(env, info[0], "herald: applySlots slotKey");
+    const Bytes fs = typed_bytes(env, info[1], "herald: applySlots freeSlots"), hs = typed_bytes(env, info[3], "herald: applySlots holdSlots");
+    const int64_t nf = fs.size / 4, nh = hs.size / 4;
+    const double* fk = typed_array<double>(env, info[2], napi_float64_array, "herald: applySlots freeKeys", nf);
+    const double* hk = typed_array<double>(env, info[4], napi_float64_array, "herald: applySlots holdKeys", nh);
+    double* slotKey = typed_array<double>(env, info[0], napi_float64_array, "herald: applySlots slotKey", key.size / 8);
+    herald::apply_slots(slotKey, key.size / 8, typed_array<int32_t>(env, info[1], napi_int32_array, "herald: applySlots freeSlots", nf), fk, nf,
+                        typed_array<int32_t>(env, info[3], napi_int32_array, "herald: applySlots holdSlots", nh), hk, nh);
+    return env.Undefined();
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   SchedulerWrap::Init(env, o);
+  o.Set("copySegments", Napi::Function::New(env, CopySegments, "copySegments"));
+  o.Set("applySlots", Napi::Function::New(env, ApplySlots, "applySlots"));
   exports.Set("herald", o);
 }
 

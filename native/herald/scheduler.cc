@@ -23,8 +23,13 @@ void Scheduler::Cache::append(int32_t s, int64_t k) {
   tail = s;
 }
 
-Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names)
-    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), tables_(std::move(tables)), names_(std::move(names)) {
+Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names, ViewSpec view)
+    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), viewSpec_(std::move(view)), tables_(std::move(tables)), names_(std::move(names)) {
+  if (viewSpec_.rank >= W_ || (viewSpec_.rank >= 0 && static_cast<int32_t>(viewSpec_.cols.size()) != T_))
+    throw Error("INVALID_ARGUMENT", "herald: the view's rank must be in the world and name every table's column");
+  int64_t perRank = 0;
+  for (const TableInfo& t : tables_) perRank += t.slots;
+  if (viewSpec_.rank >= 0 && perRank > INT32_MAX) throw Error("INVALID_SIZE", "herald: a rank's cache slots of all tables must stay below 2^31");
   rowBase_.assign(T_ + 1, 0);
   lo_.assign(static_cast<size_t>(T_) * (W_ + 1), 0);
   caches_.resize(static_cast<size_t>(W_) * T_);
@@ -80,7 +85,22 @@ inline int64_t id_at(const void* ids, IdType type, int64_t i) {
 }
 }  // namespace
 
-void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assignIn, StepOut& out) {
+void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out) {
+  plan(step, feats, assign, out);
+  const int32_t me = viewSpec_.rank;
+  if (me < 0) return;
+  std::vector<ViewTable> vt(T_);
+  int64_t slotBase = 0;
+  for (int32_t t = 0; t < T_; ++t) {
+    vt[t] = {tables_[t].dim, tables_[t].stateWidth, lo(t, me + 1) - lo(t, me), static_cast<int32_t>(slotBase), viewSpec_.cols[t]};
+    slotBase += tables_[t].slots;
+  }
+  out.view = RankView{};
+  rank_view(out, me, W_, vt, viewSpec_.pooledDim, out.view);
+  out.hasView = true;
+}
+
+void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assignIn, StepOut& out) {
   const int32_t W = W_, B = B_, T = T_;
   const int64_t G = static_cast<int64_t>(W) * B;
   // ---- every sample's keys (checked before any state changes)
@@ -114,26 +134,48 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
   double* counts = out.counts;
   std::fill(counts, counts + 9, 0.0);
   enum { MOVES, EVICTIONS, COPIES, GRADS, ROWS, BYTES, READS, HITS, SCORE };
+  // ---- the batch's distinct rows: every key occurrence → its distinct row k; each row's location looked up once
+  const int64_t E = static_cast<int64_t>(keys.size());
+  IdIndex& batchRows = batchRows_;  // key → k (a member: its memory is reused step after step)
+  batchRows.reset(static_cast<uint64_t>(E));
+  std::vector<int32_t> kid(E);
+  std::vector<int64_t> kkey;
+  constexpr int64_t kAhead = 8;
+  for (int64_t e = 0; e < E; ++e) {
+    if (e + kAhead < E) batchRows.prefetch(static_cast<uint64_t>(keys[e + kAhead]));
+    uint32_t v = batchRows.find(static_cast<uint64_t>(keys[e]));
+    if (v == IdIndex::kNone) {
+      v = static_cast<uint32_t>(kkey.size());
+      batchRows.put(static_cast<uint64_t>(keys[e]), v);
+      kkey.push_back(keys[e]);
+    }
+    kid[e] = static_cast<int32_t>(v);
+  }
+  const int32_t K = static_cast<int32_t>(kkey.size());
+  std::vector<uint32_t> held(K);  // the numbered cache slot holding row k before this step (kNone: at its owner)
+  std::vector<int32_t> heldBy(K);  // the rank whose cache holds it (−1: none)
+  for (int32_t k = 0; k < K; ++k) {
+    if (k + kAhead < K) home_.prefetch(static_cast<uint64_t>(kkey[k + kAhead]));
+    held[k] = home_.find(static_cast<uint64_t>(kkey[k]));
+    heldBy[k] = held[k] == IdIndex::kNone ? -1 : slotRank_[held[k]];
+  }
+  auto holder = [&](int32_t k) { return heldBy[k]; };
   // ---- allocation
   std::vector<int32_t> assign(G);
   std::vector<int32_t> fill(W, 0);
   if (assignIn) {
     for (int64_t i = 0; i < G; ++i) {
       assign[i] = assignIn[i];
-      for (int64_t e = start[i]; e < start[i + 1]; ++e) {
-        const uint32_t g = home_.find(static_cast<uint64_t>(keys[e]));
-        if (g != IdIndex::kNone && slotRank_[g] == assign[i]) counts[SCORE]++;
-      }
+      for (int64_t e = start[i]; e < start[i + 1]; ++e)
+        if (holder(kid[e]) == assign[i]) counts[SCORE]++;
     }
   } else {
     std::vector<int32_t> sc(W, 0), touched;
     const int32_t first = static_cast<int32_t>(step % W);
     for (int64_t i = 0; i < G; ++i) {
-      if (i + 1 < G)  // the next sample's buckets load while this one is scored
-        for (int64_t e = start[i + 1]; e < start[i + 2]; ++e) home_.prefetch(static_cast<uint64_t>(keys[e]));
       for (int64_t e = start[i]; e < start[i + 1]; ++e) {
-        const uint32_t g = home_.find(static_cast<uint64_t>(keys[e]));
-        if (g != IdIndex::kNone && sc[slotRank_[g]]++ == 0) touched.push_back(slotRank_[g]);
+        const int32_t h = holder(kid[e]);
+        if (h >= 0 && sc[h]++ == 0) touched.push_back(h);
       }
       int32_t best = -1, bs = -1;
       for (int32_t j = 0; j < W; ++j) {
@@ -156,28 +198,50 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     const int32_t w = assign[i];
     out.samples[static_cast<size_t>(w) * B + fill[w]++] = static_cast<int32_t>(i);
   }
-  // ---- readers of every row: value = 2·(last reader) + (1 if several)
-  IdIndex users;  // value = 2·(last reader) + (1 if several)
-  std::vector<int64_t> all;
-  users.reset(keys.size());
-  std::vector<std::vector<int64_t>> mine(W);
+  // ---- readers of every row: the last one, whether there are several, and every rank's rows (first-read order)
+  std::vector<int32_t> last(K, -1);
+  std::vector<uint8_t> several(K, 0);
+  std::vector<int32_t> readerCount(K + 1, 0);
+  std::vector<std::vector<int32_t>> mine(W);
   for (int32_t w = 0; w < W; ++w)
     for (int32_t j = 0; j < B; ++j) {
       const int32_t i = out.samples[static_cast<size_t>(w) * B + j];
       for (int64_t e = start[i]; e < start[i + 1]; ++e) {
-        const int64_t x = keys[e];
-        const uint32_t v = users.find(static_cast<uint64_t>(x));
-        if (v == IdIndex::kNone) {
-          users.put(static_cast<uint64_t>(x), 2u * w);
-          mine[w].push_back(x);
-          all.push_back(x);
-        } else if (static_cast<int32_t>(v >> 1) != w) {
-          users.put(static_cast<uint64_t>(x), 2u * w + 1);
-          mine[w].push_back(x);
-        }
+        const int32_t k = kid[e];
+        if (last[k] == w) continue;
+        if (last[k] >= 0) several[k] = 1;
+        last[k] = w;
+        mine[w].push_back(k);
+        readerCount[k + 1]++;
       }
     }
-  std::sort(all.begin(), all.end());
+  // the rows in key order, each with its table and owner, and its readers in rank order
+  std::vector<int32_t> order(K);
+  {
+    std::vector<std::pair<int64_t, int32_t>> byKey(K);
+    for (int32_t k = 0; k < K; ++k) byKey[k] = {kkey[k], k};
+    std::sort(byKey.begin(), byKey.end());
+    for (int32_t r = 0; r < K; ++r) order[r] = byKey[r].second;
+  }
+  std::vector<int32_t> ktab(K), kown(K);
+  for (int32_t r = 0, t = 0; r < K; ++r) {
+    const int32_t k = order[r];
+    while (kkey[k] >= rowBase_[t + 1]) ++t;
+    ktab[k] = t;
+    kown[k] = ownerOf(t, kkey[k] - rowBase_[t]);
+  }
+  for (int32_t k = 0; k < K; ++k) readerCount[k + 1] += readerCount[k];
+  std::vector<int32_t> readers(readerCount[K]);
+  {
+    std::vector<int32_t> at(readerCount.begin(), readerCount.end() - 1);
+    for (int32_t w = 0; w < W; ++w)
+      for (int32_t k : mine[w]) readers[at[k]++] = w;
+  }
+  for (int32_t w = 0; w < W; ++w) mine[w].clear();
+  for (int32_t r = 0; r < K; ++r) {  // every rank's rows, in key order
+    const int32_t k = order[r];
+    for (int32_t q = readerCount[k]; q < readerCount[k + 1]; ++q) mine[readers[q]].push_back(k);
+  }
 
   auto rowBytes = [&](int32_t t) { return static_cast<double>(tables_[t].dim + tables_[t].stateWidth) * 4; };
   auto push = [&](bool mv, int64_t key, int32_t t, int32_t from, int32_t to, int64_t fromId, int64_t toId) {
@@ -196,38 +260,29 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
       counts[BYTES] += rowBytes(t);
     }
   };
+  std::vector<uint32_t> cur(held);  // where row k lives as the step's moves go (numbered slot; kNone: at its owner)
   // a checked-out row goes home to its owner
-  auto flush = [&](int64_t x, int32_t t, int32_t h, int32_t o) {
-    const int32_t slot = slotNo_[home_.find(static_cast<uint64_t>(x))];
+  auto flush = [&](int32_t k) {
+    const int64_t x = kkey[k];
+    const int32_t t = ktab[k], o = kown[k], h = slotRank_[cur[k]], slot = slotNo_[cur[k]];
     move(x, t, h, o, slotId(h, t, slot), x - rowBase_[t] - lo(t, o));
     Cache& c = cache(h, t);
     c.unlink(slot);
     c.free.push_back(slot);
     home_.erase(static_cast<uint64_t>(x));
+    cur[k] = IdIndex::kNone;
   };
-  // where every row lived before this step (copies are read from there, before anything is written)
-  IdIndex pre;  // row → numbered slot, for the rows a cache held before this step
-  pre.reset(all.size());
-  std::vector<int64_t> preKeys;
-  for (int64_t x : all) {
-    const uint32_t g = home_.find(static_cast<uint64_t>(x));
-    if (g == IdIndex::kNone) continue;
-    pre.put(static_cast<uint64_t>(x), g);
-    preKeys.push_back(x);
-  }
   // ---- 1: rows held in a cache: kept (their only reader holds them), or sent home
-  for (int64_t x : preKeys) {
-    const int32_t t = tableOf(x), o = ownerOf(t, x - rowBase_[t]);
-    const uint32_t g = pre.find(static_cast<uint64_t>(x));
-    const int32_t h = slotRank_[g];
-    const int32_t v = static_cast<int32_t>(users.find(static_cast<uint64_t>(x))), u = v >> 1;
-    const bool single = (v & 1) == 0;
-    if (single && u == h) {
-      Cache& c = cache(h, t);
-      const int32_t s = slotNo_[g];
+  for (int32_t r = 0; r < K; ++r) {
+    const int32_t k = order[r];
+    if (held[k] == IdIndex::kNone) continue;
+    const int32_t h = slotRank_[held[k]], u = last[k];
+    if (!several[k] && u == h) {
+      Cache& c = cache(h, ktab[k]);
+      const int32_t s = slotNo_[held[k]];
       c.unlink(s);
-      c.append(s, x);  // most recently used
-    } else if (!single || u == o) flush(x, t, h, o);
+      c.append(s, kkey[k]);  // most recently used
+    } else if (several[k] || u == kown[k]) flush(k);
   }
   // ---- 2: rows with one reader that is not their owner: moved into the reader's cache when it has room
   auto alloc = [&](int32_t w, int32_t t) -> int32_t {
@@ -240,7 +295,7 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     if (c.head < 0) return -1;
     const int32_t s = c.head;
     const int64_t y = c.key[s];
-    if (users.find(static_cast<uint64_t>(y)) != IdIndex::kNone) return -1;
+    if (batchRows.find(static_cast<uint64_t>(y)) != IdIndex::kNone) return -1;  // read this step: nothing to evict
     const int32_t oy = ownerOf(t, y - rowBase_[t]);
     move(y, t, w, oy, slotId(w, t, s), y - rowBase_[t] - lo(t, oy));
     counts[EVICTIONS]++;
@@ -248,13 +303,13 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     home_.erase(static_cast<uint64_t>(y));
     return s;
   };
-  for (int64_t x : all) {
-    const uint32_t v = users.find(static_cast<uint64_t>(x));
-    if (v & 1) continue;
-    const int32_t u = static_cast<int32_t>(v >> 1), t = tableOf(x);
+  for (int32_t r = 0; r < K; ++r) {
+    const int32_t k = order[r];
+    if (several[k]) continue;
+    const int64_t x = kkey[k];
+    const int32_t u = last[k], t = ktab[k], o = kown[k];
     const int64_t row = x - rowBase_[t];
-    const int32_t o = ownerOf(t, row);
-    const uint32_t gx = home_.find(static_cast<uint64_t>(x));
+    const uint32_t gx = cur[k];
     const int32_t h = gx == IdIndex::kNone ? o : slotRank_[gx];
     if (u == o || h == u) continue;
     const int32_t s = alloc(u, t);
@@ -268,27 +323,28 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
         ch.free.push_back(hs);
       }
       cache(u, t).append(s, x);
-      home_.put(static_cast<uint64_t>(x), slotKey(u, t, s));
-    } else if (h != o) flush(x, t, h, o);  // no room: the owner applies its update
+      cur[k] = slotKey(u, t, s);
+      home_.put(static_cast<uint64_t>(x), cur[k]);
+    } else if (h != o) flush(k);  // no room: the owner applies its update
   }
   // ---- 3: every rank's reads: local (owned at home, or in its cache) or a copy from where the row lived
   out.readStart.assign(static_cast<size_t>(W) * T + 1, 0);
   for (int32_t w = 0; w < W; ++w) {
-    std::vector<int64_t>& list = mine[w];
-    std::sort(list.begin(), list.end());
+    const std::vector<int32_t>& list = mine[w];
     size_t a = 0;
     for (int32_t t = 0; t < T; ++t) {
       size_t b = a;
-      while (b < list.size() && list[b] < rowBase_[t + 1]) ++b;
+      while (b < list.size() && ktab[list[b]] == t) ++b;
       int32_t copies = 0;
       for (size_t j = 0; j < b - a; ++j) {
-        const int64_t x = list[a + j], row = x - rowBase_[t];
-        const int32_t o = ownerOf(t, row);
-        const uint32_t gp = pre.find(static_cast<uint64_t>(x));
+        const int32_t k = list[a + j];
+        const int64_t x = kkey[k], row = x - rowBase_[t];
+        const int32_t o = kown[k];
+        const uint32_t gp = held[k];
         const int32_t p = gp == IdIndex::kNone ? o : slotRank_[gp];
         counts[READS]++;
         if (p == w) counts[HITS]++;
-        const uint32_t gh = home_.find(static_cast<uint64_t>(x));
+        const uint32_t gh = cur[k];
         out.readRows.push_back(static_cast<double>(row));
         if (gh != IdIndex::kNone && slotRank_[gh] == w) out.readLoc.push_back(slotId(w, t, slotNo_[gh]));
         else if (gh == IdIndex::kNone && o == w) out.readLoc.push_back(static_cast<int32_t>(row - lo(t, w)));

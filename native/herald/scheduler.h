@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/types.h"
+#include "herald/rank_view.h"
 #include "storage/dynamic_index.h"
 
 namespace embshard::herald {
@@ -41,11 +42,22 @@ struct StepOut {
   std::vector<int32_t> readStart;  // W × T + 1
   // moves, evictions, copies, grads, rows, bytes, reads, hits, score
   double counts[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+  // the view of the scheduler's rank (rank_view.h), when it was given one
+  bool hasView = false;
+  RankView view;
+};
+
+// The rank whose view (rank_view.h) every schedule computes too, and what that view needs of the layout of
+// the pooled output: its width and the column of each table's first feature. rank −1: none (counting only).
+struct ViewSpec {
+  int32_t rank = -1;
+  int32_t pooledDim = 0;
+  std::vector<int32_t> cols;
 };
 
 class Scheduler {
  public:
-  Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names);
+  Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names, ViewSpec view = {});
 
   // Schedules one global batch of world × batchSize samples. `assign` (G ranks, or null) is a given placement
   // (random allocation); null runs the greedy allocator, ties counted from rank step % world.
@@ -72,7 +84,10 @@ class Scheduler {
   // every cache slot of every rank numbered in one space: the value `home_` maps a checked-out row to
   uint32_t slotKey(int32_t w, int32_t t, int32_t s) const { return cacheBase_[static_cast<size_t>(w) * T_ + t] + static_cast<uint32_t>(s); }
 
+  void plan(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out);
+
   int32_t W_, B_, T_;
+  ViewSpec viewSpec_;
   std::vector<TableInfo> tables_;
   std::vector<std::string> names_;
   std::vector<int64_t> rowBase_;
@@ -81,6 +96,7 @@ class Scheduler {
   std::vector<uint32_t> cacheBase_;
   std::vector<int32_t> slotRank_, slotNo_;  // per numbered slot: its rank and its slot in that cache
   IdIndex home_;                            // checked-out row → numbered slot holding it
+  IdIndex batchRows_;                       // a step's scratch: key → its distinct row in the batch
 };
 
 }  // namespace embshard::herald
