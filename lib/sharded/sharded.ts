@@ -373,7 +373,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       throw new EmbshardError('INVALID_ARGUMENT', 'forward() must take the batch given to prepare() first (its ids are already on their way to the owners)');
     if (!pre) this.checkBatch(batch);
     this.prepared = undefined;
-    const admit = this.dynamic !== undefined && options.admit !== false;
+    // counted on every rank alike (also on ranks without a dynamic shard), so a stale backward fails everywhere
+    const admit = this.plan.tables.some((t) => t.dynamic) && options.admit !== false;
     const seq = admit ? ++this.admitSeq : this.admitSeq;
     return this.enqueue(() => this.forwardStep(batch, pre, admit, seq));
   }
@@ -409,7 +410,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
     // dynamic tables: slots are meaningful for the maps the forward saw; a later admitting forward (the
     // same on every rank) may have evicted them
-    if (this.dynamic && ctx.seq !== this.admitSeq)
+    if (ctx.seq !== this.admitSeq)
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     const B = ctx.B;

@@ -147,3 +147,30 @@ describe('hash-sharded eviction and admission against a naive model', () => {
       }
     });
 });
+
+describe('stale forward outputs', () => {
+  it('a backward after a later admitting forward is refused on every rank alike (also ranks without a dynamic shard)', async () => {
+    const W = 2;
+    // both dynamic tables on rank 1 only: rank 0 holds no dynamic shard
+    const base = makePlan(W, { dyn: 'tw', pooling: 'sum', capacity: 100, seqCapacity: 50 }).toJSON();
+    base.tables[1]!.shards = [{ rows: [0, 50], cols: [0, 4], rank: 1 }];
+    const plan = ShardPlan.fromJSON(base);
+    const groups = createInProcessGroups(W, { ranksPerNode: W, timeoutMs: 30_000 });
+    const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 1 }));
+    const pool = idPool(30, 2);
+    try {
+      expect(ranks[0]!.stats()).toEqual([]);
+      const a = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 0))));
+      const b = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 1))));
+      for (let r = 0; r < W; r++) expect(() => ranks[r]!.backward(a[r]!, S.gradsFor(a[r], r, 0))).toThrow(/stale forward output/);
+      await Promise.all(ranks.map((sc, r) => sc.backward(b[r]!, S.gradsFor(b[r], r, 1))));
+      // evaluation forwards admit nothing, so they leave a training output fresh
+      const c = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 2))));
+      await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 3), { admit: false })));
+      await Promise.all(ranks.map((sc, r) => sc.backward(c[r]!, S.gradsFor(c[r], r, 2))));
+    } finally {
+      ranks.forEach((x) => x.dispose());
+      groups.forEach((g) => g.close());
+    }
+  });
+});
