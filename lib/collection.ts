@@ -304,14 +304,20 @@ export class EmbeddingCollection extends EngineOwner {
     return diskStats(this.config.tables, this.live().storageStats());
   }
 
-  /** Writes a checkpoint (tables, optimizer state, step) atomically to `dir`. */
-  save(dir: string, extra?: Record<string, unknown>): Promise<void> {
+  /**
+   * Writes a checkpoint (tables, optimizer state, step) atomically to `dir`. @internal `more` writes further
+   * files into the folder before its manifest and returns fields added to `extra` (a sharded collection's
+   * dynamic shards).
+   */
+  save(dir: string, extra?: Record<string, unknown>, more?: (tmp: string) => Promise<Record<string, unknown>>): Promise<void> {
     return this.enqueue(() =>
       writeCheckpointDir(dir, async (tmp) => {
         const engine = this.live();
         if (this.hasDiskTables) await engine.flush();
         const payload = await engine.savePayload(join(tmp, PAYLOAD_FILE));
         const dynamic = await this.dynamic?.save(tmp);
+        const added = await more?.(tmp);
+        if (added) extra = { ...extra, ...added };
         const manifest: Manifest = {
           format: 'embshard.checkpoint',
           version: 1,

@@ -20,6 +20,8 @@ import { localDevice, type ProcessGroup } from '../sharded/group.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
 import { COMM_CHOICES, openRunGroup, type CommChoice } from './comm.js';
 import { ShardPlan } from '../plan/shard-plan.js';
+import type { PlanTableSpec } from '../plan/types.js';
+import { dynamicLine, dynamicTotals } from '../train/sharded-dynamic.js';
 import { planShards } from '../plan/planner.js';
 import { topologyPreset } from '../plan/topology.js';
 import type { DenseOptimizerType, Precision } from '../train/binding.js';
@@ -38,7 +40,8 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   [--warmup N] [--decay-start N --decay-steps N]
   data:           [--max-rows N] (cap every table)  [--table-rows N] (arrow: rows per table)
                   [--seed 0] [--prefetch 4]
-                  [--dynamic-capacity N] (every table keyed by the raw ids, N rows held; one rank)
+                  [--dynamic-capacity N] (every table keyed by the raw ids, N rows held; under mpirun each
+                  table's N rows are sharded by id hash)
   evaluation:     [--eval-data <source>] (held-out data, any --data form, e.g. Criteo's day 23)
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
@@ -305,8 +308,8 @@ async function train(a: Args): Promise<number> {
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
     let trainer: Trainer;
     let planNote = '';
-    if (group && a.dynamicCapacity !== undefined)
-      throw new EmbshardError('INVALID_ARGUMENT', '--dynamic-capacity: dynamic tables train on one rank (the sharded runtime does not shard them)');
+    if (a.dynamicCapacity !== undefined && (herald || (a.plan !== undefined && a.plan !== 'auto')))
+      throw new EmbshardError('INVALID_ARGUMENT', `--dynamic-capacity: ${herald ? '--schedule herald takes tables of rows' : 'a --plan file says itself which tables are dynamic'}`);
     if (herald && a.storageDir !== undefined)
       throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: is not supported with --schedule herald');
     const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
@@ -409,6 +412,7 @@ async function train(a: Args): Promise<number> {
     if (a.save) await trainer.save(a.save);
     const report = data.train.report?.();
     const pct = (x: number) => `${((100 * x) / Math.max(sum.total + dataMs, 1e-9)).toFixed(1)}%`;
+    const dynamic = a.dynamicCapacity !== undefined ? await dynamicTotals(emb) : undefined; // a collective when sharded
     if (group) await group.barrier();
     if (group && group.rank !== 0) {
       emb.dispose?.();
@@ -428,6 +432,7 @@ async function train(a: Args): Promise<number> {
           ? [`herald: ${emb.lastCounts.rows.toLocaleString()} row transmissions in the last step (${emb.lastCounts.moves} moves, ${emb.lastCounts.copies} copies, ${emb.lastCounts.grads} gradients), ` +
               `${((100 * emb.lastCounts.hits) / Math.max(emb.lastCounts.reads, 1)).toFixed(1)}% of rows read where they lived`]
           : []),
+        ...(dynamic ? [dynamicLine(dynamic)] : []),
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),
       ];
@@ -455,7 +460,8 @@ async function sharedPlan(a: Args, group: ProcessGroup, data: Data, dim: number)
   if (a.plan !== undefined && a.plan !== 'auto') return ShardPlan.fromJSON(readFileSync(a.plan, 'utf8'));
   let json = new Uint8Array(0);
   if (group.rank === 0) {
-    const tables = data.train.features.map((f, i) => ({ name: f, rows: data.tableRows[i]!, dim, features: [f] }));
+    const tables = data.train.features.map((f, i): PlanTableSpec =>
+      a.dynamicCapacity !== undefined ? { name: f, rows: 'dynamic', capacity: a.dynamicCapacity, dim, features: [f] } : { name: f, rows: data.tableRows[i]!, dim, features: [f] });
     const topology = topologyPreset('cpu', { worldSize: group.size, ranksPerNode: group.ranksPerNode });
     json = new TextEncoder().encode(JSON.stringify(planShards(tables, topology, { batchSize: a.batch, timeBudgetMs: 2000 }).toJSON()));
   }

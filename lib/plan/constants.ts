@@ -104,3 +104,10 @@ export const HARDWARE_PRESETS: Readonly<Record<'dgx-h100' | 'dgx-h200' | 'dgx-a1
 /** Size of the buffers the `cpu` preset measures with (bytes), and the row width of its gather test. */
 export const CPU_MEASURE_BYTES = 64 * 1024 * 1024;
 export const CPU_MEASURE_ROW_FLOATS = 64;
+
+/**
+ * Host bytes a dynamic table's id map spends per row of capacity beside the row itself: the id, count and
+ * last use (native/storage/dynamic_map.h), the open-addressing index at load ≤ 1/2, the LRU list, and the
+ * candidate map (by default as many candidates as rows). An upper estimate the planner adds to each row.
+ */
+export const DYNAMIC_MAP_ROW_BYTES = 128;

@@ -1,7 +1,7 @@
 // layout.ts — the compact placement of one table that every planner tool computes on: its cluster, its
 // hot-row tiers and its row groups (shards sharing a row range; their column ranges tile [0, dim)), plus
 // the memory each rank spends on it.
-import { rowBytes } from './tables.js';
+import { heldRowBytes } from './tables.js';
 import type { Cluster, HotTiers, Table, Topology } from './types.js';
 
 export interface ShardCols {
@@ -38,7 +38,7 @@ export function nodeTierRowsOn(nodeRows: number, rpn: number, local: number): nu
 /** Adds the bytes this table takes on each rank to `mem` (tables + optimizer state + tiers). */
 export function addLayoutMemory(t: Table, l: TableLayout, topo: Topology, mem: Float64Array, sign = 1): void {
   const W = topo.worldSize;
-  const full = rowBytes(t, t.dim);
+  const full = heldRowBytes(t, t.dim);
   if (l.cluster === 'dp') {
     const b = t.rows * full * sign;
     for (let r = 0; r < W; r++) mem[r] += b;
@@ -52,8 +52,22 @@ export function addLayoutMemory(t: Table, l: TableLayout, topo: Topology, mem: F
   }
   for (const g of l.groups) {
     const n = g.b - g.a;
-    for (const s of g.shards) mem[s.rank] += n * rowBytes(t, s.c1 - s.c0) * sign;
+    for (const s of g.shards) mem[s.rank] += n * heldRowBytes(t, s.c1 - s.c0) * sign;
   }
+}
+
+/**
+ * Why layout l cannot hold table t, or undefined when it can: a dynamic table (rows placed by id hash,
+ * each row shard with its own id map) takes rb / ub row shards of full width only — no dp copy, no hot
+ * tiers, no column split. `path` prefixes the named field (a plan's JSON path).
+ */
+export function layoutRefusal(t: Table, l: TableLayout, path = 'layout'): { field: string; reason: string } | undefined {
+  if (!t.dynamic) return undefined;
+  if (l.cluster === 'dp') return { field: `${path}.cluster`, reason: `table '${t.name}' is dynamic: each row shard keeps its own id map, so it cannot be replicated (dp); use rb or ub` };
+  if (tierEnd(l) > 0) return { field: `${path}.tiers`, reason: `table '${t.name}' is dynamic: its rows are placed by id hash, so it has no hot-row tiers` };
+  for (const g of l.groups)
+    if (g.shards.length !== 1) return { field: `${path}.shards`, reason: `table '${t.name}' is dynamic: rows [${g.a}, ${g.b}) are split by columns; a dynamic table's row shards are full width` };
+  return undefined;
 }
 
 export function cloneLayout(l: TableLayout): TableLayout {

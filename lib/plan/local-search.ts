@@ -20,7 +20,7 @@
 // round), so the number of moves a round tries does not grow with the model or the cluster. Deterministic:
 // fixed orders, ties by index.
 import { tableWiseLayout } from './baselines.js';
-import { addLayoutMemory, cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
+import { addLayoutMemory, cloneLayout, layoutRefusal, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { Load } from './load.js';
 import { objective, stageTimes, STAGES } from './simulator.js';
 import type { PlanState, Score } from './state.js';
@@ -79,6 +79,7 @@ class Trials {
   fits(changes: readonly Change[]): boolean {
     const { st, delta } = this;
     delta.fill(0);
+    if (changes.some((c) => layoutRefusal(st.tables[c.ti]!, c.l))) return false;
     for (const c of changes) {
       addLayoutMemory(st.tables[c.ti]!, c.l, st.ctx.topo, delta);
       const old = st.layouts[c.ti];

@@ -20,7 +20,7 @@ import { ShardPlan } from './shard-plan.js';
 import { better, PlanState, type Score } from './state.js';
 import { idsPerSample, normalizeTables, rowBytes, tableBytes } from './tables.js';
 import { hierarchicalDefault, normalizeTopology } from './topology.js';
-import type { Table, TableSpec, Topology, WireDtypes } from './types.js';
+import type { PlanTableSpec, Table, Topology, WireDtypes } from './types.js';
 
 /** HugeCTR's MLPerf configs make a table dp below DP_SHARDING_THRESHOLD = 0.008 GiB (one node) / 0.0125 GiB (multi-node). */
 export const DP_THRESHOLD_ONE_NODE = 0.008 * 2 ** 30;
@@ -307,7 +307,7 @@ function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOption
 }
 
 /** Runs every baseline and reports its predicted time under the cost model. */
-export function runBaselines(tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): BaselineReport[] {
+export function runBaselines(tablesIn: readonly PlanTableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): BaselineReport[] {
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
   const ctx = ctxOf(tables, topology, options);
@@ -321,7 +321,7 @@ export function runBaselines(tablesIn: readonly TableSpec[] | readonly Table[], 
 }
 
 /** planShards with the search report (baselines, start, iterations, time). */
-export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): PlanReport {
+export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): PlanReport {
   const t0 = Date.now();
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
@@ -381,12 +381,12 @@ export function planShardsReport(tablesIn: readonly TableSpec[] | readonly Table
 }
 
 /** The EMBark-style planner: a validated ShardPlan for `tables` on `topology` (see the header). */
-export function planShards(tables: readonly TableSpec[] | readonly Table[], topology: Topology, options: PlanOptions): ShardPlan {
+export function planShards(tables: readonly PlanTableSpec[] | readonly Table[], topology: Topology, options: PlanOptions): ShardPlan {
   return planShardsReport(tables, topology, options).plan;
 }
 
 /** A baseline as a ShardPlan (INVALID... PLAN_INFEASIBLE when it does not fit). */
-export function baselinePlan(name: BaselineName, tablesIn: readonly TableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): ShardPlan {
+export function baselinePlan(name: BaselineName, tablesIn: readonly PlanTableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): ShardPlan {
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
   const ctx = ctxOf(tables, topology, options);

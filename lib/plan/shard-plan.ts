@@ -5,17 +5,27 @@ import { DTYPES } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { EmbshardError } from '../errors.js';
 import { explainPlan, type ExplainOptions } from './explain.js';
-import { addLayoutMemory, tierEnd, type GroupLayout, type TableLayout } from './layout.js';
+import { addLayoutMemory, layoutRefusal, tierEnd, type GroupLayout, type TableLayout } from './layout.js';
 import { normalizeTables } from './tables.js';
 import { normalizeTopology } from './topology.js';
-import { CLUSTERS, type Cluster, type DType, type HotTiers, type Shard, type Table, type TableSpec, type Topology, type WireDtypes } from './types.js';
+import { CLUSTERS, type Cluster, type DType, type HotTiers, type Shard, type PlanTableSpec, type Table, type TableSpec, type Topology, type WireDtypes } from './types.js';
 
 export const PLAN_FORMAT = 'embshard.plan';
-/** The version written. Version 2 added tables' `hotIds` (the hot-id remap); version 1 plans still load. */
+/**
+ * The version written for plans without dynamic tables. Version 2 added tables' `hotIds` (the hot-id
+ * remap); version 1 plans still load.
+ */
 export const PLAN_VERSION = 2;
+/** The version written for plans with a dynamic table (rows: 'dynamic', added in version 3). */
+export const PLAN_VERSION_DYNAMIC = 3;
 /** Every version this build reads. */
-export const PLAN_VERSIONS: readonly PlanVersion[] = [1, 2];
-export type PlanVersion = 1 | 2;
+export const PLAN_VERSIONS: readonly PlanVersion[] = [1, 2, 3];
+export type PlanVersion = 1 | 2 | 3;
+
+/** The lowest version that holds these tables. */
+function versionFor(tables: readonly (PlanTableSpec | Table)[]): PlanVersion {
+  return tables.some((t) => t.rows === 'dynamic' || ('dynamic' in t && t.dynamic)) ? PLAN_VERSION_DYNAMIC : PLAN_VERSION;
+}
 
 export interface ShardJSON {
   rows: [number, number];
@@ -23,11 +33,11 @@ export interface ShardJSON {
   rank: number;
 }
 
-export interface TablePlanJSON extends TableSpec {
+export type TablePlanJSON = PlanTableSpec & {
   cluster: Cluster;
   tiers?: HotTiers;
   shards: ShardJSON[];
-}
+};
 
 export interface PlanJSON {
   format: typeof PLAN_FORMAT;
@@ -53,7 +63,7 @@ export interface PlanInit {
   wire?: Partial<WireDtypes>;
   /** the hierarchical rb / ub protocol (default false: flat; only meaningful with several nodes) */
   hierarchical?: boolean;
-  tables: { table: TableSpec | Table; cluster: Cluster; tiers?: HotTiers; shards?: { rows: readonly [number, number]; cols: readonly [number, number]; rank: number }[] }[];
+  tables: { table: PlanTableSpec | Table; cluster: Cluster; tiers?: HotTiers; shards?: { rows: readonly [number, number]; cols: readonly [number, number]; rank: number }[] }[];
   meta?: Record<string, string>;
 }
 
@@ -90,6 +100,8 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
   if (!Array.isArray(shardsIn)) bad(`${path}.shards`, 'must be an array');
   const layout: TableLayout = { cluster: cluster as Cluster, tiers, groups: [] };
   if (cluster === 'dp') {
+    const refused = layoutRefusal(t, layout, path);
+    if (refused) bad(refused.field, refused.reason);
     if (shardsIn.length > 0) bad(`${path}.shards`, 'must be empty for a dp table (every rank holds the whole table)');
     return layout;
   }
@@ -132,6 +144,8 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
     layout.groups.push(g);
   }
   if (at !== t.rows) bad(`${path}.shards`, `rows [${at}, ${t.rows}) of table '${t.name}' are not covered by any shard`);
+  const refused = layoutRefusal(t, layout, path);
+  if (refused) bad(refused.field, refused.reason);
   return layout;
 }
 
@@ -187,6 +201,7 @@ export class ShardPlan {
     const specs = v.tables.map((t, i) => {
       if (!isObject(t)) bad(`$.tables[${i}]`, 'must be an object');
       if (v.version === 1 && t.hotIds !== undefined) bad(`$.tables[${i}].hotIds`, 'needs plan version 2');
+      if ((v.version as number) < PLAN_VERSION_DYNAMIC && t.rows === 'dynamic') bad(`$.tables[${i}].rows`, `'dynamic' needs plan version ${PLAN_VERSION_DYNAMIC}`);
       const { cluster: _c, tiers: _t, shards: _s, ...spec } = t;
       return spec;
     });
@@ -205,7 +220,7 @@ export class ShardPlan {
   static create(init: PlanInit): ShardPlan {
     return ShardPlan.fromJSON({
       format: PLAN_FORMAT,
-      version: PLAN_VERSION,
+      version: versionFor(init.tables.map((e) => e.table)),
       topology: init.topology,
       batchSize: init.batchSize,
       wire: { forward: init.wire?.forward ?? 'fp32', backward: init.wire?.backward ?? 'fp32' },
@@ -243,7 +258,7 @@ export class ShardPlan {
   toJSON(): PlanJSON {
     return {
       format: PLAN_FORMAT,
-      version: PLAN_VERSION,
+      version: versionFor(this.tables),
       topology: { ...this.topology },
       batchSize: this.batchSize,
       wire: { ...this.wire },
@@ -343,10 +358,9 @@ function findGroup(groups: readonly GroupLayout[], row: number): GroupLayout {
 }
 
 /** A table spec as plan JSON writes it (every default explicit). */
-function tableSpecJSON(t: TableSpec | Table): TableSpec {
-  const out: TableSpec = {
+function tableSpecJSON(t: PlanTableSpec | Table): PlanTableSpec {
+  const common = {
     name: t.name,
-    rows: t.rows,
     dim: t.dim,
     dtype: t.dtype ?? 'fp32',
     pooling: t.pooling ?? 'sum',
@@ -355,12 +369,19 @@ function tableSpecJSON(t: TableSpec | Table): TableSpec {
     poolingFactors: [...(t.poolingFactors ?? (t.features ?? [t.name]).map(() => 1))],
     weighted: t.weighted ?? false,
   };
-  if (t.access && (t.access.zipf !== undefined || t.access.top || t.access.tail)) {
+  // a dynamic table: its resolved settings (a Table) or the spec's; its access tail is implied ('shuffled')
+  const d = 'dynamic' in t && t.dynamic ? { capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates }, eviction: t.dynamic.eviction } : undefined;
+  const out: PlanTableSpec =
+    d !== undefined ? { ...common, rows: 'dynamic', ...d }
+    : t.rows === 'dynamic' ? { ...common, rows: 'dynamic', capacity: t.capacity, ...(t.admission ? { admission: { ...t.admission } } : {}), ...(t.eviction ? { eviction: t.eviction } : {}) }
+    : { ...common, rows: t.rows };
+  const dyn = out.rows === 'dynamic';
+  if (t.access && (t.access.zipf !== undefined || t.access.top || (t.access.tail && !dyn))) {
     out.access = {};
-    if (t.access.tail) out.access.tail = t.access.tail;
+    if (t.access.tail && !dyn) out.access.tail = t.access.tail;
     if (t.access.zipf !== undefined) out.access.zipf = t.access.zipf;
     if (t.access.top) out.access.top = { counts: [...t.access.top.counts], total: t.access.top.total };
   }
-  if (t.hotIds && t.hotIds.length > 0) out.hotIds = [...t.hotIds];
+  if (out.rows !== 'dynamic' && 'hotIds' in t && t.hotIds && t.hotIds.length > 0) out.hotIds = [...t.hotIds];
   return out;
 }

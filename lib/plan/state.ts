@@ -1,7 +1,7 @@
 // state.ts — the planner's working state: tables, their layouts, each table's expected Load (cost model),
 // the running total, per-rank memory, and trial evaluation of a changed layout without committing it.
 import { addExpectedTableLoad, type CostContext } from './cost-model.js';
-import { addLayoutMemory, type TableLayout } from './layout.js';
+import { addLayoutMemory, layoutRefusal, type TableLayout } from './layout.js';
 import { Load } from './load.js';
 import { objective } from './simulator.js';
 import type { Table } from './types.js';
@@ -50,8 +50,9 @@ export class PlanState {
     return load;
   }
 
-  /** Whether every rank stays within its memory limit if table ti takes layout l. */
+  /** Whether table ti may take layout l (layoutRefusal) and every rank stays within its memory limit then. */
   fits(ti: number, l: TableLayout): boolean {
+    if (layoutRefusal(this.tables[ti]!, l)) return false;
     const delta = new Float64Array(this.W);
     addLayoutMemory(this.tables[ti]!, l, this.ctx.topo, delta);
     const old = this.layouts[ti];

@@ -5,7 +5,9 @@ import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
 import { IdRemap } from './remap.js';
-import type { AccessStats, Table, TableSpec } from './types.js';
+import { resolveDynamic } from '../storage/dynamic-config.js';
+import { DYNAMIC_MAP_ROW_BYTES } from './constants.js';
+import type { AccessStats, DynamicPlan, Table, TableSpec } from './types.js';
 
 
 function bad(code: ErrorCode, path: string, msg: string): never {
@@ -50,12 +52,18 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
  * EmbshardError INVALID_CONFIG (UNSUPPORTED_DTYPE / UNSUPPORTED_OPTIMIZER for those fields) naming the field
  * as `path.field`.
  */
-export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'INVALID_CONFIG'): Table {
-  if (!isObject(v)) bad(code, path, 'must be an object');
+export function normalizeTable(input: unknown, path = 'table', code: ErrorCode = 'INVALID_CONFIG'): Table {
+  if (!isObject(input)) bad(code, path, 'must be an object');
+  let v: Record<string, unknown> = input;
   if (typeof v.name !== 'string' || v.name.length === 0) bad(code, `${path}.name`, 'must be a non-empty string');
   const name = v.name;
+  const dynamic = dynamicOf(v, path, name, code);
+  if (dynamic) {
+    const { capacity: _c, admission: _a, eviction: _e, dynamic: _d, ...rest } = v;
+    v = { ...rest, rows: dynamic.capacity };
+  }
   if (!Number.isSafeInteger(v.rows) || (v.rows as number) <= 0)
-    bad(code, `${path}.rows`, `must be a positive integer (got ${String(v.rows)})`);
+    bad(code, `${path}.rows`, `must be a positive integer or 'dynamic' (got ${String(v.rows)})`);
   if (!Number.isSafeInteger(v.dim) || (v.dim as number) <= 0 || (v.dim as number) > 65536)
     bad(code, `${path}.dim`, `must be an integer in [1, 65536] (got ${String(v.dim)})`);
   const dtype = v.dtype ?? 'fp32';
@@ -77,12 +85,20 @@ export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'IN
     if (typeof p !== 'number' || !Number.isFinite(p) || p < 0) bad(code, `${path}.poolingFactors[${i}]`, `must be a number ≥ 0 (got ${String(p)})`);
   });
   if (v.weighted !== undefined && typeof v.weighted !== 'boolean') bad(code, `${path}.weighted`, 'must be a boolean');
-  const access = normalizeAccess(v.access, `${path}.access`, code);
+  let access = normalizeAccess(v.access, `${path}.access`, code);
+  if (dynamic) {
+    // ids land on rows by hash: a row range holds its share of the ids whatever their skew ('shuffled')
+    if (access.top) bad(code, `${path}.access.top`, `table '${name}' is dynamic: its rows are placed by id hash, so there are no hot rows to count`);
+    if (access.tail === 'ordered') bad(code, `${path}.access.tail`, `table '${name}' is dynamic: its ids land on rows by hash ('shuffled')`);
+    access = { ...access, tail: 'shuffled' };
+    if (v.hotIds !== undefined && !(Array.isArray(v.hotIds) && v.hotIds.length === 0)) bad(code, `${path}.hotIds`, `table '${name}' is dynamic: a hot-id remap needs ids that are rows`);
+  }
   if (access.top && access.top.counts.length > (v.rows as number)) bad(code, `${path}.access.top.counts`, 'has more entries than the table has rows');
   const hotIds = v.hotIds === undefined ? [] : new IdRemap(v.rows as number, v.hotIds as number[], `${path}.hotIds`, code).hot;
   const known = ['name', 'rows', 'dim', 'dtype', 'pooling', 'features', 'optimizer', 'poolingFactors', 'weighted', 'access', 'hotIds'];
   rejectUnknownFields(v, known, path, code);
   return Object.freeze({
+    ...(dynamic ? { dynamic } : {}),
     name,
     rows: v.rows as number,
     dim: v.dim as number,
@@ -95,6 +111,36 @@ export function normalizeTable(v: unknown, path = 'table', code: ErrorCode = 'IN
     access,
     hotIds,
   });
+}
+
+const DYNAMIC_SPEC_FIELDS = ['capacity', 'admission', 'eviction'];
+
+/** The dynamic settings of a spec with rows: 'dynamic' (its fields validated as a collection's; no spill), else undefined. */
+function dynamicOf(v: Record<string, unknown>, path: string, name: string, code: ErrorCode): DynamicPlan | undefined {
+  if (v.rows !== 'dynamic' && v.dynamic !== undefined) {
+    // an already validated Table (its rows are the capacity): its settings checked again as a spec's
+    const d = v.dynamic as Record<string, unknown>;
+    if (!isObject(d)) bad(code, `${path}.dynamic`, 'must be an object { capacity, minCount, candidates, eviction }');
+    rejectUnknownFields(d, ['capacity', 'minCount', 'candidates', 'eviction'], `${path}.dynamic`, code);
+    if (d.capacity !== v.rows) bad(code, `${path}.dynamic.capacity`, `must equal rows (${String(v.rows)})`);
+    return dynamicOf({ name, rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction }, path, name, code);
+  }
+  if (v.rows !== 'dynamic') {
+    for (const k of DYNAMIC_SPEC_FIELDS) if (Object.hasOwn(v, k)) bad(code, `${path}.${k}`, `table '${name}' has ${k} only with rows: 'dynamic'`);
+    return undefined;
+  }
+  if (Object.hasOwn(v, 'spill')) bad(code, `${path}.spill`, `table '${name}': a dynamic table in a plan does not spill (each shard's evicted rows are dropped)`);
+  let d;
+  try {
+    d = resolveDynamic(v as { rows: unknown }, path, name)!;
+  } catch (e) {
+    if (!(e instanceof EmbshardError) || code === e.code) throw e;
+    const field = typeof e.details?.path === 'string' ? e.details.path : path;
+    throw new EmbshardError(code, e.message, { path: field });
+  }
+  if (d.default !== 'zero')
+    bad(code, `${path}.admission.default`, `table '${name}': ids without a row of a sharded dynamic table read zero ('hashed' defaults run in one process)`);
+  return Object.freeze({ capacity: d.capacity, minCount: d.minCount, candidates: d.candidates, eviction: d.eviction });
 }
 
 /** Validates a list of table specs: unique table names, each feature mapped to one table. */
@@ -132,9 +178,14 @@ export function rowUpdateBytes(t: Table, cols: number): number {
   return 2 * rowBytes(t, cols);
 }
 
-/** Whole-table bytes with optimizer state. */
+/** Memory one row slice `cols` wide takes on a rank: rowBytes plus, for a dynamic table, its id map's share. */
+export function heldRowBytes(t: Table, cols: number): number {
+  return rowBytes(t, cols) + (t.dynamic ? DYNAMIC_MAP_ROW_BYTES : 0);
+}
+
+/** Whole-table bytes with optimizer state (and a dynamic table's id map). */
 export function tableBytes(t: Table): number {
-  return t.rows * rowBytes(t, t.dim);
+  return t.rows * heldRowBytes(t, t.dim);
 }
 
 /** Mean ids per sample, over all features of the table. */

@@ -9,6 +9,7 @@ import { addFullRowHbm, addShardHbm } from './cost-model.js';
 import { groupHolders, nodeColumns, type TableLayout } from './layout.js';
 import { BWD, FWD_IN, FWD_OUT, Load, SYNC } from './load.js';
 import { remapOf } from './remap.js';
+import { dynamicKeys } from './dynamic-keys.js';
 import type { ShardPlan } from './shard-plan.js';
 import type { RankCounters, Table } from './types.js';
 
@@ -76,7 +77,7 @@ interface RankTableIds {
 }
 
 /** Validates one rank's batch against the plan's features and returns its ids per table, sorted. */
-function collect(plan: ShardPlan, batch: JaggedBatch, rank: number): RankTableIds[] {
+function collect(plan: ShardPlan, batch: JaggedBatch, rank: number, keys: readonly ((Float64Array | undefined)[][] | undefined)[]): RankTableIds[] {
   const owner = new Map<string, Table>();
   for (const t of plan.tables) for (const f of t.features) owner.set(f, t);
   for (const f of batch.features)
@@ -88,13 +89,15 @@ function collect(plan: ShardPlan, batch: JaggedBatch, rank: number): RankTableId
     sum += n;
   }
   if (sum !== batch.ids.length) throw new EmbshardError('LENGTH_MISMATCH', `batches[${rank}]: lengths sum to ${sum} but there are ${batch.ids.length} ids`);
-  return plan.tables.map((t) => {
+  return plan.tables.map((t, ti) => {
     const remap = remapOf(t);
-    const features = t.features.map((f) => {
+    const features = t.features.map((f, k) => {
       if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `batches[${rank}] lacks feature '${f}' of table '${t.name}'`);
       const ids = batch.feature(f).ids;
       const a = new Float64Array(ids.length);
-      if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
+      const dyn = keys[ti]?.[rank]?.[k];
+      if (dyn) a.set(dyn); // a dynamic table: row-space keys of its raw ids (dynamic-keys.ts)
+      else if (ids instanceof BigInt64Array) for (let i = 0; i < ids.length; i++) a[i] = Number(ids[i]!);
       else a.set(ids);
       remap?.applyInPlace(a); // ids → rows (hot ids first); ids out of range stay so and fail below
       a.sort();
@@ -114,7 +117,8 @@ export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[])
   const W = topo.worldSize, rpn = topo.ranksPerNode, nodes = W / rpn;
   if (!Array.isArray(batches) || batches.length !== W)
     throw new EmbshardError('INVALID_ARGUMENT', `batches must hold one local batch per rank (${W}); got ${Array.isArray(batches) ? batches.length : typeof batches}`);
-  const ids = batches.map((b, r) => collect(plan, b, r));
+  const keys = plan.tables.map((t) => (t.dynamic ? dynamicKeys(t, batches) : undefined));
+  const ids = batches.map((b, r) => collect(plan, b, r, keys));
   const load = new Load(topo);
   const fw = DTYPE_BYTES[plan.wire.forward], bw = DTYPE_BYTES[plan.wire.backward];
   plan.tables.forEach((t, ti) => measureTable(t, plan.layouts[ti]!, ids.map((x) => x[ti]!), load, W, rpn, nodes, fw, bw, plan.hierarchical && nodes > 1));

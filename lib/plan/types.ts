@@ -1,6 +1,7 @@
 // types.ts — the planner's public data types: table specs (the EmbeddingCollection table config plus
 // planner fields), access statistics, topologies, shards, hot-row tiers and per-rank traffic counters.
 import type { DType, OptimizerType, Pooling } from '../binding.js';
+import type { DynamicAdmission, Eviction } from '../storage/dynamic-config.js';
 
 export type { DType, OptimizerType, Pooling };
 
@@ -51,9 +52,37 @@ export interface TableSpec {
   hotIds?: number[];
 }
 
+/**
+ * A dynamic table as a plan names it (the EmbeddingCollection config's rows: 'dynamic' fields, without
+ * spill): keyed by raw 64-bit ids, `capacity` rows held over all its shards, sharded by id hash
+ * (docs/storage.md). The planner sizes it by its capacity.
+ */
+export type DynamicTableSpec = Omit<TableSpec, 'rows' | 'hotIds'> & {
+  rows: 'dynamic';
+  capacity: number;
+  /** sightings before admission (each shard counts the ids it owns) */
+  admission?: DynamicAdmission;
+  /** 'lru' (default) or 'lfu' */
+  eviction?: Eviction;
+};
+
+/** Any table spec a plan takes. */
+export type PlanTableSpec = TableSpec | DynamicTableSpec;
+
+/** A dynamic table's id-map settings in a plan (every shard applies them to its own ids). */
+export interface DynamicPlan {
+  /** rows held over all shards (the table's `rows` in the planner's arithmetic) */
+  readonly capacity: number;
+  readonly minCount: number;
+  /** candidate ids tracked over all shards (each shard tracks its share) */
+  readonly candidates: number;
+  readonly eviction: Eviction;
+}
+
 /** A validated table spec with every default filled in. */
 export interface Table {
   readonly name: string;
+  /** rows (a dynamic table: its capacity) */
   readonly rows: number;
   readonly dim: number;
   readonly dtype: DType;
@@ -65,6 +94,8 @@ export interface Table {
   readonly access: AccessStats;
   /** the hot-id remap's ids (empty: ids are rows) */
   readonly hotIds: readonly number[];
+  /** present on dynamic tables (rows: 'dynamic'): ids are raw 64-bit values, rows are placed by id hash */
+  readonly dynamic?: DynamicPlan;
 }
 
 /** A cluster of ranks: how many, how they group into nodes, and what each rank has. */

@@ -26,7 +26,8 @@ export interface Uniq {
 }
 
 export interface ExchangeOps {
-  segment(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, bounds: Float64Array, what: string): Segmented;
+  /** hashCapacity > 0: a dynamic table's raw ids, placed by hash_row(id, hashCapacity) and output unchanged */
+  segment(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, bounds: Float64Array, what: string, hashCapacity?: number): Segmented;
   unique(ids: BigInt64Array, m: number): Uniq;
   divideIds(src: BigInt64Array, m: number): BigInt64Array;
   pack(src: Float32Array, stride: number, idx: Int32Array | null, r0: number, nRows: number, c0: number, c1: number, wire: Wire, dst: WireArray, dstOffset: number): void;
@@ -34,6 +35,8 @@ export interface ExchangeOps {
   poolUnique(rows: Float32Array, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, dst: Float32Array, stride: number, col: number, seqPos: Int32Array | null): void;
   gradUnique(grad: Float32Array, stride: number, col: number, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, fullLen: Int32Array | null, mean: boolean, seqPos: Int32Array | null, out: Float32Array): void;
   divideBags(m: Float32Array, stride: number, col: number, dim: number, lengths: Int32Array): void;
+  /** a dynamic table's raw ids as distinct row-space keys (lib/plan/dynamic-keys.ts) */
+  hashKeys(ids: BigInt64Array, capacity: number): Float64Array;
   initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;
 }
 

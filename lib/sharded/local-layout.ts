@@ -29,6 +29,8 @@ export interface TableRt {
   features: string[];
   pooledCol: number[];
   pooling: Pooling;
+  /** a dynamic table: ids are raw 64-bit values, routed to the row group of their hash (core/id_hash.h); 0 otherwise */
+  hashCapacity: number;
 }
 
 /** Local engine features; `kind` says which phase fills them. */
@@ -61,6 +63,8 @@ export interface LocalTable {
   r0: number;
   c0: number;
   c1: number;
+  /** a row shard of a dynamic table: `rows` slots of its own id map (the engine table has one more, the sink) */
+  dynamic?: boolean;
 }
 
 export type Segment =
@@ -114,7 +118,7 @@ export class LocalLayout {
         col += table.dim;
         return c;
       });
-      return { index, table, cluster: l.cluster, R, N, groups, bounds: Float64Array.from(bounds), features: [...table.features], pooledCol, pooling: table.pooling };
+      return { index, table, cluster: l.cluster, R, N, groups, bounds: Float64Array.from(bounds), features: [...table.features], pooledCol, pooling: table.pooling, hashCapacity: table.dynamic ? table.rows : 0 };
     });
     this.pooledDim = col;
     // local tables and features, in plan order
@@ -139,7 +143,7 @@ export class LocalLayout {
         for (const s of g.shards) {
           if (s.rank !== rank) continue;
           const sid = `${t.name}#r${g.a}-${g.b}c${s.c0}-${s.c1}`;
-          const lt = addTable({ name: sid, rows: g.b - g.a, dim: s.c1 - s.c0, t: rt.index, part: 'shard', r0: g.a, c0: s.c0, c1: s.c1 });
+          const lt = addTable({ name: sid, rows: g.b - g.a, dim: s.c1 - s.c0, t: rt.index, part: 'shard', r0: g.a, c0: s.c0, c1: s.c1, ...(t.dynamic ? { dynamic: true } : {}) });
           if (rt.cluster === 'rb')
             for (const f of rt.features)
               this.addFeature({ name: `${f}@${sid}`, table: lt, pooling: localPool(t.pooling), dim: s.c1 - s.c0, kind: 'rb', t: rt.index, f, g: gi, shard: s }, segmentKey({ kind: 'rb', t: rt.index, f, g: gi }, s.c0));

@@ -3,15 +3,19 @@
 // ordinary EmbeddingCollection checkpoint (atomic, checksummed: lib/checkpoint.ts); a load under any plan
 // and world size — or EmbeddingCollection.load on one rank — reads that checkpoint and keeps its slices.
 // The checkpoint holds rows by the user's ids (a plan's hot-id remap is undone on the way out) and the plan
-// it was trained under, hot-id remap included (savedPlan). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
+// it was trained under, hot-id remap included (savedPlan). Dynamic tables (rows: 'dynamic') stay empty in
+// that collection: their row shards are stored beside it and load into the same row shards only
+// (dynamic-checkpoint.ts; EmbeddingCollection.load of such a checkpoint gets them empty). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
 // shard (the first column shard's is saved).
 import { EmbshardError } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
 import { readManifest } from '../checkpoint.js';
+import { configOf } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
+import { checkDynamicGroups, gatherDynamic, loadDynamic, writeDynamic, type SavedShard } from './dynamic-checkpoint.js';
 
 /**
  * Every table's weights and optimizer state as one collection would hold them: [rows × dim] and
@@ -31,20 +35,23 @@ export async function gatherTable(sc: ShardedEmbeddingCollection, name: string):
  * atomically; every rank waits for it). A collective.
  */
 export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, extra?: Record<string, unknown>): Promise<void> {
-  const gathered: { weights: Float32Array; state: Float32Array }[] = [];
-  for (const t of sc.plan.tables) gathered.push(await gatherTable(sc, t.name));
+  const gathered: ({ weights: Float32Array; state: Float32Array } | undefined)[] = [];
+  for (const t of sc.plan.tables) gathered.push(t.dynamic ? undefined : await gatherTable(sc, t.name));
+  const shards = await gatherDynamic(sc);
   let failure: unknown;
   if (sc.group.rank === 0) {
     let ec: EmbeddingCollection | undefined;
     try {
-      ec = new EmbeddingCollection(sc.config, { initialize: false });
+      ec = new EmbeddingCollection(configOf(sc.config), { initialize: false });
       sc.plan.tables.forEach((t, i) => {
+        const g = gathered[i];
+        if (!g) return; // a dynamic table: its shards go beside the collection
         const ids = BigInt64Array.from({ length: t.rows }, (_, j) => BigInt(j));
-        ec!.writeRows(t.name, ids, gathered[i]!.weights);
-        if (ec!.stateWidth(t.name) > 0) ec!.writeState(t.name, ids, gathered[i]!.state);
+        ec!.writeRows(t.name, ids, g.weights);
+        if (ec!.stateWidth(t.name) > 0) ec!.writeState(t.name, ids, g.state);
       });
       ec.step = sc.step;
-      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize, plan: sc.plan.toJSON() } });
+      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize, plan: sc.plan.toJSON() } }, shards ? async (tmp) => ({ dynamicShards: await writeDynamic(tmp, sc.plan, shards) }) : undefined);
     } catch (e) {
       failure = e;
     } finally {
@@ -62,22 +69,31 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
  * every rank reads it (verified: sizes, CRC-32C) and keeps its slices. Tables must match the plan's.
  */
 export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}): Promise<ShardedEmbeddingCollection> {
+  const m = await readManifest(dir);
+  if (plan.tables.some((t) => t.dynamic)) checkDynamicGroups(plan, await savedPlan(dir), dir);
   const ec = await EmbeddingCollection.load(dir, { device: 'cpu' });
   try {
     const cfg = ec.config;
     for (const t of plan.tables) {
       const c = cfg.tables.find((x) => x.name === t.name);
-      if (!c || c.rows !== t.rows || c.dim !== t.dim || c.dtype !== t.dtype || c.pooling !== t.pooling || c.features.join() !== t.features.join())
+      if (!c || c.rows !== t.rows || !c.dynamic !== !t.dynamic || c.dim !== t.dim || c.dtype !== t.dtype || c.pooling !== t.pooling || c.features.join() !== t.features.join())
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': table '${t.name}' does not match the plan (rows, dim, dtype, pooling, features)`);
     }
     if (cfg.tables.length !== plan.tables.length) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}' has ${cfg.tables.length} tables; the plan has ${plan.tables.length}`);
     const merged: ShardedConfig = { ...config, optimizer: config.optimizer ?? cfg.optimizer, seed: config.seed ?? cfg.seed };
     const sc = new ShardedEmbeddingCollection(plan, group, merged, { initialize: false });
     plan.tables.forEach((t, i) => {
+      if (t.dynamic) return; // its shards: loadDynamic below
       const ids = allRows(sc, i);
       writeCells(sc, i, ids, ec.readRows(t.name, ids), 'rows');
       if (ec.stateWidth(t.name) > 0) writeCells(sc, i, ids, ec.readState(t.name, ids), 'state');
     });
+    try {
+      await loadDynamic(sc, dir, m.extra?.dynamicShards as SavedShard[] | undefined);
+    } catch (e) {
+      sc.dispose();
+      throw e;
+    }
     sc.step = ec.step;
     return sc;
   } finally {

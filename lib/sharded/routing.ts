@@ -1,5 +1,6 @@
 // routing.ts — the first stage of a sharded forward, on the requester: every feature's ids split by the
-// row ranges of its table (replicated tier, node tier, each row group; one stable native pass), and the
+// row ranges of its table (replicated tier, node tier, each row group; one stable native pass; a dynamic
+// table's raw ids by the range of their hash, core/id_hash.h), and the
 // distinct ids of each ub row group and node tier (all the table's features together), which is what
 // travels for them (docs/wire-protocol.md).
 import type { JaggedBatch } from '../batch.js';
@@ -64,7 +65,8 @@ export function route(L: LocalLayout, batch: JaggedBatch): Routed {
   for (const rt of L.tables)
     for (const f of rt.features) {
       const fv = batch.feature(f);
-      const seg = K.segment(fv.ids, fv.lengths, fv.weights ?? null, rt.bounds, `feature '${f}' (table '${rt.table.name}', ${rt.table.rows} rows)`);
+      // a dynamic table's raw ids go to the row group of their hash and travel as they are
+      const seg = K.segment(fv.ids, fv.lengths, fv.weights ?? null, rt.bounds, `feature '${f}' (table '${rt.table.name}', ${rt.table.rows} rows)`, rt.hashCapacity);
       const starts = [0];
       for (let s = 0; s < seg.counts.length; s++) starts.push(starts[s]! + seg.counts[s]!);
       segs.set(f, { seg, starts });

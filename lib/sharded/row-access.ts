@@ -4,7 +4,9 @@
 // shards on their owners). Writes need no communication (every rank passes the same values and keeps the
 // cells it holds); reads are collectives: each cell comes from exactly one holder and the others add
 // zero bits (an integer sum of the fp32 bit patterns, so the values — signed zeros and NaNs included —
-// arrive bit for bit).
+// arrive bit for bit). A dynamic table's ids are raw ids: each is held by at most one row shard (the one its
+// hash routes to), which reads it; an id no shard holds reads zero. Its rows are written by training and
+// load only (writes refuse it).
 import { EmbshardError } from '../errors.js';
 import { stateWidth } from '../config.js';
 import type { NativeEngine } from '../binding.js';
@@ -14,6 +16,7 @@ import type { ProcessGroup } from './group.js';
 import { exchangeOps } from './exchange-ops.js';
 import type { LocalLayout, LocalTable } from './local-layout.js';
 import type { RowRemaps } from './row-remap.js';
+import type { DynamicShards } from './dynamic-shards.js';
 
 /** What row access needs of a sharded collection. */
 export interface ShardedRows {
@@ -23,6 +26,7 @@ export interface ShardedRows {
   readonly layout: LocalLayout;
   readonly localEngine: NativeEngine;
   readonly remaps: RowRemaps;
+  readonly dynamicShards?: DynamicShards | undefined;
 }
 
 /** Weights (`rows`: [n × dim]) or optimizer state (`state`: [n × stateWidth]). */
@@ -45,7 +49,14 @@ function stateCols(opt: string, dim: number, c0: number, c1: number): [number, n
 }
 
 /** Which of `ids` the local table `lt` holds: their positions in `ids` and their local rows. */
-function slotsOf(lt: LocalTable, rank: number, rpn: number, ids: BigInt64Array): { at: Int32Array; local: BigInt64Array } {
+function slotsOf(lt: LocalTable, rank: number, rpn: number, ids: BigInt64Array, dyn?: { shards: DynamicShards; li: number }): { at: Int32Array; local: BigInt64Array } {
+  if (dyn) {
+    // a dynamic shard: the ids its map holds (the sink slot, lt.rows, marks the others)
+    const slots = dyn.shards.slots(dyn.li, ids), sink = BigInt(lt.rows);
+    const at: number[] = [];
+    slots.forEach((v, k) => v !== sink && at.push(k));
+    return { at: Int32Array.from(at), local: BigInt64Array.from(at, (k) => slots[k]!) };
+  }
   const at: number[] = [];
   const local: bigint[] = [];
   const r0 = BigInt(lt.r0), rows = BigInt(lt.rows), step = BigInt(rpn), first = BigInt(rank % rpn);
@@ -70,12 +81,13 @@ export function checkCells(sc: ShardedRows, name: string, ids: ArrayLike<number 
   const t = sc.plan.tables.findIndex((x) => x.name === name);
   if (t < 0) throw new EmbshardError('UNKNOWN_TABLE', `no table named '${name}'`);
   const rows = BigInt(sc.plan.tables[t]!.rows);
+  const dynamic = sc.plan.tables[t]!.dynamic !== undefined; // any 64-bit id
   const big = ids instanceof BigInt64Array ? ids : new BigInt64Array(ids.length);
   for (let i = 0; i < ids.length; i++) {
     const v = ids[i]!;
     if (typeof v === 'number' && !Number.isInteger(v)) throw new EmbshardError('INVALID_ARGUMENT', `id ${v} is not an integer`);
     const b = typeof v === 'bigint' ? v : BigInt(v);
-    if (b < 0n || b >= rows) throw new EmbshardError('ID_OUT_OF_RANGE', `id ${b} is out of range for table '${name}' (rows ${rows})`);
+    if (!dynamic && (b < 0n || b >= rows)) throw new EmbshardError('ID_OUT_OF_RANGE', `id ${b} is out of range for table '${name}' (rows ${rows})`);
     big[i] = b;
   }
   return { t, ids: big };
@@ -101,7 +113,7 @@ export async function readCells(sc: ShardedRows, t: number, userIds: BigInt64Arr
   const e = sc.localEngine;
   sc.layout.localTables.forEach((lt, li) => {
     if (lt.t !== t || !contributes(lt, rank, rpn)) return;
-    const { at, local } = slotsOf(lt, rank, rpn, ids);
+    const { at, local } = slotsOf(lt, rank, rpn, ids, lt.dynamic ? { shards: sc.dynamicShards!, li } : undefined);
     const m = at.length, cols = lt.c1 - lt.c0;
     if (m === 0) return;
     if (kind === 'rows') {
@@ -136,6 +148,8 @@ export function writeCells(sc: ShardedRows, t: number, userIds: BigInt64Array, v
   const rank = sc.group.rank, rpn = sc.layout.rpn;
   const dim = sc.plan.tables[t]!.dim, opt = sc.config.optimizer.type;
   const width = cellWidth(sc, t, kind);
+  if (sc.plan.tables[t]!.dynamic)
+    throw new EmbshardError('INVALID_ARGUMENT', `table '${sc.plan.tables[t]!.name}' is dynamic: its shards' rows are written by training and load(), not by id`);
   if (!(values instanceof Float32Array) || values.length !== ids.length * width)
     throw new EmbshardError('LENGTH_MISMATCH', `values must be a Float32Array of ids.length × ${width} = ${ids.length * width} floats`);
   const e = sc.localEngine;

@@ -13,7 +13,8 @@
 // routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
 // schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
 // row-access.ts (rows by global id), reshard.ts (checkpoints), row-remap.ts (a plan's hot-id remap: ids
-// become rows before routing and in row access).
+// become rows before routing and in row access), dynamic-shards.ts (dynamic tables: sharded by id hash,
+// each row shard with its own id map; the owner batch's raw ids become slots before the engine call).
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
@@ -21,7 +22,9 @@ import { EngineOwner } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
-import type { BackwardResult, FeatureInfo, Gradients, SequenceOutput } from '../collection.js';
+import type { BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
+import type { DynamicStep } from '../storage/dynamic.js';
+import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
@@ -65,7 +68,9 @@ export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}):
   return {
     tables: plan.tables.map((t) => ({
       name: t.name,
-      rows: t.rows,
+      ...(t.dynamic
+        ? { rows: 'dynamic' as const, capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates }, eviction: t.dynamic.eviction }
+        : { rows: t.rows }),
       dim: t.dim,
       pooling: t.pooling,
       features: [...t.features],
@@ -108,6 +113,10 @@ interface StepCtx {
   rrecv: Schedule;
   unions: RelayUnion[];
   used: boolean;
+  /** dynamic shards: the owner batch's translation (its sinks are zeroed after the backward) */
+  dyn?: DynamicStep;
+  /** admitting forwards called before this one's backward may run (admitSeq at its call) */
+  seq: number;
 }
 
 interface Prepared {
@@ -139,6 +148,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   readonly traffic: RankCounters = { forward: zeroTraffic(), backward: zeroTraffic() };
   /** the batch given to prepare(), its routing and its input exchange under way */
   private prepared: Prepared | undefined;
+  /** the dynamic tables' row shards this rank holds (rows: 'dynamic'), when there are any */
+  private readonly dynamic: DynamicShards | undefined;
+  /** admitting forwards called so far (the same on every rank): a backward must follow the latest */
+  private admitSeq = 0;
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     super('ShardedEmbeddingCollection');
@@ -167,7 +180,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const storage = shardStorage(L.localTables.map((t) => ({ ...t, dtype: localDtype(t) })), config.storage, group.rank, this.config.optimizer.type);
     this.engine = new addon.Engine(
       {
-        tables: L.localTables.map((t) => ({ name: t.name, rows: t.rows, dim: t.dim, dtype: localDtype(t), idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
+        // a dynamic shard's engine table has one more row: its sink (lib/storage/dynamic.ts)
+        tables: L.localTables.map((t) => ({ name: t.name, rows: t.dynamic ? t.rows + 1 : t.rows, dim: t.dim, dtype: localDtype(t), idPolicy: 'error', init: { kind: 'constant', a: 0, b: 0 } })),
         features: L.localFeatures.map((f) => ({ name: f.name, table: f.table, pooling: f.pooling })),
         optimizer: { ...this.config.optimizer },
         seed: this.config.seed,
@@ -176,7 +190,38 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       this.config.device,
       storage,
     );
+    this.dynamic = DynamicShards.of(L, this.config, addon);
+    this.dynamic?.resetSinks(this.engine);
     if (internal?.initialize ?? true) this.initializeShards();
+  }
+
+  /**
+   * Counters of the dynamic row shards this rank holds (hits, misses, admissions, evictions, rows held),
+   * each with its table, row group and rank. Every shard counts the ids routed to it.
+   */
+  stats(): DynamicShardStats[] {
+    this.live();
+    return this.dynamic?.stats() ?? [];
+  }
+
+  /** The raw ids a dynamic table's row shards on this rank hold (per shard, in slot order). */
+  heldIds(table: string): HeldShard[] {
+    this.live();
+    const t = this.plan.tables.findIndex((x) => x.name === table);
+    if (t < 0) throw new EmbshardError('UNKNOWN_TABLE', `no table named '${table}'`);
+    if (!this.plan.tables[t]!.dynamic) throw new EmbshardError('INVALID_ARGUMENT', `table '${table}' is not dynamic`);
+    return this.dynamic?.heldIds(t) ?? [];
+  }
+
+  /** Frees native memory now; any later use raises DISPOSED. */
+  override dispose(): void {
+    super.dispose();
+    this.dynamic?.dispose();
+  }
+
+  /** @internal the dynamic shards (checkpoints) */
+  get dynamicShards(): DynamicShards | undefined {
+    return this.dynamic;
   }
 
   /** Fills every local table with exactly the values a single collection starts with there. */
@@ -187,7 +232,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // the whole collection's init parameters (defaults resolved against the whole table's rows)
     const inits = toNativeConfig(this.config, true).tables.map((t) => t.init);
     this.layout.localTables.forEach((lt, i) => {
-      if (lt.part === 'idle') return;
+      // dynamic shards: an admitted id's row gets its init when it is admitted
+      if (lt.part === 'idle' || lt.dynamic) return;
       const t = this.config.tables[lt.t]!;
       const { kind, a, b } = inits[lt.t]!;
       const cols = lt.c1 - lt.c0;
@@ -316,14 +362,21 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     for (const f of planFeatures) if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch lacks feature '${f}'`);
   }
 
-  /** Looks up this rank's local batch; every rank of the group must call it (a collective). */
-  forward(batch: JaggedBatch): Promise<ShardedForwardOutput> {
+  /**
+   * Looks up this rank's local batch; every rank of the group must call it (a collective). Dynamic
+   * tables: `admit: false` (evaluation) admits no ids; ids a shard does not hold read its sink.
+   */
+  forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<ShardedForwardOutput> {
+    rejectUnknownFields(options, ['admit'], 'forward options', 'INVALID_ARGUMENT');
     const pre = this.prepared;
     if (pre && pre.batch !== batch)
       throw new EmbshardError('INVALID_ARGUMENT', 'forward() must take the batch given to prepare() first (its ids are already on their way to the owners)');
     if (!pre) this.checkBatch(batch);
     this.prepared = undefined;
-    return this.enqueue(() => this.forwardStep(batch, pre));
+    // counted on every rank alike (also on ranks without a dynamic shard), so a stale backward fails everywhere
+    const admit = this.plan.tables.some((t) => t.dynamic) && options.admit !== false;
+    const seq = admit ? ++this.admitSeq : this.admitSeq;
+    return this.enqueue(() => this.forwardStep(batch, pre, admit, seq));
   }
 
   /**
@@ -355,6 +408,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const ctx = (out as Out)?.[STEP];
     if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
+    // dynamic tables: slots are meaningful for the maps the forward saw; a later admitting forward (the
+    // same on every rank) may have evicted them
+    if (ctx.seq !== this.admitSeq)
+      throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     const B = ctx.B;
     if (this.pooledDim > 0) {
@@ -373,7 +430,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- forward
-  private async forwardStep(batch: JaggedBatch, pre: Prepared | undefined): Promise<ShardedForwardOutput> {
+  private async forwardStep(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
     const K = exchangeOps();
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
     const B = batch.batchSize;
@@ -390,6 +447,12 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // with this rank's own lookups (dp tables, replicated tiers) in its first B bags
     const owner = ownerBatch(L, recv, Btot, segs, B, weighted);
     const e = this.live();
+    // dynamic shards: raw ids → slots of each shard's map (dynamic-shards.ts); the engine runs on slots
+    let dyn: DynamicStep | undefined;
+    if (this.dynamic) {
+      dyn = admit ? await this.dynamic.translate(owner.batch, e) : this.dynamic.lookup(owner.batch);
+      owner.batch = dyn.native;
+    }
     const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
     const ownerOut = engineOut, localOut = engineOut;
     // 5. outputs back to every source, slot by slot of the owner schedule
@@ -499,7 +562,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false } satisfies StepCtx, enumerable: false });
+    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) } satisfies StepCtx, enumerable: false });
     return out;
   }
 
@@ -652,6 +715,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = await this.live().backward(upd, pooledGrad, seqGrads);
+    if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step
     g.release(gin.data);
     this.traffic.backward = counters;

@@ -129,7 +129,7 @@ export class DynamicTables {
   /** every feature of the collection → its table index */
   private readonly tableOf: Map<string, number>;
 
-  private constructor(config: ResolvedConfig, addon: Addon) {
+  private constructor(config: ResolvedConfig, addon: Addon, initStreams?: readonly number[]) {
     this.addon = addon as unknown as DynamicAddon;
     this.tableOf = new Map(config.tables.flatMap((t, i) => t.features.map((f) => [f, i] as const)));
     this.entries = [];
@@ -138,7 +138,7 @@ export class DynamicTables {
       if (!d) return;
       const spec: NativeDynamicSpec = {
         capacity: d.capacity, minCount: d.minCount, candidates: d.minCount > 1 ? d.candidates : 0, eviction: d.eviction,
-        dim: t.dim, init: nativeInit(t.init, t.rows), dtype: t.dtype, default: d.default, seed: config.seed, table: i, stateWidth: stateWidth(config.optimizer.type, t.dim),
+        dim: t.dim, init: nativeInit(t.init, t.rows), dtype: t.dtype, default: d.default, seed: config.seed, table: initStreams?.[i] ?? i, stateWidth: stateWidth(config.optimizer.type, t.dim),
         ...(d.spill ? { spillPath: join(d.spill.path, `spill-${i}.bin`), spillField: `tables[${i}].spill.path` } : {}),
       };
       const e: Entry = { table: i, name: t.name, capacity: d.capacity, dim: t.dim, stateWidth: spec.stateWidth, spill: !!d.spill, hashed: d.default === 'hashed', map: new this.addon.DynamicMap(spec) };
@@ -147,9 +147,13 @@ export class DynamicTables {
     });
   }
 
-  /** The dynamic tables of `config`, or undefined when it has none. */
-  static of(config: ResolvedConfig, addon: Addon): DynamicTables | undefined {
-    return config.tables.some((t) => t.dynamic) ? new DynamicTables(config, addon) : undefined;
+  /**
+   * The dynamic tables of `config`, or undefined when it has none. `initStreams[i]`: the init stream of
+   * table i when it is a shard of another collection's table (the sharded runtime: the whole table's index,
+   * so an admitted id starts with the values one collection gives it); default i.
+   */
+  static of(config: ResolvedConfig, addon: Addon, initStreams?: readonly number[]): DynamicTables | undefined {
+    return config.tables.some((t) => t.dynamic) ? new DynamicTables(config, addon, initStreams) : undefined;
   }
 
   has(table: number): boolean {

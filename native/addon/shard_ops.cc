@@ -34,7 +34,7 @@ A copy_out(Napi::Env env, const std::vector<T>& v) {
   return a;
 }
 
-// segment(ids, lengths[B], weights|null, bounds: Float64Array[S+1], what) -> { ids, pos, weights, lengths[S*B], counts[S] }
+// segment(ids, lengths[B], weights|null, bounds: Float64Array[S+1], what, hashCapacity = 0) -> { ids, pos, weights, lengths[S*B], counts[S] }
 Napi::Value Segment(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -61,7 +61,9 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
       if (lengths[b] < 0) throw_error(env, "NEGATIVE_LENGTH", format("%s: bag %lld has a negative length", what.c_str(), static_cast<long long>(b)));
     const void* base = static_cast<uint8_t*>(ids.ArrayBuffer().Data()) + ids.ByteOffset();
     shard::Segmented s;
-    shard::segment(base, t, n, lengths, B, weights, bounds, static_cast<int>(nb - 1), what.c_str(), s);
+    const int64_t hashCapacity = info.Length() > 5 && !info[5].IsUndefined() ? int_arg(env, info[5], "segment: hashCapacity") : 0;
+    if (hashCapacity < 0) bad(env, "segment: hashCapacity must be >= 0");
+    shard::segment(base, t, n, lengths, B, weights, bounds, static_cast<int>(nb - 1), what.c_str(), s, hashCapacity);
     Napi::Object o = Napi::Object::New(env);
     o.Set("ids", copy_out<int64_t, Napi::BigInt64Array>(env, s.ids));
     o.Set("pos", copy_out<int32_t, Napi::Int32Array>(env, s.pos));
@@ -82,8 +84,10 @@ Napi::Value Unique(const Napi::CallbackInfo& info) {
     const int64_t* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "unique: ids", n);
     const int64_t m = int_arg(env, info[1], "unique: m");
     if (m < 1) bad(env, "unique: m must be >= 1");
-    for (int64_t i = 0; i < n; ++i)
-      if (ids[i] < 0) throw_error(env, "ID_OUT_OF_RANGE", format("unique: id %lld is negative", static_cast<long long>(ids[i])));
+    // raw ids of a dynamic table may be negative (any 64 bits): only residues need non-negative ids
+    if (m > 1)
+      for (int64_t i = 0; i < n; ++i)
+        if (ids[i] < 0) throw_error(env, "ID_OUT_OF_RANGE", format("unique: id %lld is negative", static_cast<long long>(ids[i])));
     shard::Uniq u;
     shard::unique(ids, n, m, u);
     Napi::Object o = Napi::Object::New(env);
@@ -272,6 +276,21 @@ Napi::Value InitSlice(const Napi::CallbackInfo& info) {
   });
 }
 
+// hashKeys(ids: BigInt64Array, capacity) -> Float64Array: a dynamic table's ids as distinct row-space keys (shard::hash_keys)
+Napi::Value HashKeys(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "hashKeys: ids must be a BigInt64Array");
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int64_t* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "hashKeys: ids", n);
+    const int64_t capacity = int_arg(env, info[1], "hashKeys: capacity");
+    if (capacity < 1 || capacity > (int64_t{1} << 31)) bad(env, "hashKeys: capacity must be in [1, 2^31]");
+    Napi::Float64Array out = Napi::Float64Array::New(env, static_cast<size_t>(n));
+    shard::hash_keys(ids, n, capacity, out.Data());
+    return out;
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("segment", Napi::Function::New(env, Segment, "segment"));
@@ -283,6 +302,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("gradUnique", Napi::Function::New(env, GradUnique, "gradUnique"));
   o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
+  o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));
   exports.Set("shard", o);
 }
 

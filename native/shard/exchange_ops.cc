@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/half.h"
+#include "core/id_hash.h"
 #include "core/pooling.h"
 
 namespace embshard::shard {
@@ -33,7 +34,7 @@ inline float get(const void* src, Wire w, int64_t k) {
 }  // namespace
 
 void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
-             const double* bounds, int S, const char* what, Segmented& out) {
+             const double* bounds, int S, const char* what, Segmented& out, int64_t hashCapacity) {
   int64_t total = 0;
   for (int64_t b = 0; b < B; ++b) total += lengths[b];
   if (total != n)
@@ -46,8 +47,9 @@ void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, 
   for (int64_t b = 0; b < B; ++b) {
     for (int32_t k = 0; k < lengths[b]; ++k, ++i) {
       const int64_t v = id_at(ids, idType, i);
-      const double dv = static_cast<double>(v);
-      if (dv < lo || dv >= hi)
+      const double dv = hashCapacity > 0 ? static_cast<double>(hash_row(static_cast<uint64_t>(v), static_cast<uint64_t>(hashCapacity)))
+                                         : static_cast<double>(v);
+      if (hashCapacity <= 0 && (dv < lo || dv >= hi))
         fail("ID_OUT_OF_RANGE", "%s: id %lld is outside [%.0f, %.0f)", what, static_cast<long long>(v), lo, hi);
       int s = static_cast<int>(std::upper_bound(bounds + 1, bounds + S, dv) - (bounds + 1));
       seg[static_cast<size_t>(i)] = s;
@@ -63,7 +65,7 @@ void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, 
   for (int64_t j = 0; j < n; ++j) {
     const int s = seg[static_cast<size_t>(j)];
     const int64_t k = at[static_cast<size_t>(s)]++;
-    out.ids[static_cast<size_t>(k)] = id_at(ids, idType, j) - static_cast<int64_t>(bounds[s]);
+    out.ids[static_cast<size_t>(k)] = id_at(ids, idType, j) - (hashCapacity > 0 ? 0 : static_cast<int64_t>(bounds[s]));
     out.pos[static_cast<size_t>(k)] = static_cast<int32_t>(j);
     if (weights) out.weights[static_cast<size_t>(k)] = weights[j];
   }
@@ -84,6 +86,23 @@ void unique(const int64_t* ids, int64_t n, int64_t m, Uniq& out) {
       ++out.counts[static_cast<size_t>(ids[i] % m)];
     }
     out.inverse[static_cast<size_t>(i)] = static_cast<int32_t>(out.values.size() - 1);
+  }
+}
+
+void hash_keys(const int64_t* ids, int64_t n, int64_t capacity, double* out) {
+  std::vector<std::pair<uint64_t, int64_t>> vk(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) vk[static_cast<size_t>(i)] = {hash_row(static_cast<uint64_t>(ids[i]), static_cast<uint64_t>(capacity)), ids[i]};
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return vk[static_cast<size_t>(a)] < vk[static_cast<size_t>(b)]; });
+  constexpr double kStep = 1.0 / 4194304.0;  // 2^-22
+  int64_t k = -1;
+  for (int64_t j = 0; j < n; ++j) {
+    const auto& cur = vk[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    if (j == 0 || cur.first != vk[static_cast<size_t>(order[static_cast<size_t>(j - 1)])].first) k = 0;
+    else if (cur.second != vk[static_cast<size_t>(order[static_cast<size_t>(j - 1)])].second) ++k;
+    if (k >= 4194304) fail("INVALID_SIZE", "hash_keys: virtual row %llu has 2^22 distinct ids or more", static_cast<unsigned long long>(cur.first));
+    out[order[static_cast<size_t>(j)]] = static_cast<double>(cur.first) + static_cast<double>(k) * kStep;
   }
 }
 

@@ -17,6 +17,8 @@ inline int wire_size(Wire w) { return static_cast<int>(dtype_size(w)); }
 // Ids of one feature ([B] bags) split by the row ranges [bounds[s], bounds[s+1]): a stable counting sort.
 // Outputs ids relative to their range start, the original position of each, per-range bag lengths [S × B]
 // (range-major) and the count per range. ID_OUT_OF_RANGE names `what` when an id is outside [bounds[0], bounds[S]).
+// hashCapacity > 0 (a dynamic table, core/id_hash.h): an id falls in the range of its virtual row
+// hash_row(id, hashCapacity) and is output as it is (a raw id, not relative); every id is valid.
 struct Segmented {
   std::vector<int64_t> ids;
   std::vector<int32_t> pos;
@@ -25,7 +27,13 @@ struct Segmented {
   std::vector<int64_t> counts;
 };
 void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
-             const double* bounds, int S, const char* what, Segmented& out);
+             const double* bounds, int S, const char* what, Segmented& out, int64_t hashCapacity = 0);
+
+// Keys of a dynamic table's raw ids for counting traffic in row space: key = virtual row v = hash_row(id,
+// capacity) plus k / 2^22 for the k-th distinct id (ascending) of the call with that v. Keys are distinct
+// exactly when the ids are, and floor(key) = v, so row ranges keep their ids. INVALID_SIZE if a virtual
+// row gets 2^22 distinct ids or more.
+void hash_keys(const int64_t* ids, int64_t n, int64_t capacity, double* out);
 
 // Distinct values of `ids`, ordered by (v mod m, v) (m = 1: ascending), with the count per residue and
 // the index of every input id in the distinct list.

@@ -123,6 +123,12 @@ describe('process groups and the sharded collection', () => {
     await rejects('comm.fwd', () => new ShardedEmbeddingCollection(plan, groups[0]!, { comm: { fwd: 'fp16' } } as never));
     await rejects('optimiser', () => new ShardedEmbeddingCollection(plan, groups[0]!, { optimiser: { type: 'sgd', lr: 1 } } as never));
     expect(groups.map((g) => new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'sgd', lr: 1 } }).pooledDim)).toEqual([4, 4]);
+    const [one] = createInProcessGroups(1);
+    const sc = new ShardedEmbeddingCollection(planShards([{ name: 't', rows: 10, dim: 4 }], smallTopology(1, 1), { batchSize: 2 }), one!);
+    const b = JaggedBatch.fromLengths({ features: ['t'], batchSize: 1, lengths: Int32Array.from([1]), ids: Int32Array.from([1]) });
+    await rejects('forward options.admitt', () => sc.forward(b, { admitt: false } as never), 'INVALID_ARGUMENT');
+    expect((await sc.forward(b, { admit: false })).pooled.length).toBe(4);
+    sc.dispose();
   });
 
   it('names an unknown Herald option', async () => {
@@ -139,6 +145,8 @@ describe('planner inputs', () => {
     await rejects('batchsize', () => planShards(tables, topo, { batchSize: 2, batchsize: 2 } as never));
     await rejects('wire.fwd', () => planShards(tables, topo, { batchSize: 2, wire: { fwd: 'fp16' } as never }));
     await rejects('table.poolng', () => normalizeTable({ name: 't', rows: 1, dim: 1, poolng: 'sum' }));
+    await rejects('table.admission.mincount', () => normalizeTable({ name: 't', rows: 'dynamic', capacity: 4, dim: 1, admission: { minCount: 1, mincount: 2 } }));
+    expect(normalizeTable({ name: 't', rows: 'dynamic', capacity: 4, dim: 1, admission: { minCount: 2 } }).dynamic?.minCount).toBe(2);
     await rejects('topology.nodes', () => normalizeTopology({ ...topo, nodes: 1 }));
     await rejects('memoryFrac', () => topologyPreset('dgx-h100', { worldSize: 8, memoryFrac: 0.5 } as never));
     const plan = planShards(tables, topo, { batchSize: 2 });

@@ -100,7 +100,7 @@ describe('ShardPlan format', () => {
 
   it('names the bad path of an invalid plan', () => {
     expectPlanError((j) => (j.format = 'other' as never), '$.format');
-    expectPlanError((j) => (j.version = 3 as never), '$.version', 'unsupported version');
+    expectPlanError((j) => (j.version = 4 as never), '$.version', 'unsupported version');
     expectPlanError((j) => ((j.topology as { worldSize: number }).worldSize = 0), '$.topology.worldSize');
     expectPlanError((j) => ((j.topology as { ranksPerNode: number }).ranksPerNode = 3), '$.topology.ranksPerNode');
     expectPlanError((j) => (j.batchSize = 1.5), '$.batchSize');
