@@ -54,17 +54,19 @@ void RowCache::plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan
   out.miss.clear();
   out.victim.clear();
   out.victimDirty.clear();
+  // the tags of each row's set are loaded a few rows ahead, the record of each slot found while the
+  // later finds run; then the hits are stamped and the misses listed
   constexpr int64_t kAhead = 8;
   for (int64_t i = 0; i < std::min(n, kAhead); ++i) prefetch_set(rows[i]);
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n) prefetch_set(rows[i + kAhead]);
     const int64_t s = find(rows[i]);
-    if (s >= 0) {
-      out.slot[i] = s;
-      meta_[s].stamp = epoch_;
-    } else {
-      out.miss.push_back(static_cast<uint32_t>(i));
-    }
+    out.slot[i] = s;
+    if (s >= 0) __builtin_prefetch(&meta_[s], 1);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (out.slot[i] >= 0) meta_[out.slot[i]].stamp = epoch_;
+    else out.miss.push_back(static_cast<uint32_t>(i));
   }
   size_t kept = 0;
   for (size_t m = 0; m < out.miss.size(); ++m) {
