@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/parallel.h"
+#include "cpu/radix_sort.h"
 #include "storage/slot_store.h"
 
 namespace embshard::storage {
@@ -80,16 +81,21 @@ void DiskEngine::collect(const PreparedBatch& b) {
         posIdx_[i] = hval_[h];
       }
     }
+    // (row, first-seen index) pairs radix-sorted by row (as many bits as the table's row numbers have)
     const size_t u = first_.size();
-    order_.resize(u);
-    for (size_t k = 0; k < u; ++k) order_[k] = static_cast<uint32_t>(k);
-    std::sort(order_.begin(), order_.end(), [&](uint32_t x, uint32_t y) { return first_[x] < first_[y]; });
-    uniq_[t].resize(u);
+    sortKeys_.assign(first_.begin(), first_.end());
+    sortVals_.resize(u);
+    for (size_t k = 0; k < u; ++k) sortVals_[k] = static_cast<uint32_t>(k);
+    tmpKeys_.resize(u);
+    tmpVals_.resize(u);
+    const int keyBits = 64 - __builtin_clzll(std::max<uint64_t>(spec_.tables[t].rows, 2) - 1);
+    const bool inTmp = radix_sort_pairs<uint64_t>(sortKeys_.data(), sortVals_.data(), tmpKeys_.data(), tmpVals_.data(),
+                                                   static_cast<int64_t>(u), keyBits);
+    const uint64_t* keys = inTmp ? tmpKeys_.data() : sortKeys_.data();
+    const uint32_t* vals = inTmp ? tmpVals_.data() : sortVals_.data();
+    uniq_[t].assign(keys, keys + u);
     rank_[t].resize(u);
-    for (size_t k = 0; k < u; ++k) {
-      uniq_[t][k] = first_[order_[k]];
-      rank_[t][order_[k]] = static_cast<uint32_t>(k);
-    }
+    for (size_t k = 0; k < u; ++k) rank_[t][vals[k]] = static_cast<uint32_t>(k);
   }
 }
 

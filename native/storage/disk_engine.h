@@ -70,8 +70,10 @@ class DiskEngine : public Engine {
   std::vector<std::vector<uint32_t>> rank_;  // first-seen index -> place in uniq_
   std::vector<int64_t> ids_;  // the batch's ids rewritten to inner rows
   // collect()'s scratch: per id its first-seen index; the hash table; distinct rows in first-seen order
-  std::vector<uint32_t> posIdx_, hval_, order_;
+  std::vector<uint32_t> posIdx_, hval_;
   std::vector<uint64_t> hkey_, first_;
+  std::vector<uint64_t> sortKeys_, tmpKeys_;  // radix sort of (row, first-seen index) pairs
+  std::vector<uint32_t> sortVals_, tmpVals_;
   PreparedBatch inner_batch_;
   const PreparedBatch* staged_ = nullptr;  // the forward's batch whose slots are staged and pinned
 };

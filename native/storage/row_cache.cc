@@ -20,8 +20,7 @@ CacheGeometry cache_geometry(uint64_t cacheBytes, uint64_t slotDataBytes, uint64
 }
 
 RowCache::RowCache(CacheGeometry g, Policy p)
-    : g_(g), policy_(p), tag_(g.slots, kEmptySlot), tick_(g.slots, 0), uses_(g.slots, 0), stamp_(g.slots, 0),
-      pin_(g.slots, 0), dirty_(g.slots, 0), demand_(g.sets, 0) {}
+    : g_(g), policy_(p), tag_(g.slots, kEmptySlot), meta_(g.slots), demand_(g.sets, 0) {}
 
 int64_t RowCache::find(uint64_t row) const {
   const uint64_t base = (row % g_.sets) * g_.ways;
@@ -42,27 +41,32 @@ int64_t RowCache::overflowing_set(const uint64_t* rows, int64_t n, uint64_t* nee
 }
 
 bool RowCache::colder(uint64_t a, uint64_t b) const {
-  if (policy_ == Policy::LFU && uses_[a] != uses_[b]) return uses_[a] < uses_[b];
-  return tick_[a] < tick_[b];
+  if (policy_ == Policy::LFU && meta_[a].uses != meta_[b].uses) return meta_[a].uses < meta_[b].uses;
+  return meta_[a].tick < meta_[b].tick;
 }
 
 void RowCache::plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan& out) {
   if (++epoch_ == 0) {  // wrapped: clear the stamps so no slot looks taken by this batch
-    std::fill(stamp_.begin(), stamp_.end(), 0u);
+    for (Meta& m : meta_) m.stamp = 0;
     epoch_ = 1;
   }
   out.slot.assign(static_cast<size_t>(n), -1);
   out.miss.clear();
   out.victim.clear();
   out.victimDirty.clear();
+  // the tags of each row's set are loaded a few rows ahead, the record of each slot found while the
+  // later finds run; then the hits are stamped and the misses listed
+  constexpr int64_t kAhead = 8;
+  for (int64_t i = 0; i < std::min(n, kAhead); ++i) prefetch_set(rows[i]);
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) prefetch_set(rows[i + kAhead]);
     const int64_t s = find(rows[i]);
-    if (s >= 0) {
-      out.slot[i] = s;
-      stamp_[s] = epoch_;
-    } else {
-      out.miss.push_back(static_cast<uint32_t>(i));
-    }
+    out.slot[i] = s;
+    if (s >= 0) __builtin_prefetch(&meta_[s], 1);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (out.slot[i] >= 0) meta_[out.slot[i]].stamp = epoch_;
+    else out.miss.push_back(static_cast<uint32_t>(i));
   }
   size_t kept = 0;
   for (size_t m = 0; m < out.miss.size(); ++m) {
@@ -71,7 +75,7 @@ void RowCache::plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan
     int64_t best = -1;
     for (uint64_t w = 0; w < g_.ways; ++w) {
       const uint64_t s = base + w;
-      if (stamp_[s] == epoch_ || (respectPins && pinned(s))) continue;
+      if (meta_[s].stamp == epoch_ || (respectPins && pinned(s))) continue;
       if (tag_[s] == kEmptySlot) {
         best = static_cast<int64_t>(s);
         break;
@@ -79,11 +83,11 @@ void RowCache::plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan
       if (best < 0 || colder(s, static_cast<uint64_t>(best))) best = static_cast<int64_t>(s);
     }
     if (best < 0) continue;  // best effort: no way free for this row
-    stamp_[best] = epoch_;
+    meta_[best].stamp = epoch_;
     out.slot[i] = best;
     out.miss[kept++] = i;
     out.victim.push_back(tag_[best]);
-    out.victimDirty.push_back(tag_[best] != kEmptySlot && dirty_[best]);
+    out.victimDirty.push_back(tag_[best] != kEmptySlot && meta_[best].dirty);
   }
   out.miss.resize(kept);
 }
@@ -93,25 +97,25 @@ void RowCache::commit(const uint64_t* rows, const CachePlan& p, bool use) {
   for (size_t m = 0; m < p.miss.size(); ++m) {
     const int64_t s = p.slot[p.miss[m]];
     tag_[s] = rows[p.miss[m]];
-    dirty_[s] = 0;
-    uses_[s] = 0;
-    tick_[s] = clock_;
+    meta_[s].dirty = 0;
+    meta_[s].uses = 0;
+    meta_[s].tick = clock_;
   }
   if (!use) return;
   for (int64_t s : p.slot) {
     if (s < 0) continue;
-    tick_[s] = clock_;
-    ++uses_[s];
+    meta_[s].tick = clock_;
+    ++meta_[s].uses;
   }
 }
 
 void RowCache::pin(const CachePlan& p) {
   if (++pinEpoch_ == 0) {
-    std::fill(pin_.begin(), pin_.end(), 0u);
+    for (Meta& m : meta_) m.pin = 0;
     pinEpoch_ = 1;
   }
   for (int64_t s : p.slot)
-    if (s >= 0) pin_[s] = pinEpoch_;
+    if (s >= 0) meta_[s].pin = pinEpoch_;
 }
 
 }  // namespace embshard::storage

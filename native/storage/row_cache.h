@@ -52,24 +52,35 @@ class RowCache {
   // Pins the slots of a plan (replacing the previous pins) / releases every pin.
   void pin(const CachePlan& p);
   void unpin() { pinEpoch_ = 0; }
-  void mark_dirty(int64_t slot) { dirty_[slot] = 1; }
-  void mark_clean(int64_t slot) { dirty_[slot] = 0; }
-  bool dirty(int64_t slot) const { return dirty_[slot] != 0; }
+  void mark_dirty(int64_t slot) { meta_[slot].dirty = 1; }
+  void mark_clean(int64_t slot) { meta_[slot].dirty = 0; }
+  bool dirty(int64_t slot) const { return meta_[slot].dirty != 0; }
   uint64_t tag(int64_t slot) const { return tag_[slot]; }
 
  private:
-  bool pinned(uint64_t s) const { return pinEpoch_ != 0 && pin_[s] == pinEpoch_; }
+  bool pinned(uint64_t s) const { return pinEpoch_ != 0 && meta_[s].pin == pinEpoch_; }
   // true when slot a ranks below slot b for eviction
   bool colder(uint64_t a, uint64_t b) const;
+  // Starts loading the tags of row's set (the way scan of a later find).
+  void prefetch_set(uint64_t row) const {
+    const uint64_t* t = tag_.data() + (row % g_.sets) * g_.ways;
+    __builtin_prefetch(t);
+    __builtin_prefetch(t + 8);
+  }
 
   CacheGeometry g_;
   Policy policy_;
+  // Tags apart (a find scans a set's ways: two cache lines), everything else a step touches per slot
+  // together (one cache line per slot, not one per field).
   std::vector<uint64_t> tag_;
-  std::vector<uint64_t> tick_;   // batch clock of the last use
-  std::vector<uint32_t> uses_;   // batches used in (LFU)
-  std::vector<uint32_t> stamp_;  // plan epoch that placed a row here (one row per slot per batch)
-  std::vector<uint32_t> pin_;
-  std::vector<uint8_t> dirty_;
+  struct Meta {
+    uint64_t tick = 0;   // batch clock of the last use
+    uint32_t uses = 0;   // batches used in (LFU)
+    uint32_t stamp = 0;  // plan epoch that placed a row here (one row per slot per batch)
+    uint32_t pin = 0;
+    uint8_t dirty = 0;
+  };
+  std::vector<Meta> meta_;
   std::vector<uint16_t> demand_;  // per set, scratch of overflowing_set
   uint32_t epoch_ = 0, pinEpoch_ = 0;
   uint64_t clock_ = 0;

@@ -3,14 +3,13 @@
 // fresh spill folder) trains on bitwise like the one saved, and like a dynamic table whose capacity holds
 // every id; a missing, truncated or altered copy is CHECKPOINT_CORRUPT; a process killed while it trains
 // and saves leaves the last finished save, which loads to what that many steps give.
-import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, truncateSync, writeFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch, type OptimizerConfig, type TableConfig } from '../../lib/index.js';
 import { rng } from '../embedding/oracle.js';
 import { compileTs, root } from '../sharded/mpi-harness.js';
-import { tempDir } from './helpers.js';
+import { killAfterSaves, tempDir } from './helpers.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { config as killConfig, SAVE_EVERY, train as killTrain } from './kill-spill.mjs';
 
@@ -139,19 +138,7 @@ describe('checkpoints of dynamic tables with spill', () => {
   it('killed while it trains and saves: the last finished save loads, bitwise what that many steps give', async () => {
     compileTs();
     const ckpt = join(fresh('kill'), 'ck');
-    const child = spawn(process.execPath, [join(root, 'test', 'storage', 'kill-spill.mjs'), join(root, 'dist', 'lib', 'index.js'), fresh('run'), ckpt], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let lastSaved = 0;
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => {
-        for (const m of d.toString().matchAll(/saved (\d+)/g)) lastSaved = Number(m[1]);
-        if (lastSaved >= 6 * SAVE_EVERY) setTimeout(() => child.kill('SIGKILL'), 3);
-      });
-      child.on('exit', (_code, signal) => (signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited: ${stderr}`))));
-    });
+    const lastSaved = await killAfterSaves(join(root, 'test', 'storage', 'kill-spill.mjs'), [join(root, 'dist', 'lib', 'index.js'), fresh('run'), ckpt], 6 * SAVE_EVERY, 3);
     const loaded = await EmbeddingCollection.load(ckpt, { spillPath: fresh('loaded') });
     const twin = new EmbeddingCollection(killConfig(fresh('twin')));
     try {

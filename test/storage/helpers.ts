@@ -1,5 +1,6 @@
 // helpers.ts — batches over a collection's features with uniform or Zipf ids (hot ranks scattered over
-// the id space), random gradients, and a temporary folder per suite.
+// the id space), random gradients, a temporary folder per suite, and the kill tests' child process.
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,5 +48,24 @@ export function everything(ec: EmbeddingCollection): Float32Array[] {
   return ec.tables.flatMap((t) => {
     const ids = BigInt64Array.from({ length: t.rows }, (_, i) => BigInt(i));
     return [ec.readRows(t.name, ids), ec.readState(t.name, ids)];
+  });
+}
+
+/**
+ * Runs `node script ...args` (a kill-*.mjs run that prints `saved <step>` after each finished save) and
+ * SIGKILLs it `delayMs` after it has printed a save of step `afterStep` or later, at whatever point of a
+ * step or a save it then is; resolves with the last step it printed as saved.
+ */
+export function killAfterSaves(script: string, args: string[], afterStep: number, delayMs: number): Promise<number> {
+  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let lastSaved = 0;
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  return new Promise<number>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => {
+      for (const m of d.toString().matchAll(/saved (\d+)/g)) lastSaved = Number(m[1]);
+      if (lastSaved >= afterStep) setTimeout(() => child.kill('SIGKILL'), delayMs);
+    });
+    child.on('exit', (_code, signal) => (signal === 'SIGKILL' ? resolve(lastSaved) : reject(new Error(`child exited: ${err}`))));
   });
 }

@@ -3,6 +3,8 @@
 // its child process make the same ones). Run as a script (node kill-spill.mjs <dist index.js> <spill dir>
 // <checkpoint dir>) it trains forever, saving every SAVE_EVERY steps and printing `saved <step>` after
 // each finished save.
+import { lcg, trainAndSave } from './kill-steps.mjs';
+
 export const SAVE_EVERY = 2;
 const B = 8;
 
@@ -11,14 +13,6 @@ export function config(spillPath) {
     tables: [{ name: 'u', rows: 'dynamic', capacity: 48, dim: 8, features: ['u'], init: { type: 'uniform', low: -0.5, high: 0.5 }, spill: { path: spillPath } }],
     optimizer: { type: 'adam', lr: 0.01 },
     seed: 7,
-  };
-}
-
-function lcg(seed) {
-  let x = (seed * 2654435761) >>> 0 || 1;
-  return () => {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    return x / 4294967296;
   };
 }
 
@@ -35,13 +29,5 @@ export async function train(ec, JaggedBatch, s) {
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
   const [, , index, dir, ckpt] = process.argv;
-  const { EmbeddingCollection, JaggedBatch } = await import(index);
-  const ec = new EmbeddingCollection(config(dir));
-  for (let s = 0; ; s++) {
-    await train(ec, JaggedBatch, s);
-    if ((s + 1) % SAVE_EVERY === 0) {
-      await ec.save(ckpt);
-      console.log(`saved ${s + 1}`);
-    }
-  }
+  await trainAndSave(index, config, train, dir, ckpt, SAVE_EVERY);
 }

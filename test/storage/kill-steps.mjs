@@ -16,7 +16,7 @@ export function config(path) {
   };
 }
 
-function lcg(seed) {
+export function lcg(seed) {
   let x = (seed * 2654435761) >>> 0 || 1;
   return () => {
     x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
@@ -47,15 +47,24 @@ export async function train(ec, JaggedBatch, s) {
   await ec.backward(out, gradsAt(ec.pooledDim, s));
 }
 
-if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
-  const [, , index, dir, ckpt] = process.argv;
+/**
+ * The child process of a kill test: builds a collection of `config(dir)` from the dist build at `index`
+ * and trains it with `train(ec, JaggedBatch, step)` forever, saving to `ckpt` every `every` steps and
+ * printing `saved <step>` after each finished save.
+ */
+export async function trainAndSave(index, config, train, dir, ckpt, every) {
   const { EmbeddingCollection, JaggedBatch } = await import(index);
   const ec = new EmbeddingCollection(config(dir));
   for (let s = 0; ; s++) {
     await train(ec, JaggedBatch, s);
-    if ((s + 1) % SAVE_EVERY === 0) {
+    if ((s + 1) % every === 0) {
       await ec.save(ckpt);
       console.log(`saved ${s + 1}`);
     }
   }
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop())) {
+  const [, , index, dir, ckpt] = process.argv;
+  await trainAndSave(index, config, train, dir, ckpt, SAVE_EVERY);
 }

@@ -2,12 +2,12 @@
 // saves) leaves the last finished checkpoint intact and loadable; a disk too small for a table file
 // (a file size limit) gives IO_ERROR when the table is made; a table six times larger than its cache
 // trains while the process's resident memory stays within cacheBytes plus the documented overhead.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import { compileTs, root } from '../sharded/mpi-harness.js';
-import { everything, tempDir } from './helpers.js';
+import { everything, killAfterSaves, tempDir } from './helpers.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { config, SAVE_EVERY, train } from './kill-steps.mjs';
 
@@ -21,20 +21,8 @@ describe('disk-backed tables across processes', () => {
   it('killed mid-step (or mid-save): the last finished save() loads, bitwise what that many steps give', async () => {
     compileTs();
     const ckpt = join(tmp.dir, 'ckpt');
-    const child = spawn(process.execPath, [join(root, 'test', 'storage', 'kill-steps.mjs'), index, join(tmp.dir, 'run'), ckpt], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let lastSaved = 0;
-    let err = '';
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => {
-        for (const m of d.toString().matchAll(/saved (\d+)/g)) lastSaved = Number(m[1]);
-        // a few saves in, kill it at whatever point of a step or a save it is in
-        if (lastSaved >= 4 * SAVE_EVERY) setTimeout(() => child.kill('SIGKILL'), 7);
-      });
-      child.on('exit', (_code, signal) => (signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited: ${err}`))));
-    });
+    // a few saves in, kill it at whatever point of a step or a save it is in
+    const lastSaved = await killAfterSaves(join(root, 'test', 'storage', 'kill-steps.mjs'), [index, join(tmp.dir, 'run'), ckpt], 4 * SAVE_EVERY, 7);
     const loaded = await EmbeddingCollection.load(ckpt, { storagePath: join(tmp.dir, 'loaded') });
     // the checkpoint is the last printed save or one that finished just before the kill
     expect([lastSaved, lastSaved + SAVE_EVERY]).toContain(loaded.step);
