@@ -370,7 +370,7 @@ function tableSpecJSON(t: PlanTableSpec | Table): PlanTableSpec {
     weighted: t.weighted ?? false,
   };
   // a dynamic table: its resolved settings (a Table) or the spec's; its access tail is implied ('shuffled')
-  const d = 'dynamic' in t && t.dynamic ? { capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates }, eviction: t.dynamic.eviction } : undefined;
+  const d = 'dynamic' in t && t.dynamic ? { capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates, ...(t.dynamic.default === 'hashed' ? { default: t.dynamic.default } : {}) }, eviction: t.dynamic.eviction } : undefined;
   const out: PlanTableSpec =
     d !== undefined ? { ...common, rows: 'dynamic', ...d }
     : t.rows === 'dynamic' ? { ...common, rows: 'dynamic', capacity: t.capacity, ...(t.admission ? { admission: { ...t.admission } } : {}), ...(t.eviction ? { eviction: t.eviction } : {}) }

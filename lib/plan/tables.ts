@@ -120,10 +120,10 @@ function dynamicOf(v: Record<string, unknown>, path: string, name: string, code:
   if (v.rows !== 'dynamic' && v.dynamic !== undefined) {
     // an already validated Table (its rows are the capacity): its settings checked again as a spec's
     const d = v.dynamic as Record<string, unknown>;
-    if (!isObject(d)) bad(code, `${path}.dynamic`, 'must be an object { capacity, minCount, candidates, eviction }');
-    rejectUnknownFields(d, ['capacity', 'minCount', 'candidates', 'eviction'], `${path}.dynamic`, code);
+    if (!isObject(d)) bad(code, `${path}.dynamic`, 'must be an object { capacity, minCount, candidates, eviction, default }');
+    rejectUnknownFields(d, ['capacity', 'minCount', 'candidates', 'eviction', 'default'], `${path}.dynamic`, code);
     if (d.capacity !== v.rows) bad(code, `${path}.dynamic.capacity`, `must equal rows (${String(v.rows)})`);
-    return dynamicOf({ name, rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates }, eviction: d.eviction }, path, name, code);
+    return dynamicOf({ name, rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates, default: d.default }, eviction: d.eviction }, path, name, code);
   }
   if (v.rows !== 'dynamic') {
     for (const k of DYNAMIC_SPEC_FIELDS) if (Object.hasOwn(v, k)) bad(code, `${path}.${k}`, `table '${name}' has ${k} only with rows: 'dynamic'`);
@@ -138,9 +138,7 @@ function dynamicOf(v: Record<string, unknown>, path: string, name: string, code:
     const field = typeof e.details?.path === 'string' ? e.details.path : path;
     throw new EmbshardError(code, e.message, { path: field });
   }
-  if (d.default !== 'zero')
-    bad(code, `${path}.admission.default`, `table '${name}': ids without a row of a sharded dynamic table read zero ('hashed' defaults run in one process)`);
-  return Object.freeze({ capacity: d.capacity, minCount: d.minCount, candidates: d.candidates, eviction: d.eviction });
+  return Object.freeze({ capacity: d.capacity, minCount: d.minCount, candidates: d.candidates, eviction: d.eviction, default: d.default });
 }
 
 /** Validates a list of table specs: unique table names, each feature mapped to one table. */

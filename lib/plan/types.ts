@@ -1,7 +1,7 @@
 // types.ts — the planner's public data types: table specs (the EmbeddingCollection table config plus
 // planner fields), access statistics, topologies, shards, hot-row tiers and per-rank traffic counters.
 import type { DType, OptimizerType, Pooling } from '../binding.js';
-import type { DynamicAdmission, Eviction } from '../storage/dynamic-config.js';
+import type { DynamicAdmission, DynamicDefault, Eviction } from '../storage/dynamic-config.js';
 
 export type { DType, OptimizerType, Pooling };
 
@@ -77,6 +77,8 @@ export interface DynamicPlan {
   /** candidate ids tracked over all shards (each shard tracks its share) */
   readonly candidates: number;
   readonly eviction: Eviction;
+  /** what ids without a row read: 'zero', or 'hashed' (their init row, computed where the id's shard lives) */
+  readonly default: DynamicDefault;
 }
 
 /** A validated table spec with every default filled in. */

@@ -7,9 +7,10 @@
 // the id: the whole table's init stream), then forward and backward run unchanged on the slots; the sink
 // slot b − a is zeroed again after each backward.
 import { JaggedBatch } from '../batch.js';
-import type { Addon, NativeBatch, NativeEngine } from '../binding.js';
+import type { Addon, NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import { nativeInit, type InitConfig, type ResolvedConfig, type ResolvedTable } from '../config.js';
 import { DynamicTables, type DynamicStep, type DynamicTableStats } from '../storage/dynamic.js';
+import { exchangeOps } from './exchange-ops.js';
 import type { LocalLayout } from './local-layout.js';
 
 /** One dynamic row shard: which table, which row group, on which rank, and its map's counters. */
@@ -63,7 +64,7 @@ export class DynamicShards {
       return {
         name: lt.name, rows: lt.rows, dim: lt.c1 - lt.c0, pooling: 'sum', features, dtype: t.dtype, idPolicy: 'error',
         init: explicitInit(t.init, t.rows), storage: { kind: 'memory' },
-        ...(lt.dynamic && d ? { dynamic: { capacity: lt.rows, minCount: d.minCount, candidates: Math.max(1, Math.ceil((d.candidates * lt.rows) / t.rows)), eviction: d.eviction, default: 'zero' } } : {}),
+        ...(lt.dynamic && d ? { dynamic: { capacity: lt.rows, minCount: d.minCount, candidates: Math.max(1, Math.ceil((d.candidates * lt.rows) / t.rows)), eviction: d.eviction, default: d.default } } : {}),
       };
     });
     const local: ResolvedConfig = { tables, optimizer: config.optimizer, device: config.device, seed: config.seed };
@@ -88,6 +89,38 @@ export class DynamicShards {
   /** The same without admitting (evaluation): ids a shard does not hold read its sink. */
   lookup(owner: NativeBatch): DynamicStep {
     return this.maps.lookupBatch(this.view(owner));
+  }
+
+  /**
+   * Shards of tables with admission.default 'hashed': the init rows of the owner batch's ids without a row
+   * (`owner`: the batch of raw ids the step translated) added into the engine's outputs, as partial sums
+   * (the requester divides mean bags by their whole length) or as the unique rows a ub shard returns.
+   */
+  addDefaults(step: DynamicStep, owner: NativeBatch, out: NativeForwardResult): Promise<void> {
+    const L = this.layout;
+    const at = new Map(L.localFeatures.map((f, i) => [f.name, i]));
+    return this.maps.addDefaults(step, this.view(owner), (name) => {
+      const i = at.get(name)!, f = L.localFeatures[i]!;
+      return { mean: false, column: f.pooling !== 'none' ? f.col : -1, sequence: f.pooling === 'none' ? out.sequences[i] ?? null : null };
+    }, out.pooled, L.localPooledDim);
+  }
+
+  /**
+   * Rows read by id from the shard in local table li, for a table with a hashed default: the ids that this
+   * shard owns by hash but holds no row for, at their positions `at` in `ids`, with their init rows
+   * [at.length × dim]. Undefined for tables whose ids without a row read zero.
+   */
+  defaultRows(li: number, ids: BigInt64Array): { at: Int32Array; rows: Float32Array } | undefined {
+    const s = this.shards.get(li)!, d = this.config.tables[s.t]!.dynamic!;
+    if (d.default !== 'hashed') return undefined;
+    const keys = exchangeOps().hashKeys(ids, d.capacity);
+    const slots = this.maps.slots(li, ids), sink = BigInt(s.rows[1] - s.rows[0]);
+    const at: number[] = [];
+    for (let k = 0; k < ids.length; k++) if (keys[k]! >= s.rows[0] && keys[k]! < s.rows[1] && slots[k] === sink) at.push(k);
+    const mine = BigInt64Array.from(at, (k) => ids[k]!);
+    const rows = new Float32Array(at.length * this.config.tables[s.t]!.dim);
+    this.maps.fillDefaults(li, mine, BigInt64Array.from(at, () => sink), rows);
+    return { at: Int32Array.from(at), rows };
   }
 
   resetSinks(engine: NativeEngine, tables: readonly number[] = this.tables): void {

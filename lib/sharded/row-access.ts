@@ -115,6 +115,11 @@ export async function readCells(sc: ShardedRows, t: number, userIds: BigInt64Arr
     if (lt.t !== t || !contributes(lt, rank, rpn)) return;
     const { at, local } = slotsOf(lt, rank, rpn, ids, lt.dynamic ? { shards: sc.dynamicShards!, li } : undefined);
     const m = at.length, cols = lt.c1 - lt.c0;
+    if (kind === 'rows' && lt.dynamic) {
+      // ids without a row that this shard owns by hash read its default (a hashed default's init row)
+      const d = sc.dynamicShards!.defaultRows(li, ids);
+      if (d && d.at.length > 0) K.unpack(d.rows, 0, 'fp32', d.at.length, cols, out, width, d.at, 0, lt.c0, false);
+    }
     if (m === 0) return;
     if (kind === 'rows') {
       const vals = new Float32Array(m * cols);

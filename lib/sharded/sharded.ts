@@ -69,7 +69,7 @@ export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}):
     tables: plan.tables.map((t) => ({
       name: t.name,
       ...(t.dynamic
-        ? { rows: 'dynamic' as const, capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates }, eviction: t.dynamic.eviction }
+        ? { rows: 'dynamic' as const, capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates, default: t.dynamic.default }, eviction: t.dynamic.eviction }
         : { rows: t.rows }),
       dim: t.dim,
       pooling: t.pooling,
@@ -449,11 +449,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const e = this.live();
     // dynamic shards: raw ids → slots of each shard's map (dynamic-shards.ts); the engine runs on slots
     let dyn: DynamicStep | undefined;
+    const rawOwner = owner.batch;
     if (this.dynamic) {
       dyn = admit ? await this.dynamic.translate(owner.batch, e) : this.dynamic.lookup(owner.batch);
       owner.batch = dyn.native;
     }
     const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
+    if (dyn && engineOut) await this.dynamic!.addDefaults(dyn, rawOwner, engineOut);
     const ownerOut = engineOut, localOut = engineOut;
     // 5. outputs back to every source, slot by slot of the owner schedule
     const fw = this.wire.forward;

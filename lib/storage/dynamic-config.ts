@@ -11,7 +11,7 @@ export type DynamicDefault = 'zero' | 'hashed';
 
 export interface DynamicAdmission {
   /** sightings before an id gets a row; default 1 (admitted at first sight) */
-  minCount: number;
+  minCount?: number;
   /** candidate ids whose sightings are counted (the one seen longest ago is forgotten first); default capacity */
   candidates?: number;
   /**
@@ -75,7 +75,8 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
   const a = t.admission ?? { minCount: 1 };
   if (typeof a !== 'object' || a === null) bad('INVALID_CONFIG', `${where}.admission must be an object`, `${where}.admission`);
   rejectUnknownFields(a, ADMISSION_FIELDS, `${where}.admission`);
-  if (!Number.isSafeInteger(a.minCount) || a.minCount < 1 || a.minCount > 2 ** 31 - 1)
+  const minCount = a.minCount ?? 1;
+  if (!Number.isSafeInteger(minCount) || minCount < 1 || minCount > 2 ** 31 - 1)
     bad('INVALID_CONFIG', `${where}.admission.minCount must be an integer >= 1 (got ${String(a.minCount)})`, `${where}.admission.minCount`);
   const candidates = a.candidates ?? c;
   if (!Number.isSafeInteger(candidates) || candidates < 1 || candidates > MAX_DYNAMIC_CAPACITY)
@@ -90,7 +91,7 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
     rejectUnknownFields(sp, SPILL_FIELDS, `${where}.spill`);
     if (typeof sp.path !== 'string' || sp.path === '') bad('INVALID_CONFIG', `${where}.spill.path must be a non-empty string (a folder)`, `${where}.spill.path`);
   }
-  return { capacity: c, minCount: a.minCount, candidates, default: def, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
+  return { capacity: c, minCount, candidates, default: def, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
 }
 
 /** The table-config fields that rebuild a resolved dynamic table (checkpoints keep the resolved form). */

@@ -1,6 +1,6 @@
 // dynamic-plan.test.ts — dynamic tables (rows: 'dynamic') in plans: the JSON form round-trips (version 3),
 // layouts a dynamic table cannot take are refused naming the field (dp, hot tiers, column splits,
-// hot-id remaps, spill, hashed defaults), capacity sizes memory, and the planner never produces a refused layout.
+// hot-id remaps, spill), capacity sizes memory, and the planner never produces a refused layout.
 import { describe, expect, it } from 'vitest';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { planShards } from '../../lib/plan/planner.js';
@@ -31,12 +31,17 @@ describe('dynamic tables in plans', () => {
     const p = ShardPlan.fromJSON(planJSON('rb', [{ rows: [0, 600], cols: [0, 16], rank: 0 }, { rows: [600, 1000], cols: [0, 16], rank: 1 }], {}, { admission: { minCount: 3 }, eviction: 'lfu' }));
     const t = p.table('d');
     expect(t.rows).toBe(1000);
-    expect(t.dynamic).toEqual({ capacity: 1000, minCount: 3, candidates: 1000, eviction: 'lfu' });
+    expect(t.dynamic).toEqual({ capacity: 1000, minCount: 3, candidates: 1000, eviction: 'lfu', default: 'zero' });
     expect(t.access.tail).toBe('shuffled');
     const j = p.toJSON();
     expect(j.version).toBe(3);
     expect(j.tables[0]).toMatchObject({ rows: 'dynamic', capacity: 1000, admission: { minCount: 3, candidates: 1000 }, eviction: 'lfu' });
     expect(ShardPlan.fromJSON(JSON.stringify(j)).toJSON()).toEqual(j);
+    // a hashed default is kept (and only then written)
+    const h = ShardPlan.fromJSON(planJSON('rb', [{ rows: [0, 1000], cols: [0, 16], rank: 0 }], {}, { admission: { default: 'hashed' } }));
+    expect(h.table('d').dynamic).toMatchObject({ minCount: 1, default: 'hashed' });
+    expect(h.toJSON().tables[0]).toMatchObject({ admission: { minCount: 1, default: 'hashed' } });
+    expect(j.tables[0]!.admission).not.toHaveProperty('default');
     // a plan without dynamic tables still writes version 2
     expect(ShardPlan.create({ topology: topo(1), batchSize: 4, tables: [{ table: { name: 'x', rows: 5, dim: 4 }, cluster: 'dp' }] }).toJSON().version).toBe(2);
   });
@@ -51,7 +56,7 @@ describe('dynamic tables in plans', () => {
     expect(planError(planJSON('rb', [full(0)], {}, { access: { top: { counts: [5], total: 10 } } }))).toMatchObject({ code: 'INVALID_PLAN', path: '$.tables[0].access.top' });
     expect(planError(planJSON('rb', [full(0)], {}, { capacity: 0 }))).toMatchObject({ code: 'INVALID_PLAN', path: '$.tables[0].capacity' });
     expect(planError(planJSON('rb', [full(0)], {}, { admission: { minCount: 2, extra: 1 } }))).toMatchObject({ code: 'INVALID_PLAN' });
-    expect(planError(planJSON('rb', [full(0)], {}, { admission: { minCount: 2, default: 'hashed' } }))).toMatchObject({ code: 'INVALID_PLAN', path: '$.tables[0].admission.default' });
+    expect(planError(planJSON('rb', [full(0)], {}, { admission: { minCount: 2, default: 'random' } }))).toMatchObject({ code: 'INVALID_PLAN', path: '$.tables[0].admission.default' });
     expect(planError({ ...planJSON('rb', [full(0)]), version: 2 })).toMatchObject({ code: 'INVALID_PLAN', path: '$.tables[0].rows' });
     // dynamic fields on a table with numeric rows
     expect(planError({ ...planJSON('rb', [full(0)]), tables: [{ name: 'd', rows: 1000, dim: 16, capacity: 5, cluster: 'rb', shards: [full(0)] }] })).toMatchObject({ path: '$.tables[0].capacity' });

@@ -7,7 +7,9 @@
 //  - with small capacities (LRU, admission after 2 sightings) every shard's stats() and held ids equal a
 //    naive model of hash-sharded maps: the hash written here from its documented formula
 //    (SplitMix64 of id XOR salt, times capacity, top 64 bits), each shard a naive LRU map (the single-table
-//    oracle of test/storage) fed the ids in the order the owner sees them.
+//    oracle of test/storage) fed the ids in the order the owner sees them;
+//  - with admission.default 'hashed', forwards that admit nothing and reads of ids never seen give the
+//    single collection's init rows.
 import { describe, expect, it } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
@@ -57,9 +59,12 @@ async function runEqual(W: number, s: Spec, optimizer: ShardedConfig['optimizer'
         expect(S.relErr(rows[r], oracle.readRows(table, ids)), `${table} rows`).toBeLessThanOrEqual(1e-5);
         if (oracle.stateWidth(table) > 0) expect(S.relErr(state[r], oracle.readState(table, ids)), `${table} state`).toBeLessThanOrEqual(1e-5);
       }
-      // an id no shard holds reads zero
-      const none = await Promise.all(ranks.map((sc) => sc.readRows(table, BigInt64Array.of(123456789123n))));
-      for (const x of none) expect([...x].every((v) => v === 0)).toBe(true);
+      // an id no shard holds reads its default (zero, or its hashed init row), as in the single collection
+      const unseen = BigInt64Array.of(123456789123n, -5n);
+      const none = await Promise.all(ranks.map((sc) => sc.readRows(table, unseen)));
+      const want = oracle.readRows(table, unseen);
+      expect(want.some((v) => v !== 0)).toBe(s.default === 'hashed');
+      for (const x of none) expect([...x]).toEqual([...want]);
     }
     // evaluation (admit: false) admits nothing and agrees with the single collection
     const batches = groups.map((_, r) => localBatch(idPool(120, 99), r, 50));
@@ -85,6 +90,17 @@ describe('dynamic tables sharded by id hash equal one collection (no eviction)',
             await runEqual(W, { dyn, pooling, capacity: 4000, seqCapacity: 2000 }, opt);
           });
         }
+});
+
+describe('hashed defaults: ids not yet admitted read their init row, sharded as in one collection', () => {
+  for (const W of [2, 4])
+    for (const pooling of ['sum', 'mean'] as const)
+      for (const dyn of ['rb', 'ub', 'tw'] as const) {
+        if (W === 4 && dyn === 'tw') continue;
+        it(`W=${W} adagrad ${pooling} ${dyn}`, async () => {
+          await runEqual(W, { dyn, pooling, capacity: 4000, seqCapacity: 2000, default: 'hashed' }, { type: 'adagrad', lr: 0.1 });
+        });
+      }
 });
 
 describe('hash-sharded eviction and admission against a naive model', () => {

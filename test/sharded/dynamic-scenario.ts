@@ -30,11 +30,18 @@ export interface Spec {
   capacity: number;
   seqCapacity: number;
   minCount?: number;
+  /** what ids without a row read (admission.default); 'zero' when absent */
+  default?: 'hashed';
+}
+
+function admissionOf(s: Spec) {
+  const a = { ...(s.minCount ? { minCount: s.minCount } : {}), ...(s.default ? { default: s.default } : {}) };
+  return Object.keys(a).length > 0 ? { admission: a } : {};
 }
 
 export function makePlan(W: number, s: Spec): ShardPlan {
-  const dynTable = { name: 'dyn', rows: 'dynamic', capacity: s.capacity, dim: 8, pooling: s.pooling, features: ['a', 'b'], optimizer: 'adagrad', ...(s.minCount ? { admission: { minCount: s.minCount } } : {}) } as PlanTableSpec;
-  const seqTable = { name: 'seqd', rows: 'dynamic', capacity: s.seqCapacity, dim: 4, pooling: 'none', features: ['s'], ...(s.minCount ? { admission: { minCount: s.minCount } } : {}) } as PlanTableSpec;
+  const dynTable = { name: 'dyn', rows: 'dynamic', capacity: s.capacity, dim: 8, pooling: s.pooling, features: ['a', 'b'], optimizer: 'adagrad', ...admissionOf(s) } as PlanTableSpec;
+  const seqTable = { name: 'seqd', rows: 'dynamic', capacity: s.seqCapacity, dim: 4, pooling: 'none', features: ['s'], ...admissionOf(s) } as PlanTableSpec;
   const even = (cap: number) => Array.from({ length: W }, (_, k) => ({ rows: [Math.floor((k * cap) / W), Math.floor(((k + 1) * cap) / W)] as [number, number], cols: [0, 8] as [number, number], rank: k }));
   const dynShards = s.dyn === 'tw' ? [{ rows: [0, s.capacity] as [number, number], cols: [0, 8] as [number, number], rank: W - 1 }] : even(s.capacity);
   const cut = Math.floor(s.seqCapacity / 3);
@@ -51,7 +58,7 @@ export function makePlan(W: number, s: Spec): ShardPlan {
 
 /** The single collection's config (written here, independently of the sharded runtime's translation). */
 export function oracleConfig(s: Spec, cfg: ShardedConfig) {
-  const adm = s.minCount ? { admission: { minCount: s.minCount } } : {};
+  const adm = admissionOf(s);
   return {
     tables: [
       { name: 'dyn', rows: 'dynamic' as const, capacity: s.capacity, dim: 8, pooling: s.pooling, features: ['a', 'b'], ...adm },
