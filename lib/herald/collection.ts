@@ -85,6 +85,8 @@ export class HeraldEmbeddingCollection {
   private readonly slotBase: Int32Array;
   /** the table whose first feature a feature is */
   private readonly firstFeatureOf = new Map<string, number>();
+  /** per table: the index of its first feature among all tables' features in order (the scheduler's feature order) */
+  private readonly featBase: Int32Array;
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
@@ -106,6 +108,8 @@ export class HeraldEmbeddingCollection {
     for (const t of this.config.tables) for (const f of t.features) (this.featCol.set(f, col), (col += t.dim));
     this.pooledDim = col;
     this.pooledFeatures = this.config.tables.flatMap((t) => t.features);
+    this.featBase = new Int32Array(this.tables.length + 1);
+    this.tables.forEach((t, i) => (this.featBase[i + 1] = this.featBase[i]! + t.features.length));
     this.slotBase = new Int32Array(this.tables.length + 1);
     this.tables.forEach((t, i) => ((this.slotBase[i + 1] = this.slotBase[i]! + O.slots[i]!), this.firstFeatureOf.set(t.features[0]!, i)));
     this.slotKey = new Float64Array(this.slotBase[this.tables.length]!).fill(-1);
@@ -302,14 +306,16 @@ export class HeraldEmbeddingCollection {
     const pooled = new Float32Array(B * this.pooledDim);
     this.tables.forEach((t, ti) => {
       const reads = s.plan.reads[me]![ti]!;
-      const { uq, featOff } = this.distinct(batch, ti);
-      if (uq.values.length !== reads.rows.length) throw new EmbshardError('COMM_FAILED', `herald: table '${t.name}': the plan and the batch disagree on rank ${me}'s rows`);
+      // every id's index among the rank's distinct rows of the table, from the scheduler
+      const f0 = this.featBase[ti]!, nf = t.features.length, a0 = v.inverseStart[f0]!;
+      const inverse = v.inverse.subarray(a0, v.inverseStart[f0 + nf]!);
+      const featOff = Array.from({ length: nf + 1 }, (_, k) => v.inverseStart[f0 + k]! - a0);
       const dim = t.dim, rows = new Float32Array(reads.rows.length * dim);
       const a = v.engStart[ti]!, b = v.engStart[ti + 1]!, cp = v.copyPos.subarray(v.copyStart[ti]!, v.copyStart[ti + 1]!);
       if (b > a) K.unpack(this.local.readRows(t.name, v.engIds.subarray(a, b)), 0, 'fp32', b - a, dim, rows, dim, v.engPos.subarray(a, b), 0, 0, false);
       if (cp.length) K.unpack(copies[ti]!, 0, 'fp32', cp.length, dim, rows, dim, cp, 0, 0, false);
-      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
-      ctx.tables.push({ inverse: uq.inverse, featOff, loc: reads.loc });
+      this.poolTable(batch, ti, rows, inverse, featOff, pooled);
+      ctx.tables.push({ inverse, featOff, loc: reads.loc });
     });
     return pooled;
   }

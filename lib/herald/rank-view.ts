@@ -34,6 +34,12 @@ export interface RankView {
   engStart: Int32Array;
   /** position among the rank's reads of every received copy (by copyStart) */
   copyPos: Int32Array;
+  /**
+   * every id of the rank's samples (in their order), feature by feature in the scheduler's feature order (each
+   * table's features in turn): its index among the rank's distinct rows of the table (inverseStart: F + 1)
+   */
+  inverse: Int32Array;
+  inverseStart: Int32Array;
   /** dst 0: the gradient message; src t: the rank's partial sums of table t */
   gradSendSegs: Int32Array;
   gradSendCounts: Float64Array;

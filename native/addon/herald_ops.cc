@@ -55,6 +55,8 @@ Napi::Object view_object(Napi::Env env, herald::RankView& v) {
   o.Set("engPos", hand_over<Napi::Int32Array>(env, std::move(v.engPos)));
   o.Set("engStart", hand_over<Napi::Int32Array>(env, std::move(v.engStart)));
   o.Set("copyPos", hand_over<Napi::Int32Array>(env, std::move(v.copyPos)));
+  o.Set("inverse", hand_over<Napi::Int32Array>(env, std::move(v.inverse)));
+  o.Set("inverseStart", hand_over<Napi::Int32Array>(env, std::move(v.inverseStart)));
   o.Set("gradSendSegs", hand_over<Napi::Int32Array>(env, std::move(v.gradSendSegs)));
   o.Set("gradSendCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradSendCounts)));
   o.Set("gradRecvCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradRecvCounts)));
