@@ -202,9 +202,9 @@ const md = [
     ? [
         '## Steps/s at 4 MPI ranks (CPU)',
         '',
-        '| schedule | steps/s | samples/s | transmissions / step |',
-        '|---|---:|---:|---:|',
-        ...speed.map((s) => `| ${String(s.mode)} | ${Number(s.stepsPerSec).toFixed(2)} | ${Math.round(Number(s.samplesPerSec)).toLocaleString()} | ${s.rowsPerStep === undefined ? '–' : Math.round(Number(s.rowsPerStep)).toLocaleString()} |`),
+        '| schedule | steps/s | samples/s | main thread ms / step | transmissions / step |',
+        '|---|---:|---:|---:|---:|',
+        ...speed.map((s) => `| ${String(s.mode)} | ${Number(s.stepsPerSec).toFixed(2)} | ${Math.round(Number(s.samplesPerSec)).toLocaleString()} | ${Number(s.mainThreadMsPerStep).toFixed(1)} | ${s.rowsPerStep === undefined ? '–' : Math.round(Number(s.rowsPerStep)).toLocaleString()} |`),
         '',
         String(speed[0]?.note ?? ''),
       ]

@@ -85,6 +85,8 @@ export class HeraldEmbeddingCollection {
   private readonly slotBase: Int32Array;
   /** the table whose first feature a feature is */
   private readonly firstFeatureOf = new Map<string, number>();
+  /** per table: the index of its first feature among all tables' features in order (the scheduler's feature order) */
+  private readonly featBase: Int32Array;
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
@@ -106,6 +108,8 @@ export class HeraldEmbeddingCollection {
     for (const t of this.config.tables) for (const f of t.features) (this.featCol.set(f, col), (col += t.dim));
     this.pooledDim = col;
     this.pooledFeatures = this.config.tables.flatMap((t) => t.features);
+    this.featBase = new Int32Array(this.tables.length + 1);
+    this.tables.forEach((t, i) => (this.featBase[i + 1] = this.featBase[i]! + t.features.length));
     this.slotBase = new Int32Array(this.tables.length + 1);
     this.tables.forEach((t, i) => ((this.slotBase[i + 1] = this.slotBase[i]! + O.slots[i]!), this.firstFeatureOf.set(t.features[0]!, i)));
     this.slotKey = new Float64Array(this.slotBase[this.tables.length]!).fill(-1);
@@ -302,14 +306,16 @@ export class HeraldEmbeddingCollection {
     const pooled = new Float32Array(B * this.pooledDim);
     this.tables.forEach((t, ti) => {
       const reads = s.plan.reads[me]![ti]!;
-      const { uq, featOff } = this.distinct(batch, ti);
-      if (uq.values.length !== reads.rows.length) throw new EmbshardError('COMM_FAILED', `herald: table '${t.name}': the plan and the batch disagree on rank ${me}'s rows`);
+      // every id's index among the rank's distinct rows of the table, from the scheduler
+      const f0 = this.featBase[ti]!, nf = t.features.length, a0 = v.inverseStart[f0]!;
+      const inverse = v.inverse.subarray(a0, v.inverseStart[f0 + nf]!);
+      const featOff = Array.from({ length: nf + 1 }, (_, k) => v.inverseStart[f0 + k]! - a0);
       const dim = t.dim, rows = new Float32Array(reads.rows.length * dim);
       const a = v.engStart[ti]!, b = v.engStart[ti + 1]!, cp = v.copyPos.subarray(v.copyStart[ti]!, v.copyStart[ti + 1]!);
       if (b > a) K.unpack(this.local.readRows(t.name, v.engIds.subarray(a, b)), 0, 'fp32', b - a, dim, rows, dim, v.engPos.subarray(a, b), 0, 0, false);
       if (cp.length) K.unpack(copies[ti]!, 0, 'fp32', cp.length, dim, rows, dim, cp, 0, 0, false);
-      this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
-      ctx.tables.push({ inverse: uq.inverse, featOff, loc: reads.loc });
+      this.poolTable(batch, ti, rows, inverse, featOff, pooled);
+      ctx.tables.push({ inverse, featOff, loc: reads.loc });
     });
     return pooled;
   }
@@ -320,41 +326,24 @@ export class HeraldEmbeddingCollection {
    * schedule and the caches are left as they are.
    */
   private async lookup(batch: JaggedBatch): Promise<Float32Array> {
-    const K = exchangeOps(), g = this.group, W = g.size, O = this.owners, me = g.rank;
+    const K = exchangeOps(), H = heraldOps(), g = this.group, W = g.size, O = this.owners, me = g.rank;
     const pooled = new Float32Array(batch.batchSize * this.pooledDim);
     for (let ti = 0; ti < this.tables.length; ti++) {
-      const t = this.tables[ti]!, n = O.owned(ti, me);
+      const t = this.tables[ti]!;
       const { uq, featOff } = this.distinct(batch, ti);
       // every cache's checked-out rows of the table
-      const heldKeys: number[] = [], heldIds: number[] = [];
-      this.slotsOf(ti).forEach((k, s) => {
-        if (k >= 0) (heldKeys.push(k - O.rowBase[ti]!), heldIds.push(n + s));
-      });
-      const hk = (await g.allGather(Float64Array.from(heldKeys))).data;
-      const hv = (await g.allGather(this.local.readRows(t.name, Int32Array.from(heldIds)))).data;
-      const held = new Map<number, number>();
-      hk.forEach((row, j) => held.set(row, j));
-      // the rest from their owners, by row
-      const U = uq.values.length;
-      const rows = new Float32Array(U * t.dim);
-      const ask: number[][] = Array.from({ length: W }, () => []), askPos: number[][] = Array.from({ length: W }, () => []);
-      const hPos: number[] = [], hSrc: number[] = [];
-      for (let j = 0; j < U; j++) {
-        const row = Number(uq.values[j]!);
-        const h = held.get(row);
-        if (h !== undefined) (hPos.push(j), hSrc.push(h));
-        else {
-          const o = O.ownerOf(ti, row);
-          ask[o]!.push(row - O.lo(ti, o));
-          askPos[o]!.push(j);
-        }
-      }
-      if (hPos.length) K.unpack(gatherRows(hv, t.dim, hSrc), 0, 'fp32', hPos.length, t.dim, rows, t.dim, Int32Array.from(hPos), 0, 0, false);
-      const req = await g.allToAllV(Int32Array.from(ask.flat()), ask.map((a) => a.length));
+      const mine = H.heldSlots(this.slotsOf(ti), O.owned(ti, me), O.rowBase[ti]!);
+      const hk = (await g.allGather(mine.rows)).data;
+      const hv = (await g.allGather(this.local.readRows(t.name, mine.ids))).data;
+      // those from the gathered copies, the rest from their owners
+      const lo = Float64Array.from({ length: W + 1 }, (_, p) => O.lo(ti, p));
+      const r = H.lookupRoutes(uq.values, hk, lo);
+      const rows = new Float32Array(uq.values.length * t.dim);
+      if (r.heldPos.length) K.unpack(gatherRows(hv, t.dim, r.heldSrc), 0, 'fp32', r.heldPos.length, t.dim, rows, t.dim, r.heldPos, 0, 0, false);
+      const req = await g.allToAllV(r.ask, r.askCounts);
       const vals = this.local.readRows(t.name, req.data);
       const rep = await g.allToAllV(vals, req.counts.map((c) => c * t.dim));
-      const pos = Int32Array.from(askPos.flat());
-      if (pos.length) K.unpack(rep.data, 0, 'fp32', pos.length, t.dim, rows, t.dim, pos, 0, 0, false);
+      if (r.askPos.length) K.unpack(rep.data, 0, 'fp32', r.askPos.length, t.dim, rows, t.dim, r.askPos, 0, 0, false);
       this.poolTable(batch, ti, rows, uq.inverse, featOff, pooled);
     }
     return pooled;
@@ -415,15 +404,12 @@ export class HeraldEmbeddingCollection {
       const t = this.tables[ti]!, O = this.owners, me = this.group.rank, sw = t.stateWidth;
       const n = O.owned(ti, me);
       const ids = Int32Array.from({ length: n }, (_, j) => j);
-      const held: number[] = [], heldIds: number[] = [];
-      this.slotsOf(ti).forEach((k, s) => {
-        if (k >= 0) (held.push(k - O.rowBase[ti]!), heldIds.push(n + s));
-      });
-      const hid = Int32Array.from(heldIds);
+      const mine = heraldOps().heldSlots(this.slotsOf(ti), n, O.rowBase[ti]!);
+      const hid = mine.ids;
       const g = this.group;
       const ow = (await g.allGather(this.local.readRows(t.name, ids))).data;
       const os = sw ? (await g.allGather(this.local.readState(t.name, ids))).data : new Float32Array(0);
-      const hk = (await g.allGather(Float64Array.from(held))).data;
+      const hk = (await g.allGather(mine.rows)).data;
       const hw = (await g.allGather(this.local.readRows(t.name, hid))).data;
       const hs = sw ? (await g.allGather(this.local.readState(t.name, hid))).data : new Float32Array(0);
       const weights = new Float32Array(t.rows * t.dim);
@@ -475,8 +461,8 @@ function viewOf(plan: StepPlan): RankView {
 }
 
 /** Rows `idx` of a [n × dim] array, in that order. */
-function gatherRows(a: Float32Array, dim: number, idx: readonly number[]): Float32Array {
+function gatherRows(a: Float32Array, dim: number, idx: Int32Array): Float32Array {
   const out = new Float32Array(idx.length * dim);
-  exchangeOps().pack(a, dim, Int32Array.from(idx), 0, idx.length, 0, dim, 'fp32', out, 0);
+  exchangeOps().pack(a, dim, idx, 0, idx.length, 0, dim, 'fp32', out, 0);
   return out;
 }

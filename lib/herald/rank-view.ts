@@ -1,7 +1,8 @@
 // rank-view.ts — one rank's view of a Herald step (native/herald/rank_view.h, computed beside the plan by the
 // scheduler given a rank): the engine rows it reads and writes, and the layouts of its send buffers and of
 // what it receives as copy segments (five int32 each: destination buffer, offset, source buffer, offset,
-// floats) that the addon runs in bulk; and the typed access to those native ops.
+// floats) that the addon runs in bulk; and the typed access to those native ops (with the routes of a lookup
+// outside training, native/herald/lookup.h).
 import { loadAddon } from '../native.js';
 
 export interface RankView {
@@ -34,6 +35,12 @@ export interface RankView {
   engStart: Int32Array;
   /** position among the rank's reads of every received copy (by copyStart) */
   copyPos: Int32Array;
+  /**
+   * every id of the rank's samples (in their order), feature by feature in the scheduler's feature order (each
+   * table's features in turn): its index among the rank's distinct rows of the table (inverseStart: F + 1)
+   */
+  inverse: Int32Array;
+  inverseStart: Int32Array;
   /** dst 0: the gradient message; src t: the rank's partial sums of table t */
   gradSendSegs: Int32Array;
   gradSendCounts: Float64Array;
@@ -51,6 +58,10 @@ export interface RankView {
 interface HeraldOps {
   copySegments(dsts: Float32Array[], srcs: Float32Array[], segs: Int32Array): void;
   applySlots(slotKey: Float64Array, freeSlots: Int32Array, freeKeys: Float64Array, holdSlots: Int32Array, holdKeys: Float64Array): void;
+  /** one cache's slots holding a row: their rows (key − rowBase) and engine ids (owned + slot) */
+  heldSlots(slotKey: Float64Array, owned: number, rowBase: number): { rows: Float64Array; ids: BigInt64Array };
+  /** a lookup's routes: distinct rows read from gathered held copies, the others asked of their owners (lo: W + 1 range starts) */
+  lookupRoutes(rows: BigInt64Array, held: Float64Array, lo: Float64Array): { heldPos: Int32Array; heldSrc: Int32Array; askCounts: Float64Array; ask: BigInt64Array; askPos: Int32Array };
 }
 
 let cached: HeraldOps | undefined;

@@ -135,7 +135,6 @@ export class HeraldScheduler {
   /** steps scheduled so far */
   steps = 0;
   private readonly core: NativeScheduler;
-  private readonly featureTable = new Map<string, number>();
 
   constructor(
     readonly tables: readonly HeraldTable[],
@@ -150,7 +149,6 @@ export class HeraldScheduler {
     if (alloc !== 'herald' && alloc !== 'random') throw new EmbshardError('INVALID_CONFIG', `allocation must be 'herald' or 'random' (got '${String(alloc)}')`);
     this.allocation = alloc;
     this.seed = o.seed ?? 0;
-    tables.forEach((t, i) => t.features.forEach((f) => this.featureTable.set(f, i)));
     let view: { rank: number; pooledDim: number; cols: Int32Array } | undefined;
     if (o.rank !== undefined) {
       if (!Number.isSafeInteger(o.rank) || o.rank < 0 || o.rank >= o.world)
@@ -190,11 +188,14 @@ export class HeraldScheduler {
   private inputs(batch: JaggedBatch): { feats: NativeFeature[]; assign: Int32Array | null } {
     const W = this.W, B = this.batchSize, G = batch.batchSize;
     if (G !== W * B) throw new EmbshardError('INVALID_SIZE', `herald: a global batch has world × batchSize = ${W} × ${B} = ${W * B} samples (got ${G})`);
+    // every table's features in turn (the order of the view's inverse)
     const feats: NativeFeature[] = [];
-    for (const [f, t] of this.featureTable) {
-      const fv = batch.feature(f);
-      feats.push({ table: t, lengths: fv.lengths, ids: fv.ids });
-    }
+    this.tables.forEach((t, ti) =>
+      t.features.forEach((f) => {
+        const fv = batch.feature(f);
+        feats.push({ table: ti, lengths: fv.lengths, ids: fv.ids });
+      }),
+    );
     return { feats, assign: this.allocation === 'random' ? this.randomPlacement(this.steps) : null };
   }
 

@@ -6,6 +6,8 @@
 //     .schedule(step, feats, assign) → Promise<StepOut>   (off the event loop; one call at a time)
 //   herald.copySegments(dsts: Float32Array[], srcs: Float32Array[], segs: Int32Array)   (rank_view.h copy_segments)
 //   herald.applySlots(slotKey: Float64Array, freeSlots, freeKeys, holdSlots, holdKeys)   (rank_view.h apply_slots)
+//   herald.heldSlots(slotKey: Float64Array, owned, rowBase) → { rows: Float64Array, ids: BigInt64Array }   (lookup.h)
+//   herald.lookupRoutes(rows: BigInt64Array, held: Float64Array, lo: Float64Array) → { heldPos, heldSrc, askCounts, ask, askPos }
 // StepOut: { samples, xMove, xKey, xTable, xFrom, xTo, xFromId, xToId, gTable, gFrom, gTo, gToId, gPos,
 // readRows, readLoc, readStart, counts, view? } — typed arrays that own the native vectors (no copies); `view`
 // (with a view rank) holds RankView's fields under their names.
@@ -17,6 +19,7 @@
 #include "addon/js_args.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
+#include "herald/lookup.h"
 #include "herald/scheduler.h"
 
 namespace embshard::addon {
@@ -55,6 +58,8 @@ Napi::Object view_object(Napi::Env env, herald::RankView& v) {
   o.Set("engPos", hand_over<Napi::Int32Array>(env, std::move(v.engPos)));
   o.Set("engStart", hand_over<Napi::Int32Array>(env, std::move(v.engStart)));
   o.Set("copyPos", hand_over<Napi::Int32Array>(env, std::move(v.copyPos)));
+  o.Set("inverse", hand_over<Napi::Int32Array>(env, std::move(v.inverse)));
+  o.Set("inverseStart", hand_over<Napi::Int32Array>(env, std::move(v.inverseStart)));
   o.Set("gradSendSegs", hand_over<Napi::Int32Array>(env, std::move(v.gradSendSegs)));
   o.Set("gradSendCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradSendCounts)));
   o.Set("gradRecvCounts", hand_over<Napi::Float64Array>(env, std::move(v.gradRecvCounts)));
@@ -274,11 +279,54 @@ Napi::Value ApplySlots(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Value HeldSlots(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const Bytes key = typed_bytes(env, info[0], "herald: heldSlots slotKey");
+    const double* slotKey = typed_array<double>(env, info[0], napi_float64_array, "herald: heldSlots slotKey", key.size / 8);
+    const int64_t owned = int_arg(env, info[1], "herald: heldSlots owned", 0);
+    const double rowBase = number_arg(env, info[2], "herald: heldSlots rowBase", 0, 9007199254740992.0);
+    std::vector<double> rows;
+    std::vector<int64_t> ids;
+    herald::held_slots(slotKey, key.size / 8, owned, rowBase, rows, ids);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("rows", hand_over<Napi::Float64Array>(env, std::move(rows)));
+    o.Set("ids", hand_over<Napi::BigInt64Array>(env, std::move(ids)));
+    return o;
+  });
+}
+
+Napi::Value LookupRoutes(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    size_t U = 0;
+    const int64_t* rows = i64_array(env, info[0], "herald: lookupRoutes rows", &U);
+    const Bytes held = typed_bytes(env, info[1], "herald: lookupRoutes held");
+    const double* h = typed_array<double>(env, info[1], napi_float64_array, "herald: lookupRoutes held", held.size / 8);
+    const Bytes lob = typed_bytes(env, info[2], "herald: lookupRoutes lo");
+    const double* lod = typed_array<double>(env, info[2], napi_float64_array, "herald: lookupRoutes lo", lob.size / 8);
+    const int64_t n = lob.size / 8;
+    if (n < 2) throw_error(env, "INVALID_ARGUMENT", "herald: lookupRoutes lo needs world + 1 range starts");
+    std::vector<int64_t> lo(lod, lod + n);
+    herald::LookupRoutes r;
+    herald::lookup_routes(rows, static_cast<int64_t>(U), h, held.size / 8, lo.data(), static_cast<int32_t>(n - 1), r);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("heldPos", hand_over<Napi::Int32Array>(env, std::move(r.heldPos)));
+    o.Set("heldSrc", hand_over<Napi::Int32Array>(env, std::move(r.heldSrc)));
+    o.Set("askCounts", hand_over<Napi::Float64Array>(env, std::move(r.askCounts)));
+    o.Set("ask", hand_over<Napi::BigInt64Array>(env, std::move(r.ask)));
+    o.Set("askPos", hand_over<Napi::Int32Array>(env, std::move(r.askPos)));
+    return o;
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   SchedulerWrap::Init(env, o);
   o.Set("copySegments", Napi::Function::New(env, CopySegments, "copySegments"));
   o.Set("applySlots", Napi::Function::New(env, ApplySlots, "applySlots"));
+  o.Set("heldSlots", Napi::Function::New(env, HeldSlots, "heldSlots"));
+  o.Set("lookupRoutes", Napi::Function::New(env, LookupRoutes, "lookupRoutes"));
   exports.Set("herald", o);
 }
 

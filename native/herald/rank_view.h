@@ -3,7 +3,8 @@
 //   - the exchange before the forward: the engine rows whose values (and, for moves, optimizer state) it
 //     sends, the layout of its send buffer, what it receives (moved rows by engine id, copies) and where
 //     each record lies in the received data, the cache slots the step frees and fills;
-//   - the forward: per table, the distinct rows read from the engine and from received copies;
+//   - the forward: per table, the distinct rows read from the engine and from received copies, and every id's
+//     index among them;
 //   - the gradients: the layout of its gradient message to the owners, and the owner side: every row's
 //     contributions in rank order (its own reads at its place) as the rows of the backward's batch.
 // Layouts are copy segments (copy_segments below), five int32 each: destination buffer, offset in it,
@@ -39,6 +40,10 @@ struct RankView {
   std::vector<int32_t> engPos;
   std::vector<int32_t> engStart;  // T + 1
   std::vector<int32_t> copyPos;   // by copyStart
+  // every id of the rank's samples (in their order), feature by feature in the scheduler's feature order: its
+  // position among the rank's distinct rows of the feature's table (filled by the scheduler, with the plan)
+  std::vector<int32_t> inverse;
+  std::vector<int32_t> inverseStart;  // features + 1
   // ---- gradients. Send: records from this rank, peer by peer, in record order.
   std::vector<int32_t> gradSendSegs;  // dst 0: the send buffer; src t: the rank's partial sums of table t ([reads × dim])
   std::vector<double> gradSendCounts;

@@ -86,7 +86,8 @@ inline int64_t id_at(const void* ids, IdType type, int64_t i) {
 }  // namespace
 
 void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out) {
-  plan(step, feats, assign, out);
+  out.view = RankView{};
+  plan(step, feats, assign, out);  // with a view rank, fills the view's inverse
   const int32_t me = viewSpec_.rank;
   if (me < 0) return;
   std::vector<ViewTable> vt(T_);
@@ -95,7 +96,6 @@ void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, co
     vt[t] = {tables_[t].dim, tables_[t].stateWidth, lo(t, me + 1) - lo(t, me), static_cast<int32_t>(slotBase), viewSpec_.cols[t]};
     slotBase += tables_[t].slots;
   }
-  out.view = RankView{};
   rank_view(out, me, W_, vt, viewSpec_.pooledDim, out.view);
   out.hasView = true;
 }
@@ -241,6 +241,26 @@ void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const 
   for (int32_t r = 0; r < K; ++r) {  // every rank's rows, in key order
     const int32_t k = order[r];
     for (int32_t q = readerCount[k]; q < readerCount[k + 1]; ++q) mine[readers[q]].push_back(k);
+  }
+  if (viewSpec_.rank >= 0) {
+    // the view rank's batch: every id's position among the rank's distinct rows of its table (ascending),
+    // feature by feature, its samples in order
+    const int32_t me = viewSpec_.rank;
+    std::vector<int32_t> pos(K, -1);
+    for (size_t a = 0, j = 0; j < mine[me].size(); ++j) {
+      if (j > 0 && ktab[mine[me][j]] != ktab[mine[me][j - 1]]) a = j;
+      pos[mine[me][j]] = static_cast<int32_t>(j - a);
+    }
+    std::vector<int64_t> cur(start.begin(), start.end() - 1);
+    RankView& v = out.view;
+    v.inverseStart.assign(feats.size() + 1, 0);
+    for (size_t fi = 0; fi < feats.size(); ++fi) {
+      for (int32_t j = 0; j < B; ++j) {
+        const int32_t b = out.samples[static_cast<size_t>(me) * B + j];
+        for (int32_t q = 0; q < feats[fi].lengths[b]; ++q) v.inverse.push_back(pos[kid[cur[b]++]]);
+      }
+      v.inverseStart[fi + 1] = static_cast<int32_t>(v.inverse.size());
+    }
   }
 
   auto rowBytes = [&](int32_t t) { return static_cast<double>(tables_[t].dim + tables_[t].stateWidth) * 4; };
