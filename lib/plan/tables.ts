@@ -129,7 +129,7 @@ function dynamicOf(v: Record<string, unknown>, path: string, name: string, code:
     for (const k of DYNAMIC_SPEC_FIELDS) if (Object.hasOwn(v, k)) bad(code, `${path}.${k}`, `table '${name}' has ${k} only with rows: 'dynamic'`);
     return undefined;
   }
-  if (Object.hasOwn(v, 'spill')) bad(code, `${path}.spill`, `table '${name}': a dynamic table in a plan does not spill (each shard's evicted rows are dropped)`);
+  if (Object.hasOwn(v, 'spill')) bad(code, `${path}.spill`, `table '${name}': where a dynamic table's shards spill is the sharded collection's setting (ShardedConfig.spill), not the plan's`);
   let d;
   try {
     d = resolveDynamic(v as { rows: unknown }, path, name)!;

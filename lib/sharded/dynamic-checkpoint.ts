@@ -3,7 +3,8 @@
 // row shard of them is stored beside it, gathered to rank 0: `dshard-<table>-<group>.map` (the shard's id
 // map as lib/storage/dynamic.ts serialises it, with its own CRC-32C) and `dshard-<table>-<group>.rows`
 // (fp32 values then optimizer state of its slots 0 … b − a − 1; CRC-32 in the manifest), listed under
-// `extra.sharded.dynamic`. A load needs the same row groups for every dynamic table (any ranks may hold
+// `extra.sharded.dynamic`; with `spill`, also `dshard-<table>-<group>.spill`, the compact copy of the
+// shard's spill file (its CRC-32C and record count in the manifest, verified on load). A load needs the same row groups for every dynamic table (any ranks may hold
 // them): a shard's ids are those whose hash falls in its range, so another split would have to move ids
 // between maps — refused with INVALID_PLAN naming the table.
 import { promises as fs } from 'node:fs';
@@ -26,6 +27,15 @@ export interface SavedShard {
   /** crc32c: the CRC-32C the map's bytes end with */
   map: { file: string; bytes: number; crc32c: number };
   rows: { file: string; bytes: number; crc32: number };
+  /** a spilling shard: the copy of its spill file's live records */
+  spill?: SpillCopy;
+}
+
+interface SpillCopy {
+  file: string;
+  bytes: number;
+  crc32c: number;
+  records: number;
 }
 
 interface ShardBytes {
@@ -35,9 +45,11 @@ interface ShardBytes {
   map: Uint8Array;
   mapCrc: number;
   cells: Uint8Array;
+  /** a spilling shard's spill copy (empty bytes otherwise) */
+  spill: { bytes: Uint8Array; crc32c: number; records: number } | undefined;
 }
 
-const fileOf = (table: number, group: number, kind: 'map' | 'rows') => `dshard-${table}-${group}.${kind}`;
+const fileOf = (table: number, group: number, kind: 'map' | 'rows' | 'spill') => `dshard-${table}-${group}.${kind}`;
 
 /** This rank's dynamic shards: map bytes (through the maps' own checkpoint writer) and slot rows + state. */
 async function localShards(sc: ShardedEmbeddingCollection): Promise<ShardBytes[]> {
@@ -56,7 +68,8 @@ async function localShards(sc: ShardedEmbeddingCollection): Promise<ShardBytes[]
         e.readRows(li, slots, cells.subarray(0, lt.rows * lt.dim));
         if (sw > 0) e.readState(li, slots, cells.subarray(lt.rows * lt.dim));
         const p = saved.find((x) => x.table === lt.name)!;
-        return { table: st.table, group: st.group, range: st.range, map: new Uint8Array(await fs.readFile(join(scratch, p.file))), mapCrc: p.crc32c, cells: new Uint8Array(cells.buffer) };
+        const spill = p.spill ? { bytes: new Uint8Array(await fs.readFile(join(scratch, p.spill.file))), crc32c: p.spill.crc32c, records: p.spill.records } : undefined;
+        return { table: st.table, group: st.group, range: st.range, map: new Uint8Array(await fs.readFile(join(scratch, p.file))), mapCrc: p.crc32c, cells: new Uint8Array(cells.buffer), spill };
       }),
     );
   } finally {
@@ -72,13 +85,21 @@ export async function gatherDynamic(sc: ShardedEmbeddingCollection): Promise<Sha
   if (!sc.plan.tables.some((t) => t.dynamic)) return undefined;
   const mine = await localShards(sc);
   const g = sc.group, W = g.size;
-  const sizes = await g.allGather(Float64Array.from(mine.flatMap((s) => [s.map.length, s.cells.length, s.mapCrc])), { uncounted: true });
-  const blob = new Uint8Array(mine.reduce((n, s) => n + s.map.length + s.cells.length, 0));
+  // per shard: map bytes, cell bytes, map CRC, spill bytes (-1: the shard does not spill), spill CRC, spill records
+  const sizes = await g.allGather(
+    Float64Array.from(mine.flatMap((s) => [s.map.length, s.cells.length, s.mapCrc, s.spill ? s.spill.bytes.length : -1, s.spill?.crc32c ?? 0, s.spill?.records ?? 0])),
+    { uncounted: true },
+  );
+  const blob = new Uint8Array(mine.reduce((n, s) => n + s.map.length + s.cells.length + (s.spill?.bytes.length ?? 0), 0));
   let o = 0;
   for (const s of mine) {
     blob.set(s.map, o);
     blob.set(s.cells, o + s.map.length);
     o += s.map.length + s.cells.length;
+    if (s.spill) {
+      blob.set(s.spill.bytes, o);
+      o += s.spill.bytes.length;
+    }
   }
   const all = await g.allGather(blob, { uncounted: true });
   if (g.rank !== 0) return undefined;
@@ -90,9 +111,11 @@ export async function gatherDynamic(sc: ShardedEmbeddingCollection): Promise<Sha
     for (const lt of L.localTables) {
       if (!lt.dynamic) continue;
       const m = sizes.data[so++]!, c = sizes.data[so++]!, mapCrc = sizes.data[so++]!;
+      const sp = sizes.data[so++]!, spCrc = sizes.data[so++]!, spRecords = sizes.data[so++]!;
       const group = L.tables[lt.t]!.groups.findIndex((x) => x.a === lt.r0);
-      out.push({ table: sc.plan.tables[lt.t]!.name, group, range: [lt.r0, lt.r0 + lt.rows], map: all.data.slice(bo, bo + m), mapCrc, cells: all.data.slice(bo + m, bo + m + c) });
-      bo += m + c;
+      const spill = sp >= 0 ? { bytes: all.data.slice(bo + m + c, bo + m + c + sp), crc32c: spCrc, records: spRecords } : undefined;
+      out.push({ table: sc.plan.tables[lt.t]!.name, group, range: [lt.r0, lt.r0 + lt.rows], map: all.data.slice(bo, bo + m), mapCrc, cells: all.data.slice(bo + m, bo + m + c), spill });
+      bo += m + c + Math.max(sp, 0);
     }
   }
   return out;
@@ -106,7 +129,12 @@ export async function writeDynamic(tmp: string, plan: ShardPlan, shards: readonl
     const map = fileOf(t, s.group, 'map'), rows = fileOf(t, s.group, 'rows');
     await writeFileDurable(join(tmp, map), s.map);
     await writeFileDurable(join(tmp, rows), s.cells);
-    out.push({ table: s.table, group: s.group, range: s.range, map: { file: map, bytes: s.map.length, crc32c: s.mapCrc }, rows: { file: rows, bytes: s.cells.length, crc32: crc32(s.cells) } });
+    let spill: SpillCopy | undefined;
+    if (s.spill) {
+      spill = { file: fileOf(t, s.group, 'spill'), bytes: s.spill.bytes.length, crc32c: s.spill.crc32c, records: s.spill.records };
+      await writeFileDurable(join(tmp, spill.file), s.spill.bytes);
+    }
+    out.push({ table: s.table, group: s.group, range: s.range, map: { file: map, bytes: s.map.length, crc32c: s.mapCrc }, rows: { file: rows, bytes: s.cells.length, crc32: crc32(s.cells) }, ...(spill ? { spill } : {}) });
   }
   return out;
 }
@@ -153,7 +181,7 @@ export async function loadDynamic(sc: ShardedEmbeddingCollection, dir: string, s
     const slots = BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j));
     e.writeRows(li, slots, f.subarray(0, lt.rows * lt.dim));
     if (sw > 0) e.writeState(li, slots, f.subarray(lt.rows * lt.dim));
-    maps.push({ table: lt.name, file: s.map.file, bytes: s.map.bytes, crc32c: s.map.crc32c });
+    maps.push({ table: lt.name, file: s.map.file, bytes: s.map.bytes, crc32c: s.map.crc32c, ...(s.spill ? { spill: { ...s.spill } } : {}) });
   }
   // the maps through their own checkpoint reader (sizes and the embedded CRC-32C verified)
   await dyn.tablesOfRank.load(dir, maps);

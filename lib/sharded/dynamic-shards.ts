@@ -54,7 +54,7 @@ export class DynamicShards {
   }
 
   /** The dynamic shards of this rank's engine (its local tables), or undefined when it holds none. */
-  static of(layout: LocalLayout, config: ResolvedConfig, addon: Addon): DynamicShards | undefined {
+  static of(layout: LocalLayout, config: ResolvedConfig, addon: Addon, spillDir?: string): DynamicShards | undefined {
     if (!layout.localTables.some((lt) => lt.dynamic)) return undefined;
     // the rank's engine as one collection config: each dynamic shard a dynamic table of its own rows
     // (candidates: its share), with the whole table's init; the other local tables only map features
@@ -64,7 +64,7 @@ export class DynamicShards {
       return {
         name: lt.name, rows: lt.rows, dim: lt.c1 - lt.c0, pooling: 'sum', features, dtype: t.dtype, idPolicy: 'error',
         init: explicitInit(t.init, t.rows), storage: { kind: 'memory' },
-        ...(lt.dynamic && d ? { dynamic: { capacity: lt.rows, minCount: d.minCount, candidates: Math.max(1, Math.ceil((d.candidates * lt.rows) / t.rows)), eviction: d.eviction, default: d.default } } : {}),
+        ...(lt.dynamic && d ? { dynamic: { capacity: lt.rows, minCount: d.minCount, candidates: Math.max(1, Math.ceil((d.candidates * lt.rows) / t.rows)), eviction: d.eviction, default: d.default, ...(spillDir !== undefined ? { spill: { path: spillDir } } : {}) } } : {}),
       };
     });
     const local: ResolvedConfig = { tables, optimizer: config.optimizer, device: config.device, seed: config.seed };

@@ -15,6 +15,8 @@
 // row-access.ts (rows by global id), reshard.ts (checkpoints), row-remap.ts (a plan's hot-id remap: ids
 // become rows before routing and in row access), dynamic-shards.ts (dynamic tables: sharded by id hash,
 // each row shard with its own id map; the owner batch's raw ids become slots before the engine call).
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
@@ -57,9 +59,15 @@ export interface ShardedConfig {
   init?: Record<string, InitConfig>;
   /** disk-backed shards under this rank's RAM budget (docs/storage.md); default: all in memory */
   storage?: StorageBudget;
+  /**
+   * Dynamic tables' row shards spill the rows they evict (values and optimizer state) to files under this
+   * existing folder, `rank<r>/spill-<local table>.bin`, and take them back on re-admission (docs/storage.md);
+   * default: evicted rows are dropped.
+   */
+  spill?: { path: string };
 }
 
-const SHARDED_CONFIG_FIELDS = fieldsOf<ShardedConfig>({ optimizer: true, seed: true, device: true, comm: true, init: true, storage: true });
+const SHARDED_CONFIG_FIELDS = fieldsOf<ShardedConfig>({ optimizer: true, seed: true, device: true, comm: true, init: true, storage: true, spill: true });
 
 /** The EmbeddingCollection config equivalent to a plan's tables (what a single rank would build). */
 export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}): CollectionConfig {
@@ -176,6 +184,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     this.pooledFeatures = infos.filter((f) => f.pooling !== 'none').map((f) => f.name);
     this.sequenceFeatures = infos.filter((f) => f.pooling === 'none').map((f) => f.name);
     const addon = resolveBackend(this.config.device);
+    const spillDir = spillFolder(config.spill, group.rank);
     const localDtype = (t: LocalTable) => (t.part === 'idle' ? 'fp32' : plan.tables[t.t]!.dtype);
     const storage = shardStorage(L.localTables.map((t) => ({ ...t, dtype: localDtype(t) })), config.storage, group.rank, this.config.optimizer.type);
     this.engine = new addon.Engine(
@@ -190,7 +199,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       this.config.device,
       storage,
     );
-    this.dynamic = DynamicShards.of(L, this.config, addon);
+    this.dynamic = DynamicShards.of(L, this.config, addon, spillDir);
     this.dynamic?.resetSinks(this.engine);
     if (internal?.initialize ?? true) this.initializeShards();
   }
@@ -727,3 +736,15 @@ export class ShardedEmbeddingCollection extends EngineOwner {
 
 export type { NativeForwardResult };
 export type { CollectionConfig };
+
+/** This rank's folder of dynamic-shard spill files (created), or undefined without `spill`. */
+function spillFolder(spill: ShardedConfig['spill'], rank: number): string | undefined {
+  if (spill === undefined) return undefined;
+  if (typeof spill !== 'object' || spill === null) throw new EmbshardError('INVALID_CONFIG', 'spill must be an object { path }', { path: 'spill' });
+  rejectUnknownFields(spill, ['path'], 'spill');
+  if (typeof spill.path !== 'string' || spill.path === '') throw new EmbshardError('INVALID_CONFIG', 'spill.path must be a non-empty string (an existing folder)', { path: 'spill.path' });
+  if (!existsSync(spill.path)) throw new EmbshardError('IO_ERROR', `spill.path '${spill.path}' does not exist`, { path: 'spill.path' });
+  const dir = join(spill.path, `rank${rank}`);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
