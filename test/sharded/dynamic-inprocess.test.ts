@@ -9,7 +9,8 @@
 //    (SplitMix64 of id XOR salt, times capacity, top 64 bits), each shard a naive LRU map (the single-table
 //    oracle of test/storage) fed the ids in the order the owner sees them;
 //  - with admission.default 'hashed', forwards that admit nothing and reads of ids never seen give the
-//    single collection's init rows.
+//    single collection's init rows; with admission after 2 sightings, rb and table-wise shards admit
+//    exactly as the single collection does.
 import { describe, expect, it } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
@@ -63,7 +64,7 @@ async function runEqual(W: number, s: Spec, optimizer: ShardedConfig['optimizer'
       const unseen = BigInt64Array.of(123456789123n, -5n);
       const none = await Promise.all(ranks.map((sc) => sc.readRows(table, unseen)));
       const want = oracle.readRows(table, unseen);
-      expect(want.some((v) => v !== 0)).toBe(s.default === 'hashed');
+      expect(want.some((v) => v !== 0)).toBe(s.default === 'hashed' && (table === 'dyn' || !s.dynOnly));
       for (const x of none) expect([...x]).toEqual([...want]);
     }
     // evaluation (admit: false) admits nothing and agrees with the single collection
@@ -101,6 +102,16 @@ describe('hashed defaults: ids not yet admitted read their init row, sharded as 
           await runEqual(W, { dyn, pooling, capacity: 4000, seqCapacity: 2000, default: 'hashed' }, { type: 'adagrad', lr: 0.1 });
         });
       }
+});
+
+describe('admission after 2 sightings: rb and table-wise shards admit as one collection', () => {
+  // every occurrence reaches its owner under rb and table-wise placement, so each shard counts what one
+  // collection counts (ub sends a source's distinct ids once per step: counted below against its model)
+  for (const [W, dyn] of [[2, 'rb'], [2, 'tw'], [4, 'rb']] as const)
+    for (const def of [undefined, 'hashed'] as const)
+      it(`W=${W} ${dyn} adagrad mean, ${def ?? 'zero'} default`, async () => {
+        await runEqual(W, { dyn, pooling: 'mean', capacity: 4000, seqCapacity: 2000, minCount: 2, dynOnly: true, ...(def ? { default: def } : {}) }, { type: 'adagrad', lr: 0.1 });
+      });
 });
 
 describe('hash-sharded eviction and admission against a naive model', () => {

@@ -32,6 +32,8 @@ export interface Spec {
   minCount?: number;
   /** what ids without a row read (admission.default); 'zero' when absent */
   default?: 'hashed';
+  /** the admission settings apply to 'dyn' only ('seqd', always ub, admits at first sight) */
+  dynOnly?: boolean;
 }
 
 function admissionOf(s: Spec) {
@@ -41,7 +43,7 @@ function admissionOf(s: Spec) {
 
 export function makePlan(W: number, s: Spec): ShardPlan {
   const dynTable = { name: 'dyn', rows: 'dynamic', capacity: s.capacity, dim: 8, pooling: s.pooling, features: ['a', 'b'], optimizer: 'adagrad', ...admissionOf(s) } as PlanTableSpec;
-  const seqTable = { name: 'seqd', rows: 'dynamic', capacity: s.seqCapacity, dim: 4, pooling: 'none', features: ['s'], ...admissionOf(s) } as PlanTableSpec;
+  const seqTable = { name: 'seqd', rows: 'dynamic', capacity: s.seqCapacity, dim: 4, pooling: 'none', features: ['s'], ...(s.dynOnly ? {} : admissionOf(s)) } as PlanTableSpec;
   const even = (cap: number) => Array.from({ length: W }, (_, k) => ({ rows: [Math.floor((k * cap) / W), Math.floor(((k + 1) * cap) / W)] as [number, number], cols: [0, 8] as [number, number], rank: k }));
   const dynShards = s.dyn === 'tw' ? [{ rows: [0, s.capacity] as [number, number], cols: [0, 8] as [number, number], rank: W - 1 }] : even(s.capacity);
   const cut = Math.floor(s.seqCapacity / 3);
@@ -62,7 +64,7 @@ export function oracleConfig(s: Spec, cfg: ShardedConfig) {
   return {
     tables: [
       { name: 'dyn', rows: 'dynamic' as const, capacity: s.capacity, dim: 8, pooling: s.pooling, features: ['a', 'b'], ...adm },
-      { name: 'seqd', rows: 'dynamic' as const, capacity: s.seqCapacity, dim: 4, pooling: 'none' as const, features: ['s'], ...adm },
+      { name: 'seqd', rows: 'dynamic' as const, capacity: s.seqCapacity, dim: 4, pooling: 'none' as const, features: ['s'], ...(s.dynOnly ? {} : adm) },
       { name: 'plain', rows: 40, dim: 4, features: ['c'] },
     ],
     optimizer: cfg.optimizer!,
