@@ -2,6 +2,7 @@
 #include "core/batch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <mutex>
 
@@ -48,6 +49,8 @@ void fail_id_out_of_range(const CollectionSpec& spec, const PreparedBatch& b, in
 }
 
 void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch& out, bool resolveIds) {
+  static std::atomic<uint64_t> nextSerial{1};
+  out.serial = nextSerial.fetch_add(1, std::memory_order_relaxed);
   const int64_t B = v.batchSize;
   const int32_t F = static_cast<int32_t>(v.features.size());
   if (B <= 0) fail("INVALID_ARGUMENT", "batchSize must be a positive integer (got %lld)", static_cast<long long>(B));

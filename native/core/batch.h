@@ -36,6 +36,9 @@ struct PreparedBatch {
   // CPU forward, which changes no state and so may reject a batch after its pass (see resolve_id).
   const void* rawIds = nullptr;
   IdType idType = IdType::I64;
+  // Distinct for every prepare_batch call: tells a batch from another one prepared later into the same
+  // (recycled) object, which has the same address (DiskEngine's forward → backward staging).
+  uint64_t serial = 0;
   int64_t numIds() const { return offsets.empty() ? 0 : offsets.back(); }
   int64_t slotBegin(int32_t slot) const { return offsets[static_cast<size_t>(slot) * B]; }
   int64_t slotEnd(int32_t slot) const { return offsets[static_cast<size_t>(slot + 1) * B]; }

@@ -145,13 +145,15 @@ void DiskEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
   staged_ = nullptr;
   stage_batch(b, /*pin=*/true);
   staged_ = &b;
+  stagedSerial_ = b.serial;
   inner_->forward(inner_batch_, pooled, seq);
 }
 
 BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
   // The forward of this very batch staged and pinned its rows (nothing but a prefetch, which keeps
-  // pinned rows, ran since): its slots still hold. Otherwise stage again.
-  const bool reuse = staged_ == &b;
+  // pinned rows, ran since): its slots still hold. Otherwise stage again. The same object is not enough:
+  // a batch prepared later into a recycled PreparedBatch has the forward's address but another serial.
+  const bool reuse = staged_ == &b && b.serial != 0 && stagedSerial_ == b.serial;
   staged_ = nullptr;
   if (!reuse) stage_batch(b, /*pin=*/false);
   sync_inner();
