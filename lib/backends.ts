@@ -179,15 +179,20 @@ export function probedCudaAddon(what = 'the CUDA backend'): CudaAddon {
   return cudaAddon;
 }
 
+/** The index N of a 'cuda:N' device, or undefined for any other string ('cpu', malformed names). */
+export function cudaIndex(device: string): number | undefined {
+  const m = typeof device === 'string' ? /^cuda:(\d+)$/.exec(device) : null;
+  return m ? Number(m[1]) : undefined;
+}
+
 /**
  * The addon serving `device`: 'cpu' → the CPU addon; 'cuda:N' → the CUDA addon, once the probe has
  * found device N usable. Otherwise EmbshardError BACKEND_UNAVAILABLE with the reason.
  */
 export function resolveBackend(device: string): Addon {
   if (device === 'cpu') return loadAddon();
-  const m = typeof device === 'string' ? /^cuda:(\d+)$/.exec(device) : null;
-  if (!m) throw new EmbshardError('BACKEND_UNAVAILABLE', `unknown device '${String(device)}' (expected 'cpu' or 'cuda:N')`);
-  const index = Number(m[1]);
+  const index = cudaIndex(device);
+  if (index === undefined) throw new EmbshardError('BACKEND_UNAVAILABLE', `unknown device '${String(device)}' (expected 'cpu' or 'cuda:N')`);
   const cuda = cudaBackend();
   if (!cuda.available) throw new EmbshardError('BACKEND_UNAVAILABLE', `device '${device}' is unavailable: ${cuda.reason}`);
   const devices = cuda.devices ?? [];

@@ -2,6 +2,7 @@
 // for a single process that still needs a group (a plan file, Herald), and NCCL on top of either when the
 // tables and the dense model live on CUDA devices (`--comm nccl`, or `auto`: NCCL whenever several ranks
 // train on CUDA devices and the addon was built with NCCL, MPI otherwise).
+import { cudaIndex } from '../backends.js';
 import { EmbshardError } from '../errors.js';
 import { createInProcessGroups, createMpiGroup, createNcclGroup, type ProcessGroup } from '../sharded/group.js';
 
@@ -18,12 +19,6 @@ export interface RunGroup {
 }
 
 const TIMEOUT_MS = 300_000;
-
-/** The CUDA device index of `device` ('cuda:N'), or undefined for the CPU. */
-function cudaIndex(device: string): number | undefined {
-  const m = /^cuda:(\d+)$/.exec(device);
-  return m ? Number(m[1]) : undefined;
-}
 
 /**
  * Opens the run's group. `device` is the rank's resolved device (cuda:local already turned into cuda:N by
