@@ -27,6 +27,7 @@ import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.
 import type { BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
 import type { DynamicStep } from '../storage/dynamic.js';
 import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
+import { resolveSpill } from '../storage/dynamic-config.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
@@ -740,11 +741,9 @@ export type { CollectionConfig };
 /** This rank's folder of dynamic-shard spill files (created), or undefined without `spill`. */
 function spillFolder(spill: ShardedConfig['spill'], rank: number): string | undefined {
   if (spill === undefined) return undefined;
-  if (typeof spill !== 'object' || spill === null) throw new EmbshardError('INVALID_CONFIG', 'spill must be an object { path }', { path: 'spill' });
-  rejectUnknownFields(spill, ['path'], 'spill');
-  if (typeof spill.path !== 'string' || spill.path === '') throw new EmbshardError('INVALID_CONFIG', 'spill.path must be a non-empty string (an existing folder)', { path: 'spill.path' });
-  if (!existsSync(spill.path)) throw new EmbshardError('IO_ERROR', `spill.path '${spill.path}' does not exist`, { path: 'spill.path' });
-  const dir = join(spill.path, `rank${rank}`);
+  const { path } = resolveSpill(spill, 'spill');
+  if (!existsSync(path)) throw new EmbshardError('IO_ERROR', `spill.path '${path}' does not exist`, { path: 'spill.path' });
+  const dir = join(path, `rank${rank}`);
   mkdirSync(dir, { recursive: true });
   return dir;
 }

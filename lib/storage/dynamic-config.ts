@@ -85,13 +85,17 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
   if (def !== 'zero' && def !== 'hashed') bad('INVALID_CONFIG', `${where}.admission.default must be 'zero' or 'hashed' (got ${String(def)})`, `${where}.admission.default`);
   const eviction = t.eviction ?? 'lru';
   if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${String(eviction)})`, `${where}.eviction`);
-  const sp = t.spill;
-  if (sp !== undefined) {
-    if (typeof sp !== 'object' || sp === null) bad('INVALID_CONFIG', `${where}.spill must be an object { path }`, `${where}.spill`);
-    rejectUnknownFields(sp, SPILL_FIELDS, `${where}.spill`);
-    if (typeof sp.path !== 'string' || sp.path === '') bad('INVALID_CONFIG', `${where}.spill.path must be a non-empty string (a folder)`, `${where}.spill.path`);
-  }
-  return { capacity: c, minCount, candidates, default: def, eviction, ...(sp ? { spill: { path: sp.path } } : {}) };
+  const sp = t.spill === undefined ? undefined : resolveSpill(t.spill, `${where}.spill`);
+  return { capacity: c, minCount, candidates, default: def, eviction, ...(sp ? { spill: sp } : {}) };
+}
+
+/** Checks a `spill` field at `where` (a table's, or a sharded collection's): an object { path } naming a folder. */
+export function resolveSpill(sp: unknown, where: string): DynamicSpill {
+  if (typeof sp !== 'object' || sp === null) bad('INVALID_CONFIG', `${where} must be an object { path }`, where);
+  rejectUnknownFields(sp, SPILL_FIELDS, where);
+  const path = (sp as { path?: unknown }).path;
+  if (typeof path !== 'string' || path === '') bad('INVALID_CONFIG', `${where}.path must be a non-empty string (a folder)`, `${where}.path`);
+  return { path };
 }
 
 /** The table-config fields that rebuild a resolved dynamic table (checkpoints keep the resolved form). */
