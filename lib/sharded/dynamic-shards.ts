@@ -107,14 +107,14 @@ export class DynamicShards {
 
   /**
    * Rows read by id from the shard in local table li, for a table with a hashed default: the ids that this
-   * shard owns by hash but holds no row for, at their positions `at` in `ids`, with their init rows
-   * [at.length × dim]. Undefined for tables whose ids without a row read zero.
+   * shard owns by hash but holds no row for (`slots`: every id's slot, `slots(li, ids)`), at their positions
+   * `at` in `ids`, with their init rows [at.length × dim]. Undefined for tables whose ids without a row read zero.
    */
-  defaultRows(li: number, ids: BigInt64Array): { at: Int32Array; rows: Float32Array } | undefined {
+  defaultRows(li: number, ids: BigInt64Array, slots: BigInt64Array): { at: Int32Array; rows: Float32Array } | undefined {
     const s = this.shards.get(li)!, d = this.config.tables[s.t]!.dynamic!;
     if (d.default !== 'hashed') return undefined;
     const keys = exchangeOps().hashKeys(ids, d.capacity);
-    const slots = this.maps.slots(li, ids), sink = BigInt(s.rows[1] - s.rows[0]);
+    const sink = BigInt(s.rows[1] - s.rows[0]);
     const at: number[] = [];
     for (let k = 0; k < ids.length; k++) if (keys[k]! >= s.rows[0] && keys[k]! < s.rows[1] && slots[k] === sink) at.push(k);
     const mine = BigInt64Array.from(at, (k) => ids[k]!);

@@ -48,14 +48,17 @@ function stateCols(opt: string, dim: number, c0: number, c1: number): [number, n
   return [];
 }
 
-/** Which of `ids` the local table `lt` holds: their positions in `ids` and their local rows. */
-function slotsOf(lt: LocalTable, rank: number, rpn: number, ids: BigInt64Array, dyn?: { shards: DynamicShards; li: number }): { at: Int32Array; local: BigInt64Array } {
+/**
+ * Which of `ids` the local table `lt` holds: their positions in `ids` and their local rows (a dynamic
+ * shard: also every id's slot, the sink for ids it holds no row for).
+ */
+function slotsOf(lt: LocalTable, rank: number, rpn: number, ids: BigInt64Array, dyn?: { shards: DynamicShards; li: number }): { at: Int32Array; local: BigInt64Array; slots?: BigInt64Array } {
   if (dyn) {
     // a dynamic shard: the ids its map holds (the sink slot, lt.rows, marks the others)
     const slots = dyn.shards.slots(dyn.li, ids), sink = BigInt(lt.rows);
     const at: number[] = [];
     slots.forEach((v, k) => v !== sink && at.push(k));
-    return { at: Int32Array.from(at), local: BigInt64Array.from(at, (k) => slots[k]!) };
+    return { at: Int32Array.from(at), local: BigInt64Array.from(at, (k) => slots[k]!), slots };
   }
   const at: number[] = [];
   const local: bigint[] = [];
@@ -113,11 +116,11 @@ export async function readCells(sc: ShardedRows, t: number, userIds: BigInt64Arr
   const e = sc.localEngine;
   sc.layout.localTables.forEach((lt, li) => {
     if (lt.t !== t || !contributes(lt, rank, rpn)) return;
-    const { at, local } = slotsOf(lt, rank, rpn, ids, lt.dynamic ? { shards: sc.dynamicShards!, li } : undefined);
+    const { at, local, slots } = slotsOf(lt, rank, rpn, ids, lt.dynamic ? { shards: sc.dynamicShards!, li } : undefined);
     const m = at.length, cols = lt.c1 - lt.c0;
-    if (kind === 'rows' && lt.dynamic) {
+    if (kind === 'rows' && slots) {
       // ids without a row that this shard owns by hash read its default (a hashed default's init row)
-      const d = sc.dynamicShards!.defaultRows(li, ids);
+      const d = sc.dynamicShards!.defaultRows(li, ids, slots);
       if (d && d.at.length > 0) K.unpack(d.rows, 0, 'fp32', d.at.length, cols, out, width, d.at, 0, lt.c0, false);
     }
     if (m === 0) return;
