@@ -12,6 +12,7 @@
 // writes bench/results/dist.json and bench/results/dist.md, and prints the markdown.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { JaggedBatch } from '../lib/batch.js';
@@ -271,6 +272,7 @@ function mpiLine(W: number, args: string[], prefix: string): string | undefined 
 }
 
 function main(): void {
+  const loadAtStart = loadavg()[0]!;
   const rows: Record<string, number | string>[] = [];
   for (const W of RANKS)
     for (const type of PLANS) {
@@ -294,7 +296,7 @@ function main(): void {
   const md = [
     `Sharded training on this machine (${TABLES} tables × ${ROWS} rows × dim ${DIM}, batch ${B} per rank, ${POOL} ids per bag, adagrad; MPI ranks on one node; ${STEPS} timed steps)`,
     '',
-    `The machine (${String(machine().cores)} cores) was shared with other jobs while this ran, so absolute times are noisy; every ratio compares two measurements taken in the same run, interleaved (one after the other, repeatedly, each side's median taken), never against an earlier run.`,
+    `The machine (${String(machine().cores)} cores, 1-minute load average ${loadAtStart.toFixed(2)} when the run began) may be shared with other jobs, so absolute times are noisy; every ratio compares two measurements taken in the same run, interleaved (one after the other, repeatedly, each side's median taken), never against an earlier run.`,
     '',
     `Trainer, DLRM over the row-sharded tables (bottom ${TRAIN_SPEC.denseIn}-${TRAIN_SPEC.bottom.join('-')}, dot, top ${TRAIN_SPEC.top.join('-')}; ${trainRows[0] ? fmt(trainRows[0].gradientBytes! / 1e6, 2) : '—'} MB of dense gradients): overlap on and off, stepping in turn`,
     '',
@@ -332,7 +334,7 @@ function main(): void {
   ].join('\n');
   const outDir = join(root, 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
-  writeFileSync(join(outDir, 'dist.json'), JSON.stringify({ machine: { ...machine(), shared: true }, tables: TABLES, rows: ROWS, dim: DIM, batchPerRank: B, idsPerBag: POOL, steps: STEPS, results: rows, trainer: trainRows, allReduce: arRows }, null, 1) + '\n');
+  writeFileSync(join(outDir, 'dist.json'), JSON.stringify({ machine: { ...machine(), loadAtStart }, tables: TABLES, rows: ROWS, dim: DIM, batchPerRank: B, idsPerBag: POOL, steps: STEPS, results: rows, trainer: trainRows, allReduce: arRows }, null, 1) + '\n');
   writeFileSync(join(outDir, 'dist.md'), md + '\n');
   console.log(md);
 }
