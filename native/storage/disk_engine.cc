@@ -142,19 +142,19 @@ void DiskEngine::sync_inner() {
 }
 
 void DiskEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
-  staged_ = nullptr;
+  stagedSerial_ = 0;
   stage_batch(b, /*pin=*/true);
-  staged_ = &b;
   stagedSerial_ = b.serial;
   inner_->forward(inner_batch_, pooled, seq);
 }
 
 BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
   // The forward of this very batch staged and pinned its rows (nothing but a prefetch, which keeps
-  // pinned rows, ran since): its slots still hold. Otherwise stage again. The same object is not enough:
-  // a batch prepared later into a recycled PreparedBatch has the forward's address but another serial.
-  const bool reuse = staged_ == &b && b.serial != 0 && stagedSerial_ == b.serial;
-  staged_ = nullptr;
+  // pinned rows, ran since): its slots still hold. Otherwise stage again. The batch is known by its
+  // serial, unique per prepare_batch: a batch prepared later into a recycled PreparedBatch at the same
+  // address has another.
+  const bool reuse = b.serial != 0 && stagedSerial_ == b.serial;
+  stagedSerial_ = 0;
   if (!reuse) stage_batch(b, /*pin=*/false);
   sync_inner();
   BackwardResult r = inner_->backward(inner_batch_, pooledGrad, seqGrad);
@@ -176,7 +176,7 @@ void DiskEngine::prefetch(const PreparedBatch& b) {
     disk_[t]->stage(uniq_[t].data(), static_cast<int64_t>(uniq_[t].size()), /*prefetch=*/true, slots.data());
   }
   // uniq_ now describes the prefetched batch; a pending backward restages only if its forward's
-  // batch is gone (staged_ stays: the pinned slots are untouched and slots_ / ids_ still hold)
+  // batch is gone (the staged serial stays: the pinned slots are untouched and slots_ / ids_ still hold)
 }
 
 void DiskEngine::flush() {

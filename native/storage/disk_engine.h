@@ -75,8 +75,7 @@ class DiskEngine : public Engine {
   std::vector<uint64_t> sortKeys_, tmpKeys_;  // radix sort of (row, first-seen index) pairs
   std::vector<uint32_t> sortVals_, tmpVals_;
   PreparedBatch inner_batch_;
-  const PreparedBatch* staged_ = nullptr;  // the forward's batch whose slots are staged and pinned
-  uint64_t stagedSerial_ = 0;              // and its serial (a recycled object at the same address differs)
+  uint64_t stagedSerial_ = 0;  // serial of the forward's batch whose slots are staged and pinned (0: none)
 };
 
 // The inner CPU engine's spec: disk-backed tables get `slots` rows (the geometry of their cache).
