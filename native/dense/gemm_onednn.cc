@@ -129,8 +129,9 @@ bool onednn_gemm(const GemmCall& g) {
   if (g.precision == Precision::BF16) {
     int64_t na = extent(g.batch, g.strideA, g.transA ? g.K : g.M, g.transA ? g.M : g.K, g.lda);
     int64_t nb = extent(g.batch, g.strideB, g.transB ? g.N : g.K, g.transB ? g.K : g.N, g.ldb);
-    a16.resize(static_cast<size_t>(na));
-    b16.resize(static_cast<size_t>(nb));
+    // grown only: resizing down and back up would zero-fill the regrown part on every call
+    if (a16.size() < static_cast<size_t>(na)) a16.resize(static_cast<size_t>(na));
+    if (b16.size() < static_cast<size_t>(nb)) b16.resize(static_cast<size_t>(nb));
     to_bf16(g.A, na, a16.data());
     to_bf16(g.B, nb, b16.data());
     A = a16.data();

@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/half.h"
 #include "core/parallel.h"
+#include "cpu/isa.h"
 
 namespace embshard::dense {
 
@@ -17,16 +18,22 @@ Precision parse_precision(const char* name) {
   fail("INVALID_CONFIG", "precision must be 'fp32' | 'bf16' (got '%s')", name);
 }
 
+namespace {
+// The loops, compiled per ISA (cpu/isa.h): integer arithmetic, so every copy gives the same bits.
+EMBSHARD_CPU_KERNEL void to_bf16_range(const float* in, uint16_t* out, int64_t a, int64_t b) {
+  for (int64_t i = a; i < b; ++i) out[i] = f32_to_bf16(in[i]);
+}
+EMBSHARD_CPU_KERNEL void round_to_bf16_range(const float* in, float* out, int64_t a, int64_t b) {
+  for (int64_t i = a; i < b; ++i) out[i] = bf16_to_f32(f32_to_bf16(in[i]));
+}
+}  // namespace
+
 void to_bf16(const float* in, int64_t n, uint16_t* out) {
-  parallel_for(n, 1 << 15, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) out[i] = f32_to_bf16(in[i]);
-  });
+  parallel_for(n, 1 << 15, [&](int64_t a, int64_t b) { to_bf16_range(in, out, a, b); });
 }
 
 void round_to_bf16(const float* in, int64_t n, float* out) {
-  parallel_for(n, 1 << 15, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) out[i] = bf16_to_f32(f32_to_bf16(in[i]));
-  });
+  parallel_for(n, 1 << 15, [&](int64_t a, int64_t b) { round_to_bf16_range(in, out, a, b); });
 }
 
 }  // namespace embshard::dense

@@ -3,7 +3,7 @@
 // over the engine sources twice: as shipped (the loader picks this machine's best copy) and with the
 // clones off (baseline code only), plus an AVX2-only build where the CPU has AVX2; each runs three
 // forward/backward steps of every optimizer × dtype × rounding × weight decay and hashes all outputs and
-// both arenas. The hashes must be equal.
+// both arenas, then runs the dense layers' element-wise kernels (bf16 conversion, ReLU, bias sums). The hashes must be equal.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,7 +15,9 @@ const gxx = spawnSync('g++', ['--version'], { encoding: 'utf8' });
 const x64 = process.arch === 'x64' && !gxx.error && gxx.status === 0;
 const avx2 = x64 && /\bavx2\b/.test(readFileSync('/proc/cpuinfo', 'utf8'));
 const native = join(packageRoot, 'native');
-const sources = ['core', 'cpu'].flatMap((d) => readdirSync(join(native, d)).filter((f) => f.endsWith('.cc')).map((f) => join(native, d, f)));
+// the engine, and the dense layers' element-wise kernels with what they link (GEMMs on the naive path: no BLAS, no oneDNN here)
+const denseSources = ['activation.cc', 'linear.cc', 'precision.cc', 'gemm.cc', 'gemm_onednn.cc'].map((f) => join(native, 'dense', f));
+const sources = [...['core', 'cpu'].flatMap((d) => readdirSync(join(native, d)).filter((f) => f.endsWith('.cc')).map((f) => join(native, d, f))), ...denseSources];
 const out = mkdtempSync(join(tmpdir(), 'embshard-isa-'));
 
 function build(name: string, flags: string[]): Promise<string> {
