@@ -12,7 +12,7 @@
 // Writes bench/results/train.json and bench/results/train.md (the markdown tables, also printed).
 // Run: npm run bench:train   (EMBSHARD_BENCH_QUICK=1 for a short run)
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { loadAddon, packageRoot } from '../lib/native.js';
 import { SyntheticSource, type SyntheticOptions } from '../lib/data/index.js';
@@ -20,6 +20,7 @@ import { DenseModel, Trainer, embeddingsFor, resolveDenseSpec, type DenseModelSp
 import { denseAddon, type GemmBackendName, type Precision } from '../lib/train/binding.js';
 
 const quick = process.env.EMBSHARD_BENCH_QUICK === '1';
+const loadAtStart = loadavg()[0]!;
 const WARMUP = 2, STEPS = quick ? 3 : 8;
 const ops = denseAddon('cpu').denseOps;
 
@@ -201,12 +202,12 @@ async function main(): Promise<void> {
   runProbe('after');
 
   const meta = {
-    cpus: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', node: process.version, threads: loadAddon().threads(), dense: info,
+    cpus: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', node: process.version, threads: loadAddon().threads(), loadAtStart, dense: info,
     probe: { n: N, reps: REPS, fp32GFlops: probe.fp32, bf16GFlops: probe.bf16 }, warmup: WARMUP, steps: STEPS, date: new Date().toISOString(),
   };
   const f = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
   const lines = [
-    `### Training step throughput (${meta.cpus} × ${meta.cpu}, ${meta.threads} threads, Node ${meta.node}; dense layers on ${info.reason}; mean of ${STEPS} steps after ${WARMUP} warm-up)`,
+    `### Training step throughput (${meta.cpus} × ${meta.cpu}, ${meta.threads} threads, 1-minute load average ${loadAtStart.toFixed(2)} at the start, Node ${meta.node}; dense layers on ${info.reason}; mean of ${STEPS} steps after ${WARMUP} warm-up)`,
     '',
     `GEMM peak probe of the run (${N}×${N}×${N} oneDNN matmul, best of ${REPS}, before and after all rows, the better kept): fp32 **${probe.fp32.toFixed(1)} GFLOP/s**, bf16 **${probe.bf16.toFixed(1)} GFLOP/s**.`,
     '',
