@@ -22,9 +22,16 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
       const r = await mpirun(np, 'test/sharded/mpi/allreduce.mjs', [], rpn ? { env: { EMBSHARD_RANKS_PER_NODE: rpn } } : {});
       expect(r.code, r.stderr + r.stdout).toBe(0);
       expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: np }, (_, i) => i));
-      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np });
+      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np, algorithm: '3' });
     });
   }
+
+  it("allReduce keeps an Open MPI algorithm the launcher's environment names (ring, 4 ranks) and stays exact", async () => {
+    const r = await mpirun(4, 'test/sharded/mpi/allreduce.mjs', [], { env: { OMPI_MCA_coll_libnbc_iallreduce_algorithm: '1' } });
+    expect(r.code, r.stderr + r.stdout).toBe(0);
+    expect(r.lines).toHaveLength(4);
+    for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: 4, algorithm: '1' });
+  });
 
   it('counts intra- and inter-node bytes with two modelled nodes (EMBSHARD_RANKS_PER_NODE=2, 4 ranks)', async () => {
     const r = await mpirun(4, 'test/sharded/mpi/collectives.mjs', [], { env: { EMBSHARD_RANKS_PER_NODE: '2' } });
