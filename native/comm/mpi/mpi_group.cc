@@ -87,7 +87,8 @@ std::shared_ptr<MpiGroup> MpiGroup::create_world(const Deadline& d) {
       // Open MPI's non-blocking all-reduce picks a binomial reduce + broadcast whenever the call is in
       // place or has fewer than 4 ranks, so every rank moves the whole buffer log2(W) times. Reduce-scatter
       // + all-gather (libnbc algorithm 3, Rabenseifner) moves 2 (W-1)/W of it, the bandwidth-optimal
-      // amount; it falls back to a ring for buffers of fewer elements than ranks. A user's own setting wins.
+      // amount (libnbc runs a ring instead when the buffer has fewer elements than the largest power of two
+      // not above the rank count). A user's own setting wins.
       setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
       int provided = 0;
       if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
