@@ -85,7 +85,7 @@ std::shared_ptr<MpiGroup> MpiGroup::create_world(const Deadline& d) {
     MPI_Initialized(&init);
     if (!init) {
       // Open MPI's non-blocking all-reduce picks a binomial reduce + broadcast whenever the call is in
-      // place or has fewer than 4 ranks, so every rank moves the whole buffer log2(W) times. Reduce-scatter
+      // place or has fewer than 4 ranks: every step of its trees carries the whole buffer. Reduce-scatter
       // + all-gather (libnbc algorithm 3, Rabenseifner) moves 2 (W-1)/W of it, the bandwidth-optimal
       // amount (libnbc runs a ring instead when the buffer has fewer elements than the largest power of two
       // not above the rank count). A user's own setting wins.
