@@ -426,7 +426,7 @@ async function train(a: Args): Promise<number> {
             `[${data.evalFrom.start}, ${data.evalFrom.start + lastEval.samples}) of ${data.evalFrom.describe}` +
             (best !== undefined ? ` (planted model's AUC ${best.toFixed(4)}, gap ${(best - lastEval.auc).toFixed(4)})` : '')
           : a.evalBatches === 0 ? 'no evaluation (--eval-batches 0)' : 'no held-out evaluation (give --eval-data or --eval-split)',
-        `time: data wait ${pct(dataMs)}, embedding fwd ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
+        `time: data wait ${pct(dataMs)}, embedding fwd + bottom MLP ${pct(sum.embeddingForward)}, dense fwd ${pct(sum.denseForward)}, dense bwd ${pct(sum.denseBackward)}, ` +
           `embedding bwd+update ${pct(sum.embeddingBackward)}, dense update ${pct(sum.denseUpdate)}, communication ${pct(sum.communication)} exposed of ${pct(sum.communicationTotal)} in flight (embedding exchanges + all-reduce)`,
         ...(emb instanceof HeraldEmbeddingCollection && emb.lastCounts
           ? [`herald: ${emb.lastCounts.rows.toLocaleString()} row transmissions in the last step (${emb.lastCounts.moves} moves, ${emb.lastCounts.copies} copies, ${emb.lastCounts.grads} gradients), ` +

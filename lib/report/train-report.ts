@@ -8,7 +8,7 @@ import { renderSvg, type ChartSpec } from './vega.js';
 
 const PARTS: [keyof StepTimes | 'dataWait', string][] = [
   ['dataWait', 'data wait'],
-  ['embeddingForward', 'embedding fwd'],
+  ['embeddingForward', 'embedding fwd + bottom MLP'],
   ['denseForward', 'dense fwd'],
   ['denseBackward', 'dense bwd'],
   ['communication', 'communication'],
