@@ -79,9 +79,9 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
 Napi::Value Unique(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray()) bad(env, "unique: ids must be a BigInt64Array");
-    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const int64_t* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "unique: ids", n);
+    size_t len = 0;
+    const int64_t* ids = i64_array(env, info[0], "unique: ids", &len);
+    const int64_t n = static_cast<int64_t>(len);
     const int64_t m = int_arg(env, info[1], "unique: m");
     if (m < 1) bad(env, "unique: m must be >= 1");
     // raw ids of a dynamic table may be negative (any 64 bits): only residues need non-negative ids
@@ -103,9 +103,9 @@ Napi::Value Unique(const Napi::CallbackInfo& info) {
 Napi::Value DivideIds(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray()) bad(env, "divideIds: src must be a BigInt64Array");
-    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const int64_t* src = typed_array<int64_t>(env, info[0], napi_bigint64_array, "divideIds: src", n);
+    size_t len = 0;
+    const int64_t* src = i64_array(env, info[0], "divideIds: src", &len);
+    const int64_t n = static_cast<int64_t>(len);
     const int64_t m = int_arg(env, info[1], "divideIds: m");
     if (m < 1) bad(env, "divideIds: m must be >= 1");
     auto out = Napi::BigInt64Array::New(env, static_cast<size_t>(n));
@@ -280,9 +280,9 @@ Napi::Value InitSlice(const Napi::CallbackInfo& info) {
 Napi::Value HashKeys(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsTypedArray()) bad(env, "hashKeys: ids must be a BigInt64Array");
-    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
-    const int64_t* ids = typed_array<int64_t>(env, info[0], napi_bigint64_array, "hashKeys: ids", n);
+    size_t len = 0;
+    const int64_t* ids = i64_array(env, info[0], "hashKeys: ids", &len);
+    const int64_t n = static_cast<int64_t>(len);
     const int64_t capacity = int_arg(env, info[1], "hashKeys: capacity");
     if (capacity < 1 || capacity > (int64_t{1} << 31)) bad(env, "hashKeys: capacity must be in [1, 2^31]");
     Napi::Float64Array out = Napi::Float64Array::New(env, static_cast<size_t>(n));
