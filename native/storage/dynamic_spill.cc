@@ -12,6 +12,7 @@
 
 #include "core/checkpoint.h"
 #include "core/errors.h"
+#include "storage/file_io.h"
 
 namespace embshard {
 
@@ -45,13 +46,7 @@ void SpillFile::put(const uint64_t* ids, size_t n, const float* values, const fl
     const uint32_t crc = crc32c(0, r, R - 4);
     std::memcpy(r + R - 4, &crc, 4);
   }
-  size_t done = 0;
-  while (done < buf_.size()) {
-    const ssize_t w = ::pwrite(fd_, buf_.data() + done, buf_.size() - done, static_cast<off_t>(end_ + done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("IO_ERROR", "writing spill file '%s': %s", path_.c_str(), w < 0 ? std::strerror(errno) : "no space written");
-    done += static_cast<size_t>(w);
-  }
+  pwrite_all(fd_, buf_.data(), buf_.size(), end_, "spill file", path_);
   for (size_t k = 0; k < n; ++k) index_[ids[k]] = end_ + k * R;
   end_ += buf_.size();
 }
@@ -59,14 +54,8 @@ void SpillFile::put(const uint64_t* ids, size_t n, const float* values, const fl
 void SpillFile::read(uint64_t id, uint64_t offset, float* row) const {
   const size_t R = recordBytes();
   std::vector<uint8_t> r(R);
-  size_t done = 0;
-  while (done < R) {
-    const ssize_t got = ::pread(fd_, r.data() + done, R - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail("IO_ERROR", "reading spill file '%s': %s", path_.c_str(), std::strerror(errno));
-    if (got == 0) fail("CHECKPOINT_CORRUPT", "spill file '%s' is truncated: the record of a spilled id is missing", path_.c_str());
-    done += static_cast<size_t>(got);
-  }
+  if (!pread_all(fd_, r.data(), R, offset, "spill file", path_))
+    fail("CHECKPOINT_CORRUPT", "spill file '%s' is truncated: the record of a spilled id is missing", path_.c_str());
   uint32_t crc;
   std::memcpy(&crc, r.data() + R - 4, 4);
   uint64_t rid;
@@ -113,28 +102,6 @@ constexpr uint64_t kSpillMagic = 0x314c5053424d45ull;  // "EMBSPL1"
 constexpr size_t kSpillHeader = 24;
 constexpr size_t kChunk = size_t(4) << 20;
 
-// Reads exactly n bytes at offset; false at end of file.
-bool pread_all(int fd, uint8_t* dst, size_t n, uint64_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    done += static_cast<size_t>(got);
-  }
-  return true;
-}
-
-void pwrite_all(int fd, const uint8_t* src, size_t n, uint64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = ::pwrite(fd, src + done, n - done, static_cast<off_t>(offset + done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("IO_ERROR", "writing '%s': %s", path.c_str(), w < 0 ? std::strerror(errno) : "no space written");
-    done += static_cast<size_t>(w);
-  }
-}
-
 struct Fd {
   int fd;
   ~Fd() {
@@ -158,7 +125,7 @@ SpillFile::Image SpillFile::save_to(const std::string& path) const {
   const size_t R = recordBytes();
   std::vector<float> row(static_cast<size_t>(dim_) + stateWidth_);
   auto flush = [&] {
-    pwrite_all(out.fd, buf.data(), buf.size(), img.bytes, path);
+    pwrite_all(out.fd, buf.data(), buf.size(), img.bytes, "spill copy", path);
     img.crc32c = crc32c(img.crc32c, buf.data(), buf.size());
     img.bytes += buf.size();
     buf.clear();
@@ -192,12 +159,12 @@ std::unordered_map<uint64_t, uint64_t> SpillFile::verify_copy(const std::string&
   uint32_t got = 0;
   for (uint64_t at = 0; at < bytes; at += buf.size()) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - at));
-    if (!pread_all(in.fd, buf.data(), n, at)) corrupt_copy(path, "cannot be read to its end");
+    if (!pread_all(in.fd, buf.data(), n, at, "spill copy", path)) corrupt_copy(path, "cannot be read to its end");
     got = crc32c(got, buf.data(), n);
   }
   if (got != crc) corrupt_copy(path, "fails its checksum");
   uint64_t header[3];
-  if (!pread_all(in.fd, reinterpret_cast<uint8_t*>(header), kSpillHeader, 0)) corrupt_copy(path, "has no header");
+  if (!pread_all(in.fd, reinterpret_cast<uint8_t*>(header), kSpillHeader, 0, "spill copy", path)) corrupt_copy(path, "has no header");
   const size_t R = recordBytes();
   if (header[0] != kSpillMagic || header[1] != (static_cast<uint64_t>(dim_) | (static_cast<uint64_t>(stateWidth_) << 32)))
     corrupt_copy(path, "is not a spill copy of this table's dim and optimizer state");
@@ -208,7 +175,7 @@ std::unordered_map<uint64_t, uint64_t> SpillFile::verify_copy(const std::string&
   const size_t per = std::max<size_t>(1, kChunk / R);
   for (uint64_t k = 0; k < header[2]; k += per) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(per, header[2] - k));
-    if (!pread_all(in.fd, buf.data(), n * R, kSpillHeader + k * R)) corrupt_copy(path, "cannot be read to its end");
+    if (!pread_all(in.fd, buf.data(), n * R, kSpillHeader + k * R, "spill copy", path)) corrupt_copy(path, "cannot be read to its end");
     for (size_t j = 0; j < n; ++j) {
       const uint8_t* r = buf.data() + j * R;
       uint32_t rc;
@@ -230,8 +197,8 @@ void SpillFile::replace_with(const std::string& path, std::unordered_map<uint64_
   std::vector<uint8_t> buf(kChunk);
   for (uint64_t at = 0; at < body; at += buf.size()) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), body - at));
-    if (!pread_all(in.fd, buf.data(), n, kSpillHeader + at)) corrupt_copy(path, "cannot be read to its end");
-    pwrite_all(fd_, buf.data(), n, at, path_);
+    if (!pread_all(in.fd, buf.data(), n, kSpillHeader + at, "spill copy", path)) corrupt_copy(path, "cannot be read to its end");
+    pwrite_all(fd_, buf.data(), n, at, "spill file", path_);
   }
   end_ = body;
   index_ = std::move(index);

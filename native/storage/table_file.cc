@@ -14,6 +14,7 @@
 #include "core/checkpoint.h"
 #include "core/errors.h"
 #include "core/parallel.h"
+#include "storage/file_io.h"
 
 namespace embshard::storage {
 
@@ -29,29 +30,6 @@ struct Header {
   uint64_t rows, statePerRow, recordBytes;
   uint32_t crc;  // CRC-32C of the fields above
 };
-
-// pread / pwrite the whole range; false on a short read (end of file), IO_ERROR on an error.
-bool pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& path) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) fail("IO_ERROR", "reading table file '%s': %s", path.c_str(), std::strerror(errno));
-    if (r == 0) return false;
-    p += r, n -= static_cast<uint64_t>(r), off += static_cast<uint64_t>(r);
-  }
-  return true;
-}
-
-void pwrite_all(int fd, const void* src, uint64_t n, uint64_t off, const std::string& path) {
-  auto* p = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("IO_ERROR", "writing table file '%s': %s", path.c_str(), std::strerror(errno));
-    p += w, n -= static_cast<uint64_t>(w), off += static_cast<uint64_t>(w);
-  }
-}
 
 // Runs fn(i) for i in [0, n) on the pool; the first error is rethrown after every task finished.
 template <typename F>
@@ -121,7 +99,7 @@ TableFile::TableFile(std::string path, const RecordLayout& layout, uint32_t opti
   h.crc = crc32c(0, &h, offsetof(Header, crc));
   std::memcpy(header_.data(), &h, sizeof h);
   try {
-    pwrite_all(fd_, header_.data(), kHeaderBytes, 0, path_);
+    pwrite_all(fd_, header_.data(), kHeaderBytes, 0, "table file", path_);
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -140,7 +118,7 @@ void TableFile::check_intact() const {
     fail("CHECKPOINT_CORRUPT", "table file '%s' is truncated: %llu bytes, expected %llu", path_.c_str(),
          static_cast<unsigned long long>(st.st_size), static_cast<unsigned long long>(file_bytes()));
   uint8_t h[sizeof(Header)];
-  if (!pread_all(fd_, h, sizeof h, 0, path_) || std::memcmp(h, header_.data(), sizeof h) != 0)
+  if (!pread_all(fd_, h, sizeof h, 0, "table file", path_) || std::memcmp(h, header_.data(), sizeof h) != 0)
     fail("CHECKPOINT_CORRUPT", "table file '%s': its header was altered", path_.c_str());
 }
 
@@ -174,7 +152,7 @@ void TableFile::read(const uint64_t* rows, int64_t n, uint8_t* dst, uint8_t* wri
   const uint64_t rb = layout_.recordBytes;
   parallel_io(n, [&](int64_t i) {
     uint8_t* rec = dst + uint64_t(i) * rb;
-    if (!pread_all(fd_, rec, rb, kHeaderBytes + rows[i] * rb, path_))
+    if (!pread_all(fd_, rec, rb, kHeaderBytes + rows[i] * rb, "table file", path_))
       fail("CHECKPOINT_CORRUPT", "table file '%s' is truncated (row %llu is past its end)", path_.c_str(),
            static_cast<unsigned long long>(rows[i]));
     verify(rows[i], rec, written + i);
@@ -187,14 +165,14 @@ void TableFile::write(const uint64_t* rows, int64_t n, uint8_t* src) {
   parallel_io(n, [&](int64_t i) {
     uint8_t* rec = src + uint64_t(i) * rb;
     seal(rec);
-    pwrite_all(fd_, rec, rb, kHeaderBytes + rows[i] * rb, path_);
+    pwrite_all(fd_, rec, rb, kHeaderBytes + rows[i] * rb, "table file", path_);
   });
   bytesWritten_ += uint64_t(n) * rb;
 }
 
 void TableFile::read_span(uint64_t first, uint64_t n, uint8_t* dst, uint8_t* written) const {
   const uint64_t rb = layout_.recordBytes;
-  if (!pread_all(fd_, dst, n * rb, kHeaderBytes + first * rb, path_))
+  if (!pread_all(fd_, dst, n * rb, kHeaderBytes + first * rb, "table file", path_))
     fail("CHECKPOINT_CORRUPT", "table file '%s' is truncated", path_.c_str());
   for (uint64_t i = 0; i < n; ++i) verify(first + i, dst + i * rb, written + i);
   bytesRead_ += n * rb;
@@ -203,7 +181,7 @@ void TableFile::read_span(uint64_t first, uint64_t n, uint8_t* dst, uint8_t* wri
 void TableFile::write_span(uint64_t first, uint64_t n, uint8_t* src) {
   const uint64_t rb = layout_.recordBytes;
   for (uint64_t i = 0; i < n; ++i) seal(src + i * rb);
-  pwrite_all(fd_, src, n * rb, kHeaderBytes + first * rb, path_);
+  pwrite_all(fd_, src, n * rb, kHeaderBytes + first * rb, "table file", path_);
   bytesWritten_ += n * rb;
 }
 
