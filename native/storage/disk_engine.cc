@@ -88,9 +88,8 @@ void DiskEngine::collect(const PreparedBatch& b) {
     for (size_t k = 0; k < u; ++k) sortVals_[k] = static_cast<uint32_t>(k);
     tmpKeys_.resize(u);
     tmpVals_.resize(u);
-    const int keyBits = 64 - __builtin_clzll(std::max<uint64_t>(spec_.tables[t].rows, 2) - 1);
     const bool inTmp = radix_sort_pairs<uint64_t>(sortKeys_.data(), sortVals_.data(), tmpKeys_.data(), tmpVals_.data(),
-                                                   static_cast<int64_t>(u), keyBits);
+                                                   static_cast<int64_t>(u), key_bits(spec_.tables[t].rows));
     const uint64_t* keys = inTmp ? tmpKeys_.data() : sortKeys_.data();
     const uint32_t* vals = inTmp ? tmpVals_.data() : sortVals_.data();
     uniq_[t].assign(keys, keys + u);
