@@ -173,6 +173,7 @@ class LoadSpillWorker : public PromiseWorker {
 // One forward's defaults: where they go and what they are read from (the JS arrays are kept alive).
 struct DefaultsCall {
   DynamicSpec spec;
+  int64_t sink = 0;  // the map's sink slot: ids without a row
   RawIds ids;
   const int64_t* slots = nullptr;
   const int32_t* lengths = nullptr;
@@ -181,7 +182,7 @@ struct DefaultsCall {
   std::vector<DefaultTarget> targets;
   float* pooled = nullptr;
   void run() const {
-    add_defaults(spec, spec.capacity, ids, slots, lengths, F, B, weights, targets.data(), pooled, pooledDim);
+    add_defaults(spec, sink, ids, slots, lengths, F, B, weights, targets.data(), pooled, pooledDim);
   }
 };
 
@@ -303,6 +304,7 @@ class DynamicMapWrap : public Napi::ObjectWrap<DynamicMapWrap> {
     if (!m_->map.spec().hashedDefault) throw_error(env, "INVALID_ARGUMENT", "this dynamic table's default is zero");
     DefaultsCall c;
     c.spec = m_->map.spec();
+    c.sink = m_->map.sink();
     c.ids = raw_ids(env, info[0], "batch.ids");
     c.slots = typed_array<int64_t>(env, info[1], napi_bigint64_array, "slots", c.ids.n);
     c.B = int_arg(env, info[3], "batchSize", 1);
