@@ -27,7 +27,7 @@ import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.
 import type { BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
 import type { DynamicStep } from '../storage/dynamic.js';
 import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
-import { resolveSpill } from '../storage/dynamic-config.js';
+import { dynamicFieldsOf, resolveSpill } from '../storage/dynamic-config.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
@@ -77,9 +77,7 @@ export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}):
   return {
     tables: plan.tables.map((t) => ({
       name: t.name,
-      ...(t.dynamic
-        ? { rows: 'dynamic' as const, capacity: t.dynamic.capacity, admission: { minCount: t.dynamic.minCount, candidates: t.dynamic.candidates, default: t.dynamic.default }, eviction: t.dynamic.eviction }
-        : { rows: t.rows }),
+      ...(t.dynamic ? dynamicFieldsOf(t.dynamic) : { rows: t.rows }),
       dim: t.dim,
       pooling: t.pooling,
       features: [...t.features],
