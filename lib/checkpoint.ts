@@ -96,6 +96,32 @@ export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Pro
   }
 }
 
+/**
+ * Whether a manifest entry names one file of the checkpoint folder: a plain file name (no path), its byte
+ * size, and an integer checksum under `crc` ('crc32c', or 'crc32' for zlib's CRC-32).
+ */
+export function isFileEntry(e: unknown, crc: 'crc32c' | 'crc32' = 'crc32c'): e is { file: string; bytes: number } {
+  const x = e as Record<string, unknown> | null | undefined;
+  return typeof x === 'object' && x !== null && typeof x.file === 'string' && !x.file.includes('/') && Number.isSafeInteger(x.bytes) && Number.isInteger(x[crc]);
+}
+
+/**
+ * The bytes of file `file` of checkpoint `dir`, checked against the size and checksum its manifest entry
+ * gives (`checksum(bytes)` must equal `crc`); CHECKPOINT_CORRUPT naming the file when it cannot be read,
+ * is truncated or was altered.
+ */
+export async function readVerified(dir: string, file: string, bytes: number, crc: number, checksum: (b: Uint8Array) => number): Promise<Uint8Array> {
+  let data: Uint8Array;
+  try {
+    data = new Uint8Array(await fs.readFile(join(dir, file)));
+  } catch (err) {
+    throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+  if (data.length !== bytes || checksum(data) !== crc)
+    throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${file} has ${data.length} bytes / another checksum than its manifest says (truncated or altered)`);
+  return data;
+}
+
 /** Reads and validates a manifest; CHECKPOINT_MISSING / CHECKPOINT_CORRUPT. */
 export async function readManifest(dir: string): Promise<Manifest> {
   let text: string;
@@ -116,8 +142,7 @@ export async function readManifest(dir: string): Promise<Manifest> {
   }
   const ok =
     m && m.format === 'embshard.checkpoint' && m.version === 1 && typeof m.config === 'object' && Number.isSafeInteger(m.step) &&
-    m.payload && typeof m.payload.file === 'string' && !m.payload.file.includes('/') &&
-    Number.isSafeInteger(m.payload.bytes) && Number.isInteger(m.payload.crc32c);
+    isFileEntry(m.payload);
   if (!ok) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not an embshard v1 manifest`);
   return m;
 }

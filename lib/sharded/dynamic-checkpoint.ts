@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { stateWidth } from '../config.js';
-import { writeFileDurable, type DynamicPayload } from '../checkpoint.js';
+import { isFileEntry, readVerified, writeFileDurable, type DynamicPayload } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import { LocalLayout } from './local-layout.js';
@@ -164,16 +164,9 @@ export async function loadDynamic(sc: ShardedEmbeddingCollection, dir: string, s
   for (const li of dyn.tables) {
     const lt = sc.layout.localTables[li]!, name = sc.plan.tables[lt.t]!.name;
     const s = saved?.find((x) => x.table === name && x.range[0] === lt.r0 && x.range[1] === lt.r0 + lt.rows);
-    if (!s || typeof s.map?.file !== 'string' || s.map.file.includes('/') || typeof s.rows?.file !== 'string' || s.rows.file.includes('/'))
+    if (!s || !isFileEntry(s.map) || !isFileEntry(s.rows, 'crc32'))
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no shard [${lt.r0}, ${lt.r0 + lt.rows}) of dynamic table '${name}'`);
-    let cells: Buffer;
-    try {
-      cells = await fs.readFile(join(dir, s.rows.file));
-    } catch (err) {
-      throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${s.rows.file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
-    }
-    if (cells.length !== s.rows.bytes || crc32(cells) !== s.rows.crc32)
-      throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${s.rows.file} has ${cells.length} bytes / another checksum than its manifest says (truncated or altered)`);
+    const cells = await readVerified(dir, s.rows.file, s.rows.bytes, s.rows.crc32, crc32);
     const sw = stateWidth(sc.config.optimizer.type, lt.dim);
     if (cells.length !== lt.rows * (lt.dim + sw) * 4)
       throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${s.rows.file} does not hold ${lt.rows} rows of dim ${lt.dim} with ${sw} state floats`);

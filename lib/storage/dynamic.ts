@@ -12,11 +12,10 @@
 // trains as one whose capacity holds every id. Checkpoints keep each map (ids, counts, last uses,
 // candidates, stats) beside the engine payload, and a compact, checksummed copy of each spill file's live
 // records, which load() verifies and copies into the loaded table's own spill file.
-import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
 import type { JaggedBatch } from '../batch.js';
 import type { Addon, IdArray, NativeBatch, NativeEngine } from '../binding.js';
-import { writeFileDurable, type DynamicPayload } from '../checkpoint.js';
+import { isFileEntry, readVerified, writeFileDurable, type DynamicPayload } from '../checkpoint.js';
 import { nativeInit, stateWidth, type ResolvedConfig } from '../config.js';
 import { EmbshardError } from '../errors.js';
 
@@ -296,20 +295,12 @@ export class DynamicTables {
   async load(dir: string, saved: readonly DynamicPayload[] | undefined): Promise<void> {
     for (const e of this.entries) {
       const p = saved?.find((s) => s.table === e.name);
-      if (!p || typeof p.file !== 'string' || p.file.includes('/') || !Number.isSafeInteger(p.bytes))
+      if (!isFileEntry(p))
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no map for dynamic table '${e.name}'`);
-      let bytes: Uint8Array;
-      try {
-        bytes = new Uint8Array(await fs.readFile(join(dir, p.file)));
-      } catch (err) {
-        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
-      }
-      if (bytes.length !== p.bytes || embeddedCrc(bytes) !== p.crc32c)
-        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${p.file} has ${bytes.length} bytes / another checksum than its manifest says (truncated or altered)`);
-      e.map.deserialize(bytes);
+      e.map.deserialize(await readVerified(dir, p.file, p.bytes, p.crc32c, embeddedCrc));
       if (!e.spill) continue;
       const sp = p.spill;
-      if (!sp || typeof sp.file !== 'string' || sp.file.includes('/') || !Number.isSafeInteger(sp.bytes) || !Number.isInteger(sp.crc32c))
+      if (!isFileEntry(sp))
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no spill copy for dynamic table '${e.name}'`);
       await e.map.loadSpill(join(dir, sp.file), sp.bytes, sp.crc32c);
     }
