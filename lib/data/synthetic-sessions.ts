@@ -48,9 +48,9 @@ export function resolveSessions(o: SessionOptions | undefined): SessionConfig | 
 
 /** The session of every sample and the session fields, for one seed. */
 export class SessionModel {
-  private readonly window: number;
-  private readonly slotKey: number;
-  private readonly offsetKey: number;
+  readonly window: number;
+  readonly slotKey: number;
+  readonly offsetKey: number;
   /** per feature: whether it is a session field */
   readonly sessionField: boolean[];
   private readonly bagKeys: number[];
@@ -76,6 +76,11 @@ export class SessionModel {
   }
 
   /** The key of the bag of feature f of sample i: the session's for a session field, else `own`. */
+  /** The key stream of session field f's bags. */
+  sessionKey(f: number): number {
+    return this.bagKeys[f]!;
+  }
+
   bagKey(f: number, i: number, own: number): number {
     return this.sessionField[f] ? hashIndex(this.bagKeys[f]!, this.session(i)) : own;
   }

@@ -12,7 +12,12 @@
 // (the `--max-ind-range` hashing of DLRM). Hidden scores belong to the final ids, so a model with rows_f
 // rows can represent the planted model exactly. With `sessions` (synthetic-sessions.ts) a session field's
 // bag key is its session's instead of the sample's, so the samples of a session repeat those bags.
+//
+// The constants (Zipf spans, scatters, planted coefficients) are computed here once; the per-value work of a
+// batch runs natively (native/data/synthetic_batch.cc, the same hashes and double arithmetic in the same
+// order), on the calling thread.
 import { EmbshardError } from '../errors.js';
+import { loadAddon } from '../native.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import {
@@ -24,9 +29,9 @@ import {
   MLPERF_DCNV2_MULTI_HOT,
   NUM_DENSE,
 } from './criteo.js';
-import { PlantedModel, resolvePlanted, sigmoid, type PlantedConfig, type PlantedOptions } from './planted.js';
+import { PlantedModel, resolvePlanted, type PlantedConfig, type PlantedOptions } from './planted.js';
 import { auc, expectedAUC } from './metrics.js';
-import { draw32, hash2, hashIndex, unit } from '../random/rng.js';
+import { hash2 } from '../random/rng.js';
 import { positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
 import { resolveSessions, SessionModel, type SessionConfig, type SessionOptions } from './synthetic-sessions.js';
@@ -162,6 +167,17 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   };
 }
 
+/** Counts below this take ln(1 + k) from the spec's table (as TypeScript computes it). */
+const LOG1P_TABLE = 16384;
+
+interface SynthAddon {
+  batch(spec: Float64Array, first: number, batchSize: number): { lengths: Int32Array; ids: Int32Array; dense: Float32Array; labels: Float32Array; planted: Float32Array };
+}
+let synthCached: SynthAddon | undefined;
+function synthAddon(): SynthAddon {
+  return (synthCached ??= (loadAddon() as unknown as { synth: SynthAddon }).synth);
+}
+
 interface FeaturePlan {
   zipf: ZipfParams;
   scatter: Scatter;
@@ -183,6 +199,7 @@ export class SyntheticGenerator {
    * whatever the seed (a constant, so the model stays exactly representable).
    */
   readonly logitOffset: number;
+  private readonly spec: Float64Array;
 
   constructor(readonly cfg: SyntheticConfig) {
     this.model = new PlantedModel(cfg.seed, cfg.hotness, cfg.numDense, cfg.planted);
@@ -207,6 +224,7 @@ export class SyntheticGenerator {
       off -= this.model.sparseCoef[f]! * p.hot * mu;
     });
     this.logitOffset = off;
+    this.spec = this.packSpec();
   }
 
   /** Global index of sample b of local batch k. */
@@ -218,73 +236,37 @@ export class SyntheticGenerator {
   /** Local batch k (0-based) of this rank. Pure: the same k always gives the same batch. */
   batch(k: number): Batch {
     const c = this.cfg;
-    const B = c.batchSize, F = c.features.length, D = c.numDense;
+    const B = c.batchSize;
     const first = this.sampleIndex(k, 0);
     if (!Number.isSafeInteger(first + B)) throw new EmbshardError('INVALID_ARGUMENT', `batch ${k} is past the last addressable sample`);
-    const lengths = new Int32Array(F * B);
-    const bagKeys = new Int32Array(F * B);
-    let total = 0;
-    for (let f = 0; f < F; f++) {
-      const p = this.plans[f]!;
-      const span = 2 * p.hot - 1;
-      for (let b = 0; b < B; b++) {
-        const own = hashIndex(p.key, first + b);
-        const key = this.sessions ? this.sessions.bagKey(f, first + b, own) : own;
-        bagKeys[f * B + b] = key;
-        const len = c.lengths === 'fixed' ? p.hot : 1 + Math.floor(unit(draw32(key, 1 << 20)) * span);
-        lengths[f * B + b] = len;
-        total += len;
-      }
-    }
-    const ids = new Int32Array(total);
-    const logit = new Float64Array(B).fill(this.logitOffset);
-    const m = this.model;
-    let pos = 0;
-    for (let f = 0; f < F; f++) {
-      const p = this.plans[f]!;
-      const z = p.zipf, s = p.scatter, rows = p.rows, n = z.n;
-      const coef = m.sparseCoef[f]!;
-      const one = z.alpha === 1, span = z.span, inv = z.inv;
-      for (let b = 0; b < B; b++) {
-        const key = bagKeys[f * B + b]!;
-        const len = lengths[f * B + b]!;
-        let acc = 0;
-        for (let t = 0; t < len; t++) {
-          const u = unit(draw32(key, t));
-          const x = one ? Math.exp(u * span) : Math.pow(u * span + 1, inv);
-          let r = Math.floor(x) - 1;
-          if (r < 0) r = 0;
-          else if (r >= n) r = n - 1;
-          const raw = (s.a * r + s.c) % n;
-          const id = raw < rows ? raw : raw % rows;
-          ids[pos++] = id;
-          acc += m.hiddenScore(f, id);
-        }
-        logit[b] += coef * acc;
-      }
-    }
-    const dense = new Float32Array(B * D);
-    for (let b = 0; b < B; b++) {
-      const key = hashIndex(this.denseKey, first + b);
-      let lin = 0;
-      for (let j = 0; j < D; j++) {
-        const q = m.denseQ[j]!;
-        const cnt = Math.floor(Math.log(unit(draw32(key, j))) / Math.log(q));
-        const x = Math.log1p(cnt);
-        dense[b * D + j] = x;
-        lin += m.denseCoef[j]! * (x - m.denseMean[j]!);
-      }
-      logit[b] += lin;
-    }
-    const labels = new Float32Array(B);
-    const planted = new Float32Array(B);
-    for (let b = 0; b < B; b++) {
-      const p = sigmoid(logit[b]!);
-      planted[b] = p;
-      labels[b] = unit(hashIndex(this.labelKey, first + b)) < p ? 1 : 0;
-    }
+    const { lengths, ids, dense, labels, planted } = synthAddon().batch(this.spec, first, B);
     const sparse = JaggedBatch.fromLengths({ features: c.features, batchSize: B, lengths, ids });
     return { dense, sparse, labels, size: B, planted };
+  }
+
+  /**
+   * The constants of every value's formula, packed for the native generator (native/data/synthetic_batch.h):
+   * a header, 12 values per feature, the dense coefficients, means and ln q, and ln(1 + k) for small counts k.
+   */
+  private packSpec(): Float64Array {
+    const c = this.cfg, m = this.model, F = c.features.length, D = c.numDense, s = this.sessions;
+    const head = [F, D, LOG1P_TABLE, c.lengths === 'fixed' ? 1 : 0, m.key >>> 0, this.logitOffset, this.denseKey >>> 0, this.labelKey >>> 0,
+      s ? s.cfg.concurrent : 0, s ? s.window : 0, s ? s.slotKey >>> 0 : 0, s ? s.offsetKey >>> 0 : 0];
+    const out = new Float64Array(head.length + 12 * F + 3 * D + LOG1P_TABLE);
+    out.set(head);
+    let o = head.length;
+    this.plans.forEach((p, f) => {
+      const z = p.zipf;
+      out.set([p.key >>> 0, p.hot, z.alpha === 1 ? 1 : 0, z.span, z.inv, z.n, p.scatter.a, p.scatter.c, p.rows, m.sparseCoef[f]!,
+        s?.sessionField[f] ? 1 : 0, s ? s.sessionKey(f) >>> 0 : 0], o);
+      o += 12;
+    });
+    out.set(m.denseCoef, o);
+    out.set(m.denseMean, o + D);
+    for (let j = 0; j < D; j++) out[o + 2 * D + j] = Math.log(m.denseQ[j]!);
+    o += 3 * D;
+    for (let k = 0; k < LOG1P_TABLE; k++) out[o + k] = Math.log1p(k);
+    return out;
   }
 }
 
