@@ -164,12 +164,45 @@ GroupWrap::~GroupWrap() {
   exec_->shutdown();
 }
 
+namespace {
+// Runs a job against `group` and records its failure, if any, in the job (worker thread, or the JS thread
+// for a one-rank group).
+void run_job(GroupJob* job, comm::Group* group, std::string* initError) {
+  try {
+    if (!group && !job->init) fail("COMM_FAILED", "the process group could not be created: %s", initError->c_str());
+    job->run(group);
+  } catch (const embshard::Error& e) {
+    job->failed = true;
+    job->code = e.code();
+    job->message = e.what();
+    if (job->init) *initError = e.what();
+  } catch (const std::bad_alloc&) {
+    job->failed = true;
+    job->code = "ALLOC_FAILED";
+    job->message = "out of memory";
+  } catch (const std::exception& e) {
+    job->failed = true;
+    job->code = "INTERNAL";
+    job->message = e.what();
+  }
+  // A timed-out request may still be read or written by the transport: leak what it references.
+  if (job->failed && job->code == "COMM_TIMEOUT") job->leak = true;
+}
+}  // namespace
+
 Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
   if (closed_) throw_error(env, "COMM_FAILED", format("rank %d: the process group is closed", rank_));
   job->deferred = std::make_unique<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(env));
   job->owner = this;
   job->Keep(Value());
   Napi::Promise p = job->deferred->Promise();
+  // A one-rank group has no peer to wait for: with nothing queued before it, an in-process or MPI
+  // collective is a local copy, run here and settled at once (no hop to the worker thread and back).
+  if (!job->init && size_ == 1 && pending_ == 0 && group_ && kind_ != "nccl") {
+    run_job(job.get(), group_.get(), &workerSlot_->initError);
+    Settle(env, std::move(job));
+    return p;
+  }
   // A thread-safe function exists only while jobs are pending, so an idle handle keeps neither the
   // event loop alive nor anything for environment teardown to close.
   if (pending_++ == 0)
@@ -178,26 +211,7 @@ Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
   auto slot = workerSlot_;
   auto fn = tsfn_->fn;
   exec_->post([raw, slot, fn] {
-    try {
-      if (!slot->group && !raw->init)
-        fail("COMM_FAILED", "the process group could not be created: %s", slot->initError.c_str());
-      raw->run(slot->group.get());
-    } catch (const embshard::Error& e) {
-      raw->failed = true;
-      raw->code = e.code();
-      raw->message = e.what();
-      if (raw->init) slot->initError = e.what();
-    } catch (const std::bad_alloc&) {
-      raw->failed = true;
-      raw->code = "ALLOC_FAILED";
-      raw->message = "out of memory";
-    } catch (const std::exception& e) {
-      raw->failed = true;
-      raw->code = "INTERNAL";
-      raw->message = e.what();
-    }
-    // A timed-out request may still be read or written by the transport: leak what it references.
-    if (raw->failed && raw->code == "COMM_TIMEOUT") raw->leak = true;
+    run_job(raw, slot->group.get(), &slot->initError);
     fn.BlockingCall(raw);
   });
   return p;
@@ -206,6 +220,10 @@ Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
 void GroupWrap::FinishJob(Napi::Env env, GroupJob* job) {
   std::unique_ptr<GroupJob> owned(job);
   if (--pending_ == 0) tsfn_->fn.Release();
+  Settle(env, std::move(owned));
+}
+
+void GroupWrap::Settle(Napi::Env env, std::unique_ptr<GroupJob> job) {
   if (job->leak) {
     for (auto& r : job->keep) r.SuppressDestruct();
     new std::vector<std::shared_ptr<void>>(std::move(job->owned));  // deliberately never freed
@@ -237,17 +255,20 @@ Napi::Object GroupWrap::Create(Napi::Env env, std::shared_ptr<comm::Group> group
     w->kind_ = g->kind();
   };
   if (group) {
+    // nothing to set up: ready at once
     w->workerSlot_->group = group;
     adopt(group);
-    job->run = [](comm::Group*) {};
-  } else {
-    auto slot = w->workerSlot_;
-    job->run = [slot, init](comm::Group*) { slot->group = init(); };
-    job->result = [w, adopt](Napi::Env e) {
-      adopt(w->workerSlot_->group);
-      return e.Undefined();
-    };
+    auto ready = Napi::Promise::Deferred::New(env);
+    ready.Resolve(env.Undefined());
+    obj.Set("_ready", ready.Promise());
+    return obj;
   }
+  auto slot = w->workerSlot_;
+  job->run = [slot, init](comm::Group*) { slot->group = init(); };
+  job->result = [w, adopt](Napi::Env e) {
+    adopt(w->workerSlot_->group);
+    return e.Undefined();
+  };
   obj.Set("_ready", w->Submit(env, std::move(job)));
   return obj;
 }

@@ -1,6 +1,7 @@
 // group_wrap.h — the JS handle of one rank of a process group (any implementation). Collectives are
 // queued on the handle's own worker thread (comm/executor.h) in call order and settle a Promise on the
-// JS thread through a thread-safe function; typed arrays are read and written in place (no copies)
+// JS thread through a thread-safe function (a one-rank in-process or MPI group runs a collective with
+// nothing queued before it at once on the JS thread: it is a local copy); typed arrays are read and written in place (no copies)
 // and held alive until the call settles. Factories (group_inprocess.cc, group_mpi.cc, group_nccl.cc)
 // create handles with GroupWrap::Create.
 #pragma once
@@ -56,6 +57,8 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   // Settles a job's promise on the JS thread (called through the thread-safe function).
  public:
   void FinishJob(Napi::Env env, GroupJob* job);
+  // Settles a finished job's promise (JS thread).
+  void Settle(Napi::Env env, std::unique_ptr<GroupJob> job);
 
  private:
 

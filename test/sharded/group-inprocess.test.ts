@@ -148,6 +148,25 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
   });
 });
 
+describe('one-rank group', () => {
+  it('settles every collective before the event loop turns (a local copy, no worker-thread hop), in call order', async () => {
+    const [g] = createInProcessGroups(1);
+    const order: string[] = [];
+    const later = new Promise<string>((r) => setImmediate(() => r('event loop')));
+    const a = g.allToAllV(Float32Array.of(1, 2, 3), [3]).then((x) => (order.push('allToAllV'), x));
+    const b = g.allGather(Int32Array.of(7, 8)).then((x) => (order.push('allGather'), x));
+    const c = g.allReduce(Float64Array.of(0.5, -2), 'sum').then((x) => (order.push('allReduce'), x));
+    expect(await Promise.race([Promise.all([a, b, c]).then(() => 'collectives'), later])).toBe('collectives');
+    expect(order).toEqual(['allToAllV', 'allGather', 'allReduce']);
+    expect(Array.from((await a).data)).toEqual([1, 2, 3]);
+    expect(Array.from((await b).data)).toEqual([7, 8]);
+    expect(Array.from(await c)).toEqual([0.5, -2]);
+    // a failure settles at once too, as a rejection: known receive counts that disagree with the send
+    await expect(g.allToAllV(Float32Array.of(1, 2), [2], { recvCounts: [3] })).rejects.toMatchObject({ code: 'COMM_FAILED' });
+    g.close();
+  });
+});
+
 describe('in-process group accounting and failures', () => {
   it('counts payload bytes per peer as intra / inter / local by node', async () => {
     const gs = createInProcessGroups(4, { ranksPerNode: 2 });

@@ -8,12 +8,13 @@ const run = mpiSuitesRun();
 describe.runIf(run)('MPI process group (mpirun)', () => {
   beforeAll(() => compileTs());
 
-  for (const np of [2, 4]) {
-    it(`every collective is exact on ${np} ranks`, async () => {
+  // (one rank: every collective is a local copy, settled on the JS thread; no mismatch is possible)
+  for (const np of [1, 2, 4]) {
+    it(`every collective is exact on ${np} rank${np > 1 ? 's' : ''}`, async () => {
       const r = await mpirun(np, 'test/sharded/mpi/collectives.mjs');
       expect(r.code, r.stderr + r.stdout).toBe(0);
       expect(r.lines.map((l) => l.rank).sort()).toEqual(Array.from({ length: np }, (_, i) => i));
-      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np, ranksPerNode: np, mismatch: 'COMM_FAILED' });
+      for (const l of r.lines) expect(l).toMatchObject({ ok: true, size: np, ranksPerNode: np, mismatch: np > 1 ? 'COMM_FAILED' : 'none' });
     });
   }
 
