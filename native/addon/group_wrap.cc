@@ -190,12 +190,16 @@ void run_job(GroupJob* job, comm::Group* group, std::string* initError) {
 }
 }  // namespace
 
-Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
+Napi::Promise GroupWrap::Begin(Napi::Env env, GroupJob* job) {
   if (closed_) throw_error(env, "COMM_FAILED", format("rank %d: the process group is closed", rank_));
   job->deferred = std::make_unique<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(env));
   job->owner = this;
   job->Keep(Value());
-  Napi::Promise p = job->deferred->Promise();
+  return job->deferred->Promise();
+}
+
+Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
+  Napi::Promise p = Begin(env, job.get());
   // A one-rank group has no peer to wait for: with nothing queued before it, an in-process or MPI
   // collective is a local copy, run here and settled at once (no hop to the worker thread and back).
   if (!job->init && size_ == 1 && pending_ == 0 && group_ && kind_ != "nccl") {
@@ -203,6 +207,11 @@ Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
     Settle(env, std::move(job));
     return p;
   }
+  Queue(env, std::move(job));
+  return p;
+}
+
+void GroupWrap::Queue(Napi::Env env, std::unique_ptr<GroupJob> job) {
   // A thread-safe function exists only while jobs are pending, so an idle handle keeps neither the
   // event loop alive nor anything for environment teardown to close.
   if (pending_++ == 0)
@@ -214,7 +223,6 @@ Napi::Promise GroupWrap::Submit(Napi::Env env, std::unique_ptr<GroupJob> job) {
     run_job(raw, slot->group.get(), &slot->initError);
     fn.BlockingCall(raw);
   });
-  return p;
 }
 
 void GroupWrap::FinishJob(Napi::Env env, GroupJob* job) {
@@ -341,6 +349,7 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
     double timeout = timeout_arg(env, info[2], "allToAllV");
     auto known = known_counts(env, info[3], size_, "allToAllV");
+    if (known && size_ > 1 && pending_ == 0) return StartAllToAllV(env, info[0], send, sendBytes, known, timeout);
     auto job = varying_receive(
         size_, known, timeout,
         [sendBytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) {
@@ -353,6 +362,60 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
     job->Keep(info[0]);
     return Submit(env, std::move(job));
   });
+}
+
+// Known receive sizes, several ranks, nothing queued: the exchange starts here, on the JS thread, where
+// the transport can start it without blocking (MPI). If it completes within kInlineSpin of polling (peers
+// that are already in the call, small messages) the promise settles at once; otherwise the worker thread
+// waits for it. Either way no hand-off delays the start, and calls stay in order (a later call queues
+// behind this one).
+Napi::Value GroupWrap::StartAllToAllV(Napi::Env env, const Napi::Value& sendArg, const Bytes& send, const std::vector<int64_t>& sendBytes,
+                                      const std::shared_ptr<std::vector<int64_t>>& known, double timeout) {
+  constexpr auto kInlineSpin = std::chrono::microseconds(100);
+  auto job = std::make_unique<GroupJob>();
+  auto recv = std::make_shared<Owned>();
+  job->owned.push_back(recv);
+  job->result = [recv, known](Napi::Env e) -> Napi::Value {
+    Napi::Object o = Napi::Object::New(e);
+    o.Set("data", recv->hand(e));
+    o.Set("counts", to_f64(e, *known));
+    return o;
+  };
+  job->Keep(sendArg);
+  Napi::Promise p = Begin(env, job.get());
+  const auto d = comm::Deadline::after(timeout);
+  std::shared_ptr<comm::Started> started;
+  bool done = false;
+  job->run = [&](comm::Group* g) {
+    int64_t total = 0;
+    for (int64_t c : *known) total += c;
+    recv->alloc(total);
+    auto so = prefix(sendBytes), ro = prefix(*known);
+    started = g->start_all_to_all_v(send.data, sendBytes.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), known->data(),
+                                    ro.data());
+    if (!started) return;
+    const auto until = comm::Clock::now() + kInlineSpin;
+    do done = started->test();
+    while (!done && comm::Clock::now() < until);
+  };
+  run_job(job.get(), group_.get(), &workerSlot_->initError);
+  if (job->failed || done) {
+    Settle(env, std::move(job));
+    return p;
+  }
+  if (started) {
+    // the request (and the layout MPI reads while it runs) lives as long as the job's buffers
+    job->owned.push_back(started);
+    job->run = [started, d](comm::Group*) { started->wait(d); };
+  } else {
+    // a transport that cannot start without blocking: the whole exchange on the worker thread
+    job->run = [recv, known, data = send.data, sb = sendBytes, d](comm::Group* g) {
+      auto so = prefix(sb), ro = prefix(*known);
+      g->all_to_all_v(data, sb.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), known->data(), ro.data(), d);
+    };
+  }
+  Queue(env, std::move(job));
+  return p;
 }
 
 // allGather(send: TypedArray, timeoutMs, recvBytes?: Float64Array) -> { data: ArrayBuffer, counts: Float64Array }:

@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ inline Chunk chunk_of(int64_t count, int n, int p) {
   return Chunk{count * p / n, count * (p + 1) / n};
 }
 
+// A collective started without blocking (Group::start_all_to_all_v): test() polls it once and returns
+// true when it is done; wait() blocks until it is done. Both fail like the blocking calls (COMM_FAILED;
+// wait also COMM_TIMEOUT at the deadline). The buffers it was started on must outlive it.
+class Started {
+ public:
+  virtual ~Started() = default;
+  virtual bool test() = 0;
+  virtual void wait(const Deadline& d) = 0;
+};
+
 class Group {
  public:
   virtual ~Group() = default;
@@ -54,6 +65,10 @@ class Group {
   // recvOffsets[p] of `recv`. Counts must agree pairwise (exchange_counts gives them).
   virtual void all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                             const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) = 0;
+  // all_to_all_v started without blocking, for transports that can (MPI); null where the transport
+  // cannot. The caller finishes it with test() / wait().
+  virtual std::unique_ptr<Started> start_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
+                                                      uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets);
   // Every rank contributes `bytes`; recv receives the contributions in rank order, recvBytes[p] each
   // (all-gather-v; recvBytes from gather_counts).
   virtual void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) = 0;

@@ -148,21 +148,26 @@ void MpiGroup::abort(const std::string& why) {
   if (!broken_.exchange(true)) why_ = why;
 }
 
+bool MpiGroup::poll(MPI_Request& req, const char* what) {
+  int flag = 0;
+  MPI_Status st;
+  int rc = MPI_Test(&req, &flag, &st);
+  if (rc != MPI_SUCCESS) {
+    std::string msg = format("rank %d: %s failed: %s", rank_, what, mpi_error_string(rc).c_str());
+    abort(msg);
+    throw Error("COMM_FAILED", msg);
+  }
+  if (flag) return true;
+  if (broken_.load()) fail("COMM_FAILED", "rank %d: %s abandoned: the MPI group is broken (%s)", rank_, what, why_.c_str());
+  return false;
+}
+
 void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
   // Spin while data is moving (MPI progresses inside MPI_Test), then back off to sleeps once the wait
   // is clearly on a peer, so ranks sharing cores do not starve each other.
   auto start = Clock::now();
-  for (uint64_t polls = 0;; ++polls) {
-    int flag = 0;
-    MPI_Status st;
-    int rc = MPI_Test(&req, &flag, &st);
-    if (rc != MPI_SUCCESS) {
-      std::string msg = format("rank %d: %s failed: %s", rank_, what, mpi_error_string(rc).c_str());
-      abort(msg);
-      throw Error("COMM_FAILED", msg);
-    }
-    if (flag) return;
-    if (broken_.load()) fail("COMM_FAILED", "rank %d: %s abandoned: the MPI group is broken (%s)", rank_, what, why_.c_str());
+  for (;;) {
+    if (poll(req, what)) return;
     auto now = Clock::now();
     if (now >= d.at) {
       std::string msg = format("rank %d: %s timed out after %.0f ms (a peer died, stalled or called another collective)",
@@ -175,6 +180,24 @@ void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
     else std::this_thread::sleep_for(std::chrono::microseconds(now - start < std::chrono::milliseconds(100) ? 20 : 200));
   }
 }
+
+// An all-to-all started by start_all_to_all_v: its request and the int layout MPI reads while it runs.
+class MpiStarted : public Started {
+ public:
+  MpiStarted(MpiGroup* g, IntLayout l) : g_(g), l_(std::move(l)) {}
+  bool test() override { return done_ || (done_ = g_->poll(req_, "allToAllV")); }
+  void wait(const Deadline& d) override {
+    if (!done_) g_->wait(req_, d, "allToAllV");
+    done_ = true;
+  }
+  MPI_Request req_ = MPI_REQUEST_NULL;
+
+ private:
+  MpiGroup* g_;
+  IntLayout l_;
+  bool done_ = false;
+  friend class MpiGroup;
+};
 
 void MpiGroup::check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what) {
   const uint64_t seq = ++seq_;
@@ -226,12 +249,17 @@ void MpiGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, con
 
 void MpiGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                             const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) {
+  start_all_to_all_v(send, sendBytes, sendOffsets, recv, recvBytes, recvOffsets)->wait(d);
+}
+
+std::unique_ptr<Started> MpiGroup::start_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
+                                                     uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) {
   check_usable();
-  const IntLayout l = int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets);
-  MPI_Request req;
-  int e = MPI_Ialltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_, &req);
+  auto s = std::make_unique<MpiStarted>(this, int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets));
+  const IntLayout& l = s->l_;
+  int e = MPI_Ialltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_, &s->req_);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV: %s", rank_, mpi_error_string(e).c_str());
-  wait(req, d, "allToAllV");
+  return s;
 }
 
 void MpiGroup::raw_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,

@@ -33,6 +33,8 @@ class MpiGroup : public Group {
   void exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, const Deadline& d) override;
   void all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                     const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) override;
+  std::unique_ptr<Started> start_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
+                                              uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) override;
   void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) override;
   void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                     const Deadline& d) override;
@@ -52,6 +54,9 @@ class MpiGroup : public Group {
 
  private:
   void check_usable() const;
+  friend class MpiStarted;
+  // One MPI_Test of `req`: true when it is done; COMM_FAILED on an MPI error or a broken group.
+  bool poll(MPI_Request& req, const char* what);
   void wait(MPI_Request& req, const Deadline& d, const char* what);
   // All-gathers {kind, seq, a, b} and checks every rank called the same collective with the same a, b.
   void check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what);
