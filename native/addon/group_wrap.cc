@@ -314,6 +314,16 @@ std::shared_ptr<std::vector<int64_t>> known_counts(Napi::Env env, Napi::Value v,
 // thread), a pooled buffer of their total, then `data` into it; resolves to { data, counts }.
 using CountsFn = std::function<void(comm::Group*, int64_t* recvBytes, const comm::Deadline&)>;
 using DataFn = std::function<void(comm::Group*, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline&)>;
+// The resolved value of a collective that received `recv`: { data: ArrayBuffer, counts: Float64Array }.
+std::function<Napi::Value(Napi::Env)> received(std::shared_ptr<Owned> recv, std::shared_ptr<std::vector<int64_t>> counts) {
+  return [recv, counts](Napi::Env e) -> Napi::Value {
+    Napi::Object o = Napi::Object::New(e);
+    o.Set("data", recv->hand(e));
+    o.Set("counts", to_f64(e, *counts));
+    return o;
+  };
+}
+
 std::unique_ptr<GroupJob> varying_receive(int size, std::shared_ptr<std::vector<int64_t>> known, double timeout,
                                           CountsFn counts, DataFn data) {
   auto job = std::make_unique<GroupJob>();
@@ -329,12 +339,7 @@ std::unique_ptr<GroupJob> varying_receive(int size, std::shared_ptr<std::vector<
     recv->alloc(total);
     data(g, reinterpret_cast<uint8_t*>(recv->p), *recvBytes, d);
   };
-  job->result = [recv, recvBytes](Napi::Env e) -> Napi::Value {
-    Napi::Object o = Napi::Object::New(e);
-    o.Set("data", recv->hand(e));
-    o.Set("counts", to_f64(e, *recvBytes));
-    return o;
-  };
+  job->result = received(recv, recvBytes);
   return job;
 }
 }  // namespace
@@ -375,12 +380,7 @@ Napi::Value GroupWrap::StartAllToAllV(Napi::Env env, const Napi::Value& sendArg,
   auto job = std::make_unique<GroupJob>();
   auto recv = std::make_shared<Owned>();
   job->owned.push_back(recv);
-  job->result = [recv, known](Napi::Env e) -> Napi::Value {
-    Napi::Object o = Napi::Object::New(e);
-    o.Set("data", recv->hand(e));
-    o.Set("counts", to_f64(e, *known));
-    return o;
-  };
+  job->result = received(recv, known);
   job->Keep(sendArg);
   Napi::Promise p = Begin(env, job.get());
   const auto d = comm::Deadline::after(timeout);
