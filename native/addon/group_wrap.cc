@@ -354,7 +354,17 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
     double timeout = timeout_arg(env, info[2], "allToAllV");
     auto known = known_counts(env, info[3], size_, "allToAllV");
-    if (known && size_ > 1 && pending_ == 0) return StartAllToAllV(env, info[0], send, sendBytes, known, timeout);
+    if (known && size_ > 1 && pending_ == 0) {
+      auto so = std::make_shared<std::vector<int64_t>>(prefix(sendBytes)), ro = std::make_shared<std::vector<int64_t>>(prefix(*known));
+      return StartKnown(
+          env, info[0], known, timeout,
+          [send, sendBytes, so, known, ro](comm::Group* g, uint8_t* recv) {
+            return g->start_all_to_all_v(send.data, sendBytes.data(), so->data(), recv, known->data(), ro->data());
+          },
+          [send, sendBytes, so, known, ro](comm::Group* g, uint8_t* recv, const comm::Deadline& d) {
+            g->all_to_all_v(send.data, sendBytes.data(), so->data(), recv, known->data(), ro->data(), d);
+          });
+    }
     auto job = varying_receive(
         size_, known, timeout,
         [sendBytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) {
@@ -369,13 +379,13 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
   });
 }
 
-// Known receive sizes, several ranks, nothing queued: the exchange starts here, on the JS thread, where
+// Known receive sizes, several ranks, nothing queued: the collective starts here, on the JS thread, where
 // the transport can start it without blocking (MPI). If it completes within kInlineSpin of polling (peers
 // that are already in the call, small messages) the promise settles at once; otherwise the worker thread
 // waits for it. Either way no hand-off delays the start, and calls stay in order (a later call queues
-// behind this one).
-Napi::Value GroupWrap::StartAllToAllV(Napi::Env env, const Napi::Value& sendArg, const Bytes& send, const std::vector<int64_t>& sendBytes,
-                                      const std::shared_ptr<std::vector<int64_t>>& known, double timeout) {
+// behind this one). Transports that cannot start without blocking run `blocking` on the worker thread.
+Napi::Value GroupWrap::StartKnown(Napi::Env env, const Napi::Value& sendArg, const std::shared_ptr<std::vector<int64_t>>& known,
+                                  double timeout, const StartFn& start, const BlockingFn& blocking) {
   constexpr auto kInlineSpin = std::chrono::microseconds(100);
   auto job = std::make_unique<GroupJob>();
   auto recv = std::make_shared<Owned>();
@@ -390,9 +400,7 @@ Napi::Value GroupWrap::StartAllToAllV(Napi::Env env, const Napi::Value& sendArg,
     int64_t total = 0;
     for (int64_t c : *known) total += c;
     recv->alloc(total);
-    auto so = prefix(sendBytes), ro = prefix(*known);
-    started = g->start_all_to_all_v(send.data, sendBytes.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), known->data(),
-                                    ro.data());
+    started = start(g, reinterpret_cast<uint8_t*>(recv->p));
     if (!started) return;
     const auto until = comm::Clock::now() + kInlineSpin;
     do done = started->test();
@@ -408,11 +416,7 @@ Napi::Value GroupWrap::StartAllToAllV(Napi::Env env, const Napi::Value& sendArg,
     job->owned.push_back(started);
     job->run = [started, d](comm::Group*) { started->wait(d); };
   } else {
-    // a transport that cannot start without blocking: the whole exchange on the worker thread
-    job->run = [recv, known, data = send.data, sb = sendBytes, d](comm::Group* g) {
-      auto so = prefix(sb), ro = prefix(*known);
-      g->all_to_all_v(data, sb.data(), so.data(), reinterpret_cast<uint8_t*>(recv->p), known->data(), ro.data(), d);
-    };
+    job->run = [recv, blocking, d](comm::Group* g) { blocking(g, reinterpret_cast<uint8_t*>(recv->p), d); };
   }
   Queue(env, std::move(job));
   return p;
@@ -427,6 +431,13 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
     auto known = known_counts(env, info[2], size_, "allGather");
     if (known && (*known)[static_cast<size_t>(rank_)] != send.size)
       throw_error(env, "LENGTH_MISMATCH", "allGather: recvCounts[rank] differs from this rank's contribution");
+    if (known && size_ > 1 && pending_ == 0)
+      return StartKnown(
+          env, info[0], known, timeout,
+          [send, known](comm::Group* g, uint8_t* recv) { return g->start_all_gather_v(send.data, send.size, recv, known->data()); },
+          [send, known](comm::Group* g, uint8_t* recv, const comm::Deadline& d) {
+            g->all_gather_v(send.data, send.size, recv, known->data(), d);
+          });
     auto job = varying_receive(
         size_, known, timeout,
         [send](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) { g->gather_counts(send.size, recvBytes, d); },

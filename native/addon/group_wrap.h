@@ -2,7 +2,7 @@
 // queued on the handle's own worker thread (comm/executor.h) in call order and settle a Promise on the
 // JS thread through a thread-safe function (a one-rank in-process or MPI group runs a collective with
 // nothing queued before it at once on the JS thread: it is a local copy; on several MPI ranks an
-// all-to-all with known sizes and nothing queued is started on the JS thread and settles at once if it
+// all-to-all or all-gather with known sizes and nothing queued is started on the JS thread and settles at once if it
 // completes within a short poll, the worker thread waiting for it otherwise); typed arrays are read and written in place (no copies)
 // and held alive until the call settles. Factories (group_inprocess.cc, group_mpi.cc, group_nccl.cc)
 // create handles with GroupWrap::Create.
@@ -50,9 +50,12 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value Broadcast(const Napi::CallbackInfo& info);
   Napi::Value Barrier(const Napi::CallbackInfo& info);
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
-  // allToAllV with known receive sizes on a multi-rank group with nothing queued: started at once.
-  Napi::Value StartAllToAllV(Napi::Env env, const Napi::Value& sendArg, const Bytes& send, const std::vector<int64_t>& sendBytes,
-                             const std::shared_ptr<std::vector<int64_t>>& known, double timeout);
+  // allToAllV / allGather with known receive sizes on a multi-rank group with nothing queued: started at
+  // once on the JS thread where the transport can (start), on the worker thread otherwise (blocking).
+  using StartFn = std::function<std::unique_ptr<comm::Started>(comm::Group*, uint8_t* recv)>;
+  using BlockingFn = std::function<void(comm::Group*, uint8_t* recv, const comm::Deadline&)>;
+  Napi::Value StartKnown(Napi::Env env, const Napi::Value& sendArg, const std::shared_ptr<std::vector<int64_t>>& known,
+                         double timeout, const StartFn& start, const BlockingFn& blocking);
   // Creates a job's promise (JS thread); fails when the handle is closed.
   Napi::Promise Begin(Napi::Env env, GroupJob* job);
   // Hands a job to the worker thread; its promise settles through the thread-safe function.

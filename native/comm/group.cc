@@ -63,6 +63,8 @@ std::unique_ptr<Started> Group::start_all_to_all_v(const uint8_t*, const int64_t
   return nullptr;
 }
 
+std::unique_ptr<Started> Group::start_all_gather_v(const uint8_t*, int64_t, uint8_t*, const int64_t*) { return nullptr; }
+
 void Group::all_reduce_device(void*, int64_t, ElemType, ReduceOp, int, const Deadline&) {
   fail("BACKEND_UNAVAILABLE", "rank %d: allReduceDevice needs a group whose transport reads device memory (NCCL); this is a %s group",
        rank_, kind());

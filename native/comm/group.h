@@ -74,6 +74,8 @@ class Group {
   virtual void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) = 0;
   virtual void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                             const Deadline& d) = 0;
+  // all_gather_v started without blocking, as start_all_to_all_v.
+  virtual std::unique_ptr<Started> start_all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes);
   // In place. The default (`deterministic` false) is the transport's bandwidth-optimal collective; this
   // base implementation is reduce-scatter + all-gather over all_to_all_v / all_gather_v (each rank sends
   // and receives 2(W-1)/W of the buffer; chunk p, see chunk_of, is reduced on rank p in rank order).

@@ -181,22 +181,23 @@ void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
   }
 }
 
-// An all-to-all started by start_all_to_all_v: its request and the int layout MPI reads while it runs.
+// A collective started without blocking: its request and the int layout MPI reads while it runs.
 class MpiStarted : public Started {
  public:
-  MpiStarted(MpiGroup* g, IntLayout l) : g_(g), l_(std::move(l)) {}
-  bool test() override { return done_ || (done_ = g_->poll(req_, "allToAllV")); }
+  MpiStarted(MpiGroup* g, IntLayout l, const char* what) : g_(g), l_(std::move(l)), what_(what) {}
+  bool test() override { return done_ || (done_ = g_->poll(req_, what_)); }
   void wait(const Deadline& d) override {
-    if (!done_) g_->wait(req_, d, "allToAllV");
+    if (!done_) g_->wait(req_, d, what_);
     done_ = true;
   }
-  MPI_Request req_ = MPI_REQUEST_NULL;
 
  private:
+  friend class MpiGroup;
   MpiGroup* g_;
   IntLayout l_;
+  const char* what_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
   bool done_ = false;
-  friend class MpiGroup;
 };
 
 void MpiGroup::check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what) {
@@ -255,7 +256,7 @@ void MpiGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const
 std::unique_ptr<Started> MpiGroup::start_all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets,
                                                      uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) {
   check_usable();
-  auto s = std::make_unique<MpiStarted>(this, int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets));
+  auto s = std::make_unique<MpiStarted>(this, int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets), "allToAllV");
   const IntLayout& l = s->l_;
   int e = MPI_Ialltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_, &s->req_);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV: %s", rank_, mpi_error_string(e).c_str());
@@ -295,19 +296,24 @@ void MpiGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& 
 
 void MpiGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                             const Deadline& d) {
+  start_all_gather_v(send, bytes, recv, recvBytes)->wait(d);
+}
+
+std::unique_ptr<Started> MpiGroup::start_all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes) {
   check_usable();
   const size_t n = static_cast<size_t>(size_);
-  std::vector<int> rc(n), rd(n);
+  IntLayout l{{}, {}, std::vector<int>(n), std::vector<int>(n)};
   int64_t off = 0;
   for (size_t p = 0; p < n; ++p) {
-    rc[p] = to_int(recvBytes[p], "allGather");
-    rd[p] = to_int(off, "allGather");
+    l.rc[p] = to_int(recvBytes[p], "allGather");
+    l.rd[p] = to_int(off, "allGather");
     off += recvBytes[p];
   }
-  MPI_Request req;
-  int e = MPI_Iallgatherv(send, to_int(bytes, "allGather"), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_, &req);
+  auto s = std::make_unique<MpiStarted>(this, std::move(l), "allGather");
+  int e = MPI_Iallgatherv(send, to_int(bytes, "allGather"), MPI_BYTE, recv, s->l_.rc.data(), s->l_.rd.data(), MPI_BYTE, comm_,
+                          &s->req_);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allGather: %s", rank_, mpi_error_string(e).c_str());
-  wait(req, d, "allGather");
+  return s;
 }
 
 void MpiGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {

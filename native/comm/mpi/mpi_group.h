@@ -38,6 +38,7 @@ class MpiGroup : public Group {
   void gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) override;
   void all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                     const Deadline& d) override;
+  std::unique_ptr<Started> start_all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes) override;
   void all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) override;
   void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) override;
   void barrier(const Deadline& d) override;
