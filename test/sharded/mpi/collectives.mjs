@@ -49,6 +49,23 @@ const n = g.size, r = g.rank;
   for (let s = 0; s < n; s++) for (let k = 0; k <= s; k++) exp.push(s + 7);
   assert.deepEqual(Array.from(res.data), exp);
 }
+// known sizes with late peers: every rank but 0 calls 50 ms late, so rank 0's call outlasts the JS
+// thread's poll and is finished by the worker thread; two calls back to back (the second queues behind
+// the first), then one with the ranks in step
+{
+  const block = (k) => Float32Array.from({ length: n * 3 }, (_, i) => r * 100 + Math.floor(i / 3) * 10 + (i % 3) + k);
+  const want = (k) => Array.from({ length: n * 3 }, (_, i) => Math.floor(i / 3) * 100 + r * 10 + (i % 3) + k);
+  const counts = Array(n).fill(3), opts = { recvCounts: Array(n).fill(3) };
+  if (r > 0) await new Promise((res) => setTimeout(res, 50));
+  const [a, b] = await Promise.all([g.allToAllV(block(0), counts, opts), g.allToAllV(block(1), counts, opts)]);
+  assert.deepEqual(Array.from(a.data), want(0));
+  assert.deepEqual(Array.from(b.data), want(1));
+  const late = await g.allGather(Int32Array.of(r, r), { recvCounts: Array(n).fill(2) });
+  assert.deepEqual(Array.from(late.data), Array.from({ length: 2 * n }, (_, i) => Math.floor(i / 2)));
+  await g.barrier();
+  const c = await g.allToAllV(block(2), counts, opts);
+  assert.deepEqual(Array.from(c.data), want(2));
+}
 // allReduce: sum (the deterministic one sums in rank order), max, min
 {
   const f = Float32Array.from([r + 0.5, -r]);
