@@ -313,7 +313,6 @@ std::shared_ptr<std::vector<int64_t>> known_counts(Napi::Env env, Napi::Value v,
 // A collective whose receive size varies: the per-rank byte counts (`known`, or `counts` on the worker
 // thread), a pooled buffer of their total, then `data` into it; resolves to { data, counts }.
 using CountsFn = std::function<void(comm::Group*, int64_t* recvBytes, const comm::Deadline&)>;
-using DataFn = std::function<void(comm::Group*, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline&)>;
 // The resolved value of a collective that received `recv`: { data: ArrayBuffer, counts: Float64Array }.
 std::function<Napi::Value(Napi::Env)> received(std::shared_ptr<Owned> recv, std::shared_ptr<std::vector<int64_t>> counts) {
   return [recv, counts](Napi::Env e) -> Napi::Value {
@@ -354,26 +353,24 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
     auto sendBytes = byte_counts(env, info[1], size_, send.size, "allToAllV");
     double timeout = timeout_arg(env, info[2], "allToAllV");
     auto known = known_counts(env, info[3], size_, "allToAllV");
-    if (known && size_ > 1 && pending_ == 0) {
-      auto so = std::make_shared<std::vector<int64_t>>(prefix(sendBytes)), ro = std::make_shared<std::vector<int64_t>>(prefix(*known));
+    DataFn data = [send, sendBytes](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+      auto so = prefix(sendBytes), ro = prefix(recvBytes);
+      g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv, recvBytes.data(), ro.data(), d);
+    };
+    if (known && size_ > 1 && pending_ == 0)
       return StartKnown(
           env, info[0], known, timeout,
-          [send, sendBytes, so, known, ro](comm::Group* g, uint8_t* recv) {
-            return g->start_all_to_all_v(send.data, sendBytes.data(), so->data(), recv, known->data(), ro->data());
+          [send, sendBytes, known](comm::Group* g, uint8_t* recv) {
+            auto so = prefix(sendBytes), ro = prefix(*known);
+            return g->start_all_to_all_v(send.data, sendBytes.data(), so.data(), recv, known->data(), ro.data());
           },
-          [send, sendBytes, so, known, ro](comm::Group* g, uint8_t* recv, const comm::Deadline& d) {
-            g->all_to_all_v(send.data, sendBytes.data(), so->data(), recv, known->data(), ro->data(), d);
-          });
-    }
+          data);
     auto job = varying_receive(
         size_, known, timeout,
         [sendBytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) {
           g->exchange_counts(sendBytes.data(), recvBytes, d);
         },
-        [send, sendBytes](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
-          auto so = prefix(sendBytes), ro = prefix(recvBytes);
-          g->all_to_all_v(send.data, sendBytes.data(), so.data(), recv, recvBytes.data(), ro.data(), d);
-        });
+        data);
     job->Keep(info[0]);
     return Submit(env, std::move(job));
   });
@@ -383,9 +380,9 @@ Napi::Value GroupWrap::AllToAllV(const Napi::CallbackInfo& info) {
 // the transport can start it without blocking (MPI). If it completes within kInlineSpin of polling (peers
 // that are already in the call, small messages) the promise settles at once; otherwise the worker thread
 // waits for it. Either way no hand-off delays the start, and calls stay in order (a later call queues
-// behind this one). Transports that cannot start without blocking run `blocking` on the worker thread.
+// behind this one). Transports that cannot start without blocking run `data` on the worker thread.
 Napi::Value GroupWrap::StartKnown(Napi::Env env, const Napi::Value& sendArg, const std::shared_ptr<std::vector<int64_t>>& known,
-                                  double timeout, const StartFn& start, const BlockingFn& blocking) {
+                                  double timeout, const StartFn& start, const DataFn& data) {
   constexpr auto kInlineSpin = std::chrono::microseconds(100);
   auto job = std::make_unique<GroupJob>();
   auto recv = std::make_shared<Owned>();
@@ -416,7 +413,7 @@ Napi::Value GroupWrap::StartKnown(Napi::Env env, const Napi::Value& sendArg, con
     job->owned.push_back(started);
     job->run = [started, d](comm::Group*) { started->wait(d); };
   } else {
-    job->run = [recv, blocking, d](comm::Group* g) { blocking(g, reinterpret_cast<uint8_t*>(recv->p), d); };
+    job->run = [recv, known, data, d](comm::Group* g) { data(g, reinterpret_cast<uint8_t*>(recv->p), *known, d); };
   }
   Queue(env, std::move(job));
   return p;
@@ -431,19 +428,18 @@ Napi::Value GroupWrap::AllGather(const Napi::CallbackInfo& info) {
     auto known = known_counts(env, info[2], size_, "allGather");
     if (known && (*known)[static_cast<size_t>(rank_)] != send.size)
       throw_error(env, "LENGTH_MISMATCH", "allGather: recvCounts[rank] differs from this rank's contribution");
+    DataFn data = [send](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+      g->all_gather_v(send.data, send.size, recv, recvBytes.data(), d);
+    };
     if (known && size_ > 1 && pending_ == 0)
       return StartKnown(
           env, info[0], known, timeout,
           [send, known](comm::Group* g, uint8_t* recv) { return g->start_all_gather_v(send.data, send.size, recv, known->data()); },
-          [send, known](comm::Group* g, uint8_t* recv, const comm::Deadline& d) {
-            g->all_gather_v(send.data, send.size, recv, known->data(), d);
-          });
+          data);
     auto job = varying_receive(
         size_, known, timeout,
         [send](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) { g->gather_counts(send.size, recvBytes, d); },
-        [send](comm::Group* g, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
-          g->all_gather_v(send.data, send.size, recv, recvBytes.data(), d);
-        });
+        data);
     job->Keep(info[0]);
     return Submit(env, std::move(job));
   });

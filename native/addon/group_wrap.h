@@ -22,6 +22,11 @@ namespace embshard::addon {
 
 struct GroupJob;
 
+// A collective's data phase into `recv` (blocking, on the worker thread), and the same started without
+// blocking (null where the transport cannot).
+using DataFn = std::function<void(comm::Group*, uint8_t* recv, const std::vector<int64_t>& recvBytes, const comm::Deadline&)>;
+using StartFn = std::function<std::unique_ptr<comm::Started>(comm::Group*, uint8_t* recv)>;
+
 class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
  public:
   // A handle whose group is made by `init` on the handle's worker thread (MPI/NCCL set-up is itself a
@@ -51,11 +56,9 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value Barrier(const Napi::CallbackInfo& info);
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);
   // allToAllV / allGather with known receive sizes on a multi-rank group with nothing queued: started at
-  // once on the JS thread where the transport can (start), on the worker thread otherwise (blocking).
-  using StartFn = std::function<std::unique_ptr<comm::Started>(comm::Group*, uint8_t* recv)>;
-  using BlockingFn = std::function<void(comm::Group*, uint8_t* recv, const comm::Deadline&)>;
+  // once on the JS thread where the transport can (start), on the worker thread otherwise (data).
   Napi::Value StartKnown(Napi::Env env, const Napi::Value& sendArg, const std::shared_ptr<std::vector<int64_t>>& known,
-                         double timeout, const StartFn& start, const BlockingFn& blocking);
+                         double timeout, const StartFn& start, const DataFn& data);
   // Creates a job's promise (JS thread); fails when the handle is closed.
   Napi::Promise Begin(Napi::Env env, GroupJob* job);
   // Hands a job to the worker thread; its promise settles through the thread-safe function.
