@@ -13,7 +13,7 @@
 // Zipf law as without sessions; only the repetition across samples changes.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
-import { hash2, hashIndex, unit } from '../random/rng.js';
+import { hash2, unit } from '../random/rng.js';
 import { positiveInt } from './types.js';
 
 export interface SessionOptions {
@@ -46,14 +46,20 @@ export function resolveSessions(o: SessionOptions | undefined): SessionConfig | 
   return { concurrent, samples, share };
 }
 
-/** The session of every sample and the session fields, for one seed. */
+/**
+ * The keys of the session model for one seed: sample i's slot is j = hashIndex(slotKey, i) mod concurrent,
+ * its session ⌊(i + hash2(offsetKey, j) mod window) / window⌋ · concurrent + j, and a session field f's bag
+ * key hashIndex(bagKeys[f], session) (the native generator, native/data/synthetic_batch.cc, applies them).
+ */
 export class SessionModel {
+  /** concurrent × samples: the span of stream samples one session's samples fall in */
   readonly window: number;
   readonly slotKey: number;
   readonly offsetKey: number;
   /** per feature: whether it is a session field */
   readonly sessionField: boolean[];
-  private readonly bagKeys: number[];
+  /** per feature: the key stream of its session bags */
+  readonly bagKeys: number[];
 
   constructor(
     readonly cfg: SessionConfig,
@@ -65,23 +71,5 @@ export class SessionModel {
     this.offsetKey = hash2(seed, 0x5e56);
     this.sessionField = Array.from({ length: features }, (_, f) => unit(hash2(hash2(seed, 0x5e57), f)) < cfg.share);
     this.bagKeys = Array.from({ length: features }, (_, f) => hash2(seed, 0x5e00 + f));
-  }
-
-  /** The session of global sample i. */
-  session(i: number): number {
-    const A = this.cfg.concurrent;
-    const j = (hashIndex(this.slotKey, i) >>> 0) % A;
-    const off = (hash2(this.offsetKey, j) >>> 0) % this.window;
-    return Math.floor((i + off) / this.window) * A + j;
-  }
-
-  /** The key of the bag of feature f of sample i: the session's for a session field, else `own`. */
-  /** The key stream of session field f's bags. */
-  sessionKey(f: number): number {
-    return this.bagKeys[f]!;
-  }
-
-  bagKey(f: number, i: number, own: number): number {
-    return this.sessionField[f] ? hashIndex(this.bagKeys[f]!, this.session(i)) : own;
   }
 }

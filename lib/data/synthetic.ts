@@ -258,7 +258,7 @@ export class SyntheticGenerator {
     this.plans.forEach((p, f) => {
       const z = p.zipf;
       out.set([p.key >>> 0, p.hot, z.alpha === 1 ? 1 : 0, z.span, z.inv, z.n, p.scatter.a, p.scatter.c, p.rows, m.sparseCoef[f]!,
-        s?.sessionField[f] ? 1 : 0, s ? s.sessionKey(f) >>> 0 : 0], o);
+        s?.sessionField[f] ? 1 : 0, s ? s.bagKeys[f]! >>> 0 : 0], o);
       o += 12;
     });
     out.set(m.denseCoef, o);

@@ -1,9 +1,7 @@
 // synthetic_ops.cc — binding of the synthetic source's batch generator (native/data/synthetic_batch.h):
 //   synth.batch(spec: Float64Array, first, batchSize) -> { lengths, ids, dense, labels, planted }
 // synchronous (the source runs on a worker thread in the CLI). The spec is packed by lib/data/synthetic.ts
-// (synthSpec): a header, 12 values per feature, the dense coefficients, means and log q, and the log1p table.
-#include <cstring>
-
+// (SyntheticGenerator's packSpec): a header, 12 values per feature, the dense coefficients, means and log q, and the log1p table.
 #include "addon/errors.h"
 #include "addon/js_args.h"
 #include "addon/registry.h"

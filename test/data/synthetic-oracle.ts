@@ -16,6 +16,14 @@ export interface OracleBatch {
   planted: Float32Array;
 }
 
+/** The session of global sample i (synthetic-sessions.ts's formula). */
+function sessionOf(m: SessionModel, i: number): number {
+  const A = m.cfg.concurrent;
+  const j = (hashIndex(m.slotKey, i) >>> 0) % A;
+  const off = (hash2(m.offsetKey, j) >>> 0) % m.window;
+  return Math.floor((i + off) / m.window) * A + j;
+}
+
 /** Local batch k of the generator's configuration, recomputed from the formulas. */
 export function oracleBatch(gen: SyntheticGenerator, k: number): OracleBatch {
   const c = gen.cfg, m = gen.model;
@@ -28,7 +36,7 @@ export function oracleBatch(gen: SyntheticGenerator, k: number): OracleBatch {
     const h = c.hotness[f]!;
     for (let b = 0; b < B; b++) {
       const own = hashIndex(hash2(c.seed, 0x100 + f), first + b);
-      const key = sessions ? sessions.bagKey(f, first + b, own) : own;
+      const key = sessions?.sessionField[f] ? hashIndex(sessions.bagKeys[f]!, sessionOf(sessions, first + b)) : own;
       keys.push(key);
       lengths[f * B + b] = c.lengths === 'fixed' ? h : 1 + Math.floor(unit(draw32(key, 1 << 20)) * (2 * h - 1));
     }
