@@ -35,7 +35,7 @@ class OutputPool {
   float* take(size_t n) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (size_t i = 0; i < free_.size(); ++i)
+      for (size_t i = free_.size(); i-- > 0;)  // the most recently returned first: its lines may still be cached
         if (free_[i].second == n) {
           float* p = free_[i].first;
           cached_ -= n * 4;
@@ -101,13 +101,24 @@ class OutputPool {
   }
 
  private:
+  // Keeps the buffer that just came back, unmapping the least recently returned ones when the pool is
+  // over its count or byte limit: the buffers a training loop uses every step stay mapped (and
+  // faulted in), whatever else passed through the pool before.
   void give_locked(float* p, size_t n) {
-    if (free_.size() < kMaxBuffers && cached_ + n * 4 <= kMaxBytes) {
-      free_.emplace_back(p, n);
-      cached_ += n * 4;
+    if (n * 4 > kMaxBytes) {
+      release_memory(p, n);
       return;
     }
-    release_memory(p, n);
+    size_t drop = 0;
+    size_t bytes = cached_ + n * 4;
+    while (drop < free_.size() && (free_.size() - drop >= kMaxBuffers || bytes > kMaxBytes)) {
+      bytes -= free_[drop].second * 4;
+      release_memory(free_[drop].first, free_[drop].second);
+      ++drop;
+    }
+    free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(drop));
+    free_.emplace_back(p, n);
+    cached_ = bytes;
   }
 
   // Large outputs get their own 2 MiB-aligned mapping with transparent huge pages: a fresh buffer then
