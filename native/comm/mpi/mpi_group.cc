@@ -257,9 +257,16 @@ std::unique_ptr<Started> MpiGroup::start_all_to_all_v(const uint8_t* send, const
                                                      uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets) {
   check_usable();
   auto s = std::make_unique<MpiStarted>(this, int_layout(size_, sendBytes, sendOffsets, recvBytes, recvOffsets), "allToAllV");
-  const IntLayout& l = s->l_;
+  IntLayout& l = s->l_;
+  // This rank's own block is a plain copy, done here while MPI moves the others: MPI's self copy is up
+  // to twice as slow when the two buffers' addresses differ in alignment. (Unequal self counts stay
+  // with MPI, which reports them.)
+  const size_t me = static_cast<size_t>(rank_);
+  const int self = l.sc[me] == l.rc[me] ? l.sc[me] : 0;
+  if (self > 0) l.sc[me] = l.rc[me] = 0;
   int e = MPI_Ialltoallv(send, l.sc.data(), l.sd.data(), MPI_BYTE, recv, l.rc.data(), l.rd.data(), MPI_BYTE, comm_, &s->req_);
   if (e != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV: %s", rank_, mpi_error_string(e).c_str());
+  if (self > 0) std::memcpy(recv + l.rd[me], send + l.sd[me], static_cast<size_t>(self));
   return s;
 }
 
