@@ -32,7 +32,7 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
+import { exchangeOps, type Wire } from './exchange-ops.js';
 import { LocalLayout, type LocalTable } from './local-layout.js';
 import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
@@ -46,6 +46,7 @@ import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule,
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
+import { ScratchPool } from './scratch.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -159,6 +160,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   private readonly dynamic: DynamicShards | undefined;
   /** admitting forwards called so far (the same on every rank): a backward must follow the latest */
   private admitSeq = 0;
+  /** the steps' temporaries, reused from step to step */
+  private readonly scratch = new ScratchPool();
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     super('ShardedEmbeddingCollection');
@@ -224,6 +227,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   /** Frees native memory now; any later use raises DISPOSED. */
   override dispose(): void {
     super.dispose();
+    this.scratch.clear();
     this.dynamic?.dispose();
   }
 
@@ -438,8 +442,24 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- forward
-  private async forwardStep(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
-    const K = exchangeOps();
+  private forwardStep(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
+    return this.inPhase(() => this.forwardPhase(batch, pre, admit, seq));
+  }
+
+  // Runs one forward or backward; the temporaries it took from the scratch pool go back when it ends.
+  private async inPhase<T>(phase: () => Promise<T>): Promise<T> {
+    let ok = false;
+    try {
+      const r = await phase();
+      ok = true;
+      return r;
+    } finally {
+      this.scratch.end(ok);
+    }
+  }
+
+  private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
+    const K = exchangeOps(), S = this.scratch;
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
@@ -468,7 +488,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 5. outputs back to every source, slot by slot of the owner schedule
     const fw = this.wire.forward;
     const own = ownerSchedule(L, recv);
-    const outBuf = wireArray(fw, own.total);
+    const outBuf = S.wire(fw, own.total);
     for (let p = 0; p < W; p++)
       for (const sl of own.slots[p]!) {
         const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
@@ -491,14 +511,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const pooled = new Float32Array(B * P);
     const seqOut = new Map<string, Float32Array>();
     for (const f of this.sequenceFeatures) seqOut.set(f, new Float32Array(batch.feature(f).ids.length * this.dimOf(f)));
-    const tmp = (n: number) => new Float32Array(n);
     if (localOut) {
       for (const lf of L.localFeatures) {
         if (lf.kind !== 'loc') continue;
         const rt = L.tables[lf.t]!, k = rt.features.indexOf(lf.f!), dim = rt.table.dim;
         const li = L.localFeatures.indexOf(lf);
         if (lf.pooling !== 'none') {
-          const blk = tmp(B * dim);
+          const blk = S.f32(B * dim);
           K.pack(localOut.pooled, L.localPooledDim, null, 0, B, lf.col, lf.col + dim, 'fp32', blk, 0);
           K.unpack(blk, 0, 'fp32', B, dim, pooled, P, null, 0, rt.pooledCol[k]!, true);
         } else {
@@ -507,19 +526,22 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         }
       }
     }
+    // the engine's outputs are copied out (packed for the owners, or into this rank's own outputs): its
+    // buffers go back to the addon's pool for the next forward
+    if (engineOut) e.releaseOutputs([engineOut.pooled, ...engineOut.sequences.filter((x): x is Float32Array => x !== null)]);
     const nodeRows = new Map<number, Float32Array>();
-    for (const [t, u] of node) nodeRows.set(t, new Float32Array(u.uq.values.length * L.tables[t]!.table.dim));
-    const ubRows = ub.map((groups, t) => groups.map((u) => new Float32Array(u.uq.values.length * L.tables[t]!.table.dim)));
+    for (const [t, u] of node) nodeRows.set(t, S.f32(u.uq.values.length * L.tables[t]!.table.dim));
+    const ubRows = ub.map((groups, t) => groups.map((u) => S.f32(u.uq.values.length * L.tables[t]!.table.dim)));
     // hierarchical: as a relay, the partial sums of requesters on other nodes (reduced here, in owner
     // order) and the rows of the ub row groups this rank relays
     const reduced = new Map<number, Float32Array>();
-    const unionRows = unions.map((u) => new Float32Array(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
+    const unionRows = unions.map((u) => S.f32(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
     for (let d = 0; d < W; d++)
       for (const sl of req.slots[d]!) {
         const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim, cols = sl.c1 - sl.c0;
         if (sl.src !== L.rank) {
           let red = reduced.get(sl.src);
-          if (!red) reduced.set(sl.src, (red = new Float32Array(recv[sl.src]!.B * P)));
+          if (!red) reduced.set(sl.src, (red = S.f32(recv[sl.src]!.B * P)));
           if (s.kind === 'rb') K.unpack(back.data, sl.at, fw, sl.rows, cols, red, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
         } else if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
         else if (s.kind === 'ub') {
@@ -535,13 +557,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const rsend = relaySendSchedule(L, (q) => recv[q]!.B, (q, rs) => unionOf(unions, rs.t, rs.g).count[q]!);
     const rrecv = relayRecvSchedule(L, B, idsOf);
     if (L.hier) {
-      const relayBuf = wireArray(fw, rsend.total);
+      const relayBuf = S.wire(fw, rsend.total);
       for (let q = 0; q < W; q++)
         for (const sl of rsend.slots[q]!) {
           const s = sl.seg, rt = L.tables[s.t]!;
           if (s.kind === 'rb') {
             const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
-            K.pack(reduced.get(q) ?? new Float32Array(sl.rows * P), P, null, 0, sl.rows, col + sl.c0, col + sl.c1, fw, relayBuf, sl.at);
+            K.pack(reduced.get(q) ?? S.f32(sl.rows * P), P, null, 0, sl.rows, col + sl.c0, col + sl.c1, fw, relayBuf, sl.at);
           } else if (s.kind === 'ub') {
             const k = unionIndex(unions, s.t, s.g), u = unions[k]!;
             K.pack(unionRows[k]!, rt.table.dim, inverseOf(u, q), 0, sl.rows, sl.c0, sl.c1, fw, relayBuf, sl.at);
@@ -581,8 +603,12 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- backward
-  private async backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
-    const K = exchangeOps();
+  private backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
+    return this.inPhase(() => this.backwardPhase(ctx, grads));
+  }
+
+  private async backwardPhase(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
+    const K = exchangeOps(), S = this.scratch;
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
     const counters = zeroTraffic();
     const bw = this.wire.backward;
@@ -593,12 +619,12 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     let Gs = G;
     for (const rt of L.tables)
       if (rt.cluster === 'rb' && rt.pooling === 'mean') {
-        if (Gs === G) Gs = G.slice();
+        if (Gs === G) Gs = S.copyOf(G);
         rt.features.forEach((f, k) => K.divideBags(Gs, P, rt.pooledCol[k]!, rt.table.dim, ctx.batch.feature(f).lengths));
       }
     const gradOver = (u: UniqT, rt: (typeof L.tables)[number], s: number): Float32Array => {
       const dim = rt.table.dim;
-      const out = new Float32Array(u.uq.values.length * dim);
+      const out = S.f32(u.uq.values.length * dim);
       rt.features.forEach((f, k) => {
         const p = part(ctx.segs.get(f)!, s, B);
         const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
@@ -613,9 +639,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 1. hierarchical: gradients to the relays first (the relay slots reversed): rb bag gradients once per
     // other node, ub row gradients to the node's relay, which sums them per distinct row in source order
     const relayed = new Map<number, Float32Array>();
-    const unionGrad = ctx.unions.map((u) => new Float32Array(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
+    const unionGrad = ctx.unions.map((u) => S.f32(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
     if (L.hier) {
-      const toRelays = wireArray(bw, ctx.rrecv.total);
+      const toRelays = S.wire(bw, ctx.rrecv.total);
       for (let a = 0; a < W; a++)
         for (const sl of ctx.rrecv.slots[a]!) {
           const s = sl.seg, rt = L.tables[s.t]!;
@@ -630,7 +656,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
           if (s.kind === 'rb') {
             let gq = relayed.get(q);
-            if (!gq) relayed.set(q, (gq = new Float32Array(ctx.recv[q]!.B * P)));
+            if (!gq) relayed.set(q, (gq = S.f32(ctx.recv[q]!.B * P)));
             K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, gq, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, false);
           } else if (s.kind === 'ub') {
             const k = unionIndex(ctx.unions, s.t, s.g), u = ctx.unions[k]!;
@@ -640,7 +666,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       g.release(atRelay.data);
     }
     // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
-    const sendBuf = wireArray(bw, ctx.req.total);
+    const sendBuf = S.wire(bw, ctx.req.total);
     for (let d = 0; d < W; d++)
       for (const sl of ctx.req.slots[d]!) {
         const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
@@ -673,7 +699,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
-    const pooledGrad = new Float32Array(Btot * L.localPooledDim);
+    const pooledGrad = S.f32(Btot * L.localPooledDim);
     // node tier: sum the node's contributions per row (source order), then sync across nodes
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
     // the received gradients, slot by slot of the owner schedule
@@ -682,7 +708,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         const s = sl.seg, src = sl.src;
         if (s.kind === 'node') {
           const dim = L.tables[s.t]!.table.dim;
-          const gr = new Float32Array(sl.rows * dim);
+          const gr = S.f32(sl.rows * dim);
           K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
@@ -693,7 +719,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         const lfi = sl.feature, lf = L.localFeatures[lfi]!;
         if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[src]!, lf.col, false);
         else {
-          if (!seqGrads[lfi]) seqGrads[lfi] = new Float32Array(ctx.featIds[lfi]! * lf.dim);
+          if (!seqGrads[lfi]) seqGrads[lfi] = S.f32(ctx.featIds[lfi]! * lf.dim);
           K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![src]!, 0, false);
         }
       }
@@ -709,7 +735,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       if (lf.kind === 'rb' || lf.kind === 'ub') {
         idsParts.push(ownIds);
         if (ownW) wParts.push(ownW);
-        if (lf.kind === 'ub' && !seqGrads[i]) seqGrads[i] = new Float32Array(n * lf.dim);
+        if (lf.kind === 'ub' && !seqGrads[i]) seqGrads[i] = S.f32(n * lf.dim);
         return;
       }
       lengths.fill(0, i * Btot, (i + 1) * Btot);

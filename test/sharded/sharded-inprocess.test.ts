@@ -26,6 +26,8 @@ interface RunOpts {
   variant?: string;
   /** rank r's local batch size is 3 + 2r instead of 6 */
   varyB?: boolean;
+  /** rank r's local batch size at step k is 600 + 97·((r + k) mod 3): step temporaries of hundreds of KB */
+  bigB?: boolean;
   /** the hierarchical rb / ub protocol */
   hier?: boolean;
 }
@@ -41,7 +43,7 @@ async function compare(o: RunOpts): Promise<{ outErr: number; tableErr: number; 
   const sentPred = new Float64Array(o.W), interPred = new Float64Array(o.W);
   try {
     for (let step = 0; step < o.steps; step++) {
-      const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted, ...(o.varyB ? { B: 3 + 2 * r } : {}) }));
+      const batches: JaggedBatch[] = groups.map((_, r) => S.localBatch(lib, plan, r, step, { weighted: o.weighted, ...(o.varyB ? { B: 3 + 2 * r } : o.bigB ? { B: 600 + 97 * ((r + step) % 3) } : {}) }));
       outErr = Math.max(outErr, await S.stepBoth(lib, ranks, oracle, batches, step));
       const predicted = measureTraffic(plan, batches).perRank;
       for (let r = 0; r < o.W; r++) {
@@ -132,6 +134,17 @@ describe('ShardedEmbeddingCollection (in-process ranks) equals one collection ov
     expect(r.stateErr).toBeLessThanOrEqual(1e-5);
     expect(r.trafficOk).toBe(true);
   });
+
+  // the temporaries of these steps are large enough to be views of the collection's kept scratch
+  // buffers (lib/sharded/scratch.ts), reused with other sizes from step to step
+  for (const hier of [false, true])
+    it(`large batches changing size from step to step (600–794 bags; W=4, two nodes, ${hier ? 'hierarchical' : 'flat'}, adam, 4 steps)`, async () => {
+      const r = await compare({ W: 4, rpn: 2, steps: 4, optimizer: { type: 'adam', lr: 0.01 }, bigB: true, hier, weighted: hier });
+      expect(r.outErr).toBeLessThanOrEqual(1e-5);
+      expect(r.tableErr).toBeLessThanOrEqual(1e-5);
+      expect(r.stateErr).toBeLessThanOrEqual(1e-5);
+      expect(r.trafficOk).toBe(true);
+    });
 
   it('weighted bags (W=4, two nodes, adagrad)', async () => {
     const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'adagrad', lr: 0.1 }, weighted: true });
