@@ -72,18 +72,22 @@ const gathered = ids * ROW_BYTES;
 
 // 1. the machine's limits, probed before and after the kernels; each limit is the better of the two
 //    (this VM's memory speed drifts over minutes, and the better reading is the stricter yardstick)
-interface Probe { gatherGBps: number; seqGBps: number; updateGBps: number; updateRows: number; threads: number }
+interface Probe { gatherGBps: number; seqGBps: number; updateGBps: number; updateRows: number; threads: number; gradGatherGBps: number }
 let probe: Probe | undefined;
 const probeRuns: Probe[] = [];
 const runProbe = async (): Promise<void> => {
   const p = await addon.probeMemory(T * ROWS * ROW_BYTES, ROW_BYTES, ids, 7);
-  probeRuns.push({ gatherGBps: p.gatherBytesPerSec / 1e9, seqGBps: p.seqBytesPerSec / 1e9, updateGBps: p.updateBytesPerSec / 1e9, updateRows: p.updateRows, threads: p.threads });
+  // the backward reads one pooled-gradient row per id: the same number of random row gathers, from an
+  // array of the batch's pooled gradients (B × T × dim) instead of the tables
+  const gp = await addon.probeMemory(B * T * ROW_BYTES, ROW_BYTES, ids, 11);
+  probeRuns.push({ gatherGBps: p.gatherBytesPerSec / 1e9, seqGBps: p.seqBytesPerSec / 1e9, updateGBps: p.updateBytesPerSec / 1e9, updateRows: p.updateRows, threads: p.threads, gradGatherGBps: gp.gatherBytesPerSec / 1e9 });
   probe = {
     gatherGBps: Math.max(...probeRuns.map((r) => r.gatherGBps)),
     seqGBps: Math.max(...probeRuns.map((r) => r.seqGBps)),
     updateGBps: Math.max(...probeRuns.map((r) => r.updateGBps)),
     updateRows: p.updateRows,
     threads: p.threads,
+    gradGatherGBps: Math.max(...probeRuns.map((r) => r.gradGatherGBps)),
   };
 };
 let peakGBps: number | undefined;
@@ -186,7 +190,9 @@ if (!cuda) await runProbe();
 // Byte floors from the probes: the forward can go no faster than gathering its rows at the gather
 // probe's rate, and an exact update no faster than reading and writing every distinct row (and its
 // optimizer state) at the update probe's rate. Their ratio is the least step / forward this machine
-// allows before any sort, gradient read or bookkeeping.
+// allows before any sort, gradient read or bookkeeping. Apart from that, an exact backward must read every
+// id's gradient row (gathered at the gradient-array probe's rate): "grad floor" is that time in units of
+// the read-modify-write floor, a bound on bwd / floor that no grouping of the contributions can beat.
 for (const r of results) {
   if (!probe) break;
   const fwdFloorMs = gathered / (probe.gatherGBps * 1e9) * 1e3;
@@ -195,6 +201,8 @@ for (const r of results) {
   r.forwardOverProbe = fwdFloorMs / (r.forwardMs as number);
   r.stepFloorOverForwardFloor = (fwdFloorMs + updateFloorMs) / fwdFloorMs;
   r.backwardOverUpdateFloor = ((r.stepMs as number) - (r.forwardMs as number)) / updateFloorMs;
+  r.gradReadFloorMs = gathered / (probe.gradGatherGBps * 1e9) * 1e3;
+  r.gradReadOverUpdateFloor = (r.gradReadFloorMs as number) / updateFloorMs;
 }
 
 // The project's goals: the forward at ≥ 0.8 of the gather probe; the backward within 1.5× (uniform ids)
@@ -207,15 +215,15 @@ const md = [
   '',
   `Config: ${T} tables × ${ROWS.toLocaleString()} rows, dim ${DIM} fp32, batch ${B}, ${L} ids per bag, sum pooling; median of ${ITERS} runs after 2 warm-ups (the probe: median of 5 passes).`,
   probe
-    ? `Probe (${probe.threads} threads, before and after the kernels, the better reading of each): random ${ROW_BYTES}-byte row gather ${probe.gatherGBps.toFixed(2)} GB/s, sequential read ${probe.seqGBps.toFixed(2)} GB/s, read-modify-write of ${probe.updateRows.toLocaleString()} distinct rows in ascending order ${probe.updateGBps.toFixed(2)} GB/s (read + write bytes). Readings: ${probeRuns.map((r) => `${r.gatherGBps.toFixed(1)}/${r.seqGBps.toFixed(1)}/${r.updateGBps.toFixed(1)}`).join(' then ')} GB/s.`
+    ? `Probe (${probe.threads} threads, before and after the kernels, the better reading of each): random ${ROW_BYTES}-byte row gather ${probe.gatherGBps.toFixed(2)} GB/s, sequential read ${probe.seqGBps.toFixed(2)} GB/s, read-modify-write of ${probe.updateRows.toLocaleString()} distinct rows in ascending order ${probe.updateGBps.toFixed(2)} GB/s (read + write bytes), random ${ROW_BYTES}-byte row gather from a ${((B * T * ROW_BYTES) / 2 ** 20).toFixed(0)} MiB array of pooled gradients ${probe.gradGatherGBps.toFixed(2)} GB/s. Readings: ${probeRuns.map((r) => `${r.gatherGBps.toFixed(1)}/${r.seqGBps.toFixed(1)}/${r.updateGBps.toFixed(1)}/${r.gradGatherGBps.toFixed(1)}`).join(' then ')} GB/s.`
     : `Device HBM peak: ${peakGBps ?? '?'} GB/s.`,
   '',
   probe
-    ? `Floor = the least step / forward the probes allow: (gather floor + read-modify-write floor of the unique rows and their optimizer state) / gather floor. "bwd / floor" = this run's backward (step − forward) over its read-modify-write floor. Goals: fwd / probe ≥ ${targets.forwardOverProbe}, bwd / floor as in "target".`
+    ? `Floor = the least step / forward the probes allow: (gather floor + read-modify-write floor of the unique rows and their optimizer state) / gather floor. "bwd / floor" = this run's backward (step − forward) over its read-modify-write floor. "grad floor" = the time to gather every id's gradient row (${ids.toLocaleString()} rows of ${ROW_BYTES} bytes) at the gradient-array probe's rate, over the read-modify-write floor: what an exact backward needs on top of that floor, so a bound on bwd / floor. Goals: fwd / probe ≥ ${targets.forwardOverProbe}, bwd / floor as in "target".`
     : '',
   '',
   table(
-    ['ids', 'optimizer', 'forward ms', 'fwd GB/s', probe ? 'fwd / probe' : 'kernel fwd / peak', 'fwd+bwd+update ms', 'step / forward', ...(probe ? ['floor', 'bwd / floor', 'target'] : []), 'unique rows'],
+    ['ids', 'optimizer', 'forward ms', 'fwd GB/s', probe ? 'fwd / probe' : 'kernel fwd / peak', 'fwd+bwd+update ms', 'step / forward', ...(probe ? ['floor', 'bwd / floor', 'grad floor', 'target'] : []), 'unique rows'],
     results.map((r) => [
       r.ids as string,
       r.optimizer as string,
@@ -224,7 +232,7 @@ const md = [
       (probe ? r.forwardOverProbe : r.kernelForwardOverPeak ?? '-') as number,
       r.stepMs as number,
       r.stepOverForward as number,
-      ...(probe ? [r.stepFloorOverForwardFloor as number, r.backwardOverUpdateFloor as number, bwdTarget(r)] : []),
+      ...(probe ? [r.stepFloorOverForwardFloor as number, r.backwardOverUpdateFloor as number, r.gradReadOverUpdateFloor as number, bwdTarget(r)] : []),
       r.uniqueRowsPerStep as number,
     ]),
   ),
