@@ -24,7 +24,7 @@ import { EngineOwner } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
-import type { BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
+import type { BackwardOptions, BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
 import type { DynamicStep } from '../storage/dynamic.js';
 import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
 import { dynamicFieldsOf, resolveSpill } from '../storage/dynamic-config.js';
@@ -91,6 +91,11 @@ export function collectionConfigOf(plan: ShardPlan, config: ShardedConfig = {}):
   };
 }
 
+/**
+ * A forward's result, as EmbeddingCollection's: `backward(out, …)` consumes it (once the update is done,
+ * `pooled` and every sequence's `values` are detached and their memory is reused by the next forward);
+ * `{ keepOutput: true }` keeps them until `release(out)`.
+ */
 export interface ShardedForwardOutput {
   /** [batchSize × pooledDim] of this rank's local batch, features in `pooledFeatures` order */
   pooled: Float32Array;
@@ -353,19 +358,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       if (!out || !(out.pooled instanceof Float32Array))
         throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
       const ctx = (out as Out)[STEP];
-      const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)];
       return this.enqueue(async () => {
         if (ctx) ctx.used = true;
-        let n = 0;
-        for (const a of arrays)
-          if (a.buffer.byteLength > 0) {
-            structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] }); // detaches it
-            n++;
-          }
-        return n;
+        return detachOutput(out);
       });
     });
   }
+
 
   private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
@@ -416,7 +415,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
-  backward(out: ShardedForwardOutput, grads: Gradients): Promise<BackwardResult> {
+  backward(out: ShardedForwardOutput, grads: Gradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     const ctx = (out as Out)?.[STEP];
     if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
@@ -437,8 +436,16 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
     for (const name of Object.keys(grads.sequences ?? {}))
       if (!this.sequenceFeatures.includes(name)) throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
+    if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
+    for (const key of Object.keys(options))
+      if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
     ctx.used = true;
-    return this.enqueue(() => this.backwardStep(ctx, grads));
+    return this.enqueue(async () => {
+      const r = await this.backwardStep(ctx, grads);
+      // consumed: the output's buffers go back to the pool for the next forward (unless kept)
+      if (options.keepOutput !== true) detachOutput(out);
+      return r;
+    });
   }
 
   // ---------------------------------------------------------------- forward
@@ -508,9 +515,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
-    const pooled = new Float32Array(B * P);
+    // the outputs live in buffers of the addon's pool, recycled when backward consumes them (or on release)
+    const pooled = K.outputArray(B * P);
     const seqOut = new Map<string, Float32Array>();
-    for (const f of this.sequenceFeatures) seqOut.set(f, new Float32Array(batch.feature(f).ids.length * this.dimOf(f)));
+    for (const f of this.sequenceFeatures) seqOut.set(f, K.outputArray(batch.feature(f).ids.length * this.dimOf(f)));
     if (localOut) {
       for (const lf of L.localFeatures) {
         if (lf.kind !== 'loc') continue;
@@ -757,6 +765,17 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     this.traffic.backward = counters;
     return res;
   }
+}
+
+/**
+ * Detaches a forward output's arrays, giving the pool's buffers back for later forwards; returns how many
+ * arrays were detached.
+ */
+function detachOutput(out: ShardedForwardOutput): number {
+  const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)].filter((a) => a.buffer.byteLength > 0);
+  exchangeOps().releaseOutputs(arrays);
+  for (const a of arrays) if (a.buffer.byteLength > 0) structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] }); // not from the pool
+  return arrays.length;
 }
 
 export type { NativeForwardResult };

@@ -6,6 +6,7 @@
 
 #include "addon/errors.h"
 #include "addon/js_args.h"
+#include "addon/output_pool.h"
 #include "addon/registry.h"
 #include "shard/exchange_ops.h"
 
@@ -291,6 +292,29 @@ Napi::Value HashKeys(const Napi::CallbackInfo& info) {
   });
 }
 
+// outputArray(n) -> a zeroed Float32Array of n values in a buffer of the addon's output pool: a sharded
+// forward's outputs, given back by releaseOutputs (its backward, or release()) for the next forward.
+Napi::Value OutputArray(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t n = int_arg(env, info[0], "outputArray: n");
+    if (n < 0 || n > (int64_t{1} << 40)) bad(env, "outputArray: n must be in [0, 2^40]");
+    OutBuf b(static_cast<size_t>(n));
+    if (n > 0) std::memset(b.data(), 0, static_cast<size_t>(n) * 4);
+    return b.adopt(env);
+  });
+}
+
+// releaseOutputs(arrays) -> how many of them held a live pool buffer; those are detached and their memory
+// goes back to the pool (others are left alone).
+Napi::Value ReleaseOutputs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsArray()) bad(env, "releaseOutputs(arrays) expects an array of typed arrays");
+    return Napi::Number::New(env, release_outputs(env, info[0].As<Napi::Array>()));
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("segment", Napi::Function::New(env, Segment, "segment"));
@@ -303,6 +327,8 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
   o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));
+  o.Set("outputArray", Napi::Function::New(env, OutputArray, "outputArray"));
+  o.Set("releaseOutputs", Napi::Function::New(env, ReleaseOutputs, "releaseOutputs"));
   exports.Set("shard", o);
 }
 

@@ -32,12 +32,12 @@ function setup(optimizer: ShardedConfig['optimizer'], hierarchical = false) {
 }
 
 /** One step on the sharded ranks (each its local batch) and on the oracle (the global batch). */
-async function stepBoth(ranks: ShardedEmbeddingCollection[], oracle: EmbeddingCollection, plan: ShardPlan, step: number) {
+async function stepBoth(ranks: ShardedEmbeddingCollection[], oracle: EmbeddingCollection, plan: ShardPlan, step: number, keepOutput = false) {
   const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, step));
   const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
   const gout = await oracle.forward(S.globalBatch(lib, batches));
   const grads = outs.map((o, r) => S.gradsFor(o, r, step));
-  await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
+  await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!, { keepOutput })));
   await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
   return { outs, grads };
 }
@@ -193,15 +193,27 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     }
   });
 
-  it('save writes one checkpoint EmbeddingCollection.load reads; load reshards it onto 2 ranks; release detaches the output', async () => {
+  it('save writes one checkpoint EmbeddingCollection.load reads; load reshards it onto 2 ranks; backward consumes its output unless kept, release detaches a kept one', async () => {
     const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 });
     const dir = mkdtempSync(join(tmpdir(), 'embshard-surface-'));
     try {
-      const { outs, grads } = await stepBoth(ranks, oracle, plan, 0);
+      // consumed by backward: detached, as EmbeddingCollection's; nothing left for release()
+      const first = await stepBoth(ranks, oracle, plan, 1);
+      expect(first.outs[0]!.pooled.length).toBe(0);
+      for (const f of oracle.sequenceFeatures) expect(first.outs[0]!.sequences[f]!.values.length).toBe(0);
+      expect(await ranks[0]!.release(first.outs[0]!)).toBe(0);
+      await Promise.all(ranks.slice(1).map((sc, r) => sc.release(first.outs[r + 1]!)));
+      // kept: readable after backward until release()
+      const { outs, grads } = await stepBoth(ranks, oracle, plan, 0, true);
+      expect(outs[0]!.pooled.length).toBeGreaterThan(0);
       const released = await Promise.all(ranks.map((sc, r) => sc.release(outs[r]!)));
       expect(released[0]).toBe(1 + oracle.sequenceFeatures.length);
       expect(outs[0]!.pooled.length).toBe(0);
       expect(() => ranks[0]!.backward(outs[0]!, grads[0]!)).toThrow(/already been through backward/);
+      // backward options are checked like EmbeddingCollection's (before anything is exchanged)
+      const more = await Promise.all(ranks.map((sc, r) => sc.forward(S.localBatch(lib, plan, r, 2))));
+      expect(() => ranks[0]!.backward(more[0]!, S.gradsFor(more[0]!, 0, 2), { keepOutput: true, extra: 1 } as never)).toThrow(/unknown field 'extra'/);
+      await Promise.all(ranks.map((sc, r) => sc.release(more[r]!)));
       await Promise.all(ranks.map((sc) => sc.save(join(dir, 'ck'), { note: 'surface' })));
       const back = await EmbeddingCollection.load(join(dir, 'ck'));
       const plan2: ShardPlan = S.makePlan(lib, 2, 2, {});
