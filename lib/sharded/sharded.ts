@@ -365,7 +365,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     });
   }
 
-
   private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     const planFeatures = new Set(this.featureInfo.map((f) => f.name));
