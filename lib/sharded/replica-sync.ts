@@ -9,6 +9,7 @@ import { exchangeOps, wireArray, type Wire, type WireArray } from './exchange-op
 import { fuse, PartReader } from './fused.js';
 import type { LocalLayout, TableRt } from './local-layout.js';
 import type { CommArray } from './binding.js';
+import type { ScratchPool } from './scratch.js';
 
 /** Rows and their fp32 gradients, per plan table index. */
 export type RowGrads = Map<number, { ids: BigInt64Array; grads: Float32Array }>;
@@ -20,16 +21,17 @@ function takeWire(reader: PartReader, wire: Wire, n: number): WireArray {
 /**
  * dp tables and replicated tiers: `local` holds this rank's distinct rows of each such table and their
  * gradient sums; returns, per table, every rank's rows and gradients (rank order, rounded to the wire dtype
- * as they travelled).
+ * as they travelled). With `scratch`, the wire copies and the returned gradients are its views (valid
+ * until the phase ends).
  */
-export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[], counters: TrafficCounters): Promise<RowGrads> {
+export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[], counters: TrafficCounters, scratch?: ScratchPool): Promise<RowGrads> {
   const K = exchangeOps();
   const W = L.W;
   const out: RowGrads = new Map();
   if (local.length === 0) return out;
   const cnt = local.map((x) => x.ids.length);
   const wires = local.map((x) => {
-    const wv = wireArray(bw, x.grads.length);
+    const wv = scratch ? scratch.wire(bw, x.grads.length) : wireArray(bw, x.grads.length);
     K.pack(x.grads, x.table.table.dim, null, 0, x.ids.length, 0, x.table.table.dim, bw, wv, 0);
     return wv;
   });
@@ -47,23 +49,31 @@ export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, 
   // one all-gather carrying every rank's ids and gradient rows together
   const mine = fuse([[concat(local.map((x) => x.ids), BigInt64Array), concatWire(wires, bw)]]);
   const both = await g.allGather(mine.bytes, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)), counters });
+  // per table, every rank's rows in rank order, each rank's part written straight to its place
   const reader = new PartReader(both.data);
-  const perTable = local.map(() => ({ ids: [] as BigInt64Array[], grads: [] as Float32Array[] }));
+  const rowsOf = local.map((_, k) => {
+    let n = 0;
+    for (let p = 0; p < W; p++) n += c.data[p * cnt.length + k]!;
+    return n;
+  });
+  const all = local.map((x, k) => {
+    const n = rowsOf[k]! * x.table.table.dim;
+    return { ids: new BigInt64Array(rowsOf[k]!), grads: scratch ? scratch.f32(n) : new Float32Array(n), at: 0 };
+  });
   for (let p = 0; p < W; p++) {
     const ids = reader.take(BigInt64Array, nIds[p]!), gr = takeWire(reader, bw, nGr[p]!);
     let io = 0, go = 0;
     local.forEach((x, k) => {
-      const n = c.data[p * cnt.length + k]!, dim = x.table.table.dim;
-      perTable[k]!.ids.push(ids.subarray(io, io + n));
-      const f = new Float32Array(n * dim);
-      K.unpack(gr, go, bw, n, dim, f, dim, null, 0, 0, false);
-      perTable[k]!.grads.push(f);
+      const n = c.data[p * cnt.length + k]!, dim = x.table.table.dim, a = all[k]!;
+      a.ids.set(ids.subarray(io, io + n), a.at);
+      K.unpack(gr, go, bw, n, dim, a.grads, dim, null, a.at, 0, false);
+      a.at += n;
       io += n;
       go += n * dim;
     });
   }
   g.release(both.data, c.data);
-  local.forEach((x, k) => out.set(x.table.index, { ids: concat(perTable[k]!.ids, BigInt64Array), grads: concat(perTable[k]!.grads, Float32Array) }));
+  local.forEach((x, k) => out.set(x.table.index, { ids: all[k]!.ids, grads: all[k]!.grads }));
   return out;
 }
 

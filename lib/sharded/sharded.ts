@@ -698,7 +698,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
       const u = uniqOver(ctx.segs, rt, 0, 1, B);
       return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
-    }), counters);
+    }), counters, S);
     // 4. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
