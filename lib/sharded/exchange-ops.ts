@@ -37,10 +37,8 @@ export interface ExchangeOps {
   divideBags(m: Float32Array, stride: number, col: number, dim: number, lengths: Int32Array): void;
   /** a dynamic table's raw ids as distinct row-space keys (lib/plan/dynamic-keys.ts) */
   hashKeys(ids: BigInt64Array, capacity: number): Float64Array;
-  /** a zeroed Float32Array in a buffer of the addon's output pool (a forward's outputs) */
+  /** a zeroed Float32Array in a buffer of the addon's output pool (a forward's outputs; back with the addon's releaseBuffers) */
   outputArray(n: number): Float32Array;
-  /** gives pool arrays back (detached); returns how many were pool arrays */
-  releaseOutputs(arrays: Float32Array[]): number;
   initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;
 }
 

@@ -33,6 +33,8 @@ import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
 import { exchangeOps, type Wire } from './exchange-ops.js';
+import { loadAddon } from '../native.js';
+import type { GroupAddon } from './binding.js';
 import { LocalLayout, type LocalTable } from './local-layout.js';
 import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
@@ -772,7 +774,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
  */
 function detachOutput(out: ShardedForwardOutput): number {
   const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)].filter((a) => a.buffer.byteLength > 0);
-  exchangeOps().releaseOutputs(arrays);
+  (loadAddon() as GroupAddon).releaseBuffers(...arrays); // the addon whose pool exchangeOps().outputArray draws on
   for (const a of arrays) if (a.buffer.byteLength > 0) structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] }); // not from the pool
   return arrays.length;
 }

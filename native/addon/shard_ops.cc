@@ -293,7 +293,8 @@ Napi::Value HashKeys(const Napi::CallbackInfo& info) {
 }
 
 // outputArray(n) -> a zeroed Float32Array of n values in a buffer of the addon's output pool: a sharded
-// forward's outputs, given back by releaseOutputs (its backward, or release()) for the next forward.
+// forward's outputs, given back by releaseBuffers (group_wrap.cc; its backward, or release()) for the
+// next forward.
 Napi::Value OutputArray(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -302,16 +303,6 @@ Napi::Value OutputArray(const Napi::CallbackInfo& info) {
     OutBuf b(static_cast<size_t>(n));
     if (n > 0) std::memset(b.data(), 0, static_cast<size_t>(n) * 4);
     return b.adopt(env);
-  });
-}
-
-// releaseOutputs(arrays) -> how many of them held a live pool buffer; those are detached and their memory
-// goes back to the pool (others are left alone).
-Napi::Value ReleaseOutputs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsArray()) bad(env, "releaseOutputs(arrays) expects an array of typed arrays");
-    return Napi::Number::New(env, release_outputs(env, info[0].As<Napi::Array>()));
   });
 }
 
@@ -328,7 +319,6 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
   o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));
   o.Set("outputArray", Napi::Function::New(env, OutputArray, "outputArray"));
-  o.Set("releaseOutputs", Napi::Function::New(env, ReleaseOutputs, "releaseOutputs"));
   exports.Set("shard", o);
 }
 
