@@ -54,6 +54,12 @@ struct Owned {
     n = bytes;
     p = OutputPool::get().take_at_least(static_cast<size_t>(bytes), cap);
   }
+  // Room for every rank's bytes (a collective's receive counts).
+  void alloc_for(const std::vector<int64_t>& counts) {
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    alloc(total);
+  }
   Napi::ArrayBuffer hand(Napi::Env env) {
     handed = true;
     OutputPool::Adopted* a = OutputPool::get().adopted(p, cap);
@@ -333,9 +339,7 @@ std::unique_ptr<GroupJob> varying_receive(int size, std::shared_ptr<std::vector<
   job->run = [recv, recvBytes, timeout, exchange, counts, data](comm::Group* g) {
     auto d = comm::Deadline::after(timeout);
     if (exchange) counts(g, recvBytes->data(), d);
-    int64_t total = 0;
-    for (int64_t c : *recvBytes) total += c;
-    recv->alloc(total);
+    recv->alloc_for(*recvBytes);
     data(g, reinterpret_cast<uint8_t*>(recv->p), *recvBytes, d);
   };
   job->result = received(recv, recvBytes);
@@ -394,9 +398,7 @@ Napi::Value GroupWrap::StartKnown(Napi::Env env, const Napi::Value& sendArg, con
   std::shared_ptr<comm::Started> started;
   bool done = false;
   job->run = [&](comm::Group* g) {
-    int64_t total = 0;
-    for (int64_t c : *known) total += c;
-    recv->alloc(total);
+    recv->alloc_for(*known);
     started = start(g, reinterpret_cast<uint8_t*>(recv->p));
     if (!started) return;
     const auto until = comm::Clock::now() + kInlineSpin;
