@@ -1,13 +1,15 @@
 // backward.cc — the CPU backward pass with the fused optimizer:
-//   1. linearise every id to a global row key (table rowBase + row), resolving and range-checking raw
-//      ids on the way, then reject non-finite gradients (or skip the step: core/gradients.h) — all
-//      before anything changes;
+//   1. copy the gradient rows the ids read onto huge pages, slot by slot; linearise every id to a global
+//      row key (table rowBase + row), resolving and range-checking raw ids on the way, then reject
+//      non-finite gradients (or skip the step: core/gradients.h) — all before anything changes;
 //   2. group each row's contributions in id order: by owner partition (collections of at most 2^28
-//      rows: count per partition, one stable scatter, then an in-cache counting sort per partition)
-//      or, for larger collections, by a stable radix sort of (key, position) pairs;
+//      rows: count per partition, one stable scatter, then an in-cache counting sort per partition
+//      that also lists the touched rows) or, for larger collections, by a stable radix sort of
+//      (key, position) pairs;
 //   3. sum each row's contributions in that fixed order in fp32 (gradient rows prefetched ahead), then
-//      apply ONE optimizer update per row with the shared host-device rules of core/optim.h, weights and
-//      state prefetched ahead, rows in ascending order.
+//      apply ONE optimizer update per row with the shared host-device rules of core/optim.h, rows in
+//      ascending order, the weights and state of the rows kRowAhead rows (partitioned) or
+//      contributions (sorted) ahead prefetched.
 // Both groupings add the same values in the same order, so results are bitwise the same whatever the
 // grouping, the thread count or the ISA copy.
 #include <algorithm>
@@ -32,7 +34,7 @@ namespace embshard {
 
 namespace {
 
-constexpr int64_t kRowAhead = 12;   // sorted positions ahead for weight/state prefetch
+constexpr int64_t kRowAhead = 12;   // rows (sorted positions) ahead for weight/state prefetch
 constexpr int64_t kGradAhead = 16;  // sorted positions ahead for gradient-row prefetch
 
 
@@ -51,11 +53,13 @@ struct GradSource {
   int64_t stride;     // pooled: pooledDim per sample; sequence: dim per id
   int64_t begin;      // the slot's first id
   Pooling pooling;
+  uint32_t dim;       // the table's width
 };
 
-// The contributions in sorted order, as the update stream reads them: key(j), grad(j) and scale(j) of
-// sorted position j. Two layouts: (key, id position) pairs from the radix sort, with the gradient row
-// and scale looked up by position; or the partitioned path's contributions, copied in sorted order.
+// The contributions in sorted order, as the update stream reads them: grad(j) and scale(j) of sorted
+// position j (and key(j), for the sorted path, whose runs are found by comparing keys). Two layouts:
+// (key, id position) pairs from the radix sort, with the gradient row and scale looked up by position;
+// or the partitioned path's contributions, copied in sorted order.
 template <typename Key>
 struct SortedPairs {
   const Key* keys;           // sorted keys
@@ -74,7 +78,6 @@ struct SortedPairs {
 
 struct SortedContributions {
   const cpu::Contribution* c;
-  uint32_t key(int64_t j) const { return c[j].key; }
   const float* grad(int64_t j) const { return c[j].g; }
   float scale(int64_t j) const { return c[j].scale; }
   void prefetch_meta(int64_t) const {}
@@ -106,17 +109,16 @@ inline void update_one(const cpu::UpdateContext& u, bool sr, const RowTarget& t,
   }
 }
 
-// acc = Σ contributions of the run starting at sorted position j (key `key`), in order; returns the
-// position after the run. For a width D known at compile time the sum lives in registers; D = 0 takes the
-// width from `dim` and sums in `acc`.
-template <uint32_t D, typename Src, typename Key>
-inline int64_t accumulate_run(const UpdateArgs<Src>& a, float* __restrict acc, int64_t j, Key key, uint32_t dim) {
+// acc = Σ contributions at sorted positions [j, end) (one row's run), in order. For a width D known at
+// compile time the sum lives in registers; D = 0 takes the width from `dim` and sums in `acc`.
+template <uint32_t D, typename Src>
+inline void accumulate_run(const UpdateArgs<Src>& a, float* __restrict acc, int64_t j, int64_t end, uint32_t dim) {
   constexpr bool kFixed = D != 0;
   const uint32_t width = kFixed ? D : dim;
   float regs[kFixed ? D : 1] = {};
   float* __restrict sum = kFixed ? regs : acc;
   if (!kFixed) std::fill(acc, acc + width, 0.0f);
-  do {
+  for (; j < end; ++j) {
     if (j + 2 * kGradAhead < a.N) a.src.prefetch_meta(j + 2 * kGradAhead);
     if (j + kGradAhead < a.N) {
       const float* p = a.src.grad(j + kGradAhead);
@@ -125,10 +127,26 @@ inline int64_t accumulate_run(const UpdateArgs<Src>& a, float* __restrict acc, i
     const float scale = a.src.scale(j);
     const float* __restrict g = a.src.grad(j);
     for (uint32_t c = 0; c < width; ++c) sum[c] += g[c] * scale;
-    ++j;
-  } while (j < a.N && a.src.key(j) == key);
+  }
   if (kFixed) std::copy(regs, regs + width, acc);
-  return j;
+}
+
+template <typename Src>
+inline void accumulate(const UpdateArgs<Src>& a, float* acc, int64_t j, int64_t end, uint32_t dim) {
+  switch (dim) {
+    case 16: accumulate_run<16>(a, acc, j, end, dim); break;
+    case 32: accumulate_run<32>(a, acc, j, end, dim); break;
+    case 64: accumulate_run<64>(a, acc, j, end, dim); break;
+    case 128: accumulate_run<128>(a, acc, j, end, dim); break;
+    default: accumulate_run<0>(a, acc, j, end, dim); break;
+  }
+}
+
+// Prefetches the weights and state of global row `key` (in table `t`) for writing, non-temporal hint
+// (measured best for the update's read-modify-write).
+inline void prefetch_target(const RowTarget& t, uint64_t key) {
+  cpu::prefetch_lines<1, 0>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
+  if (t.statePerRow) cpu::prefetch_lines<1, 0>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
 }
 
 // The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
@@ -146,23 +164,17 @@ inline int64_t update_runs_impl(const UpdateArgs<Src>& a, float* __restrict acc,
     while (uint64_t(key) >= a.tableEnd[tbl]) ++tbl;
     const RowTarget& t = a.target[tbl];
     const uint32_t dim = t.dim;
-    // prefetch the weights and state of the row kRowAhead positions ahead, for writing, non-temporal
-    // hint (measured best for the update's read-modify-write)
+    // the weights and state of the row kRowAhead positions ahead
     if (j + kRowAhead < a.N) {
       const uint64_t k2 = a.src.key(j + kRowAhead);
       size_t t2 = tbl;
       while (k2 >= a.tableEnd[t2]) ++t2;
-      const RowTarget& n = a.target[t2];
-      cpu::prefetch_lines<1, 0>(n.weights + (k2 - n.rowBase) * n.rowBytes, n.rowBytes);
-      if (n.statePerRow) cpu::prefetch_lines<1, 0>(n.state + (k2 - n.rowBase) * n.statePerRow, n.statePerRow * 4);
+      prefetch_target(a.target[t2], k2);
     }
-    switch (dim) {
-      case 16: j = accumulate_run<16>(a, acc, j, key, dim); break;
-      case 32: j = accumulate_run<32>(a, acc, j, key, dim); break;
-      case 64: j = accumulate_run<64>(a, acc, j, key, dim); break;
-      case 128: j = accumulate_run<128>(a, acc, j, key, dim); break;
-      default: j = accumulate_run<0>(a, acc, j, key, dim); break;
-    }
+    int64_t end = j + 1;
+    while (end < a.N && a.src.key(end) == key) ++end;
+    accumulate(a, acc, j, end, dim);
+    j = end;
     update_one(a.uctx, a.sr, t, uint64_t(key) - t.rowBase, acc, uint64_t(key));
     ++runs;
   }
@@ -227,6 +239,46 @@ inline void gradient_of(const PreparedBatch& b, const GradSource& g, int64_t bag
   } else {
     *ptr = g.base + (bag % b.B) * g.stride;
     *scale = grad_scale(g.pooling, b.weights, i, b.offsets[bag + 1] - b.offsets[bag]);
+  }
+}
+
+// Copies the gradient rows the batch's ids read into `arena` (grown on huge pages when too small), slot
+// after slot, each slot's rows dense (pooled: B rows; sequence: one row per id), and points `grad` at the
+// copy. The update reads a row per id in row order, i.e. at random; in the caller's pooled array a
+// table's rows lie pooledDim floats apart, one or two per 4 KiB page, so those reads miss the TLB, while
+// the copy's slots span a few huge pages.
+void copy_gradients(const PreparedBatch& b, std::vector<GradSource>& grad, HostArena& arena) {
+  const int32_t F = b.F;
+  const int64_t B = b.B;
+  std::vector<uint64_t> slotOff(F + 1, 0);
+  for (int32_t s = 0; s < F; ++s) {
+    const uint64_t rows = grad[s].pooling == Pooling::None ? uint64_t(b.slotEnd(s) - b.slotBegin(s)) : uint64_t(B);
+    slotOff[s + 1] = slotOff[s] + rows * grad[s].dim;
+  }
+  const uint64_t bytes = slotOff[F] * sizeof(float);
+  if (bytes == 0) return;
+  if (arena.size() < bytes) {
+    constexpr uint64_t kHuge = uint64_t(1) << 21;
+    arena = HostArena((bytes + kHuge - 1) / kHuge * kHuge, "the backward's copy of the gradients");
+  }
+  float* dst = reinterpret_cast<float*>(arena.data());
+  parallel_for(int64_t(F) * B, 256, [&](int64_t lo, int64_t hi) {
+    for (int64_t bag = lo; bag < hi; ++bag) {
+      const int32_t s = static_cast<int32_t>(bag / B);
+      const GradSource& g = grad[s];
+      float* out = dst + slotOff[s];
+      if (g.pooling == Pooling::None) {  // the bag's ids' rows, already dense
+        const int64_t i0 = b.offsets[bag] - g.begin, i1 = b.offsets[bag + 1] - g.begin;
+        std::copy(g.base + i0 * g.stride, g.base + i1 * g.stride, out + i0 * g.dim);
+      } else {
+        const float* row = g.base + (bag % B) * g.stride;
+        std::copy(row, row + g.dim, out + (bag % B) * g.dim);
+      }
+    }
+  });
+  for (int32_t s = 0; s < F; ++s) {
+    grad[s].base = dst + slotOff[s];
+    grad[s].stride = grad[s].dim;
   }
 }
 
@@ -312,19 +364,26 @@ struct PartitionArgs {
   bool sr;                    // stochastic rounding
 };
 
-// Copies the contributions of partitions [pLo, pHi) into `out` sorted by row, stably (each row's
+// Copies the contributions of partitions [pLo, pHi) into s.sorted sorted by row, stably (each row's
 // contributions stay in id order): a counting sort per partition over its 2^shift rows, whose counters
-// and touched-row bitmap stay in cache. Returns the number copied.
+// and touched-row bitmap stay in cache. Row u of the result (ascending) is s.rows[u], its contributions
+// s.sorted[s.runStart[u], s.runStart[u + 1]). Returns the number of rows.
 inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t pLo, int64_t pHi) {
   const uint32_t words = ((uint32_t(1) << a.shift) + 63) / 64;
   uint64_t* __restrict seen = s.seen.data();  // all clear between partitions
   uint32_t* __restrict pos = s.pos.data();
   Contribution* __restrict out = s.sorted.data();
-  uint32_t o = 0;
+  uint32_t* __restrict rows = s.rows.data();
+  uint32_t* __restrict runStart = s.runStart.data();
+  uint32_t o = 0, u = 0;
   for (int64_t p = pLo; p < pHi; ++p) {
     const uint32_t begin = a.partStart[p], end = a.partStart[p + 1];
     if (end - begin <= 1) {
-      if (end > begin) out[o++] = a.c[begin];
+      if (end > begin) {
+        rows[u] = a.c[begin].key;
+        runStart[u++] = o;
+        out[o++] = a.c[begin];
+      }
       continue;
     }
     const uint32_t base = static_cast<uint32_t>(uint64_t(p) << a.shift);
@@ -342,6 +401,8 @@ inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s
       for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
         const uint32_t local = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
         const uint32_t n = pos[local];
+        rows[u] = base + local;
+        runStart[u++] = o;
         pos[local] = o;
         o += n;
       }
@@ -349,16 +410,40 @@ inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s
     }
     for (uint32_t j = begin; j < end; ++j) out[pos[a.c[j].key - base]++] = a.c[j];
   }
-  return o;
+  runStart[u] = o;
+  return u;
 }
 
 // The compiled kernel (see cpu/isa.h): partitions [pLo, pHi) sorted by row, then one stream over the
 // sorted contributions that sums each row's contributions (in id order) and updates the row once, rows
 // ascending, with the weights, state and gradient rows prefetched ahead across partition boundaries.
 EMBSHARD_CPU_KERNEL int64_t update_partitions(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t pLo, int64_t pHi) {
-  const uint32_t n = sort_partitions(a, s, pLo, pHi);
-  const UpdateArgs<SortedContributions> u{{s.sorted.data()}, n, a.tableEnd, a.target, a.uctx, a.sr};
-  return update_runs_impl(u, s.acc.data(), 0, n);
+  const int64_t U = sort_partitions(a, s, pLo, pHi);
+  if (U == 0) return 0;
+  const uint32_t* rows = s.rows.data();
+  const uint32_t* runStart = s.runStart.data();
+  const UpdateArgs<SortedContributions> u{{s.sorted.data()}, runStart[U], a.tableEnd, a.target, a.uctx, a.sr};
+  float* acc = s.acc.data();
+  // tables of the row being updated and of the row being prefetched
+  size_t tbl = 0, ahead = 0;
+  while (rows[0] >= a.tableEnd[tbl]) ++tbl;
+  ahead = tbl;
+  for (int64_t r = 0; r < std::min<int64_t>(kRowAhead, U); ++r) {
+    while (rows[r] >= a.tableEnd[ahead]) ++ahead;
+    prefetch_target(a.target[ahead], rows[r]);
+  }
+  for (int64_t r = 0; r < U; ++r) {
+    if (r + kRowAhead < U) {
+      while (rows[r + kRowAhead] >= a.tableEnd[ahead]) ++ahead;
+      prefetch_target(a.target[ahead], rows[r + kRowAhead]);
+    }
+    const uint64_t key = rows[r];
+    while (key >= a.tableEnd[tbl]) ++tbl;
+    const RowTarget& t = a.target[tbl];
+    accumulate(u, acc, runStart[r], runStart[r + 1], t.dim);
+    update_one(a.uctx, a.sr, t, key - t.rowBase, acc, key);
+  }
+  return U;
 }
 
 }  // namespace
@@ -383,9 +468,11 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     const FeatureSpec& fs = spec_.features[f];
     const TableSpec& ts = spec_.tables[fs.table];
     slot[s] = SlotRows{layout_.tables[fs.table].rowBase, ts.rows, ts.idPolicy == IdPolicy::Modulo};
-    if (fs.pooling == Pooling::None) grad[s] = GradSource{seqGrad[f], ts.dim, b.slotBegin(s), fs.pooling};
-    else grad[s] = GradSource{pooledGrad + layout_.pooledCol[f], layout_.pooledDim, b.slotBegin(s), fs.pooling};
+    if (fs.pooling == Pooling::None) grad[s] = GradSource{seqGrad[f], ts.dim, b.slotBegin(s), fs.pooling, ts.dim};
+    else grad[s] = GradSource{pooledGrad + layout_.pooledCol[f], layout_.pooledDim, b.slotBegin(s), fs.pooling, ts.dim};
   }
+  copy_gradients(b, grad, gradCopy_);
+  timer.mark("copy");
   const int64_t nBags = static_cast<int64_t>(F) * B;
   std::mutex badMu;
   int64_t badPos = std::numeric_limits<int64_t>::max();
@@ -511,6 +598,8 @@ int64_t CpuEngine::partitioned_update(int shift, int64_t parts) {
     s.seen.assign(((size_t(1) << shift) + 63) / 64, 0);
     if (s.pos.size() < (size_t(1) << shift)) s.pos.resize(size_t(1) << shift);
     if (s.sorted.size() < most) s.sorted.resize(most);
+    if (s.rows.size() < most) s.rows.resize(most);
+    if (s.runStart.size() < size_t(most) + 1) s.runStart.resize(size_t(most) + 1);
     if (s.acc.size() < maxDim) s.acc.resize(maxDim);
   }
   std::atomic<int64_t> next{0}, rows{0};

@@ -24,6 +24,8 @@ struct PartitionScratch {
   std::vector<uint64_t> seen;          // bitmap of the partition's rows touched (clear between partitions)
   std::vector<uint32_t> pos;           // per row of the partition: its count, then its next sorted slot
   std::vector<Contribution> sorted;    // a work chunk's contributions sorted by row (id order kept)
+  std::vector<uint32_t> rows;          // the chunk's touched rows, ascending
+  std::vector<uint32_t> runStart;      // each one's first contribution in `sorted` (one past the last at the end)
   std::vector<float> acc;              // one row's summed gradient (widest row)
 };
 }  // namespace cpu
@@ -70,6 +72,7 @@ class CpuEngine : public Engine {
   std::vector<uint32_t> partStart_;          // first contribution of each partition
   std::vector<cpu::Contribution> contrib_;       // contributions grouped by partition, in id order
   std::vector<cpu::PartitionScratch> partScratch_;  // per pool thread
+  HostArena gradCopy_;                       // the batch's gradient rows, slot by slot, on huge pages
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize);
