@@ -1,27 +1,9 @@
 // gradients.cc — see gradients.h.
 #include "core/gradients.h"
 
-#include <atomic>
-#include <cmath>
-
 #include "core/errors.h"
-#include "core/parallel.h"
 
 namespace embshard {
-
-namespace {
-
-bool all_finite(const float* p, int64_t n) {
-  std::atomic<bool> ok{true};
-  parallel_for(n, 1 << 16, [&](int64_t lo, int64_t hi) {
-    bool good = true;
-    for (int64_t i = lo; i < hi; ++i) good &= std::isfinite(p[i]);
-    if (!good) ok.store(false, std::memory_order_relaxed);
-  });
-  return ok.load();
-}
-
-}  // namespace
 
 void check_gradient_sizes(const CollectionSpec& spec, const Layout& layout, const PreparedBatch& b, const GradientView& g) {
   const int64_t wantPooled = b.B * layout.pooledDim;
@@ -39,16 +21,6 @@ void check_gradient_sizes(const CollectionSpec& spec, const Layout& layout, cons
       fail("GRAD_SIZE_MISMATCH", "the gradient of sequence feature '%s' has %lld values; expected %lld (ids × dim)",
            feats[f].name.c_str(), static_cast<long long>(g.seq[f] ? g.seqSize[f] : 0), static_cast<long long>(want));
   }
-}
-
-bool gradients_finite(const CollectionSpec& spec, const Layout& layout, const PreparedBatch& b, const float* pooledGrad,
-                      const float* const* seqGrad) {
-  if (pooledGrad && !all_finite(pooledGrad, b.B * layout.pooledDim)) return false;
-  for (size_t f = 0; f < spec.features.size(); ++f)
-    if (spec.features[f].pooling == Pooling::None && seqGrad[f] &&
-        !all_finite(seqGrad[f], sequence_values(spec, b, static_cast<uint32_t>(f))))
-      return false;
-  return true;
 }
 
 BackwardResult non_finite_outcome(const OptimizerConfig& opt) {

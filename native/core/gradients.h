@@ -1,6 +1,7 @@
 // gradients.h — the checks every backward applies to its gradients, for both backends: their sizes
-// against the prepared batch (before the engine is called), the host scan for NaN / Inf, and what a
-// non-finite gradient means under the optimizer's nonFinite policy (an error, or a skipped step).
+// against the prepared batch (before the engine is called), and what a non-finite gradient means under
+// the optimizer's nonFinite policy (an error, or a skipped step). Each engine finds NaN / Inf itself: the
+// CPU backward while it copies the gradients (cpu/backward.cc), the CUDA one on the device.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -23,10 +24,6 @@ struct GradientView {
 // GRAD_SIZE_MISMATCH unless the pooled gradient holds batchSize × pooledDim values and each sequence
 // feature's holds (its ids × dim) values.
 void check_gradient_sizes(const CollectionSpec& spec, const Layout& layout, const PreparedBatch& b, const GradientView& g);
-
-// True when every gradient value of the batch is finite (a parallel host scan).
-bool gradients_finite(const CollectionSpec& spec, const Layout& layout, const PreparedBatch& b, const float* pooledGrad,
-                      const float* const* seqGrad);
 
 // The outcome of a backward whose gradients hold NaN or Inf: a skipped step under nonFinite 'skip',
 // otherwise NON_FINITE_GRADIENT. Called before anything changed.

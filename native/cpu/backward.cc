@@ -1,7 +1,8 @@
 // backward.cc — the CPU backward pass with the fused optimizer:
-//   1. copy the gradient rows the ids read onto huge pages, slot by slot; linearise every id to a global
-//      row key (table rowBase + row), resolving and range-checking raw ids on the way, then reject
-//      non-finite gradients (or skip the step: core/gradients.h) — all before anything changes;
+//   1. copy the gradient rows the ids read onto huge pages, slot by slot, checking them for NaN / Inf on
+//      the way; linearise every id to a global row key (table rowBase + row), resolving and
+//      range-checking raw ids on the way, then reject non-finite gradients (or skip the step:
+//      core/gradients.h) — all before anything changes;
 //   2. group each row's contributions in id order: by owner partition (collections of at most 2^28
 //      rows: count per partition, one stable scatter, then an in-cache counting sort per partition
 //      that also lists the touched rows) or, for larger collections, by a stable radix sort of
@@ -242,12 +243,44 @@ inline void gradient_of(const PreparedBatch& b, const GradSource& g, int64_t bag
   }
 }
 
+// The compiled kernel (see cpu/isa.h) of copy_gradients: the gradient rows of bags [lo, hi) to their
+// places in `dst`; returns the largest exponent field copied (all ones when a value is NaN or Inf).
+EMBSHARD_CPU_KERNEL uint32_t copy_bags(const PreparedBatch& b, const GradSource* grad, const uint64_t* slotOff, float* dst,
+                                       int64_t lo, int64_t hi) {
+  const int64_t B = b.B;
+  uint32_t exponent = 0;
+  for (int64_t bag = lo; bag < hi; ++bag) {
+    const int32_t s = static_cast<int32_t>(bag / B);
+    const GradSource& g = grad[s];
+    const float* from;
+    float* to;
+    int64_t n;
+    if (g.pooling == Pooling::None) {  // the bag's ids' rows, already dense
+      const int64_t i0 = b.offsets[bag] - g.begin, i1 = b.offsets[bag + 1] - g.begin;
+      from = g.base + i0 * g.stride;
+      to = dst + slotOff[s] + i0 * g.dim;
+      n = (i1 - i0) * g.dim;
+    } else {
+      from = g.base + (bag % B) * g.stride;
+      to = dst + slotOff[s] + (bag % B) * g.dim;
+      n = g.dim;
+    }
+    const uint32_t* __restrict bits = reinterpret_cast<const uint32_t*>(from);
+    uint32_t* __restrict out = reinterpret_cast<uint32_t*>(to);
+    for (int64_t k = 0; k < n; ++k) {
+      out[k] = bits[k];
+      exponent = std::max(exponent, bits[k] & 0x7f800000u);
+    }
+  }
+  return exponent;
+}
+
 // Copies the gradient rows the batch's ids read into `arena` (grown on huge pages when too small), slot
 // after slot, each slot's rows dense (pooled: B rows; sequence: one row per id), and points `grad` at the
 // copy. The update reads a row per id in row order, i.e. at random; in the caller's pooled array a
 // table's rows lie pooledDim floats apart, one or two per 4 KiB page, so those reads miss the TLB, while
-// the copy's slots span a few huge pages.
-void copy_gradients(const PreparedBatch& b, std::vector<GradSource>& grad, HostArena& arena) {
+// the copy's slots span a few huge pages. Returns whether every copied value is finite.
+bool copy_gradients(const PreparedBatch& b, std::vector<GradSource>& grad, HostArena& arena) {
   const int32_t F = b.F;
   const int64_t B = b.B;
   std::vector<uint64_t> slotOff(F + 1, 0);
@@ -256,30 +289,21 @@ void copy_gradients(const PreparedBatch& b, std::vector<GradSource>& grad, HostA
     slotOff[s + 1] = slotOff[s] + rows * grad[s].dim;
   }
   const uint64_t bytes = slotOff[F] * sizeof(float);
-  if (bytes == 0) return;
+  if (bytes == 0) return true;
   if (arena.size() < bytes) {
     constexpr uint64_t kHuge = uint64_t(1) << 21;
     arena = HostArena((bytes + kHuge - 1) / kHuge * kHuge, "the backward's copy of the gradients");
   }
   float* dst = reinterpret_cast<float*>(arena.data());
+  std::atomic<bool> finite{true};
   parallel_for(int64_t(F) * B, 256, [&](int64_t lo, int64_t hi) {
-    for (int64_t bag = lo; bag < hi; ++bag) {
-      const int32_t s = static_cast<int32_t>(bag / B);
-      const GradSource& g = grad[s];
-      float* out = dst + slotOff[s];
-      if (g.pooling == Pooling::None) {  // the bag's ids' rows, already dense
-        const int64_t i0 = b.offsets[bag] - g.begin, i1 = b.offsets[bag + 1] - g.begin;
-        std::copy(g.base + i0 * g.stride, g.base + i1 * g.stride, out + i0 * g.dim);
-      } else {
-        const float* row = g.base + (bag % B) * g.stride;
-        std::copy(row, row + g.dim, out + (bag % B) * g.dim);
-      }
-    }
+    if (copy_bags(b, grad.data(), slotOff.data(), dst, lo, hi) == 0x7f800000u) finite.store(false, std::memory_order_relaxed);
   });
   for (int32_t s = 0; s < F; ++s) {
     grad[s].base = dst + slotOff[s];
     grad[s].stride = grad[s].dim;
   }
+  return finite.load();
 }
 
 // The radix-sort path's pass over bags [lo, hi): key, position, gradient row and scale of every id.
@@ -471,8 +495,10 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
     if (fs.pooling == Pooling::None) grad[s] = GradSource{seqGrad[f], ts.dim, b.slotBegin(s), fs.pooling, ts.dim};
     else grad[s] = GradSource{pooledGrad + layout_.pooledCol[f], layout_.pooledDim, b.slotBegin(s), fs.pooling, ts.dim};
   }
-  copy_gradients(b, grad, gradCopy_);
-  timer.mark("copy");
+  // a prepared batch holds every feature, so the copy reads every gradient value (the pooled array's
+  // columns are the pooled features' widths, back to back)
+  const bool finite = copy_gradients(b, grad, gradCopy_);
+  timer.mark("copy+finite");
   const int64_t nBags = static_cast<int64_t>(F) * B;
   std::mutex badMu;
   int64_t badPos = std::numeric_limits<int64_t>::max();
@@ -488,7 +514,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       while (badPos >= b.slotEnd(s)) ++s;
       fail_id_out_of_range(spec_, b, s, badPos);
     }
-    return gradients_finite(spec_, layout_, b, pooledGrad, seqGrad);
+    return finite;
   };
 
   if (bits <= kMaxPartitionBits + kMaxRangeBits) {
@@ -506,7 +532,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       }
     });
     if (!checks()) return non_finite_outcome(spec_.optimizer);
-    timer.mark("keys+finite");
+    timer.mark("keys");
     if (N == 0) {
       ++step_;
       return BackwardResult{false, 0};
@@ -555,7 +581,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
                     : linearise_range(b, slot.data(), grad.data(), keys_.data(), vals_.data(), gptr_.data(), gscale_.data(), lo, hi));
   });
   if (!checks()) return non_finite_outcome(spec_.optimizer);
-  timer.mark("keys+finite");
+  timer.mark("keys");
   if (N == 0) {
     ++step_;
     return BackwardResult{false, 0};
