@@ -1,5 +1,5 @@
 // quickstart.mjs — the README's example, kept runnable by test/embedding/readme.test.ts.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EmbeddingCollection, JaggedBatch, EmbshardError, backends } from 'embshard';
@@ -38,7 +38,8 @@ await ec.backward(out, {
 const rows = ec.readRows('user', BigInt64Array.of(0n, 7n)); // Float32Array [2 × 64]
 ec.writeRows('user', BigInt64Array.of(0n), rows.subarray(64, 128));
 
-const dir = join(mkdtempSync(join(tmpdir(), 'embshard-')), 'ckpt');
+const tmp = mkdtempSync(join(tmpdir(), 'embshard-'));
+const dir = join(tmp, 'ckpt');
 await ec.save(dir);
 const back = await EmbeddingCollection.load(dir);
 console.log(back.step, back.readRows('user', [0n])[0] === rows[64]); // 1 true
@@ -51,3 +52,4 @@ try {
 }
 ec.dispose();
 back.dispose();
+rmSync(tmp, { recursive: true, force: true }); // the checkpoint takes 0.8 GB
