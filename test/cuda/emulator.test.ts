@@ -7,17 +7,20 @@
 // failure, and that a seed really changes the order in which threads run. It also builds and runs
 // test/fixtures/native/emu_nccl_check.cc, the emulated NCCL's checks (ranks as threads), which must all pass.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packageRoot } from '../../lib/native.js';
 
 const gxx = spawnSync('g++', ['--version'], { encoding: 'utf8' }).status === 0;
 const SEEDS = ['0', '1', '2', '3'];
 
+const out = mkdtempSync(join(tmpdir(), 'embshard-emu-check-'));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
 function build(name: string): Promise<string> {
-  const exe = join(mkdtempSync(join(tmpdir(), 'embshard-emu-check-')), name);
+  const exe = join(out, name);
   const native = join(packageRoot, 'native');
   const args = ['-O1', '-std=c++17', '-ffp-contract=off', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter', '-Wno-unknown-pragmas',
     '-DEMBSHARD_CUDA_EMU=1', '-I', join(native, 'cuda', 'emu', 'include'), '-I', native, '-o', exe,

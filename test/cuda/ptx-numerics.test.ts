@@ -10,15 +10,16 @@
 // Normal initialisation (logf / cosf, whose CUDA implementations use fma) is computed on the host by
 // the CUDA engine, so init_kernel is the one kernel allowed fma; it must still hold no approximations.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { packageRoot } from '../../lib/native.js';
 
 const nvcc = spawnSync('nvcc', ['--version'], { encoding: 'utf8' });
 const hasNvcc = !nvcc.error && nvcc.status === 0;
 const out = mkdtempSync(join(tmpdir(), 'embshard-ptx-'));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
 
 // The kernel flags of CMakeLists.txt that matter here (source-rules.test.ts checks the real build
 // line carries --fmad=false and no fast-math flag), for the PTX of compute_90.

@@ -5,10 +5,10 @@
 // forward/backward steps of every optimizer × dtype × rounding × weight decay and hashes all outputs and
 // both arenas, then runs the dense layers' element-wise kernels (bf16 conversion, ReLU, bias sums). The hashes must be equal.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { packageRoot } from '../../lib/native.js';
 
 const gxx = spawnSync('g++', ['--version'], { encoding: 'utf8' });
@@ -19,6 +19,7 @@ const native = join(packageRoot, 'native');
 const denseSources = ['activation.cc', 'linear.cc', 'precision.cc', 'gemm.cc', 'gemm_onednn.cc'].map((f) => join(native, 'dense', f));
 const sources = [...['core', 'cpu'].flatMap((d) => readdirSync(join(native, d)).filter((f) => f.endsWith('.cc')).map((f) => join(native, d, f))), ...denseSources];
 const out = mkdtempSync(join(tmpdir(), 'embshard-isa-'));
+afterAll(() => rmSync(out, { recursive: true, force: true }));
 
 function build(name: string, flags: string[]): Promise<string> {
   const exe = join(out, name);
