@@ -19,8 +19,13 @@ export interface CostContext {
   /** per-rank batch size */
   batchSize: number;
   wire: WireDtypes;
-  /** rb / ub exchanges use the hierarchical protocol (docs/wire-protocol.md) */
+  /** rb / ub exchanges and replica syncs use the hierarchical protocol (docs/wire-protocol.md) */
   hierarchical: boolean;
+  /**
+   * Cost the replica syncs (dp tables, replicated tiers) as the flat protocol's all-gather even under the
+   * hierarchical protocol: the planner's conservative first descent (planner.ts).
+   */
+  flatReplicaSync?: boolean;
 }
 
 /** Adds the expected Load of one table under `layout` to `out`. */
@@ -33,22 +38,37 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
   const pooled = t.pooling !== 'none';
   const dim = t.dim;
 
+  const hier = ctx.hierarchical && nodes > 1;
+  // the gradient sync of rows [a, b) replicated on every rank (dp table, replicated tier); returns U
+  const replicaSync = (a: number, b: number): number => {
+    const rowGrad = ID_BYTES + dim * bw;
+    const u = am.expectedDistinct(N, a, b), U = am.expectedDistinct(W * N, a, b);
+    if (!hier || ctx.flatReplicaSync) {
+      out.allToOne(SYNC, new Float64Array(W).fill(u * rowGrad), true, true);
+      return U;
+    }
+    // each local index holds 1/rpn of the rows: the ranks' rows in, the node sums across, the global sums out
+    const uNode = am.expectedDistinct(rpn * N, a, b);
+    for (let r = 0; r < W; r++) {
+      out.add(metric(SYNC, LOCAL), r, ((u + U) / rpn) * rowGrad);
+      out.add(metric(SYNC, SENT_INTRA), r, (((u + U) * (rpn - 1)) / rpn) * rowGrad);
+      out.add(metric(SYNC, RECV_INTRA), r, (((u + U) * (rpn - 1)) / rpn) * rowGrad);
+      out.add(metric(SYNC, SENT_INTER), r, ((uNode * (nodes - 1)) / rpn) * rowGrad);
+      out.add(metric(SYNC, RECV_INTER), r, ((uNode * (nodes - 1)) / rpn) * rowGrad);
+    }
+    return U;
+  };
+
   if (l.cluster === 'dp') {
-    const u = am.expectedDistinct(N, 0, t.rows);
-    const U = am.expectedDistinct(W * N, 0, t.rows);
-    const z = new Float64Array(W).fill(u * (ID_BYTES + dim * bw));
-    out.allToOne(SYNC, z, true, true);
+    const U = replicaSync(0, t.rows);
     for (let r = 0; r < W; r++) addFullRowHbm(t, r, N, U, out);
     return;
   }
 
   const R = l.tiers.replicated, Nn = l.tiers.node;
   if (R > 0) {
-    const u = am.expectedDistinct(N, 0, R);
-    const U = am.expectedDistinct(W * N, 0, R);
+    const U = replicaSync(0, R);
     const m = am.mass(0, R);
-    const z = new Float64Array(W).fill(u * (ID_BYTES + dim * bw));
-    out.allToOne(SYNC, z, true, true);
     for (let r = 0; r < W; r++) addFullRowHbm(t, r, N * m, U, out);
   }
   if (Nn > 0) {
@@ -77,7 +97,6 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
 
   const xIn = new Float64Array(W), xOut = new Float64Array(W), xBwd = new Float64Array(W);
   const wBytes = t.weighted ? WEIGHT_BYTES : 0;
-  const hier = ctx.hierarchical && nodes > 1;
   const F = t.features.length;
   for (const g of l.groups) {
     const m = am.mass(g.a, g.b);

@@ -47,8 +47,9 @@ export interface PlanJSON {
   batchSize: number;
   wire: WireDtypes;
   /**
-   * rb / ub exchanges use the hierarchical protocol (node-level reduction and deduplication, rail-aligned
-   * across nodes; docs/wire-protocol.md). Absent: false (the flat protocol), so older plans load as flat.
+   * rb / ub exchanges and the gradient sync of dp tables and replicated tiers use the hierarchical protocol
+   * (node-level reduction and deduplication, rail-aligned across nodes; docs/wire-protocol.md). Absent: false
+   * (the flat protocol), so older plans load as flat.
    */
   hierarchical?: boolean;
   tables: TablePlanJSON[];
@@ -61,7 +62,7 @@ export interface PlanInit {
   topology: Topology;
   batchSize: number;
   wire?: Partial<WireDtypes>;
-  /** the hierarchical rb / ub protocol (default false: flat; only meaningful with several nodes) */
+  /** the hierarchical protocol for rb / ub and replica syncs (default false: flat; only meaningful with several nodes) */
   hierarchical?: boolean;
   tables: { table: PlanTableSpec | Table; cluster: Cluster; tiers?: HotTiers; shards?: { rows: readonly [number, number]; cols: readonly [number, number]; rank: number }[] }[];
   meta?: Record<string, string>;
@@ -153,7 +154,7 @@ export class ShardPlan {
   readonly topology: Topology;
   readonly batchSize: number;
   readonly wire: WireDtypes;
-  /** rb / ub exchanges use the hierarchical protocol (false: flat) */
+  /** rb / ub exchanges and replica syncs use the hierarchical protocol (false: flat) */
   readonly hierarchical: boolean;
   readonly tables: readonly Table[];
   readonly layouts: readonly TableLayout[];

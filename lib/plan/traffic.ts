@@ -134,28 +134,52 @@ export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[])
   return { perRank, load, totals };
 }
 
+/** Distinct rows per local index (row mod rpn) of a sorted unique list. */
+function perResidue(u: Float64Array, rpn: number): Float64Array {
+  const c = new Float64Array(rpn);
+  for (let i = 0; i < u.length; i++) c[u[i]! % rpn]++;
+  return c;
+}
+
+/**
+ * The gradient sync of a dp table or a replicated tier (docs/wire-protocol.md), given every rank's distinct
+ * rows: flat, an all-gather of every rank's rows; hierarchical, each row to the rank of its node with its
+ * local index (row mod rpn), the node sums rail-aligned to every other node, the global sums to every rank
+ * of the node. Returns the number of distinct rows over all ranks.
+ */
+function measureReplicaSync(load: Load, rows: readonly Float64Array[], rowGrad: number, rpn: number, nodes: number, hier: boolean): number {
+  const W = rows.length;
+  const all = uniqueOf(concatSorted(rows));
+  if (!hier) {
+    load.allToOne(SYNC, Float64Array.from(rows, (u) => u.length * rowGrad), true, true);
+    return all.length;
+  }
+  for (let r = 0; r < W; r++) {
+    const c = perResidue(rows[r]!, rpn), base = r - (r % rpn);
+    for (let j = 0; j < rpn; j++) load.msg(SYNC, r, base + j, c[j]! * rowGrad);
+  }
+  const cAll = perResidue(all, rpn);
+  for (let n = 0; n < nodes; n++) {
+    const c = perResidue(uniqueOf(concatSorted(rows.slice(n * rpn, (n + 1) * rpn))), rpn);
+    for (let j = 0; j < rpn; j++) {
+      for (let m = 0; m < nodes; m++) if (m !== n) load.msg(SYNC, n * rpn + j, m * rpn + j, c[j]! * rowGrad);
+      for (let k = 0; k < rpn; k++) load.msg(SYNC, n * rpn + j, n * rpn + k, cAll[j]! * rowGrad);
+    }
+  }
+  return all.length;
+}
+
 function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load, W: number, rpn: number, nodes: number, fw: number, bw: number, hier: boolean): void {
   const dim = t.dim;
   const rowGrad = ID_BYTES + dim * bw;
   if (l.cluster === 'dp') {
-    const z = new Float64Array(W);
-    for (let r = 0; r < W; r++) z[r] = distinct(ids[r]!.all, 0, ids[r]!.all.length) * rowGrad;
-    load.allToOne(SYNC, z, true, true);
-    const U = uniqueOf(concatSorted(ids.map((x) => uniqueOf(x.all)))).length;
+    const U = measureReplicaSync(load, ids.map((x) => uniqueOf(x.all)), rowGrad, rpn, nodes, hier);
     for (let r = 0; r < W; r++) addFullRowHbm(t, r, ids[r]!.all.length, U, load);
     return;
   }
   const R = l.tiers.replicated, Nn = l.tiers.node, te = R + Nn;
   if (R > 0) {
-    const z = new Float64Array(W);
-    const uniq: Float64Array[] = [];
-    for (let r = 0; r < W; r++) {
-      const a = ids[r]!.all, e = lowerBound(a, R);
-      z[r] = distinct(a, 0, e) * rowGrad;
-      uniq.push(uniqueOf(a, 0, e));
-    }
-    load.allToOne(SYNC, z, true, true);
-    const U = uniqueOf(concatSorted(uniq)).length;
+    const U = measureReplicaSync(load, ids.map((x) => uniqueOf(x.all, 0, lowerBound(x.all, R))), rowGrad, rpn, nodes, hier);
     for (let r = 0; r < W; r++) addFullRowHbm(t, r, lowerBound(ids[r]!.all, R), U, load);
   }
   if (Nn > 0) {

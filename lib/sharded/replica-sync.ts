@@ -1,8 +1,10 @@
 // replica-sync.ts — what keeps replicas identical in the backward: the gradients of dp tables and of
-// replicated hot tiers all-gathered from every rank (every rank then sums them in rank order), and the
-// node tiers' node-summed gradients exchanged with the holder of the same rows on every other node
-// (docs/wire-protocol.md: dp tables, hot-row tiers, Messages). Each sync is a count exchange (uncounted
-// metadata) and one message of ids and gradient rows.
+// replicated hot tiers (flat protocol: all-gathered from every rank, every rank then sums them in rank
+// order; hierarchical protocol: summed per row inside the node, the node sums exchanged rail-aligned
+// across nodes and summed in node order, the result all-gathered inside the node), and the node tiers'
+// node-summed gradients exchanged with the holder of the same rows on every other node
+// (docs/wire-protocol.md: dp tables, hot-row tiers, Messages). Each exchange is a count exchange
+// (uncounted metadata) and one message of ids and gradient rows.
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import { concat, concatWire, wireBytes } from './arrays.js';
 import { exchangeOps, wireArray, type Wire, type WireArray } from './exchange-ops.js';
@@ -14,8 +16,95 @@ import type { ScratchPool } from './scratch.js';
 /** Rows and their fp32 gradients, per plan table index. */
 export type RowGrads = Map<number, { ids: BigInt64Array; grads: Float32Array }>;
 
+/** Rows and their gradients in the wire dtype. */
+interface WireRows {
+  ids: BigInt64Array;
+  wire: WireArray;
+}
+
 function takeWire(reader: PartReader, wire: Wire, n: number): WireArray {
   return wire === 'fp32' ? reader.take(Float32Array, n) : reader.take(Uint16Array, n);
+}
+
+/** `n` rows of width `dim`, rounded to the wire dtype. */
+function toWire(f: Float32Array, n: number, dim: number, bw: Wire): WireArray {
+  const w = wireArray(bw, n * dim);
+  exchangeOps().pack(f, dim, null, 0, n, 0, dim, bw, w, 0);
+  return w;
+}
+
+/** Lists of rows concatenated, gradients back in fp32 (into `scratch` when given). */
+function fromWire(lists: readonly WireRows[], dim: number, bw: Wire, scratch?: ScratchPool): { ids: BigInt64Array; grads: Float32Array } {
+  const ids = concat(lists.map((l) => l.ids), BigInt64Array);
+  const grads = scratch ? scratch.f32(ids.length * dim) : new Float32Array(ids.length * dim);
+  let at = 0;
+  for (const l of lists) {
+    exchangeOps().unpack(l.wire, 0, bw, l.ids.length, dim, grads, dim, null, at, 0, false);
+    at += l.ids.length;
+  }
+  return { ids, grads };
+}
+
+/** Each distinct row's gradient sum, in input order; rows ordered by (row mod m, row) with their count per residue. */
+function sumByRow(ids: BigInt64Array, grads: Float32Array, dim: number, m: number): { ids: BigInt64Array; sums: Float32Array; perResidue: Float64Array } {
+  const K = exchangeOps();
+  const uq = K.unique(ids, m);
+  const sums = new Float32Array(uq.values.length * dim);
+  K.gradUnique(grads, dim, 0, dim, uq.inverse, new Int32Array(ids.length).fill(1), null, null, false, null, sums);
+  return { ids: uq.values, sums, perResidue: uq.counts };
+}
+
+/**
+ * One exchange of per-table row lists among the ranks `peer` admits (a symmetric relation; a rank may be
+ * its own peer): `send(d)` gives the lists for rank d, one per entry of `dims` (null: none). First the
+ * counts (uncounted metadata: one per table to each peer), then one message per peer: every table's ids,
+ * then every table's gradient rows. Returns, per source rank, its lists (empty for non-peers).
+ */
+async function exchangeRows(g: ProcessGroup, bw: Wire, dims: readonly number[], peer: (d: number) => boolean, send: (d: number) => readonly (WireRows | null)[], counters: TrafficCounters): Promise<WireRows[][]> {
+  const W = g.size, T = dims.length;
+  const meta: Float64Array[] = [], parts: CommArray[][] = [], mC: number[] = [];
+  for (let d = 0; d < W; d++) {
+    if (!peer(d)) {
+      parts.push([]), mC.push(0);
+      continue;
+    }
+    const m = new Float64Array(T), ip: BigInt64Array[] = [], gp: WireArray[] = [];
+    send(d).forEach((l, k) => {
+      if (!l || l.ids.length === 0) return;
+      m[k] = l.ids.length;
+      ip.push(l.ids), gp.push(l.wire);
+    });
+    meta.push(m), parts.push([concat(ip, BigInt64Array), concatWire(gp, bw)]), mC.push(T);
+  }
+  const mIn = await g.allToAllV(concat(meta, Float64Array), mC, { uncounted: true, recvCounts: mC });
+  const nIds: number[] = [], nGr: number[] = [];
+  for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) {
+    let a = 0, b = 0;
+    if (mIn.counts[p]! > 0)
+      dims.forEach((dim, k) => {
+        a += mIn.data[mo + k]!;
+        b += mIn.data[mo + k]! * dim;
+      });
+    nIds.push(a), nGr.push(b);
+  }
+  const msg = fuse(parts);
+  const inb = await g.allToAllV(msg.bytes, msg.counts, { recvCounts: nIds.map((n, p) => n * 8 + nGr[p]! * wireBytes(bw)), counters });
+  const reader = new PartReader(inb.data);
+  const out: WireRows[][] = [];
+  for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) {
+    const ids = reader.take(BigInt64Array, nIds[p]!), gr = takeWire(reader, bw, nGr[p]!);
+    const lists: WireRows[] = [];
+    let io = 0, go = 0;
+    dims.forEach((dim, k) => {
+      const n = mIn.counts[p]! > 0 ? mIn.data[mo + k]! : 0;
+      lists.push({ ids: ids.subarray(io, io + n), wire: gr.subarray(go, go + n * dim) as WireArray });
+      io += n;
+      go += n * dim;
+    });
+    out.push(lists);
+  }
+  g.release(mIn.data, inb.data);
+  return out;
 }
 
 /**
@@ -78,95 +167,81 @@ export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, 
 }
 
 /**
+ * dp tables and replicated tiers under the hierarchical protocol (several nodes). `local` as for
+ * `syncReplicated`. Row `i` of a table belongs to local index `i mod ranksPerNode`:
+ *  1. every rank sends its rows to the rank of its node with their local index;
+ *  2. that rank sums them per row, local ranks in order (the node sum);
+ *  3. exchanges the node sums with the rank of the same local index on every other node (rail-aligned);
+ *  4. sums every node's sums per row, nodes in order (the global sum; the same on every node);
+ *  5. and sends the global sums to every rank of its node.
+ * Every value is rounded to the wire dtype each time it travels, its holder's own copy included, so every
+ * replica applies the same sums. Returns, per table, every distinct row once with its global sum.
+ */
+export async function syncReplicatedHier(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[], counters: TrafficCounters, scratch?: ScratchPool): Promise<RowGrads> {
+  const rpn = L.rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn, nodes = L.W / rpn;
+  const out: RowGrads = new Map();
+  if (local.length === 0) return out;
+  const dims = local.map((x) => x.table.table.dim);
+  const inNode = (d: number) => L.nodeOf(d) === node;
+  // 1. this rank's rows, by local index of their holder
+  const mine = local.map((x, k) => {
+    const s = sumByRow(x.ids, x.grads, dims[k]!, rpn);
+    const wire = toWire(s.sums, s.ids.length, dims[k]!, bw);
+    const start = [0];
+    for (let j = 0; j < rpn; j++) start.push(start[j]! + s.perResidue[j]!);
+    return { ids: s.ids, wire, start };
+  });
+  const atHolder = await exchangeRows(g, bw, dims, inNode, (d) => mine.map((m, k) => {
+    const a = m.start[d % rpn]!, b = m.start[(d % rpn) + 1]!;
+    return { ids: m.ids.subarray(a, b), wire: m.wire.subarray(a * dims[k]!, b * dims[k]!) as WireArray };
+  }), counters);
+  // 2. the node sums of this rank's rows
+  const reduce = (lists: (k: number) => WireRows[]): WireRows[] => dims.map((dim, k) => {
+    const x = fromWire(lists(k), dim, bw);
+    const s = sumByRow(x.ids, x.grads, dim, 1);
+    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dim, bw) };
+  });
+  const nodeSum = reduce((k) => Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!));
+  // 3. rail-aligned across nodes
+  const rail = await exchangeRows(g, bw, dims, (d) => d % rpn === slot && !inNode(d), () => nodeSum, counters);
+  // 4. the global sums, nodes in order
+  const globalSum = reduce((k) => Array.from({ length: nodes }, (_, m) => (m === node ? nodeSum[k]! : rail[m * rpn + slot]![k]!)));
+  // 5. to every rank of the node
+  const all = await exchangeRows(g, bw, dims, inNode, () => globalSum, counters);
+  local.forEach((x, k) => out.set(x.table.index, fromWire(Array.from({ length: rpn }, (_, q) => all[node * rpn + q]![k]!), dims[k]!, bw, scratch)));
+  return out;
+}
+
+/**
  * Node tiers: `parts` holds, per table, the rows this rank's node asked this rank for and their gradients
  * (source order). Sums them per row (rounded to the wire dtype, so every node's replica sums identical
  * inputs), exchanges the sums with the same holder on every other node, and returns per table every
  * node's list in node order, for the rows this rank holds.
  */
 export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, parts: Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>, counters: TrafficCounters): Promise<RowGrads> {
-  const K = exchangeOps();
   const W = L.W, rpn = L.rpn, r = L.rank;
   const out: RowGrads = new Map();
   const nodeTables = L.tables.filter((rt) => rt.N > 0);
   if (nodeTables.length === 0) return out;
-  const sums = new Map<number, { ids: BigInt64Array; wire: WireArray }>();
-  for (const rt of nodeTables) {
-    const dim = rt.table.dim;
+  const dims = nodeTables.map((rt) => rt.table.dim);
+  const sums: (WireRows | null)[] = nodeTables.map((rt, k) => {
     const np = parts.get(rt.index);
-    if (!np) continue;
-    const allIds = concat(np.ids, BigInt64Array), allG = concat(np.grads, Float32Array);
-    const uq = K.unique(allIds, 1);
-    const sum = new Float32Array(uq.values.length * dim);
-    K.gradUnique(allG, dim, 0, dim, uq.inverse, new Int32Array(allIds.length).fill(1), null, null, false, null, sum);
-    const wv = wireArray(bw, sum.length);
-    K.pack(sum, dim, null, 0, uq.values.length, 0, dim, bw, wv, 0);
-    sums.set(rt.index, { ids: uq.values, wire: wv });
-  }
+    if (!np) return null;
+    const s = sumByRow(concat(np.ids, BigInt64Array), concat(np.grads, Float32Array), dims[k]!, 1);
+    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw) };
+  });
   const nodes = W / rpn, myNode = L.nodeOf(r);
-  const peers = (d: number) => d % rpn === r % rpn && L.nodeOf(d) !== myNode;
-  // per peer on another node: the per-table counts (metadata), then one message of every table's ids followed by its gradient rows
-  const fromPeer: Map<number, { ids: BigInt64Array; wire: WireArray }>[] = Array.from({ length: W }, () => new Map());
-  if (nodes > 1) {
-    const syncParts: CommArray[][] = [], metaParts: Float64Array[] = [];
-    const mC: number[] = [];
-    for (let d = 0; d < W; d++) {
-      if (!peers(d)) {
-        syncParts.push([]), mC.push(0);
-        continue;
-      }
-      const m: number[] = [];
-      const ip: BigInt64Array[] = [], gp: WireArray[] = [];
-      for (const rt of nodeTables) {
-        const s = sums.get(rt.index);
-        m.push(s ? s.ids.length : 0);
-        if (s) ip.push(s.ids), gp.push(s.wire);
-      }
-      metaParts.push(Float64Array.from(m));
-      syncParts.push([concat(ip, BigInt64Array), concatWire(gp, bw)]);
-      mC.push(m.length);
-    }
-    const mIn = await g.allToAllV(concat(metaParts, Float64Array), mC, { uncounted: true, recvCounts: mC });
-    const eI: number[] = [], eG: number[] = [];
-    for (let d = 0, mo = 0; d < W; mo += mIn.counts[d]!, d++) {
-      let a = 0, b = 0;
-      if (mIn.counts[d]! > 0)
-        nodeTables.forEach((rt, k) => {
-          const n = mIn.data[mo + k]!;
-          a += n;
-          b += n * rt.table.dim;
-        });
-      eI.push(a), eG.push(b);
-    }
-    const sync = fuse(syncParts);
-    const syncIn = await g.allToAllV(sync.bytes, sync.counts, { recvCounts: eI.map((n, d) => n * 8 + eG[d]! * wireBytes(bw)), counters });
-    const reader = new PartReader(syncIn.data);
-    for (let d = 0, mo = 0; d < W; mo += mIn.counts[d]!, d++) {
-      const ids = reader.take(BigInt64Array, eI[d]!), gr = takeWire(reader, bw, eG[d]!);
-      if (mIn.counts[d]! === 0) continue;
-      let io = 0, go = 0;
-      nodeTables.forEach((rt, k) => {
-        const n = mIn.data[mo + k]!, dim = rt.table.dim;
-        fromPeer[d]!.set(rt.index, { ids: ids.subarray(io, io + n), wire: gr.subarray(go, go + n * dim) as WireArray });
-        io += n;
-        go += n * dim;
-      });
-    }
-    g.release(mIn.data, syncIn.data);
-  }
+  // with the holder of the same rows (same local index) on every other node
+  const fromPeer = nodes > 1 ? await exchangeRows(g, bw, dims, (d) => d % rpn === r % rpn && L.nodeOf(d) !== myNode, () => sums, counters) : [];
   // per table: every node's list in node order (this node's own sums included)
-  for (const rt of nodeTables) {
-    if (L.nodeRowsHeld(rt, r) === 0) continue;
-    const dim = rt.table.dim;
-    const ids: BigInt64Array[] = [], gr: Float32Array[] = [];
+  nodeTables.forEach((rt, k) => {
+    if (L.nodeRowsHeld(rt, r) === 0) return;
+    const lists: WireRows[] = [];
     for (let m = 0; m < nodes; m++) {
-      const src = m === myNode ? sums.get(rt.index) : fromPeer[m * rpn + (r % rpn)]!.get(rt.index);
-      if (!src || src.ids.length === 0) continue;
-      const f = new Float32Array(src.ids.length * dim);
-      K.unpack(src.wire, 0, bw, src.ids.length, dim, f, dim, null, 0, 0, false);
-      ids.push(src.ids);
-      gr.push(f);
+      const src = m === myNode ? sums[k] : fromPeer[m * rpn + (r % rpn)]![k]!;
+      if (src && src.ids.length > 0) lists.push(src);
     }
-    out.set(rt.index, { ids: concat(ids, BigInt64Array), grads: concat(gr, Float32Array) });
-  }
+    out.set(rt.index, fromWire(lists, dims[k]!, bw));
+  });
   return out;
 }

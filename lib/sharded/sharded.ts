@@ -43,7 +43,7 @@ import { exchangeInput, type InputResult, type Received } from './input-exchange
 import { inverseOf, unionIndex, unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { concat } from './arrays.js';
-import { syncNodeTiers, syncReplicated } from './replica-sync.js';
+import { syncNodeTiers, syncReplicated, syncReplicatedHier } from './replica-sync.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
@@ -695,9 +695,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
       }
     const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
-    // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (replica-sync.ts)
+    // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
+    // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    const updIds = await syncReplicated(L, g, bw, repTables.map((rt) => {
+    const updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt) => {
       const u = uniqOver(ctx.segs, rt, 0, 1, B);
       return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
     }), counters, S);

@@ -145,18 +145,30 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
       }
     const grad = 8 + t.dim * bw;
     const nodeTouched = new Map<number, Set<number>>(); // node -> node-tier ids
+    // replicated rows (dp table, replicated tier) per node, for the hierarchical sync
+    const replicaTouched = new Map<number, Set<number>>();
+    const syncReplicas = (r: number, rows: Set<number>) => {
+      if (!hier) {
+        for (let q = 0; q < W; q++) if (q !== r) send('backward', r, q, rows.size * grad);
+        return;
+      }
+      // each row to the rank of r's node with the row's local index (row mod rpn)
+      if (!replicaTouched.has(nodeOf(r))) replicaTouched.set(nodeOf(r), new Set());
+      for (const x of rows) {
+        send('backward', r, nodeOf(r) * rpn + (x % rpn), grad);
+        replicaTouched.get(nodeOf(r))!.add(x);
+      }
+    };
     for (let r = 0; r < W; r++) {
       const batch = batches[r]!;
       const B = batch.batchSize;
       const perFeature = t.features.map((f) => Array.from(batch.feature(f).ids as ArrayLike<number | bigint>, (x) => Number(x)));
       const all = perFeature.flat();
       if (cluster === 'dp') {
-        const u = new Set(all).size;
-        for (let q = 0; q < W; q++) if (q !== r) send('backward', r, q, u * grad);
+        syncReplicas(r, new Set(all));
         continue;
       }
-      const hot = new Set(all.filter((x) => x < R));
-      for (let q = 0; q < W; q++) if (q !== r) send('backward', r, q, hot.size * grad);
+      syncReplicas(r, new Set(all.filter((x) => x < R)));
       const nodeIds = new Set(all.filter((x) => x >= R && x < R + N));
       const node = Math.floor(r / rpn);
       if (!nodeTouched.has(node)) nodeTouched.set(node, new Set());
@@ -238,6 +250,18 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
             send('backward', via, s.rank, U * s.c * bw);
           }
         }
+    // hierarchical replicated rows: each node's rows (summed) from their holder to the holder with the same
+    // local index on every other node; then every row touched anywhere from its holder to every rank of each node
+    if (hier) {
+      const everywhere = new Set<number>();
+      for (const [node, ids] of replicaTouched)
+        for (const x of ids) {
+          everywhere.add(x);
+          for (let m = 0; m < W / rpn; m++) if (m !== node) send('backward', node * rpn + (x % rpn), m * rpn + (x % rpn), grad);
+        }
+      for (const x of everywhere)
+        for (let m = 0; m < W / rpn; m++) for (let k = 0; k < rpn; k++) send('backward', m * rpn + (x % rpn), m * rpn + k, grad);
+    }
     // node-tier replicas: each holder all-gathers its node's touched rows to the same local rank of every other node
     for (const [node, ids] of nodeTouched) {
       const perLocal = new Map<number, number>();

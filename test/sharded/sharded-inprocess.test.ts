@@ -194,6 +194,18 @@ describe('the hierarchical protocol (node-level rb reduction and ub deduplicatio
     expect(hier.inter).toBeLessThan(flat.inter);
   });
 
+  it('syncs dp tables and replicated tiers through the node: fewer inter-node bytes, replicas identical (W=8, two nodes)', async () => {
+    // only the dp table A and the tiered tables D, E: the replica syncs are most of the traffic
+    for (const variant of ['A', 'A,D,E']) {
+      const flat = await compare({ W: 8, rpn: 4, steps: 3, optimizer: { type: 'adagrad', lr: 0.1 }, variant });
+      const hier = await compare({ W: 8, rpn: 4, steps: 3, optimizer: { type: 'adagrad', lr: 0.1 }, variant, hier: true });
+      expect(flat.trafficOk && hier.trafficOk).toBe(true);
+      expect(hier.tableErr).toBeLessThanOrEqual(1e-5);
+      expect(hier.stateErr).toBeLessThanOrEqual(1e-5);
+      expect(hier.inter).toBeLessThan(flat.inter);
+    }
+  });
+
   it('fp16 wire stays within the documented bound, exactly as predicted', async () => {
     const r = await compare({ W: 4, rpn: 2, steps: 2, optimizer: { type: 'sgd', lr: 0.1 }, wire: { forward: 'fp16', backward: 'fp16' }, hier: true });
     expect(r.outErr).toBeLessThanOrEqual(2e-3);
