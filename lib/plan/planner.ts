@@ -5,8 +5,10 @@
 // table's cluster (rb ↔ ub, → dp, dp → ub), promote hot rows into a replicated or per-node tier — keeping the
 // best move that lowers the plan's critical-path time (ties: a smaller Σ per-rank time²), within every rank's
 // memory limit, until no move helps. The best result is then refined by the local search of local-search.ts
-// (relocate, swap and pair moves), alternating with the greedy descent until neither improves it. The result
-// is never worse than the best baseline under the cost model.
+// (relocate, swap and pair moves), alternating with the greedy descent until neither improves it. Under the
+// hierarchical protocol on several nodes that search runs with replica syncs costed as flat all-gathers and
+// its result is searched on under the real costs (docs/planner.md). The result is never worse than the best
+// baseline under the cost model.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { accessModel } from './access.js';
@@ -310,14 +312,100 @@ function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOption
 export function runBaselines(tablesIn: readonly PlanTableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): BaselineReport[] {
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
-  const ctx = ctxOf(tables, topology, options);
+  return baselineRuns(tables, ctxOf(tables, topology, options));
+}
+
+function baselineRuns(tables: readonly Table[], ctx: CostContext): BaselineReport[] {
   return BASELINES.map((name) => {
     const r = baselineLayouts(name, tables, ctx);
     if (!r.ok) return { name, time: null, reason: r.reason };
-    const st = new PlanState(tables, ctx);
-    r.layouts.forEach((l, i) => st.set(i, l));
-    return { name, time: st.score().time, layouts: r.layouts };
+    return { name, time: scoreOf(tables, ctx, r.layouts), layouts: r.layouts };
   });
+}
+
+/** The predicted time of `layouts` under `ctx`. */
+function scoreOf(tables: readonly Table[], ctx: CostContext, layouts: readonly TableLayout[]): number {
+  const st = new PlanState(tables, ctx);
+  layouts.forEach((l, i) => st.set(i, l));
+  return st.score().time;
+}
+
+/** The baselines that fit, fastest first. */
+function fastestFirst(baselines: readonly BaselineReport[]): BaselineReport[] {
+  return baselines.filter((b) => b.time !== null).sort((x, y) => x.time! - y.time!);
+}
+
+interface SearchLimits {
+  maxIter: number;
+  deadline: number;
+  allowTiers: boolean;
+}
+
+interface SearchResult {
+  name: string;
+  st: PlanState;
+  iterations: number;
+}
+
+/**
+ * The search under one cost context: the greedy descent from every start (the EMBark start with and without
+ * dp tables, and the best feasible baseline; the budget split evenly over the starts still to run and the
+ * local search), then the local search from the best result, alternating with the greedy descent until
+ * neither finds a better plan.
+ */
+function search(tables: readonly Table[], ctx: CostContext, feasible: readonly BaselineReport[], lim: SearchLimits): SearchResult | undefined {
+  const starts: { name: string; st: PlanState }[] = [];
+  // the EMBark start, and the same without dp tables (from all-dp, leaving dp pays off only for several
+  // tables at once; from no dp, the search makes tables dp one at a time)
+  for (const dp of [true, false]) {
+    const a = new PlanState(tables, ctx);
+    if (embarkStart(a, dp) && !starts.some((s) => sameLayouts(s.st.layouts, a.layouts))) starts.push({ name: dp ? 'embark' : 'embark-no-dp', st: a });
+  }
+  if (feasible.length > 0) {
+    const b = new PlanState(tables, ctx);
+    feasible[0]!.layouts!.forEach((l, i) => b.set(i, l));
+    starts.push({ name: feasible[0]!.name, st: b });
+  }
+  if (starts.length === 0) return undefined;
+  let iterations = 0;
+  let best: { name: string; st: PlanState; s: Score; left: number } | undefined;
+  starts.forEach((s, k) => {
+    const now = Date.now();
+    const share = now + (lim.deadline - now) / (starts.length - k + 1);
+    const g = improve(s.st, lim.maxIter, share, lim.allowTiers);
+    iterations += g;
+    const sc = s.st.score();
+    if (!best || better(sc, best.s)) best = { ...s, s: sc, left: lim.maxIter - g };
+  });
+  const r = descend(best!.st, best!.name, { ...lim, maxIter: best!.left }, 'refine');
+  return { ...r, iterations: iterations + r.iterations };
+}
+
+/**
+ * The local search from `st` alternating with the greedy descent until neither improves it. `from`:
+ * 'refine' starts with the local search (after a greedy descent); 'greedy' with the greedy descent; 'moved'
+ * too, but stops there when the greedy descent finds nothing (a plan already refined under other costs).
+ */
+function descend(st: PlanState, name: string, lim: SearchLimits, from: 'refine' | 'greedy' | 'moved'): SearchResult {
+  let iterations = 0;
+  let left = lim.maxIter;
+  if (from !== 'refine') {
+    const g = improve(st, left, lim.deadline, lim.allowTiers);
+    left -= g;
+    iterations += g;
+    if (from === 'moved' && g === 0) return { name, st, iterations };
+  }
+  while (left > 0) {
+    const m = refine(st, left, lim.deadline);
+    left -= m;
+    iterations += m;
+    if (m === 0) break;
+    const g = improve(st, left, lim.deadline, lim.allowTiers);
+    left -= g;
+    iterations += g;
+    if (g === 0) break;
+  }
+  return { name, st, iterations };
 }
 
 /** planShards with the search report (baselines, start, iterations, time). */
@@ -331,50 +419,55 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
   const deadline = t0 + (options.timeBudgetMs ?? 8000);
   const maxIter = options.maxIterations ?? 5000;
   const allowTiers = options.tiers ?? true;
-  const baselines = options.fromBaselines === false ? [] : runBaselines(tables, topology, options);
-  const starts: { name: string; st: PlanState }[] = [];
-  // the EMBark start, and the same without dp tables (from all-dp, leaving dp pays off only for several
-  // tables at once; from no dp, the search makes tables dp one at a time)
-  for (const dp of [true, false]) {
-    const a = new PlanState(tables, ctx);
-    if (embarkStart(a, dp) && !starts.some((s) => sameLayouts(s.st.layouts, a.layouts))) starts.push({ name: dp ? 'embark' : 'embark-no-dp', st: a });
+  const baselines = options.fromBaselines === false ? [] : baselineRuns(tables, ctx);
+  const feasible = fastestFirst(baselines);
+  // Under the hierarchical protocol on several nodes replicas are cheap to sync, and a search that sees them
+  // cheap from its first step keeps dp tables and tiers it would have been better off leaving and stops in a
+  // worse basin. There the search runs with the replica syncs costed as the flat protocol's all-gathers, and
+  // its result is searched on under the real costs; it runs from the best baseline under either costing
+  // (once when they are the same) and the better plan is kept.
+  const twoPhase = ctx.hierarchical && topology.worldSize > topology.ranksPerNode;
+  const flatCtx: CostContext = { ...ctx, flatReplicaSync: true };
+  const froms = [feasible];
+  if (twoPhase && options.fromBaselines !== false) {
+    const flatFeasible = fastestFirst(feasible.map((b) => ({ ...b, time: scoreOf(tables, flatCtx, b.layouts!) })));
+    if (flatFeasible[0]?.name !== feasible[0]?.name) froms.push(flatFeasible);
   }
-  const feasible = baselines.filter((b) => b.time !== null).sort((x, y) => x.time! - y.time!);
-  if (feasible.length > 0) {
-    const b = new PlanState(tables, ctx);
-    feasible[0]!.layouts!.forEach((l, i) => b.set(i, l));
-    starts.push({ name: feasible[0]!.name, st: b });
-  }
-  if (starts.length === 0) {
+  let top: SearchResult | undefined;
+  let iterations = 0;
+  froms.forEach((from, k) => {
+    const share = Date.now() + (deadline - Date.now()) / (froms.length - k);
+    let r: SearchResult | undefined;
+    if (!twoPhase) r = search(tables, ctx, from, { maxIter, deadline: share, allowTiers });
+    else {
+      const flat = search(tables, flatCtx, from, { maxIter, deadline: Date.now() + (share - Date.now()) / 2, allowTiers });
+      if (flat) {
+        const st = new PlanState(tables, ctx);
+        flat.st.layouts.forEach((l, i) => l && st.set(i, l));
+        r = descend(st, flat.name, { maxIter: Math.max(0, maxIter - flat.iterations), deadline: share, allowTiers }, 'moved');
+        iterations += flat.iterations;
+      }
+    }
+    if (!r) return;
+    iterations += r.iterations;
+    if (!top || better(r.st.score(), top.st.score())) top = r;
+  });
+  if (!top) {
     const reasons = baselines.map((b) => `${b.name}: ${b.reason}`).join('; ');
     const total = tables.reduce((s, t) => s + tableBytes(t), 0);
     const short = Math.max(0, total - topology.memoryLimitBytes * topology.worldSize);
     const big = tables.slice().sort((x, y) => tableBytes(y) - tableBytes(x))[0]!;
     throw new EmbshardError('PLAN_INFEASIBLE', `table '${big.name}' and the rest cannot be packed within ${topology.memoryLimitBytes} bytes per rank (short by ${short} bytes overall; ${reasons})`, { table: big.name, shortfallBytes: short });
   }
-  // the greedy descent from every start (the budget split evenly over the starts still to run and the local
-  // search), then the local search from the best result, alternating with the greedy descent until neither
-  // finds a better plan
-  let iterations = 0;
-  let best: { name: string; st: PlanState; s: Score; left: number } | undefined;
-  starts.forEach((s, k) => {
-    const now = Date.now();
-    const share = now + (deadline - now) / (starts.length - k + 1);
-    const g = improve(s.st, maxIter, share, allowTiers);
-    iterations += g;
-    const sc = s.st.score();
-    if (!best || better(sc, best.s)) best = { ...s, s: sc, left: maxIter - g };
-  });
-  const top = best!;
-  for (let left = top.left; left > 0; ) {
-    const m = refine(top.st, left, deadline);
-    left -= m;
-    iterations += m;
-    if (m === 0) break;
-    const g = improve(top.st, left, deadline, allowTiers);
-    left -= g;
-    iterations += g;
-    if (g === 0) break;
+  // the two-phase search's result may be worse under the real costs than the best baseline it started from:
+  // the search then continues from that baseline (so the plan is never worse than it)
+  const base = feasible[0];
+  if (twoPhase && base && base.time! < top.st.score().time) {
+    const st = new PlanState(tables, ctx);
+    base.layouts!.forEach((l, i) => st.set(i, l));
+    const r = descend(st, base.name, { maxIter, deadline, allowTiers }, 'greedy');
+    iterations += r.iterations;
+    top = r;
   }
   const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta }, ctx.hierarchical);
   return { plan, time: top.st.score().time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: top.name, iterations, elapsedMs: Date.now() - t0 };

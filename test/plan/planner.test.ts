@@ -97,12 +97,17 @@ describe('planShards', () => {
   // scored with the cost model, on models small enough to enumerate. The planner's search space contains
   // all of them, so its plan must never be slower — from all its starts, and from its own starts alone
   // (without the best baseline as a start).
-  it('is never slower than the best whole-table placement, found by exhaustive search (20 small models)', () => {
+  // one node of 2 ranks (20 models), and 2 or 4 nodes of 2 ranks under the hierarchical protocol (10 models of
+  // 2-3 tables each), where the search runs with replica syncs costed flat first
+  it.each([
+    { W: 2, first: 0, count: 20, maxTables: 4 },
+    { W: 4, first: 50, count: 10, maxTables: 3 },
+    { W: 8, first: 70, count: 10, maxTables: 3 },
+  ])('is never slower than the best whole-table placement, found by exhaustive search ($count small models, $W ranks in nodes of 2)', ({ W, first, count, maxTables }) => {
     const worse: string[] = [];
-    for (let seed = 0; seed < 20; seed++) {
+    for (let seed = first; seed < first + count; seed++) {
       const rng = new Rng(seed);
-      const W = 2;
-      const tables = randomTables(rng, rng.int(2, 4), { maxRows: 80 });
+      const tables = randomTables(rng, rng.int(2, maxTables), { maxRows: 80 });
       let total = 0;
       for (const t of tables) total += t.rows * t.dim * 16;
       const topo = { ...smallTopology(W, 2, (total / W) * (1.3 + rng.float() * 3)), intraNodeBandwidth: 1e11 * (1 + rng.float()) };
