@@ -3,8 +3,10 @@
 //   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
 //   <dir>/dynamic-<t>.bin the id map of each dynamic table (lib/storage/dynamic.ts), when there are any
 //   <dir>/spill-<t>.bin   the live records of a spilling dynamic table's spill file (a compact copy)
-// A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with renames,
-// so a crash leaves either the old checkpoint or the new one, never a torn one.
+// A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with two renames
+// (the old folder aside, the new one in). A crash leaves the old checkpoint or the new one, never a torn one:
+// between the two renames neither stands at the path, and readers take the new folder from its sibling
+// (checkpointDir) until the next save completes the swap.
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -57,19 +59,112 @@ export async function writeFileDurable(path: string, data: string | Uint8Array |
   }
 }
 
+/** The sibling folders of a checkpoint at `target` that its saves leave while they run: `.<name>.<kind>-<tag>`. */
+function siblingName(target: string, kind: 'tmp' | 'old', tag: string): string {
+  return `.${basename(target)}.${kind}-${tag}`;
+}
+
+/** A save's tag: this process and a random part; a stale sibling's process is gone. */
+function newTag(): string {
+  return `${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+/** Whether the process that named a sibling with `tag` is gone (on this host), so its folder is stale. */
+function writerGone(tag: string): boolean {
+  const pid = Number(tag.split('-')[0]);
+  if (!Number.isSafeInteger(pid) || pid <= 0) return true;
+  if (pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
+/**
+ * A save of `target` cut off between its two renames: the new folder (complete, it was fsynced before the
+ * old one was moved) and the old one beside it, or undefined. No folder stands at `target` then.
+ */
+async function interruptedSwap(target: string): Promise<{ fresh: string; old: string; tag: string } | undefined> {
+  let names: string[];
+  try {
+    names = (await fs.readdir(dirname(target))).sort();
+  } catch {
+    return undefined;
+  }
+  const prefix = siblingName(target, 'old', '');
+  for (const n of names) {
+    if (!n.startsWith(prefix)) continue;
+    const tag = n.slice(prefix.length);
+    const tmp = siblingName(target, 'tmp', tag);
+    if (names.includes(tmp)) return { fresh: join(dirname(target), tmp), old: join(dirname(target), n), tag };
+  }
+  return undefined;
+}
+
+/**
+ * The folder to read the checkpoint saved at `dir` from: `dir` itself, or, when a save was cut off between
+ * its two renames (no folder at `dir`), the complete new folder it left beside it. Every loader starts here.
+ */
+export async function checkpointDir(dir: string): Promise<string> {
+  const target = resolve(dir);
+  try {
+    await fs.stat(target);
+    return dir;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') return dir;
+  }
+  return (await interruptedSwap(target))?.fresh ?? dir;
+}
+
+/**
+ * Before a save: completes a swap an earlier save left cut off (its new folder renamed into place, the old
+ * one removed), and removes the sibling folders of saves whose process is gone (an unfinished new folder,
+ * an old one left after the swap).
+ */
+async function tidyCheckpoint(target: string): Promise<void> {
+  const parent = dirname(target);
+  const swap = await interruptedSwap(target);
+  if (swap && writerGone(swap.tag)) {
+    try {
+      await fs.stat(target);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      await fs.rename(swap.fresh, target);
+      await fsyncPath(parent, true);
+    }
+  }
+  let names: string[];
+  try {
+    names = await fs.readdir(parent);
+  } catch {
+    return;
+  }
+  for (const kind of ['tmp', 'old'] as const) {
+    const prefix = siblingName(target, kind, '');
+    for (const n of names)
+      if (n.startsWith(prefix) && writerGone(n.slice(prefix.length))) await fs.rm(join(parent, n), { recursive: true, force: true });
+  }
+}
+
 /**
  * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
  * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
  * written last as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
- * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one.
+ * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
+ * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
  */
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
   const target = resolve(dir);
   const parent = dirname(target);
-  const tag = `${process.pid}-${randomBytes(4).toString('hex')}`;
-  const tmp = join(parent, `.${basename(target)}.tmp-${tag}`);
+  const tag = newTag();
+  const tmp = join(parent, siblingName(target, 'tmp', tag));
+  const old = join(parent, siblingName(target, 'old', tag));
+  let aside = false, swapped = false;
   try {
     await fs.mkdir(parent, { recursive: true });
+    await tidyCheckpoint(target);
     await fs.mkdir(tmp);
   } catch (e) {
     throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
@@ -79,17 +174,19 @@ export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Pro
     await writeFileDurable(join(tmp, manifestFile), JSON.stringify(manifest, null, 2));
     await fsyncPath(tmp, true);
     // Move an existing checkpoint aside by trying to (no separate existence check that could go stale).
-    let old: string | undefined = join(parent, `.${basename(target)}.old-${tag}`);
     try {
       await fs.rename(target, old);
+      aside = true;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      old = undefined;
     }
     await fs.rename(tmp, target);
+    swapped = true;
     await fsyncPath(parent, true);
-    if (old) await fs.rm(old, { recursive: true, force: true });
+    if (aside) await fs.rm(old, { recursive: true, force: true });
   } catch (e) {
+    // the old checkpoint back in place when the new one did not get there
+    if (aside && !swapped) await fs.rename(old, target).catch(() => undefined);
     await fs.rm(tmp, { recursive: true, force: true });
     if (e instanceof EmbshardError) throw e;
     throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);

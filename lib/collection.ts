@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { JaggedBatch } from './batch.js';
-import { PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
+import { checkpointDir, PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
 import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
 import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
@@ -339,6 +339,7 @@ export class EmbeddingCollection extends EngineOwner {
    */
   static async load(dir: string, options: { device?: string; storagePath?: string; spillPath?: string } = {}): Promise<EmbeddingCollection> {
     rejectUnknownFields(options, ['device', 'storagePath', 'spillPath'], 'options');
+    dir = await checkpointDir(dir);
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {

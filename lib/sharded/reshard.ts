@@ -9,7 +9,7 @@
 // shard (the first column shard's is saved).
 import { EmbshardError } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
-import { readManifest } from '../checkpoint.js';
+import { checkpointDir, readManifest } from '../checkpoint.js';
 import { configOf } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
@@ -69,6 +69,7 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
  * every rank reads it (verified: sizes, CRC-32C) and keeps its slices. Tables must match the plan's.
  */
 export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}): Promise<ShardedEmbeddingCollection> {
+  dir = await checkpointDir(dir);
   const m = await readManifest(dir);
   if (plan.tables.some((t) => t.dynamic)) checkDynamicGroups(plan, await savedPlan(dir), dir);
   const ec = await EmbeddingCollection.load(dir, { device: 'cpu' });
@@ -103,7 +104,7 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
 
 /** The plan a sharded checkpoint was saved under (its hot-id remap included), or undefined for a checkpoint of one collection. */
 export async function savedPlan(dir: string): Promise<ShardPlan | undefined> {
-  const m = await readManifest(dir);
+  const m = await readManifest(await checkpointDir(dir));
   const sharded = m.extra?.sharded as { plan?: unknown } | undefined;
   return sharded?.plan === undefined ? undefined : ShardPlan.fromJSON(sharded.plan);
 }

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
+import { checkpointDir, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -105,6 +105,7 @@ export interface LoadedTrainerCheckpoint {
 }
 
 export async function readTrainerCheckpoint(dir: string): Promise<LoadedTrainerCheckpoint> {
+  dir = await checkpointDir(dir);
   const mpath = join(dir, TRAINER_MANIFEST);
   const text = (await readPart(mpath)).toString('utf8');
   let m: TrainerManifest;

@@ -1,6 +1,6 @@
 // checkpoint.test.ts — save/load round trips (tables, optimizer state, step: training continues
-// identically), atomic replacement, and missing / truncated / corrupt checkpoints.
-import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+// identically), atomic replacement (a save cut off between its renames included), and missing / truncated / corrupt checkpoints.
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -75,6 +75,37 @@ describe('checkpoints', () => {
     expect(readdirSync(root).filter((n) => n.includes('.tmp-') || n.includes('.old-'))).toEqual([]);
     a.dispose();
     b.dispose();
+  });
+
+  // A process killed between the save's two renames leaves no folder at the path: the old checkpoint aside
+  // (.<name>.old-<tag>) and the complete new one (.<name>.tmp-<tag>). A pid above Linux's PID_MAX_LIMIT
+  // (2^22) names a writer that cannot be alive.
+  it('a save cut off between its two renames: load reads the new checkpoint; the next save completes the swap and removes what dead saves left', async () => {
+    const a = new EmbeddingCollection(config);
+    const dir = join(root, 'ck3'), other = join(root, 'ck3-new');
+    await train(a, 1, 4);
+    await a.save(dir);
+    await train(a, 1, 5);
+    await a.save(other);
+    const atTwo = snapshot(a);
+    renameSync(dir, join(root, '.ck3.old-4194400-0a0b0c0d'));
+    renameSync(other, join(root, '.ck3.tmp-4194400-0a0b0c0d'));
+    mkdirSync(join(root, '.ck3.tmp-4194401-01020304')); // a dead save's unfinished folder
+    writeFileSync(join(root, '.ck3.tmp-4194401-01020304', 'tables.bin'), 'partial');
+    mkdirSync(join(root, `.ck3.tmp-${process.pid}-05060708`)); // a live writer's (this process) is left alone
+    const b = await EmbeddingCollection.load(dir);
+    expect(b.step).toBe(2);
+    snapshot(b).forEach((x, k) => expect(Array.from(x)).toEqual(Array.from(atTwo[k]!)));
+    b.dispose();
+    await train(a, 1, 6);
+    await a.save(dir);
+    expect(readdirSync(root).filter((n) => n.startsWith('.ck3.')).sort()).toEqual([`.ck3.tmp-${process.pid}-05060708`]);
+    rmSync(join(root, `.ck3.tmp-${process.pid}-05060708`), { recursive: true });
+    const c = await EmbeddingCollection.load(dir);
+    expect(c.step).toBe(3);
+    snapshot(c).forEach((x, k) => expect(Array.from(x)).toEqual(Array.from(snapshot(a)[k]!)));
+    c.dispose();
+    a.dispose();
   });
 
   it('missing, truncated and corrupt checkpoints are rejected', async () => {

@@ -1,9 +1,9 @@
 // trainer.test.ts — the Trainer end to end: learning a planted synthetic model to within 0.01 of the
 // planted model's own AUC on held-out data; save → load → continue giving bit-identical losses and
-// weights to an uninterrupted run; the LR schedule (closed form) reaching both optimizers; evaluate
+// weights to an uninterrupted run (and a load after a save cut off between its renames); the LR schedule (closed form) reaching both optimizers; evaluate
 // against metrics computed from the model's own logits; the metrics callback.
 import { describe, it, expect } from 'vitest';
-import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SyntheticSource, arrowSource, batchesToTable, plantedAUC, type Batch } from '../../lib/data/index.js';
@@ -73,6 +73,26 @@ describe('save → load → continue', () => {
         rmSync(dir, { recursive: true, force: true });
       }
     });
+
+  it('a save cut off between its two renames (process gone): load reads the new checkpoint beside the path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-trainer-'));
+    try {
+      const data = source(64);
+      const t = makeTrainer('sgd', 0.01);
+      await t.step(data.batch(0));
+      await t.save(join(dir, 'ck'));
+      await t.step(data.batch(1));
+      await t.save(join(dir, 'ck-new'));
+      // what a save killed between its renames leaves: the old folder aside, the new one complete (pid > 2^22: gone)
+      renameSync(join(dir, 'ck'), join(dir, '.ck.old-4194400-0a0b0c0d'));
+      renameSync(join(dir, 'ck-new'), join(dir, '.ck.tmp-4194400-0a0b0c0d'));
+      const c = await Trainer.load(join(dir, 'ck'));
+      expect(c.stepCount).toBe(2);
+      expect(Buffer.compare(Buffer.from(c.dense.params.buffer), Buffer.from(t.dense.params.buffer))).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('a corrupted dense file is refused with CHECKPOINT_CORRUPT; a missing folder with CHECKPOINT_MISSING', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'embshard-trainer-'));
