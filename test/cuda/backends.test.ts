@@ -2,12 +2,12 @@
 // is reported available only when its binary loads in a child process and finds a usable GPU, and
 // otherwise says why; 'cuda:N' then fails with BACKEND_UNAVAILABLE carrying that reason. A binary that
 // cannot load or crashes while loading is contained in the child process.
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { backends, probeCudaBinary, resolveBackend } from '../../lib/backends.js';
 import { EmbshardError } from '../../lib/errors.js';
+import { tempDir } from '../temp-dir.js';
 
 function codeOf(fn: () => unknown): string | undefined {
   try {
@@ -76,16 +76,16 @@ describe('backends()', () => {
 });
 
 describe('probeCudaBinary() contains bad binaries in a child process', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'embshard-probe-'));
+  const probeDir = tempDir('probe');
 
   it('a missing file', () => {
-    const p = probeCudaBinary(join(dir, 'absent.node'));
+    const p = probeCudaBinary(join(probeDir.dir, 'absent.node'));
     expect(p.ok).toBe(false);
     if (!p.ok) expect(p.reason).toContain('does not exist');
   });
 
   it('a file that is not a shared object', () => {
-    const f = join(dir, 'garbage.node');
+    const f = join(probeDir.dir, 'garbage.node');
     writeFileSync(f, Buffer.from('this is not an ELF file at all, just text'));
     const p = probeCudaBinary(f);
     expect(p.ok).toBe(false);
@@ -96,7 +96,7 @@ describe('probeCudaBinary() contains bad binaries in a child process', () => {
   });
 
   it('a module that loads but is not the CUDA addon', () => {
-    const f = join(dir, 'other.js');
+    const f = join(probeDir.dir, 'other.js');
     writeFileSync(f, 'module.exports = { hello: 1 };\n');
     const p = probeCudaBinary(f);
     expect(p.ok).toBe(false);
@@ -104,7 +104,7 @@ describe('probeCudaBinary() contains bad binaries in a child process', () => {
   });
 
   it('a module that crashes the process while loading', () => {
-    const f = join(dir, 'crash.js');
+    const f = join(probeDir.dir, 'crash.js');
     writeFileSync(f, 'process.kill(process.pid, "SIGSEGV");\nsetTimeout(() => {}, 10000);\n');
     const p = probeCudaBinary(f);
     expect(p.ok).toBe(false);
@@ -112,7 +112,7 @@ describe('probeCudaBinary() contains bad binaries in a child process', () => {
   });
 
   it('a module that hangs', () => {
-    const f = join(dir, 'hang.js');
+    const f = join(probeDir.dir, 'hang.js');
     writeFileSync(f, 'const t = Date.now(); while (Date.now() - t < 60000) {}\n');
     const p = probeCudaBinary(f, 1500);
     expect(p.ok).toBe(false);
@@ -120,7 +120,7 @@ describe('probeCudaBinary() contains bad binaries in a child process', () => {
   });
 
   it('a fake addon answering like the real one is parsed, noise on stdout included', () => {
-    const f = join(dir, 'fake.js');
+    const f = join(probeDir.dir, 'fake.js');
     const info = { available: false, reason: 'no CUDA device: test', driverVersion: 13000, runtimeVersion: 13000, devices: [] };
     writeFileSync(f, `console.log('some library banner');\nmodule.exports = { cudaInfo: () => (${JSON.stringify(info)}) };\n`);
     const p = probeCudaBinary(f);

@@ -5,8 +5,6 @@
 // which is bitwise equal when the partial sums are exact and otherwise within the oracle's bound.
 // Runs only where backends() finds a usable GPU; elsewhere it says why it is skipped, and checks that
 // asking for 'cuda:0' fails with BACKEND_UNAVAILABLE (through the API and inside the CUDA addon).
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index.js';
@@ -16,6 +14,9 @@ import { cudaAddonCandidates, loadAddonFile } from '../../lib/native.js';
 import type { NativeCollectionConfig } from '../../lib/binding.js';
 import { rng, worst } from '../embedding/oracle.js';
 import { pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
+import { tempDir } from '../temp-dir.js';
+
+const tmp = tempDir('cuda');
 
 const cuda = cudaBackend();
 if (!cuda.available) console.log(`test/cuda/parity: skipped — the CUDA backend is unavailable here: ${cuda.reason}`);
@@ -288,7 +289,7 @@ describe.runIf(cuda.available)('CUDA vs CPU', () => {
       const g = randomGrads(gpu, ob, r);
       await gpu.backward(await gpu.forward(batch), { pooled: g.pooled, sequences: g.sequences });
     }
-    const dir = join(mkdtempSync(join(tmpdir(), 'embshard-cuda-')), 'ckpt');
+    const dir = join(tmp.dir, 'ckpt');
     await gpu.save(dir);
     const onCpu = await EmbeddingCollection.load(dir, { device: 'cpu' });
     const onGpu = await EmbeddingCollection.load(dir, { device: 'cuda:0' });

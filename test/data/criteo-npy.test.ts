@@ -3,8 +3,7 @@
 // byte-identical to NumPy's, day-spanning batches with floor-mod hashing, rank row ranges against a
 // naive split, synthetic → npy → batches round trip, corrupt files rejected.
 import { describe, it, expect } from 'vitest';
-import { mkdtempSync, readFileSync, writeFileSync, copyFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync, copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NpyFile, encodeNpy, parseNpyHeader } from '../../lib/data/npy.js';
@@ -13,6 +12,9 @@ import { SyntheticSource } from '../../lib/data/synthetic.js';
 import { workerSource } from '../../lib/data/worker-source.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch } from '../../lib/data/types.js';
+import { tempDir } from '../temp-dir.js';
+
+const tmp = tempDir('npy');
 
 const DIR = fileURLToPath(new URL('../fixtures/data/npy/', import.meta.url));
 const N = 12; // day 0: 7 rows, day 1: 5 rows
@@ -66,7 +68,8 @@ describe('.npy codec', () => {
   });
 
   it('rejects corrupt, truncated and Fortran-ordered files', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const dir = join(tmp.dir, 'case-1');
+    mkdirSync(dir);
     const good = readFileSync(join(DIR, 'day_0_dense.npy'));
     writeFileSync(join(dir, 'magic.npy'), Buffer.concat([Buffer.from('XX'), good.subarray(2)]));
     writeFileSync(join(dir, 'short.npy'), good.subarray(0, good.length - 4));
@@ -121,7 +124,8 @@ describe('torchrec binary Criteo days', () => {
   it('refuses negative values without hashes, mismatched days and bad options', async () => {
     const src = new CriteoNpySource({ dir: DIR, days: [0], batchSize: 4 });
     expect(await codeOf(collect(src))).toMatch(/^ID_OUT_OF_RANGE: .*hashes/);
-    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const dir = join(tmp.dir, 'case-2');
+    mkdirSync(dir);
     const f = dayFiles(dir, 0), f0 = dayFiles(DIR, 0), f1 = dayFiles(DIR, 1);
     copyFileSync(f0.dense, f.dense);
     copyFileSync(f0.sparse, f.sparse);
@@ -133,7 +137,8 @@ describe('torchrec binary Criteo days', () => {
   });
 
   it('round-trips synthetic one-hot batches through the writer, in this thread and in a worker', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'embshard-npy-'));
+    const dir = join(tmp.dir, 'case-3');
+    mkdirSync(dir);
     const syn = new SyntheticSource({ batchSize: 32, numBatches: 3, maxRows: 5000, seed: 8 });
     const orig = await collect(syn);
     expect(await writeCriteoNpyDay(dir, 3, orig)).toEqual({ rows: 96 });

@@ -2,9 +2,8 @@
 // exact report (counts, line numbers, reasons), parsed values against a naive split-based oracle, chunk
 // boundaries anywhere, CRLF, missing values, both hash modes, .gz input, several files, the worker path.
 import { describe, it, expect } from 'vitest';
-import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CriteoTsvParser, CriteoTsvSource, resolveCriteoTsv } from '../../lib/data/criteo-tsv.js';
@@ -12,6 +11,9 @@ import { workerSource } from '../../lib/data/worker-source.js';
 import { fmix32, hash2 } from '../../lib/random/rng.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch } from '../../lib/data/types.js';
+import { tempDir } from '../temp-dir.js';
+
+const tmp = tempDir('tsv');
 
 const FIXTURE = fileURLToPath(new URL('../fixtures/data/criteo-sample.tsv', import.meta.url));
 const GOOD_LINES = [1, 2, 4, 9, 12, 15];
@@ -106,7 +108,7 @@ describe('Criteo TSV reader', () => {
   });
 
   it('reads .gz files and several files in order, naming the file in each issue', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'embshard-tsv-'));
+    const dir = tmp.dir;
     const gz = join(dir, 'sample.tsv.gz');
     writeFileSync(gz, gzipSync(readFileSync(FIXTURE)));
     const src = new CriteoTsvSource({ path: [FIXTURE, gz], batchSize: 6, tableRows: ROWS, dropLast: true });

@@ -1,6 +1,5 @@
 // `embshard plan`: writes a plan that ShardPlan.fromJSON accepts; usage and planning errors give exit codes.
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -9,13 +8,16 @@ import { runPlan } from '../../lib/cli/plan.js';
 import { criteoTsvSource } from '../../lib/data/criteo-tsv.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { workload } from '../../lib/workloads/presets.js';
+import { tempDir } from '../temp-dir.js';
+
+const tmp = tempDir('plan-cli');
 
 describe('embshard plan', () => {
   afterEach(() => vi.restoreAllMocks());
 
   it('prints the explanation and writes a valid plan', async () => {
     const log = vi.spyOn(console, 'log').mockImplementation(() => {});
-    const out = join(mkdtempSync(join(tmpdir(), 'embshard-plan-')), 'plan.json');
+    const out = join(tmp.dir, 'plan-a.json');
     const code = await runPlan(['--model', 'dlrm-dcnv2', '--gpus', '16', '--preset', 'dgx-h100', '--batch', '1024', '--time-budget-ms', '3000', '--out', out]);
     expect(code).toBe(0);
     const text = log.mock.calls.map((c) => String(c[0])).join('\n');
@@ -43,7 +45,7 @@ describe('embshard plan', () => {
   it('--profile criteo-tsv:<file> plans from the ids measured there: each table\'s most frequent ids are its hot ids', async () => {
     const log = vi.spyOn(console, 'log').mockImplementation(() => {});
     const file = fileURLToPath(new URL('../fixtures/data/criteo-sample.tsv', import.meta.url));
-    const out = join(mkdtempSync(join(tmpdir(), 'embshard-plan-')), 'plan.json');
+    const out = join(tmp.dir, 'plan-b.json');
     const B = 4, N = 2, K = 5, H = 2;
     const code = await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--ranks-per-node', '2', '--batch', String(B), '--time-budget-ms', '500',
       '--profile', `criteo-tsv:${file}`, '--profile-batches', String(N), '--top-k', String(K), '--min-hits', String(H), '--out', out]);

@@ -1,17 +1,11 @@
 // helpers.ts — batches over a collection's features with uniform or Zipf ids (hot ranks scattered over
 // the id space), random gradients, a temporary folder per suite, and the kill tests' child process.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
 import { makeScatter, scatter, ZipfSampler } from '../../lib/random/zipf.js';
 
-export function tempDir(tag: string): { dir: string; cleanup: () => void } {
-  const dir = mkdtempSync(join(tmpdir(), `embshard-${tag}-`));
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
-}
+export { tempDir } from '../temp-dir.js';
 
 /** A batch of B samples with bags of 0..maxLen ids; alpha 0 = uniform ids, else Zipf(alpha). */
 export function idBatch(ec: EmbeddingCollection, rng: Rng, B: number, maxLen: number, alpha: number, weights = false): JaggedBatch {

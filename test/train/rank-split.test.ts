@@ -3,8 +3,7 @@
 // only. Checked in process on real readers: which samples each rank gets, against the rule written out
 // by hand over the plain (unsplit) sample order.
 import { describe, it, expect } from 'vitest';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tableFromIPC, tableToIPC } from 'apache-arrow';
 import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
@@ -13,6 +12,9 @@ import { SyntheticSource } from '../../lib/data/synthetic.js';
 import { RankSplitSource, rankBatchIndices, rankSplit } from '../../lib/train/rank-split.js';
 import { isEmbshardError } from '../../lib/errors.js';
 import type { Batch, BatchSource } from '../../lib/data/types.js';
+import { tempDir } from '../temp-dir.js';
+
+const tmp = tempDir('split');
 
 async function collect(src: AsyncIterable<Batch>): Promise<Batch[]> {
   const out: Batch[] = [];
@@ -29,8 +31,7 @@ function writeTsv(good: number): string {
     lines.push([String(i % 2), ...ints, ...cats].join('\t'));
     if (i % 4 === 3) lines.push('1\tnot-a-number\t3'); // malformed: skipped and counted, not a sample
   }
-  const dir = mkdtempSync(join(tmpdir(), 'embshard-split-'));
-  const file = join(dir, 'day.tsv');
+  const file = join(tmp.dir, `day-${good}.tsv`);
   writeFileSync(file, lines.join('\n') + '\n');
   return file;
 }
