@@ -82,23 +82,36 @@ function writerGone(tag: string): boolean {
   }
 }
 
-/**
- * A save of `target` cut off between its two renames: the new folder (complete, it was fsynced before the
- * old one was moved) and the old one beside it, or undefined. No folder stands at `target` then.
- */
-async function interruptedSwap(target: string): Promise<{ fresh: string; old: string; tag: string } | undefined> {
-  let names: string[];
+/** The names in `target`'s parent folder (none when it cannot be read). */
+async function siblingsOf(target: string): Promise<string[]> {
   try {
-    names = (await fs.readdir(dirname(target))).sort();
+    return (await fs.readdir(dirname(target))).sort();
   } catch {
-    return undefined;
+    return [];
   }
+}
+
+/** Whether `path` exists; an error other than ENOENT counts as existing (the caller's next step reports it). */
+async function exists(path: string): Promise<boolean> {
+  try {
+    await fs.stat(path);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code !== 'ENOENT';
+  }
+}
+
+/**
+ * A save of `target` cut off between its two renames, among `names` (its parent's): the new folder
+ * (complete, it was fsynced before the old one was moved) and its tag, or undefined.
+ */
+function interruptedSwap(target: string, names: readonly string[]): { fresh: string; tag: string } | undefined {
   const prefix = siblingName(target, 'old', '');
   for (const n of names) {
     if (!n.startsWith(prefix)) continue;
     const tag = n.slice(prefix.length);
     const tmp = siblingName(target, 'tmp', tag);
-    if (names.includes(tmp)) return { fresh: join(dirname(target), tmp), old: join(dirname(target), n), tag };
+    if (names.includes(tmp)) return { fresh: join(dirname(target), tmp), tag };
   }
   return undefined;
 }
@@ -109,37 +122,21 @@ async function interruptedSwap(target: string): Promise<{ fresh: string; old: st
  */
 export async function checkpointDir(dir: string): Promise<string> {
   const target = resolve(dir);
-  try {
-    await fs.stat(target);
-    return dir;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') return dir;
-  }
-  return (await interruptedSwap(target))?.fresh ?? dir;
+  if (await exists(target)) return dir;
+  return interruptedSwap(target, await siblingsOf(target))?.fresh ?? dir;
 }
 
 /**
- * Before a save: completes a swap an earlier save left cut off (its new folder renamed into place, the old
- * one removed), and removes the sibling folders of saves whose process is gone (an unfinished new folder,
- * an old one left after the swap).
+ * Before a save: completes a swap an earlier save left cut off (its new folder renamed into place), and
+ * removes the sibling folders of saves whose process is gone (an unfinished new folder, an old one).
  */
 async function tidyCheckpoint(target: string): Promise<void> {
   const parent = dirname(target);
-  const swap = await interruptedSwap(target);
-  if (swap && writerGone(swap.tag)) {
-    try {
-      await fs.stat(target);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      await fs.rename(swap.fresh, target);
-      await fsyncPath(parent, true);
-    }
-  }
-  let names: string[];
-  try {
-    names = await fs.readdir(parent);
-  } catch {
-    return;
+  const names = await siblingsOf(target);
+  const swap = interruptedSwap(target, names);
+  if (swap && writerGone(swap.tag) && !(await exists(target))) {
+    await fs.rename(swap.fresh, target);
+    await fsyncPath(parent, true);
   }
   for (const kind of ['tmp', 'old'] as const) {
     const prefix = siblingName(target, kind, '');
