@@ -5,25 +5,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll } from 'vitest';
 
-export interface TempDir {
-  /** the folder (made on first read) */
-  readonly dir: string;
-  /** removes it (if it was made) */
-  cleanup(): void;
-}
-
-/** A temporary folder `embshard-<tag>-XXXXXX`, removed after the calling file's tests. */
-export function tempDir(tag: string): TempDir {
+/** A temporary folder `embshard-<tag>-XXXXXX` (`dir`, made on first read), removed after the calling file's tests. */
+export function tempDir(tag: string): { readonly dir: string } {
   let made: string | undefined;
-  const t: TempDir = {
+  afterAll(() => {
+    if (made) rmSync(made, { recursive: true, force: true });
+    made = undefined;
+  });
+  return {
     get dir() {
       return (made ??= mkdtempSync(join(tmpdir(), `embshard-${tag}-`)));
     },
-    cleanup() {
-      if (made) rmSync(made, { recursive: true, force: true });
-      made = undefined;
-    },
   };
-  afterAll(() => t.cleanup());
-  return t;
 }

@@ -4,13 +4,13 @@
 // taking the first empty way of its set, else the way the batch does not use with the oldest last use
 // (LRU) or the fewest uses then the oldest last use (LFU), lowest way on ties; rows a backward updated
 // are dirty and written back when evicted. Hits, misses, evictions and write-backs must match per step.
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
-import { everything, grads, idBatch, tempDir } from './helpers.js';
+import { everything, grads, idBatch } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('cache-model');
-afterAll(() => tmp.cleanup());
 
 interface Way {
   row: number;

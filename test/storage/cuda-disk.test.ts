@@ -2,15 +2,15 @@
 // host file) train bitwise like the same tables in device memory: forward outputs, rows and state over
 // several steps, fp16 with Adam and fp32 with Adagrad, Zipf ids, caches of 96 rows. Runs where
 // a CUDA device is usable, and under the CUDA emulation (npm run test:cuda-emu).
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection } from '../../lib/index.js';
 import type { OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
 import { testDevices } from '../embedding/devices.js';
-import { everything, grads, idBatch, tempDir } from './helpers.js';
+import { everything, grads, idBatch } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('cuda-disk');
-afterAll(() => tmp.cleanup());
 const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
 const cuda = testDevices().find((d) => d.device !== 'cpu')!;
 

@@ -2,14 +2,14 @@
 // table trains exactly like the same collection in memory: forward outputs, rows and optimizer state
 // bitwise equal over many steps, for every optimizer, dtype and pooling, with uniform and Zipf ids,
 // LRU and LFU, weighted bags, prefetch between steps, and a memory table beside the disk one.
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection } from '../../lib/index.js';
 import type { OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
-import { everything, grads, idBatch, tempDir } from './helpers.js';
+import { everything, grads, idBatch } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('disk-bitwise');
-afterAll(() => tmp.cleanup());
 
 function bits(a: Float32Array): Uint32Array {
   return new Uint32Array(a.buffer, a.byteOffset, a.length);

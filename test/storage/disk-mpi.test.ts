@@ -4,13 +4,12 @@
 // saves with every table in memory.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Trainer } from '../../lib/train/trainer.js';
 import { compileTs, mpiSuitesRun, mpirun } from '../sharded/mpi-harness.js';
-import { tempDir } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('disk-mpi');
-afterAll(() => tmp.cleanup());
 
 const ARGS = ['train', '--model', 'custom', '--bottom', '13-32-8', '--top', '32-1', '--data', 'synthetic', '--max-rows', '5000', '--steps', '12', '--batch', '128',
   '--optimizer', 'adagrad', '--lr', '0.05', '--eval-batches', '0', '--quiet'];

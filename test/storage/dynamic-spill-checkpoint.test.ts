@@ -5,16 +5,16 @@
 // and saves leaves the last finished save, which loads to what that many steps give.
 import { mkdirSync, readFileSync, truncateSync, writeFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch, type OptimizerConfig, type TableConfig } from '../../lib/index.js';
 import { rng } from '../embedding/oracle.js';
 import { compileTs, root } from '../sharded/mpi-harness.js';
-import { killAfterSaves, tempDir } from './helpers.js';
+import { killAfterSaves } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { config as killConfig, SAVE_EVERY, train as killTrain } from './kill-spill.mjs';
 
 const tmp = tempDir('spill-ck');
-afterAll(() => tmp.cleanup());
 let sub = 0;
 const fresh = (tag: string) => {
   const d = join(tmp.dir, `${tag}-${sub++}`);

@@ -4,14 +4,14 @@
 // and once the file is repaired training goes on bitwise like a memory twin that never saw the fault.
 import { closeSync, mkdirSync, openSync, readSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index.js';
 import type { TableConfig } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
-import { everything, grads, idBatch, tempDir } from './helpers.js';
+import { everything, grads, idBatch } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('disk-faults');
-afterAll(() => tmp.cleanup());
 
 async function code(p: Promise<unknown> | (() => unknown)): Promise<string> {
   try {

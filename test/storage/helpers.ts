@@ -1,11 +1,9 @@
 // helpers.ts — batches over a collection's features with uniform or Zipf ids (hot ranks scattered over
-// the id space), random gradients, a temporary folder per suite, and the kill tests' child process.
+// the id space), random gradients, and the kill tests' child process.
 import { spawn } from 'node:child_process';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import { Rng } from '../../lib/random/rng.js';
 import { makeScatter, scatter, ZipfSampler } from '../../lib/random/zipf.js';
-
-export { tempDir } from '../temp-dir.js';
 
 /** A batch of B samples with bags of 0..maxLen ids; alpha 0 = uniform ids, else Zipf(alpha). */
 export function idBatch(ec: EmbeddingCollection, rng: Rng, B: number, maxLen: number, alpha: number, weights = false): JaggedBatch {

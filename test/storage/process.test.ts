@@ -4,15 +4,15 @@
 // trains while the process's resident memory stays within cacheBytes plus the documented overhead.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import { compileTs, root } from '../sharded/mpi-harness.js';
-import { everything, killAfterSaves, tempDir } from './helpers.js';
+import { everything, killAfterSaves } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { config, SAVE_EVERY, train } from './kill-steps.mjs';
 
 const tmp = tempDir('disk-process');
-afterAll(() => tmp.cleanup());
 const index = join(root, 'dist', 'lib', 'index.js');
 /** bitwise equality (a plain comparison: a diff of arrays this large would take minutes to print) */
 const same = (a: Float32Array, b: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));

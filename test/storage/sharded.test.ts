@@ -1,20 +1,19 @@
 // sharded.test.ts — a ShardedEmbeddingCollection whose row / column shards live on disk behind caches
 // smaller than the shards trains bitwise like the same sharded collection in memory (2 in-process
 // ranks, every cluster type and tier of the shared scenario, adam).
-import { describe, expect, it, afterAll } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from '../../lib/sharded/sharded.js';
 import { gatherTable } from '../../lib/sharded/reshard.js';
 import { readdirSync } from 'node:fs';
-import { tempDir } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from '../sharded/scenario.mjs';
 
 const lib = { JaggedBatch, ShardPlan };
 const tmp = tempDir('disk-sharded');
-afterAll(() => tmp.cleanup());
 const bits = (a: Float32Array) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
 
 describe('disk-backed shards', () => {

@@ -3,16 +3,15 @@
 // same), with table files under <dir>; and the RAM budget's split between memory tables and caches.
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { runTrain } from '../../lib/cli/train.js';
 import { storageWithin } from '../../lib/storage/budget.js';
 import { SyntheticSource } from '../../lib/data/synthetic.js';
 import { Trainer, embeddingsFor } from '../../lib/train/index.js';
 import type { DenseModelSpec } from '../../lib/train/dense.js';
-import { tempDir } from './helpers.js';
+import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('disk-train');
-afterAll(() => tmp.cleanup());
 afterEach(() => vi.restoreAllMocks());
 
 async function run(extra: string[]): Promise<string> {
