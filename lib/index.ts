@@ -9,6 +9,8 @@ export type { JaggedBatchInit } from './batch.js';
 export { EmbshardError, ErrorCodes, isEmbshardError } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export { backends } from './backends.js';
+export { DeviceArray } from './device-array.js';
+export type { DeviceArrayOptions, DeviceElemType, DeviceHostArray } from './device-array.js';
 export type { DType, Pooling, OptimizerType, IdArray } from './binding.js';
 // the other layers, also reachable as embshard/plan, embshard/sharded, embshard/train, embshard/data
 export { Trainer } from './train/index.js';

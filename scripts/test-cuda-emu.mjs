@@ -18,6 +18,7 @@ const jobs = process.env.EMBSHARD_JOBS ?? String(cpus().length);
 // The suites that skip without a CUDA device (their CUDA parts, the NCCL group), run against the emulated one.
 const SUITES = [
   'test/cuda/parity.test.ts',
+  'test/cuda/device-array.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
   'test/embedding/forward-backward.test.ts',

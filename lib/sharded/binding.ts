@@ -45,7 +45,15 @@ export interface NativeGroup {
   allGather(send: CommArray, timeoutMs: number, recvBytes?: Float64Array): Promise<NativeExchangeResult>;
   allReduce(data: CommArray, elemType: 'f32' | 'f64' | 'i32' | 'i64', op: 'sum' | 'max' | 'min', timeoutMs: number, deterministic: boolean): Promise<void>;
   /** The default all-reduce in place on device memory (NCCL; other groups: BACKEND_UNAVAILABLE). */
-  allReduceDevice(buffer: DeviceBuffer, op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
+  allReduceDevice(buffer: DeviceBuffer | object, op: 'sum' | 'max' | 'min', timeoutMs: number): Promise<void>;
+  /**
+   * Device buffers (a DeviceArray's native object or a DeviceBuffer) on the NCCL group's device: the first
+   * Σ sendBytes of `send` out, what every rank sends into `recv` from its start; resolves to the bytes
+   * received from each rank. Other groups: BACKEND_UNAVAILABLE.
+   */
+  allToAllDevice(send: object, sendBytes: Float64Array, recv: object, timeoutMs: number, recvBytes?: Float64Array): Promise<Float64Array>;
+  /** The first `bytes` of every rank's `send`, in rank order into `recv`; resolves to the bytes from each rank. */
+  allGatherDevice(send: object, bytes: number, recv: object, timeoutMs: number, recvBytes?: Float64Array): Promise<Float64Array>;
   broadcast(data: CommArray, root: number, timeoutMs: number): Promise<void>;
   barrier(timeoutMs: number): Promise<void>;
   /** MPI only: a plain blocking MPI_Alltoallv of the same layout; resolves to the seconds it took. */

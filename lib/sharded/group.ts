@@ -9,6 +9,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { probedCudaAddon } from '../backends.js';
 import { loadAddon } from '../native.js';
 import type { CommArray, DeviceBuffer, GroupAddon, NativeGroup } from './binding.js';
+import { DeviceArray, deviceElemBytes, type DeviceElemType } from '../device-array.js';
 import { CommClock, type CommTime } from './comm-clock.js';
 
 export type { CommArray, DeviceBuffer } from './binding.js';
@@ -298,6 +299,84 @@ export class ProcessGroup {
     await this.clock.track(g.allReduceDevice(buffer, op, this.timeout(opts)));
     this.perKind.allReduce.calls++;
     this.countAllReduce(buffer.count, 4, false, opts);
+  }
+
+  /**
+   * All-to-all-v between buffers in this rank's GPU memory, with no host staging (NCCL groups only;
+   * others reject with BACKEND_UNAVAILABLE): sends sendCounts[p] elements of `send` (consecutive from its
+   * start, in rank order) to every rank p and writes what every rank sends here into `recv` from its
+   * start, in rank order; resolves to the element counts per source rank. Both buffers on the group's
+   * device, of one element type; `recv` must hold what the peers send (with `recvCounts` checked before
+   * anything moves; otherwise LENGTH_MISMATCH here once the counts arrive, and the group breaks). Counted
+   * as allToAllV.
+   */
+  async allToAllDevice(send: DeviceArray | DeviceBuffer, sendCounts: ArrayLike<number>, recv: DeviceArray | DeviceBuffer, opts?: CollectiveOptions): Promise<{ counts: number[] }> {
+    const g = this.deviceGroup('allToAllDevice');
+    const [s, r, bpe] = this.devicePair('allToAllDevice', send, recv);
+    if (sendCounts.length !== this.size)
+      throw new EmbshardError('LENGTH_MISMATCH', `allToAllDevice: sendCounts has ${sendCounts.length} entries; the group has ${this.size} ranks`);
+    const bytes = new Float64Array(this.size);
+    for (let p = 0; p < this.size; p++) {
+      const c = sendCounts[p]!;
+      if (!Number.isSafeInteger(c) || c < 0) throw new EmbshardError('INVALID_ARGUMENT', `allToAllDevice: sendCounts[${p}] = ${c} is not a non-negative integer`);
+      bytes[p] = c * bpe;
+    }
+    const recvBytes = await this.clock.track(g.allToAllDevice(s, bytes, r, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllDevice')));
+    this.perKind.allToAllV.calls++;
+    const counts: number[] = [];
+    for (let p = 0; p < this.size; p++) {
+      this.count('allToAllV', p, bytes[p]!, 'sent', opts);
+      this.count('allToAllV', p, recvBytes[p]!, 'recv', opts);
+      counts.push(recvBytes[p]! / bpe);
+    }
+    return { counts };
+  }
+
+  /**
+   * All-gather-v between buffers in this rank's GPU memory (NCCL groups only): the first `count` elements
+   * of every rank's `send`, concatenated in rank order into `recv` from its start; resolves to the element
+   * counts per rank. The same rules as allToAllDevice; counted as allGather.
+   */
+  async allGatherDevice(send: DeviceArray | DeviceBuffer, count: number, recv: DeviceArray | DeviceBuffer, opts?: CollectiveOptions): Promise<{ counts: number[] }> {
+    const g = this.deviceGroup('allGatherDevice');
+    const [s, r, bpe] = this.devicePair('allGatherDevice', send, recv);
+    if (!Number.isSafeInteger(count) || count < 0) throw new EmbshardError('INVALID_ARGUMENT', `allGatherDevice: count must be a non-negative integer (got ${String(count)})`);
+    const recvBytes = await this.clock.track(g.allGatherDevice(s, count * bpe, r, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGatherDevice')));
+    this.perKind.allGather.calls++;
+    const counts: number[] = [];
+    for (let p = 0; p < this.size; p++) {
+      if (p !== this.rank) {
+        this.count('allGather', p, count * bpe, 'sent', opts);
+        this.count('allGather', p, recvBytes[p]!, 'recv', opts);
+      }
+      counts.push(recvBytes[p]! / bpe);
+    }
+    return { counts };
+  }
+
+  /** The native group, when it runs device collectives (BACKEND_UNAVAILABLE otherwise). */
+  private deviceGroup(what: string): NativeGroup {
+    const g = this.live();
+    if (this.kind !== 'nccl' || typeof g.allToAllDevice !== 'function')
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `${what} needs a group whose transport reads device memory (NCCL); this is a ${this.kind} group`);
+    return g;
+  }
+
+  /** The native buffers of a device collective and their element bytes, checked: one type, the group's device. */
+  private devicePair(what: string, send: DeviceArray | DeviceBuffer, recv: DeviceArray | DeviceBuffer): [object, object, number] {
+    const side = (b: DeviceArray | DeviceBuffer, name: string): { native: object; type: string; device: number } => {
+      if (b instanceof DeviceArray) {
+        if (b.freed) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} was freed`);
+        return { native: b.native, type: b.type, device: b.native.device };
+      }
+      if (typeof b !== 'object' || b === null || !('handle' in b)) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} must be a DeviceArray or a DeviceBuffer`);
+      return { native: b, type: 'f32', device: b.device };
+    };
+    const s = side(send, 'send'), r = side(recv, 'recv');
+    if (s.type !== r.type) throw new EmbshardError('INVALID_ARGUMENT', `${what}: send holds ${s.type}, recv ${r.type}`);
+    for (const [x, name] of [[s, 'send'], [r, 'recv']] as const)
+      if (x.device !== this.cudaDevice) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} is on cuda:${x.device}, the group's communicator on cuda:${this.cudaDevice}`);
+    return [s.native, r.native, deviceElemBytes(s.type as DeviceElemType)];
   }
 
   /** Broadcast in place from `root` (and returns `data`); sizes must agree. */

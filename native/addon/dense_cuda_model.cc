@@ -121,7 +121,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   // deviceGrads() -> { handle, device, count, owner }: the gradients in device memory (written by
   // forwardBackward, read by update), for an in-place device all-reduce.
   Napi::Value DeviceGrads(const Napi::CallbackInfo& info) {
-    DeviceBuffer b{model_->device_data(Buffer::Grads), model_->size(Buffer::Grads), comm::ElemType::F32, model_->device()};
+    DeviceBuffer b{model_->device_data(Buffer::Grads), model_->size(Buffer::Grads), comm::ElemType::F32, model_->device(), nullptr};
     return device_buffer_value(info.Env(), b, Value());
   }
 

@@ -88,7 +88,8 @@ Napi::Float64Array to_f64(Napi::Env env, const std::vector<int64_t>& v) {
   return a;
 }
 
-std::vector<int64_t> byte_counts(Napi::Env env, Napi::Value v, int n, int64_t total, const char* what) {
+// Per-rank byte counts adding up to `total` (`atMost`: to at most `total`, the bytes of a device buffer).
+std::vector<int64_t> byte_counts(Napi::Env env, Napi::Value v, int n, int64_t total, const char* what, bool atMost = false) {
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
     throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": counts must be a Float64Array of bytes per rank");
   auto a = v.As<Napi::Float64Array>();
@@ -104,8 +105,8 @@ std::vector<int64_t> byte_counts(Napi::Env env, Napi::Value v, int n, int64_t to
     out[static_cast<size_t>(p)] = static_cast<int64_t>(c);
     sum += out[static_cast<size_t>(p)];
   }
-  if (sum != total)
-    throw_error(env, "LENGTH_MISMATCH", format("%s: counts add up to %lld bytes but the send buffer holds %lld", what,
+  if (atMost ? sum > total : sum != total)
+    throw_error(env, "LENGTH_MISMATCH", format("%s: counts add up to %lld bytes but the buffer holds %lld", what,
                                                static_cast<long long>(sum), static_cast<long long>(total)));
   return out;
 }
@@ -140,6 +141,8 @@ Napi::Function GroupWrap::Constructor(Napi::Env env) {
                                        InstanceMethod<&GroupWrap::AllGather>("allGather"),
                                        InstanceMethod<&GroupWrap::AllReduce>("allReduce"),
                                        InstanceMethod<&GroupWrap::AllReduceDevice>("allReduceDevice"),
+                                       InstanceMethod<&GroupWrap::AllToAllDevice>("allToAllDevice"),
+                                       InstanceMethod<&GroupWrap::AllGatherDevice>("allGatherDevice"),
                                        InstanceMethod<&GroupWrap::Broadcast>("broadcast"),
                                        InstanceMethod<&GroupWrap::Barrier>("barrier"),
                                        InstanceMethod<&GroupWrap::RawAllToAllV>("rawAllToAllV"),
@@ -484,6 +487,113 @@ Napi::Value GroupWrap::AllReduceDevice(const Napi::CallbackInfo& info) {
     job->run = [b, op, timeout](comm::Group* g) {
       g->all_reduce_device(b.ptr, b.count, b.type, op, b.device, comm::Deadline::after(timeout));
     };
+    return Submit(env, std::move(job));
+  });
+}
+
+namespace {
+// The send and receive buffers of a device collective: device buffers on one device.
+std::pair<DeviceBuffer, DeviceBuffer> device_pair(Napi::Env env, const Napi::Value& send, const Napi::Value& recv, const char* what) {
+  DeviceBuffer s = read_device_buffer(env, send, (std::string(what) + ": send").c_str());
+  DeviceBuffer r = read_device_buffer(env, recv, (std::string(what) + ": recv").c_str());
+  if (s.device != r.device)
+    throw_error(env, "INVALID_ARGUMENT", format("%s: send is on cuda:%d, recv on cuda:%d", what, s.device, r.device));
+  return {s, r};
+}
+
+// Receive counts that arrived from the peers must fit the receive buffer; otherwise this rank cannot take
+// the data: LENGTH_MISMATCH here, and the group breaks (peers fail at their deadline).
+void check_fits(comm::Group* g, const std::vector<int64_t>& recvBytes, int64_t capacity, const char* what) {
+  int64_t total = 0;
+  for (int64_t b : recvBytes) total += b;
+  if (total <= capacity) return;
+  std::string msg = format("rank %d: %s: the peers send %lld bytes, the receive buffer holds %lld", g->rank(), what,
+                           static_cast<long long>(total), static_cast<long long>(capacity));
+  g->abort(msg);
+  throw Error("LENGTH_MISMATCH", msg);
+}
+}  // namespace
+
+// allToAllDevice(send, sendBytes: Float64Array, recv, timeoutMs, recvBytes?: Float64Array) -> Float64Array
+// (bytes received from each rank): sendBytes[p] bytes of `send` (consecutive, rank order, from its start)
+// to every rank p, what every rank sends here into `recv` from its start, in rank order; both device
+// buffers (device_buffer.h) on the group's device. Without recvBytes the counts are exchanged first.
+// BACKEND_UNAVAILABLE unless the group's transport reads device memory (NCCL).
+Napi::Value GroupWrap::AllToAllDevice(const Napi::CallbackInfo& info) {
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
+    if (kind_ != "nccl")
+      throw_error(env, "BACKEND_UNAVAILABLE", format("allToAllDevice needs a group whose transport reads device memory (NCCL); this is a %s group", kind_.c_str()));
+    auto [send, recv] = device_pair(env, info[0], info[2], "allToAllDevice");
+    auto sendBytes = std::make_shared<std::vector<int64_t>>(byte_counts(env, info[1], size_, send.bytes(), "allToAllDevice: sendCounts", true));
+    double timeout = timeout_arg(env, info[3], "allToAllDevice");
+    auto known = known_counts(env, info[4], size_, "allToAllDevice");
+    if (known) {
+      int64_t total = 0;
+      for (int64_t b : *known) total += b;
+      if (total > recv.bytes())
+        throw_error(env, "LENGTH_MISMATCH", format("allToAllDevice: recvCounts add up to %lld bytes, the receive buffer holds %lld",
+                                                   static_cast<long long>(total), static_cast<long long>(recv.bytes())));
+    }
+    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    job->Keep(info[2]);
+    job->owned.push_back(send.hold);
+    job->owned.push_back(recv.hold);
+    const bool exchange = !known;
+    job->run = [send, recv, sendBytes, recvBytes, exchange, timeout](comm::Group* g) {
+      auto d = comm::Deadline::after(timeout);
+      if (exchange) {
+        g->exchange_counts(sendBytes->data(), recvBytes->data(), d);
+        check_fits(g, *recvBytes, recv.bytes(), "allToAllDevice");
+      }
+      auto so = prefix(*sendBytes), ro = prefix(*recvBytes);
+      g->all_to_all_v_device(static_cast<const uint8_t*>(send.ptr), sendBytes->data(), so.data(), static_cast<uint8_t*>(recv.ptr),
+                             recvBytes->data(), ro.data(), send.device, d);
+    };
+    job->result = [recvBytes](Napi::Env e) -> Napi::Value { return to_f64(e, *recvBytes); };
+    return Submit(env, std::move(job));
+  });
+}
+
+// allGatherDevice(send, bytes, recv, timeoutMs, recvBytes?: Float64Array) -> Float64Array (bytes from each
+// rank): the first `bytes` of every rank's `send`, concatenated in rank order into `recv` from its start;
+// device buffers on the group's device. Without recvBytes the sizes are gathered first.
+Napi::Value GroupWrap::AllGatherDevice(const Napi::CallbackInfo& info) {
+  return OnReady(info, [&](Napi::Env env) -> Napi::Value {
+    if (kind_ != "nccl")
+      throw_error(env, "BACKEND_UNAVAILABLE", format("allGatherDevice needs a group whose transport reads device memory (NCCL); this is a %s group", kind_.c_str()));
+    auto [send, recv] = device_pair(env, info[0], info[2], "allGatherDevice");
+    const int64_t bytes = int_arg(env, info[1], "allGatherDevice: bytes", 0, send.bytes());
+    double timeout = timeout_arg(env, info[3], "allGatherDevice");
+    auto known = known_counts(env, info[4], size_, "allGatherDevice");
+    if (known) {
+      int64_t total = 0;
+      for (int64_t b : *known) total += b;
+      if ((*known)[static_cast<size_t>(rank_)] != bytes)
+        throw_error(env, "LENGTH_MISMATCH", format("allGatherDevice: recvCounts[%d] = %lld bytes, but this rank sends %lld", rank_,
+                                                   static_cast<long long>((*known)[static_cast<size_t>(rank_)]), static_cast<long long>(bytes)));
+      if (total > recv.bytes())
+        throw_error(env, "LENGTH_MISMATCH", format("allGatherDevice: recvCounts add up to %lld bytes, the receive buffer holds %lld",
+                                                   static_cast<long long>(total), static_cast<long long>(recv.bytes())));
+    }
+    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
+    auto job = std::make_unique<GroupJob>();
+    job->Keep(info[0]);
+    job->Keep(info[2]);
+    job->owned.push_back(send.hold);
+    job->owned.push_back(recv.hold);
+    const bool exchange = !known;
+    job->run = [send, recv, bytes, recvBytes, exchange, timeout](comm::Group* g) {
+      auto d = comm::Deadline::after(timeout);
+      if (exchange) {
+        g->gather_counts(bytes, recvBytes->data(), d);
+        check_fits(g, *recvBytes, recv.bytes(), "allGatherDevice");
+      }
+      g->all_gather_v_device(static_cast<const uint8_t*>(send.ptr), bytes, static_cast<uint8_t*>(recv.ptr), recvBytes->data(),
+                             send.device, d);
+    };
+    job->result = [recvBytes](Napi::Env e) -> Napi::Value { return to_f64(e, *recvBytes); };
     return Submit(env, std::move(job));
   });
 }

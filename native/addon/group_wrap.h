@@ -52,6 +52,8 @@ class GroupWrap : public Napi::ObjectWrap<GroupWrap> {
   Napi::Value AllGather(const Napi::CallbackInfo& info);
   Napi::Value AllReduce(const Napi::CallbackInfo& info);
   Napi::Value AllReduceDevice(const Napi::CallbackInfo& info);
+  Napi::Value AllToAllDevice(const Napi::CallbackInfo& info);
+  Napi::Value AllGatherDevice(const Napi::CallbackInfo& info);
   Napi::Value Broadcast(const Napi::CallbackInfo& info);
   Napi::Value Barrier(const Napi::CallbackInfo& info);
   Napi::Value RawAllToAllV(const Napi::CallbackInfo& info);

@@ -70,6 +70,17 @@ void Group::all_reduce_device(void*, int64_t, ElemType, ReduceOp, int, const Dea
        rank_, kind());
 }
 
+void Group::all_to_all_v_device(const uint8_t*, const int64_t*, const int64_t*, uint8_t*, const int64_t*, const int64_t*, int,
+                                const Deadline&) {
+  fail("BACKEND_UNAVAILABLE", "rank %d: allToAllDevice needs a group whose transport reads device memory (NCCL); this is a %s group",
+       rank_, kind());
+}
+
+void Group::all_gather_v_device(const uint8_t*, int64_t, uint8_t*, const int64_t*, int, const Deadline&) {
+  fail("BACKEND_UNAVAILABLE", "rank %d: allGatherDevice needs a group whose transport reads device memory (NCCL); this is a %s group",
+       rank_, kind());
+}
+
 void Group::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
   const int64_t es = static_cast<int64_t>(elem_size(t));
   const int64_t bytes = count * es;

@@ -85,6 +85,13 @@ class Group {
   // The default all-reduce in place on `device` memory (no host staging). Only groups whose transport
   // reads device memory (NCCL) implement it; the others fail with BACKEND_UNAVAILABLE.
   virtual void all_reduce_device(void* deviceData, int64_t count, ElemType t, ReduceOp op, int device, const Deadline& d);
+  // all_to_all_v and all_gather_v with `send` and `recv` in `device` memory (no host staging), counts
+  // and offsets on the host. Only groups whose transport reads device memory (NCCL) implement them;
+  // the others fail with BACKEND_UNAVAILABLE.
+  virtual void all_to_all_v_device(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
+                                   const int64_t* recvBytes, const int64_t* recvOffsets, int device, const Deadline& d);
+  virtual void all_gather_v_device(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes, int device,
+                                   const Deadline& d);
   virtual void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) = 0;
   virtual void barrier(const Deadline& d) = 0;
   // Breaks the group (every pending and later call on every rank fails with COMM_FAILED where the

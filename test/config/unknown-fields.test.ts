@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tableFromArrays } from 'apache-arrow';
 import { afterAll, describe, expect, it } from 'vitest';
-import { EmbeddingCollection, EmbshardError, JaggedBatch, type CollectionConfig } from '../../lib/index.js';
+import { DeviceArray, EmbeddingCollection, EmbshardError, JaggedBatch, type CollectionConfig } from '../../lib/index.js';
 import { arrowSource, criteoNpySource, criteoTsvSource, openSource, prefetch, resolveSynthetic, syntheticSource, workerSource } from '../../lib/data/index.js';
 import { DenseModel, Trainer, embeddingsFor, resolveDenseSpec, resolveSchedule } from '../../lib/train/index.js';
 import { createInProcessGroups, createMpiGroup, createNcclGroup, ShardedEmbeddingCollection } from '../../lib/sharded/index.js';
@@ -115,6 +115,7 @@ describe('process groups and the sharded collection', () => {
     expect(createInProcessGroups(2, { ranksPerNode: 1 }).map((g) => g.rank)).toEqual([0, 1]);
     await rejects('options.timeout', () => createMpiGroup({ timeout: 1 } as never));
     await rejects('options.rank', () => createNcclGroup({ bootstrap: undefined, rank: 0 } as never));
+    await rejects('DeviceArray options.devcie', () => DeviceArray.alloc('f32', 1, { devcie: 'cuda:0' } as never));
   });
 
   it('names an unknown sharded-collection field', async () => {

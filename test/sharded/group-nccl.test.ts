@@ -10,6 +10,7 @@ import { cudaBackend } from '../../lib/backends.js';
 import { createInProcessGroups, createNcclGroup } from '../../lib/sharded/group.js';
 import type { ProcessGroup } from '../../lib/sharded/group.js';
 import { DenseModel } from '../../lib/train/dense.js';
+import { DeviceArray } from '../../lib/device-array.js';
 
 const cuda = cudaBackend();
 const gpu = cuda.available;
@@ -148,6 +149,85 @@ describe('NCCL process group', () => {
       const [solo] = createInProcessGroups(1);
       await expect(solo!.allReduceDevice(models[0]!.deviceGrads()!, 'sum')).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
       solo!.close();
+      closeAll(g, boot);
+    });
+
+    it('allToAllDevice and allGatherDevice move device arrays with no host copy: the naive oracle, counted as the host collectives are', async () => {
+      const { boot, g } = await ncclGroups(N);
+      const on = (x: ProcessGroup) => ({ device: `cuda:${x.cudaDevice}` });
+      // send buffers hold more than is sent (a tail of -1s that must not travel); receive buffers more
+      // than arrives (a tail of -7s that must stay)
+      const sends = await Promise.all(g.map((x) => {
+        const parts = Array.from({ length: N }, (_, p) => payload(x.rank, p));
+        return DeviceArray.from(Float64Array.from([...parts.flat(), -1, -1]), on(x));
+      }));
+      const cap = 3 * N + 4;
+      const recvs = await Promise.all(g.map((x) => DeviceArray.from(new Float64Array(cap).fill(-7), on(x))));
+      for (const known of [false, true]) {
+        const before = g.map((x) => ({ ...x.stats().allToAllV }));
+        const res = await Promise.all(g.map((x, r) => {
+          const sendCounts = Array.from({ length: N }, (_, p) => payload(r, p).length);
+          const recvCounts = Array.from({ length: N }, (_, p) => payload(p, r).length);
+          return x.allToAllDevice(sends[r]!, sendCounts, recvs[r]!, known ? { recvCounts } : undefined);
+        }));
+        for (let dst = 0; dst < N; dst++) {
+          const from = Array.from({ length: N }, (_, src) => payload(src, dst));
+          expect(res[dst]!.counts).toEqual(from.map((p) => p.length));
+          const got = Array.from(await recvs[dst]!.read());
+          const n = from.flat().length;
+          expect(got.slice(0, n)).toEqual(from.flat());
+          expect(got.slice(n)).toEqual(new Array(cap - n).fill(-7));
+          // the bytes of allToAllV with the same sizes: every peer's payload, self excluded
+          const st = g[dst]!.stats().allToAllV;
+          let sent = 0, recv = 0;
+          for (let p = 0; p < N; p++) if (p !== dst) (sent += 8 * payload(dst, p).length), (recv += 8 * payload(p, dst).length);
+          expect(st.sent - before[dst]!.sent).toBe(sent);
+          expect(st.recv - before[dst]!.recv).toBe(recv);
+          expect(st.calls - before[dst]!.calls).toBe(1);
+        }
+      }
+      // all-gather-v: rank r contributes the first r + 1 elements of its array
+      const gs = await Promise.all(g.map((x) => DeviceArray.from(Int32Array.from({ length: N + 1 }, (_, i) => x.rank * 1000 + i), on(x))));
+      const gr = await Promise.all(g.map((x) => DeviceArray.alloc('i32', (N * (N + 1)) / 2 + 3, on(x))));
+      const want = Array.from({ length: N }, (_, r) => Array.from({ length: r + 1 }, (_, i) => r * 1000 + i));
+      for (const known of [false, true]) {
+        const res = await Promise.all(g.map((x, r) => x.allGatherDevice(gs[r]!, r + 1, gr[r]!, known ? { recvCounts: want.map((w) => w.length) } : undefined)));
+        for (let r = 0; r < N; r++) {
+          expect(res[r]!.counts).toEqual(want.map((w) => w.length));
+          expect(Array.from(await gr[r]!.read())).toEqual([...want.flat(), 0, 0, 0]);
+        }
+      }
+      for (const a of [...sends, ...recvs, ...gs, ...gr]) a.free();
+      closeAll(g, boot);
+    });
+
+    it('device collectives refuse bad buffers and counts before anything moves; a receive buffer too small for what arrives breaks the group', async () => {
+      const { boot, g } = await ncclGroups(2);
+      const on = { device: `cuda:${g[0]!.cudaDevice}` };
+      const f64 = DeviceArray.alloc('f64', 4, on), f32 = DeviceArray.alloc('f32', 4, on), small = DeviceArray.alloc('f64', 1, on);
+      await expect(g[0]!.allToAllDevice(f64, [1, 1], f32)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(g[0]!.allToAllDevice(f64, [1], f64)).rejects.toMatchObject({ code: 'LENGTH_MISMATCH' });
+      await expect(g[0]!.allToAllDevice(f64, [3, 2], f64)).rejects.toMatchObject({ code: 'LENGTH_MISMATCH' });
+      await expect(g[0]!.allToAllDevice(f64, [1, 1], small, { recvCounts: [1, 1] })).rejects.toMatchObject({ code: 'LENGTH_MISMATCH' });
+      await expect(g[0]!.allGatherDevice(f64, 5, f64)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(g[0]!.allToAllDevice(new Float64Array(2) as never, [1, 1], f64)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      const gone = DeviceArray.alloc('f64', 2, on);
+      gone.free();
+      await expect(g[0]!.allToAllDevice(gone, [1, 1], f64)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      // nothing moved: the group still works
+      await Promise.all(g.map((x) => x.barrier()));
+      const [solo] = createInProcessGroups(1);
+      await expect(solo!.allToAllDevice(f64, [1], f64)).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      solo!.close();
+      // rank 1 sends 2 elements to rank 0, whose buffer holds 1: LENGTH_MISMATCH there, its peer fails too
+      const out = await Promise.allSettled([
+        g[0]!.allToAllDevice(f64, [1, 1], small, { timeoutMs: 2_000 }),
+        g[1]!.allToAllDevice(f64, [2, 1], f64, { timeoutMs: 2_000 }),
+      ]);
+      expect(out[0]).toMatchObject({ status: 'rejected', reason: { code: 'LENGTH_MISMATCH' } });
+      expect(out[1]).toMatchObject({ status: 'rejected' });
+      expect(['COMM_FAILED', 'COMM_TIMEOUT']).toContain((out[1] as PromiseRejectedResult).reason.code);
+      for (const a of [f64, f32, small]) a.free();
       closeAll(g, boot);
     });
 

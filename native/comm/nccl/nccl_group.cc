@@ -189,6 +189,34 @@ void NcclGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, co
   }
 }
 
+void NcclGroup::launch_all_to_all(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
+                                  const int64_t* recvBytes, const int64_t* recvOffsets, const char* what) {
+  ncclGroupStart();
+  for (int p = 0; p < size_; ++p) {
+    if (sendBytes[p] > 0) ncclSend(send + sendOffsets[p], static_cast<size_t>(sendBytes[p]), ncclUint8, p, comm_, stream_);
+    if (recvBytes[p] > 0) ncclRecv(recv + recvOffsets[p], static_cast<size_t>(recvBytes[p]), ncclUint8, p, comm_, stream_);
+  }
+  ncclResult_t r = ncclGroupEnd();
+  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: %s: %s", rank_, what, ncclGetErrorString(r)));
+}
+
+void NcclGroup::launch_all_gather(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes, const char* what) {
+  ncclGroupStart();
+  int64_t off = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (bytes > 0) ncclSend(send, static_cast<size_t>(bytes), ncclUint8, p, comm_, stream_);
+    if (recvBytes[p] > 0) ncclRecv(recv + off, static_cast<size_t>(recvBytes[p]), ncclUint8, p, comm_, stream_);
+    off += recvBytes[p];
+  }
+  ncclResult_t r = ncclGroupEnd();
+  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: %s: %s", rank_, what, ncclGetErrorString(r)));
+}
+
+void NcclGroup::check_device(int device, const char* what) const {
+  if (device != device_)
+    fail("INVALID_ARGUMENT", "rank %d: %s: the buffer is on device %d, the group's communicator on device %d", rank_, what, device, device_);
+}
+
 void NcclGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
                              const int64_t* recvBytes, const int64_t* recvOffsets, const Deadline& d) {
   check_usable();
@@ -200,15 +228,17 @@ void NcclGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes, cons
   uint8_t* ds = dev_send(st);
   uint8_t* dr = dev_recv(rt);
   if (st > 0) cuda_check(cudaMemcpyAsync(ds, send, static_cast<size_t>(st), cudaMemcpyHostToDevice, stream_), "allToAllV: upload");
-  ncclGroupStart();
-  for (int p = 0; p < size_; ++p) {
-    if (sendBytes[p] > 0) ncclSend(ds + sendOffsets[p], static_cast<size_t>(sendBytes[p]), ncclUint8, p, comm_, stream_);
-    if (recvBytes[p] > 0) ncclRecv(dr + recvOffsets[p], static_cast<size_t>(recvBytes[p]), ncclUint8, p, comm_, stream_);
-  }
-  ncclResult_t r = ncclGroupEnd();
-  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: allToAllV: %s", rank_, ncclGetErrorString(r)));
+  launch_all_to_all(ds, sendBytes, sendOffsets, dr, recvBytes, recvOffsets, "allToAllV");
   if (rt > 0) cuda_check(cudaMemcpyAsync(recv, dr, static_cast<size_t>(rt), cudaMemcpyDeviceToHost, stream_), "allToAllV: download");
   wait(d, "allToAllV");
+}
+
+void NcclGroup::all_to_all_v_device(const uint8_t* send, const int64_t* sendBytes, const int64_t* sendOffsets, uint8_t* recv,
+                                    const int64_t* recvBytes, const int64_t* recvOffsets, int device, const Deadline& d) {
+  check_usable();
+  check_device(device, "allToAllDevice");
+  launch_all_to_all(send, sendBytes, sendOffsets, recv, recvBytes, recvOffsets, "allToAllDevice");
+  wait(d, "allToAllDevice");
 }
 
 void NcclGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) {
@@ -232,17 +262,17 @@ void NcclGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, 
   uint8_t* ds = dev_send(bytes);
   uint8_t* dr = dev_recv(total);
   if (bytes > 0) cuda_check(cudaMemcpyAsync(ds, send, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_), "allGather: upload");
-  ncclGroupStart();
-  int64_t off = 0;
-  for (int p = 0; p < size_; ++p) {
-    if (bytes > 0) ncclSend(ds, static_cast<size_t>(bytes), ncclUint8, p, comm_, stream_);
-    if (recvBytes[p] > 0) ncclRecv(dr + off, static_cast<size_t>(recvBytes[p]), ncclUint8, p, comm_, stream_);
-    off += recvBytes[p];
-  }
-  ncclResult_t r = ncclGroupEnd();
-  if (r != ncclSuccess && r != ncclInProgress) fail_with("COMM_FAILED", format("rank %d: allGather: %s", rank_, ncclGetErrorString(r)));
+  launch_all_gather(ds, bytes, dr, recvBytes, "allGather");
   if (total > 0) cuda_check(cudaMemcpyAsync(recv, dr, static_cast<size_t>(total), cudaMemcpyDeviceToHost, stream_), "allGather: download");
   wait(d, "allGather");
+}
+
+void NcclGroup::all_gather_v_device(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes, int device,
+                                    const Deadline& d) {
+  check_usable();
+  check_device(device, "allGatherDevice");
+  launch_all_gather(send, bytes, recv, recvBytes, "allGatherDevice");
+  wait(d, "allGatherDevice");
 }
 
 void NcclGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
@@ -271,8 +301,7 @@ void NcclGroup::launch_all_reduce(void* deviceData, int64_t count, ElemType t, R
 
 void NcclGroup::all_reduce_device(void* deviceData, int64_t count, ElemType t, ReduceOp op, int device, const Deadline& d) {
   check_usable();
-  if (device != device_)
-    fail("INVALID_ARGUMENT", "rank %d: allReduceDevice: the buffer is on device %d, the group's communicator on device %d", rank_, device, device_);
+  check_device(device, "allReduceDevice");
   // the same signature as a host all-reduce of the same size: ranks may mix the two
   check_signature(kAllReduce, count * static_cast<int64_t>(elem_size(t)), static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op) * 2, d,
                   "allReduceDevice (signature)");
