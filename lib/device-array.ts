@@ -27,6 +27,7 @@ export interface NativeDeviceArray {
   readonly freed: boolean;
   upload(src: DeviceHostArray, offset: number): Promise<void>;
   download(dst: DeviceHostArray, offset: number): Promise<void>;
+  zero(offset: number, count: number): void;
   free(): void;
 }
 
@@ -110,6 +111,16 @@ export class DeviceArray {
     const out = new HOST[this.type](n);
     await this.native.download(out, offset);
     return out;
+  }
+
+  /** Copies elements [offset, offset + into.length) into `into` (a typed array of this array's type). */
+  readInto(into: DeviceHostArray, offset = 0): Promise<void> {
+    return this.native.download(into, offset);
+  }
+
+  /** Sets elements [offset, offset + count) (default: to the end) to zero; done when it returns. */
+  zero(offset = 0, count?: number): void {
+    this.native.zero(offset, count ?? this.length - offset);
   }
 
   /** Gives the memory back (once no call still uses it); the array is unusable afterwards. */

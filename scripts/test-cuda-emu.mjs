@@ -26,6 +26,7 @@ const SUITES = [
   'test/storage/dynamic.test.ts',
   'test/storage/dynamic-default.test.ts',
   'test/sharded/group-nccl.test.ts',
+  'test/sharded/sharded-device.test.ts',
   'test/herald/herald-cuda.test.ts',
   'test/storage/cuda-disk.test.ts',
   'test/train/cli-comm.test.ts',

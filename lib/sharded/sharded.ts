@@ -14,7 +14,9 @@
 // schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
 // row-access.ts (rows by global id), reshard.ts (checkpoints), row-remap.ts (a plan's hot-id remap: ids
 // become rows before routing and in row access), dynamic-shards.ts (dynamic tables: sharded by id hash,
-// each row shard with its own id map; the owner batch's raw ids become slots before the engine call).
+// each row shard with its own id map; the owner batch's raw ids become slots before the engine call),
+// device-exchange.ts (a CUDA engine over an NCCL group on its GPU: outputs, messages and gradients stay
+// in device memory).
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { EmbshardError } from '../errors.js';
@@ -49,6 +51,7 @@ import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './r
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
+import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceEngine, type DeviceOpsAddon } from './device-exchange.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -169,6 +172,16 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   private admitSeq = 0;
   /** the steps' temporaries, reused from step to step */
   private readonly scratch = new ScratchPool();
+  /**
+   * Where this rank's output and gradient exchanges run: 'device' (the engine on a GPU, the group an NCCL
+   * group on it: pooled outputs, messages and pooled gradients stay in device memory; device-exchange.ts)
+   * or 'host' (staged through host memory), with `exchangeMemoryReason` saying why.
+   */
+  readonly exchangeMemory: 'device' | 'host';
+  /** Why the exchanges run in host memory ('' when they run on the device). */
+  readonly exchangeMemoryReason: string;
+  /** the device path's buffers, kept from step to step */
+  private readonly deviceScratch: DeviceScratch | undefined;
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     super('ShardedEmbeddingCollection');
@@ -208,6 +221,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       this.config.device,
       storage,
     );
+    const blocker = deviceExchangeBlocker(plan, L, group, this.config.device, this.engine, { storage: config.storage !== undefined, wire: this.wire });
+    this.exchangeMemory = blocker === undefined ? 'device' : 'host';
+    this.exchangeMemoryReason = blocker ?? '';
+    this.deviceScratch = blocker === undefined ? new DeviceScratch(this.config.device, addon as unknown as DeviceOpsAddon) : undefined;
     this.dynamic = DynamicShards.of(L, this.config, addon, spillDir);
     this.dynamic?.resetSinks(this.engine);
     if (internal?.initialize ?? true) this.initializeShards();
@@ -235,6 +252,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   override dispose(): void {
     super.dispose();
     this.scratch.clear();
+    this.deviceScratch?.free();
     this.dynamic?.dispose();
   }
 
@@ -490,6 +508,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       dyn = admit ? await this.dynamic.translate(owner.batch, e) : this.dynamic.lookup(owner.batch);
       owner.batch = dyn.native;
     }
+    if (this.deviceScratch) return this.forwardOnDevice(batch, { segs, ub, node }, recv, unions, owner, Btot, Boff, counters, seq);
     const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
     if (dyn && engineOut) await this.dynamic!.addDefaults(dyn, rawOwner, engineOut);
     const ownerOut = engineOut, localOut = engineOut;
@@ -597,14 +616,41 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     };
     for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
     ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
-    for (const rt of L.tables)
-      if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
+    this.finishPooled(batch, pooled);
     this.traffic.forward = counters;
     const sequences: Record<string, SequenceOutput> = {};
     for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
     const out: Out = { pooled, sequences, batch };
     Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) } satisfies StepCtx, enumerable: false });
     return out;
+  }
+
+  // The forward's device path (device-exchange.ts) from the engine call on; the rest as forwardPhase.
+  private async forwardOnDevice(
+    batch: JaggedBatch, routed: Routed, recv: Received[], unions: RelayUnion[], owner: ReturnType<typeof ownerBatch>, Btot: number, Boff: number[],
+    counters: TrafficCounters, seq: number,
+  ): Promise<ShardedForwardOutput> {
+    const L = this.layout, B = batch.batchSize, P = this.pooledDim;
+    const own = ownerSchedule(L, recv);
+    const req = requesterSchedule(L, (s) => (s.kind === 'ub' ? routed.ub[s.t]![s.g]!.uq.values.length : B), (p) => recv[p]!.B);
+    const pooled = exchangeOps().outputArray(B * P);
+    await forwardOnDevice({
+      L, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub,
+      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, counters, pooled,
+    });
+    this.finishPooled(batch, pooled);
+    this.traffic.forward = counters;
+    const out: Out = { pooled, sequences: {}, batch };
+    const rsend = relaySendSchedule(L, () => 0, () => 0), rrecv = relayRecvSchedule(L, B, () => 0);
+    Object.defineProperty(out, STEP, { value: { batch, B, segs: routed.segs, ub: routed.ub, node: routed.node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq } satisfies StepCtx, enumerable: false });
+    return out;
+  }
+
+  // Mean pooling: every mean table's columns divided by the bag lengths (after all partial sums are in).
+  private finishPooled(batch: JaggedBatch, pooled: Float32Array): void {
+    const K = exchangeOps(), P = this.pooledDim;
+    for (const rt of this.layout.tables)
+      if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
   }
 
   private dimOf(feature: string): number {
@@ -674,9 +720,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         }
       g.release(atRelay.data);
     }
-    // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout)
-    const sendBuf = S.wire(bw, ctx.req.total);
-    for (let d = 0; d < W; d++)
+    // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout):
+    // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
+    const devGrad = this.deviceScratch
+      ? await gradientsOnDevice({ L, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, counters, grad: Gs, ubGrad })
+      : undefined;
+    const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);
+    if (!devGrad) for (let d = 0; d < W; d++)
       for (const sl of ctx.req.slots[d]!) {
         const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
         if (sl.src !== L.rank) {
@@ -694,7 +744,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
         } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
       }
-    const gin = await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
+    const gin = devGrad ? undefined : await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
     // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
     // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
     const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
@@ -709,11 +759,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
-    const pooledGrad = S.f32(Btot * L.localPooledDim);
+    const pooledGrad = S.f32(devGrad ? 0 : Btot * L.localPooledDim);
     // node tier: sum the node's contributions per row (source order), then sync across nodes
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    // the received gradients, slot by slot of the owner schedule
-    for (let p = 0; p < W; p++)
+    // the received gradients, slot by slot of the owner schedule (the device path laid them out already)
+    if (gin) for (let p = 0; p < W; p++)
       for (const sl of ctx.own.slots[p]!) {
         const s = sl.seg, src = sl.src;
         if (s.kind === 'node') {
@@ -760,10 +810,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (own.weights) wAll = concat(wParts, Float32Array);
     const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
-    const res = await this.live().backward(upd, pooledGrad, seqGrads);
+    const res = devGrad
+      ? await (this.live() as DeviceEngine).backwardDevice(
+          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, scratch: this.deviceScratch!, own: ctx.own }, upd, ctx.idOff, devGrad.recv, seqGrads)).native)
+      : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step
-    g.release(gin.data);
+    if (gin) g.release(gin.data);
     this.traffic.backward = counters;
     return res;
   }

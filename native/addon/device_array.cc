@@ -1,7 +1,8 @@
 // device_array.cc — `DeviceArray`, the ObjectWrap over one device allocation (cuda/device_memory.h):
 // new DeviceArray(device, elemType 'f32'|'f64'|'i32'|'i64', length) makes it zeroed; upload(src,
 // offset) and download(dst, offset) copy between it and a typed array of its element type, off the
-// event loop (AsyncWorker), reading / writing the typed array in place; free() gives the memory back
+// event loop (AsyncWorker), reading / writing the typed array in place; zero(offset, count) clears a range
+// (synchronously); free() gives the memory back
 // once no call holds it. The device collectives of the NCCL group read it (device_buffer.h,
 // lend_device_array). lib/device-array.ts is its TypeScript face. CUDA addon only: the CPU addon
 // defines only lend_device_array, which recognises nothing there.
@@ -75,6 +76,7 @@ class DeviceArrayWrap : public Napi::ObjectWrap<DeviceArrayWrap> {
                                     InstanceAccessor<&DeviceArrayWrap::Freed>("freed"),
                                     InstanceMethod<&DeviceArrayWrap::Upload>("upload"),
                                     InstanceMethod<&DeviceArrayWrap::Download>("download"),
+                                    InstanceMethod<&DeviceArrayWrap::Zero>("zero"),
                                     InstanceMethod<&DeviceArrayWrap::Free>("free")});
     exports.Set("DeviceArray", f);
   }
@@ -130,6 +132,19 @@ class DeviceArrayWrap : public Napi::ObjectWrap<DeviceArrayWrap> {
   }
   Napi::Value Upload(const Napi::CallbackInfo& info) { return Copy(info, true); }
   Napi::Value Download(const Napi::CallbackInfo& info) { return Copy(info, false); }
+
+  // zero(offset, count): elements [offset, offset + count) set to zero, synchronously (a device memset).
+  Napi::Value Zero(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      if (!mem_) throw_error(env, "INVALID_ARGUMENT", "DeviceArray.zero: the device array was freed");
+      const int64_t offset = int_arg(env, info[0], "DeviceArray.zero: offset", 0, length_);
+      const int64_t count = int_arg(env, info[1], "DeviceArray.zero: count", 0, length_ - offset);
+      const uint64_t es = comm::elem_size(type_);
+      mem_->zero(static_cast<uint64_t>(offset) * es, static_cast<uint64_t>(count) * es);
+      return env.Undefined();
+    });
+  }
 
   // The memory goes back once no call holds it; the array is unusable from now on.
   Napi::Value Free(const Napi::CallbackInfo& info) {

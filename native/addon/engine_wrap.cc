@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
+#include "addon/device_buffer.h"
 #include "addon/errors.h"
 #include "addon/js_args.h"
 #include "addon/output_pool.h"
@@ -79,7 +81,44 @@ std::unique_ptr<PreparedBatch> prepare(Guarded& g, const BatchView& view) {
   return b;
 }
 
+// The outputs / gradients of a call kept in device memory (DeviceArrays on the engine's device): pooled
+// [B × pooledDim] and the sequence features' values back to back in collection-feature order, for engines
+// with the outputsOnDevice capability.
+struct DeviceIo {
+  bool on = false;
+  DeviceBuffer pooled, seq;
+};
+
+// `pooled` and `seq` as a call's device buffers: f32 device buffers on the engine's own device.
+DeviceIo device_io(Napi::Env env, const Guarded& g, const Napi::Value& pooled, const Napi::Value& seq, const char* what) {
+  DeviceIo d;
+  d.on = true;
+  if (!g.caps.outputsOnDevice)
+    throw_error(env, "BACKEND_UNAVAILABLE", format("%s: the %s engine keeps its outputs in host memory", what, g.engine->device().c_str()));
+  for (auto [v, out, name] : {std::tuple{&pooled, &d.pooled, "pooled"}, std::tuple{&seq, &d.seq, "sequences"}}) {
+    const std::string field = std::string(what) + ": the device " + name;
+    *out = read_device_buffer(env, *v, field.c_str());
+    if (out->type != comm::ElemType::F32) throw_error(env, "INVALID_ARGUMENT", field + " must hold f32 elements");
+    if (g.engine->device() != "cuda:" + std::to_string(out->device))
+      throw_error(env, "INVALID_ARGUMENT", format("%s is on cuda:%d, the engine on %s", field.c_str(), out->device, g.engine->device().c_str()));
+  }
+  return d;
+}
+
+// LENGTH_MISMATCH unless the device buffers hold the batch's values (checked before the engine runs).
+void check_device_room(const DeviceIo& d, const Engine& e, const PreparedBatch& b, const char* what) {
+  const int64_t pooled = b.B * e.layout().pooledDim;
+  int64_t seq = 0;
+  for (uint32_t f = 0; f < e.spec().features.size(); ++f)
+    if (e.spec().features[f].pooling == Pooling::None) seq += sequence_values(e.spec(), b, f);
+  if (d.pooled.count < pooled || d.seq.count < seq)
+    fail("LENGTH_MISMATCH", "%s: the device buffers hold %lld pooled and %lld sequence floats; the batch needs %lld and %lld", what,
+         static_cast<long long>(d.pooled.count), static_cast<long long>(d.seq.count), static_cast<long long>(pooled),
+         static_cast<long long>(seq));
+}
+
 struct ForwardOut {
+  DeviceIo dev;  // set: the outputs go there instead of `pooled` and `seq`
   OutBuf pooled;
   std::vector<OutBuf> seq;  // per feature; empty for pooled features
   std::vector<bool> isSeq;
@@ -93,6 +132,13 @@ void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
   out.prepared = prepare(g, view);
   const PreparedBatch& b = *out.prepared;
   timer.mark("prepare");
+  if (out.dev.on) {
+    check_device_room(out.dev, e, b, "forward");
+    timer.mark("alloc");
+    e.forward_device(b, static_cast<float*>(out.dev.pooled.ptr), static_cast<float*>(out.dev.seq.ptr));
+    timer.mark("kernel");
+    return;
+  }
   out.pooled = OutBuf(static_cast<size_t>(b.B * e.layout().pooledDim));
   const size_t nf = e.spec().features.size();
   std::vector<float*> seqPtr(nf, nullptr);
@@ -111,7 +157,7 @@ void run_forward(Guarded& g, const BatchView& view, ForwardOut& out) {
 
 Napi::Object forward_result(Napi::Env env, const EnginePtr& owner, const BatchView& view, ForwardOut& out) {
   Napi::Object r = Napi::Object::New(env);
-  r.Set("pooled", out.pooled.adopt(env));
+  r.Set("pooled", out.dev.on ? env.Null() : Napi::Value(out.pooled.adopt(env)));
   Napi::Array seq = Napi::Array::New(env, out.seq.size());
   for (uint32_t f = 0; f < out.seq.size(); ++f) seq.Set(f, out.isSeq[f] ? Napi::Value(out.seq[f].adopt(env)) : env.Null());
   r.Set("sequences", seq);
@@ -129,7 +175,8 @@ std::unique_ptr<PreparedBatch> take_prepared(const Guarded& g, const BatchView& 
   return std::move(h->batch);
 }
 
-BackwardResult run_backward(Guarded& g, const BatchView& view, std::unique_ptr<PreparedBatch> prepared, const GradientView& grads) {
+BackwardResult run_backward(Guarded& g, const BatchView& view, std::unique_ptr<PreparedBatch> prepared, GradientView grads,
+                            const DeviceIo& dev = {}) {
   std::lock_guard<std::mutex> lk(g.mu);
   PhaseTimer timer("backward");
   Engine& e = *g.engine;
@@ -140,6 +187,10 @@ BackwardResult run_backward(Guarded& g, const BatchView& view, std::unique_ptr<P
     std::unique_ptr<PreparedBatch>& b;
     ~Recycle() { g.spare = std::move(b); }
   } recycle{g, prepared};
+  if (dev.on) {
+    check_device_room(dev, e, *prepared, "backward");
+    return e.backward_device(*prepared, static_cast<const float*>(dev.pooled.ptr), static_cast<const float*>(dev.seq.ptr));
+  }
   check_gradient_sizes(e.spec(), e.layout(), *prepared, grads);
   return e.backward(*prepared, grads.pooled, grads.seq.data());
 }
@@ -153,9 +204,16 @@ Napi::Object backward_result(Napi::Env env, const BackwardResult& r) {
 
 class ForwardWorker : public PromiseWorker {
  public:
-  ForwardWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch)
+  // devPooled / devSeq: empty (outputs in host buffers) or the device buffers the outputs go to
+  ForwardWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch, const Napi::Value& devPooled = Napi::Value(),
+                const Napi::Value& devSeq = Napi::Value())
       : PromiseWorker(env), e_(std::move(e)), view_(parse_batch(env, batch)) {
     Keep(batch);
+    if (!devPooled.IsEmpty()) {
+      out_.dev = device_io(env, *e_, devPooled, devSeq, "forwardDevice");
+      Keep(devPooled);
+      Keep(devSeq);
+    }
   }
   void Run() override { run_forward(*e_, view_, out_); }
   Napi::Value Result(Napi::Env env) override { return forward_result(env, e_, view_, out_); }
@@ -168,23 +226,27 @@ class ForwardWorker : public PromiseWorker {
 
 class BackwardWorker : public PromiseWorker {
  public:
+  // onDevice: `pooled` and `seq` are device buffers (the gradients in device memory), else a Float32Array
+  // and an array of per-feature Float32Arrays
   BackwardWorker(Napi::Env env, EnginePtr e, const Napi::Value& batch, const Napi::Value& pooled, const Napi::Value& seq,
-                 const Napi::Value& prepared)
+                 const Napi::Value& prepared, bool onDevice = false)
       : PromiseWorker(env),
         e_(std::move(e)),
         view_(parse_batch(env, batch)),
-        grads_(parse_gradients(env, pooled, seq)),
+        dev_(onDevice ? device_io(env, *e_, pooled, seq, "backwardDevice") : DeviceIo{}),
+        grads_(onDevice ? GradientView{} : parse_gradients(env, pooled, seq)),
         prepared_(take_prepared(*e_, view_, prepared)) {
     Keep(batch);
     Keep(pooled);
     Keep(seq);
   }
-  void Run() override { result_ = run_backward(*e_, view_, std::move(prepared_), grads_); }
+  void Run() override { result_ = run_backward(*e_, view_, std::move(prepared_), grads_, dev_); }
   Napi::Value Result(Napi::Env env) override { return backward_result(env, result_); }
 
  private:
   EnginePtr e_;
   BatchView view_;
+  DeviceIo dev_;
   GradientView grads_;
   std::unique_ptr<PreparedBatch> prepared_;
   BackwardResult result_;
@@ -255,6 +317,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
          InstanceAccessor<&EngineWrap::GetStep, &EngineWrap::SetStep>("step"),
          InstanceMethod<&EngineWrap::SetLearningRate>("setLearningRate"),
          InstanceMethod<&EngineWrap::Forward>("forward"), InstanceMethod<&EngineWrap::ForwardSync>("forwardSync"),
+         InstanceMethod<&EngineWrap::ForwardDevice>("forwardDevice"), InstanceMethod<&EngineWrap::BackwardDevice>("backwardDevice"),
          InstanceMethod<&EngineWrap::Backward>("backward"), InstanceMethod<&EngineWrap::BackwardSync>("backwardSync"),
          InstanceMethod<&EngineWrap::ReadRows>("readRows"), InstanceMethod<&EngineWrap::WriteRows>("writeRows"),
          InstanceMethod<&EngineWrap::ReadState>("readState"), InstanceMethod<&EngineWrap::WriteState>("writeState"),
@@ -333,6 +396,18 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   Napi::Value Forward(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     return guard(env, [&] { return (new ForwardWorker(env, live_ptr(env), info[0]))->Start(); });
+  }
+  // forwardDevice(batch, devicePooled, deviceSeq) / backwardDevice(batch, devicePooledGrad, deviceSeqGrad,
+  // prepared?): the same with the outputs / gradients in device buffers on the engine's device (engines
+  // with the outputsOnDevice capability): pooled [B × pooledDim], and the sequence features' values back to
+  // back in collection-feature order; forwardDevice's result has pooled: null and no sequences.
+  Napi::Value ForwardDevice(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&] { return (new ForwardWorker(env, live_ptr(env), info[0], info[1], info[2]))->Start(); });
+  }
+  Napi::Value BackwardDevice(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&] { return (new BackwardWorker(env, live_ptr(env), info[0], info[1], info[2], info[3], true))->Start(); });
   }
   Napi::Value ForwardSync(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();

@@ -1,5 +1,7 @@
 // engine.h — the interface both backends implement (native/cpu/cpu_engine, native/cuda/cuda_engine).
-// All pointers are host pointers; a device backend stages them itself. Every method either completes
+// All pointers are host pointers (a device backend stages them itself), except the outputs and gradients
+// of forward_device / backward_device, which engines with the outputsOnDevice capability read and write
+// in their device's memory. Every method either completes
 // or throws embshard::Error before changing any state. Methods are called from worker threads, one at
 // a time per engine (the addon serialises calls). What a backend can do beyond the interface is told
 // by capabilities(), never inferred from its device string.
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "core/batch.h"
+#include "core/errors.h"
 #include "core/host_device.h"
 #include "core/pooling.h"
 #include "core/types.h"
@@ -28,6 +31,9 @@ struct EngineCapabilities {
   bool resolvesIds = false;
   // kernel_times() reports device time of the last forward / backward kernels.
   bool kernelTimes = false;
+  // forward_device / backward_device keep the outputs and gradients in device memory (the sharded
+  // runtime's device exchanges).
+  bool outputsOnDevice = false;
 };
 
 // Device time of the last forward / backward kernels (staging excluded); -1 when not measured.
@@ -59,6 +65,11 @@ class Engine {
   // any write, sums all contributions per row in a fixed order, then applies one optimizer update per
   // row. Increments step() unless skipped.
   virtual BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) = 0;
+  // The same in the memory of the engine's device: `pooled` [B × pooledDim], and every sequence feature's
+  // values (or gradients) back to back in `seq`, features in collection order (Σ_f Σlen_f × dim_f floats);
+  // engines with the outputsOnDevice capability. The others fail with BACKEND_UNAVAILABLE.
+  virtual void forward_device(const PreparedBatch& b, float* pooled, float* seq);
+  virtual BackwardResult backward_device(const PreparedBatch& b, const float* pooledGrad, const float* seqGrad);
 
   // Row access in fp32 (rows already validated by the caller). State: statePerRow floats per row.
   virtual void read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) = 0;
@@ -76,5 +87,13 @@ class Engine {
   Layout layout_;
   int64_t step_ = 0;
 };
+
+inline void Engine::forward_device(const PreparedBatch&, float*, float*) {
+  fail("BACKEND_UNAVAILABLE", "the %s engine keeps its outputs in host memory", device().c_str());
+}
+
+inline BackwardResult Engine::backward_device(const PreparedBatch&, const float*, const float*) {
+  fail("BACKEND_UNAVAILABLE", "the %s engine takes its gradients from host memory", device().c_str());
+}
 
 }  // namespace embshard

@@ -64,11 +64,19 @@ class CudaEngine final : public Engine {
   ~CudaEngine() override;
   std::string device() const override { return "cuda:" + std::to_string(device_); }
   // The kernels read resolved rows (prepare_batch resolves them); cudaEvent kernel timing.
-  EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/true}; }
+  EngineCapabilities capabilities() const override {
+    return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/true, /*outputsOnDevice=*/true};
+  }
   KernelTimes kernel_times() const override { return times_; }
 
-  void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
-  BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
+  void forward(const PreparedBatch& b, float* pooled, float* const* seq) override { run_forward(b, pooled, seq, nullptr, false); }
+  BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override {
+    return run_backward(b, pooledGrad, seqGrad, nullptr, false);
+  }
+  void forward_device(const PreparedBatch& b, float* pooled, float* seq) override { run_forward(b, pooled, nullptr, seq, true); }
+  BackwardResult backward_device(const PreparedBatch& b, const float* pooledGrad, const float* seqGrad) override {
+    return run_backward(b, pooledGrad, nullptr, seqGrad, true);
+  }
   void read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) override;
   void write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
   void read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) override;
@@ -98,6 +106,11 @@ class CudaEngine final : public Engine {
     float* seq;
   };
   StagedBatch stage_batch(const PreparedBatch& b);
+  // forward / backward with the outputs / gradients in host memory (staged: `seq` per feature) or, onDevice,
+  // in this device's memory (`pooled` and `seqDev` device pointers: the kernels write / read them in place).
+  void run_forward(const PreparedBatch& b, float* pooled, float* const* seq, float* seqDev, bool onDevice);
+  BackwardResult run_backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad, const float* seqDev,
+                              bool onDevice);
   // Row-wise transfers in chunks of at most kChunkBytes of device scratch.
   template <typename Fn>
   void in_row_chunks(int64_t n, uint64_t bytesPerRow, Fn&& fn);
@@ -251,7 +264,7 @@ CudaEngine::StagedBatch CudaEngine::stage_batch(const PreparedBatch& b) {
   return d;
 }
 
-void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
+void CudaEngine::run_forward(const PreparedBatch& b, float* pooled, float* const* seq, float* seqDev, bool onDevice) {
   use_device();
   const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
   const int64_t pooledFloats = b.B * layout_.pooledDim;
@@ -260,13 +273,15 @@ void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
   const StagedBatch d = stage_batch(b);
   const std::vector<SlotDesc>& slots = d.slots;
 
-  cuda::ForwardArgs a{weights(), d.rows, d.offsets, d.weights, d.slotsDev, b.B, numBags, layout_.pooledDim, d.pooled, d.seq};
+  float* outPooled = onDevice ? pooled : d.pooled;
+  float* outSeq = onDevice ? seqDev : d.seq;
+  cuda::ForwardArgs a{weights(), d.rows, d.offsets, d.weights, d.slotsDev, b.B, numBags, layout_.pooledDim, outPooled, outSeq};
   EMB_CUDA_CHECK(cudaEventRecord(ev_[0], stream_));
   cuda::launch_forward(a, cuda::forward_group_size(slots.data(), b.F), stream_);
   EMB_CUDA_CHECK(cudaEventRecord(ev_[1], stream_));
 
-  if (pooledFloats > 0) stager_->d2h(pooled, d.pooled, pooledFloats * 4ull, stream_);
-  for (int32_t s = 0; s < b.F; ++s) {
+  if (pooledFloats > 0 && !onDevice) stager_->d2h(pooled, d.pooled, pooledFloats * 4ull, stream_);
+  for (int32_t s = 0; s < b.F && !onDevice; ++s) {
     const uint32_t f = b.feature[s];
     if (slots[s].outCol >= 0) continue;
     stager_->d2h(seq[f], d.seq + slots[s].seqOffset, sequence_values(spec_, b, f) * 4ull, stream_);
@@ -277,7 +292,8 @@ void CudaEngine::forward(const PreparedBatch& b, float* pooled, float* const* se
   times_.forwardMs = ms;
 }
 
-BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
+BackwardResult CudaEngine::run_backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad, const float* seqDev,
+                                        bool onDevice) {
   use_device();
   const int64_t N = b.numIds();
   const int64_t numBags = static_cast<int64_t>(b.F) * b.B;
@@ -298,16 +314,16 @@ BackwardResult CudaEngine::backward(const PreparedBatch& b, const float* pooledG
   int64_t* dOff = d.offsets;
   float* dW = d.weights;
   SlotDesc* dSlots = d.slotsDev;
-  float* dPooledGrad = d.pooled;
-  float* dSeqGrad = d.seq;
+  const float* dPooledGrad = onDevice ? pooledGrad : d.pooled;
+  const float* dSeqGrad = onDevice ? seqDev : d.seq;
   cuda::BackwardBuffers sb = cuda::carve_backward_buffers(sort_.ensure(cuda::backward_scratch_bytes(std::max<int64_t>(N, 1), endBit_), device_),
                                                           std::max<int64_t>(N, 1), endBit_);
 
-  if (pooledFloats > 0) stager_->h2d(dPooledGrad, pooledGrad, pooledFloats * 4ull, stream_);
-  for (size_t f = 0; f < spec_.features.size(); ++f) {
+  if (pooledFloats > 0 && !onDevice) stager_->h2d(d.pooled, pooledGrad, pooledFloats * 4ull, stream_);
+  for (size_t f = 0; f < spec_.features.size() && !onDevice; ++f) {
     if (spec_.features[f].pooling != Pooling::None) continue;
     const int64_t n = sequence_values(spec_, b, static_cast<uint32_t>(f));
-    stager_->h2d(dSeqGrad + slots[b.slotOf[f]].seqOffset, seqGrad[f], n * 4ull, stream_);
+    stager_->h2d(d.seq + slots[b.slotOf[f]].seqOffset, seqGrad[f], n * 4ull, stream_);
   }
 
   // 1. finiteness (counters[1]) — nothing is written to the tables before the host has seen it

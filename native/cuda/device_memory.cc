@@ -31,4 +31,11 @@ void DeviceMemory::download(void* dst, uint64_t offset, uint64_t n) const {
   EMB_CUDA_CHECK(cudaMemcpy(dst, static_cast<const uint8_t*>(p_.get()) + offset, n, cudaMemcpyDeviceToHost));
 }
 
+void DeviceMemory::zero(uint64_t offset, uint64_t n) {
+  if (n == 0) return;
+  EMB_CUDA_CHECK(cudaSetDevice(device_));
+  EMB_CUDA_CHECK(cudaMemset(static_cast<uint8_t*>(p_.get()) + offset, 0, n));
+  EMB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 }  // namespace embshard::cuda

@@ -24,6 +24,8 @@ class DeviceMemory {
   // before returning. The caller checks the range.
   void upload(const void* src, uint64_t offset, uint64_t n);
   void download(void* dst, uint64_t offset, uint64_t n) const;
+  // `n` zero bytes from byte `offset`, complete before returning.
+  void zero(uint64_t offset, uint64_t n);
 
  private:
   int device_;

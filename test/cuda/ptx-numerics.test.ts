@@ -77,6 +77,18 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     });
   }
 
+  it('exchange_kernels.cu: the block copies and the pooling round each multiply and add, as the host pooling does', slow, () => {
+    const text = ptx(join(packageRoot, 'native', 'cuda', 'exchange_kernels.cu'));
+    const ks = entries(text);
+    expect(ks.size).toBe(2);
+    for (const [name, body] of ks) {
+      expect(count(body, FUSED), name).toBe(0);
+      expect(count(body, INEXACT), name).toBe(0);
+    }
+    expect(count(text, /mul\.rn\.f32/g)).toBeGreaterThan(0);
+    expect(count(text, /add\.rn\.f32/g)).toBeGreaterThan(0);
+  });
+
   it('rows.cu: only init_kernel (normal init, host-computed in practice) holds fma; none approximates', slow, () => {
     const ks = entries(ptx(join(packageRoot, 'native', 'cuda', 'rows.cu')));
     expect(ks.size).toBe(5);

@@ -1,0 +1,100 @@
+// device_ops.cc — the sharded runtime's device exchange kernels (cuda/exchange_kernels.h) on DeviceArrays,
+// synchronous (a few kernel launches per phase), every range checked before anything runs. CUDA addon only.
+//   copyDeviceBlocks(src, dst, blocks: Float64Array): strided fp32 block copies between two device buffers
+//     on one device, 7 numbers per block (srcOffset, srcStride, dstOffset, dstStride, rows, cols, add 0/1),
+//     run in order;
+//   poolDeviceRows({ rows, rowsAt, dim, meta, inverseAt, ids, offsetsAt, bags, weights, weightsAt, dst, stride, col }):
+//     the unique rows of `rows` from element rowsAt on pooled into `bags` bags of dst (columns col …), each bag's ids listed by the
+//     int32 `meta` (the ids' inverse indices at inverseAt, the bags' id offsets, bags + 1 of them, at
+//     offsetsAt), weighted by `weights` (f32, at weightsAt; null: 1).
+#if defined(EMBSHARD_WITH_CUDA)
+#include <napi.h>
+
+#include <string>
+#include <vector>
+
+#include "addon/device_buffer.h"
+#include "addon/errors.h"
+#include "addon/js_args.h"
+#include "addon/registry.h"
+#include "cuda/exchange_kernels.h"
+
+namespace embshard::addon {
+namespace {
+
+Napi::Value CopyDeviceBlocks(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    DeviceBuffer src = read_device_buffer(env, info[0], "copyDeviceBlocks: src");
+    DeviceBuffer dst = read_device_buffer(env, info[1], "copyDeviceBlocks: dst");
+    if (src.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32)
+      throw_error(env, "INVALID_ARGUMENT", "copyDeviceBlocks: src and dst must hold f32 elements");
+    if (src.device != dst.device)
+      throw_error(env, "INVALID_ARGUMENT", format("copyDeviceBlocks: src is on cuda:%d, dst on cuda:%d", src.device, dst.device));
+    if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
+        info[2].As<Napi::Float64Array>().ElementLength() % 7 != 0)
+      throw_error(env, "INVALID_ARGUMENT", "copyDeviceBlocks: blocks must be a Float64Array of 7 numbers per block");
+    auto a = info[2].As<Napi::Float64Array>();
+    const size_t n = a.ElementLength() / 7;
+    std::vector<cuda::CopyBlock> blocks(n);
+    // the last element a block touches in a buffer of `count` elements
+    auto within = [](int64_t offset, int64_t stride, int64_t rows, int64_t cols, int64_t count) {
+      return rows == 0 || cols == 0 || (offset >= 0 && stride >= 0 && offset + (rows - 1) * stride + cols <= count);
+    };
+    for (size_t k = 0; k < n; ++k) {
+      int64_t v[7];
+      for (int i = 0; i < 7; ++i) {
+        const double x = a[k * 7 + i];
+        if (!(x >= 0 && x <= 9.0e15 && x == static_cast<double>(static_cast<int64_t>(x))))
+          throw_error(env, "INVALID_ARGUMENT", format("copyDeviceBlocks: block %zu: value %d (%g) is not a non-negative integer", k, i, x));
+        v[i] = static_cast<int64_t>(x);
+      }
+      blocks[k] = cuda::CopyBlock{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0};
+      if (!within(v[0], v[1], v[4], v[5], src.count) || !within(v[2], v[3], v[4], v[5], dst.count))
+        throw_error(env, "LENGTH_MISMATCH", format("copyDeviceBlocks: block %zu (%lld × %lld) lies outside its buffers (%lld and %lld elements)", k,
+                                                   static_cast<long long>(v[4]), static_cast<long long>(v[5]),
+                                                   static_cast<long long>(src.count), static_cast<long long>(dst.count)));
+    }
+    cuda::copy_blocks(src.device, static_cast<const float*>(src.ptr), static_cast<float*>(dst.ptr), blocks.data(), n);
+    return env.Undefined();
+  });
+}
+
+Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: expects an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    auto num = [&](const char* k) { return int_arg(env, o.Get(k), (std::string("poolDeviceRows: ") + k).c_str()); };
+    DeviceBuffer rows = read_device_buffer(env, o.Get("rows"), "poolDeviceRows: rows");
+    DeviceBuffer meta = read_device_buffer(env, o.Get("meta"), "poolDeviceRows: meta");
+    DeviceBuffer dst = read_device_buffer(env, o.Get("dst"), "poolDeviceRows: dst");
+    const bool weighted = !o.Get("weights").IsNull() && !o.Get("weights").IsUndefined();
+    DeviceBuffer w = weighted ? read_device_buffer(env, o.Get("weights"), "poolDeviceRows: weights") : DeviceBuffer{};
+    const int64_t rowsAt = num("rowsAt"), dim = num("dim"), inverseAt = num("inverseAt"), ids = num("ids"), offsetsAt = num("offsetsAt"), bags = num("bags");
+    const int64_t weightsAt = weighted ? num("weightsAt") : 0, stride = num("stride"), col = num("col");
+    if (rows.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32 ||
+        (weighted && w.type != comm::ElemType::F32))
+      throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: rows, dst and weights hold f32, meta i32");
+    if (rows.device != dst.device || meta.device != dst.device || (weighted && w.device != dst.device))
+      throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: every buffer must be on one device");
+    if (rowsAt > rows.count || inverseAt + ids > meta.count || offsetsAt + bags + 1 > meta.count || (weighted && weightsAt + ids > w.count) ||
+        (bags > 0 && (col + dim > stride || (bags - 1) * stride + col + dim > dst.count)))
+      throw_error(env, "LENGTH_MISMATCH", "poolDeviceRows: a range lies outside its buffer");
+    const int32_t* m = static_cast<const int32_t*>(meta.ptr);
+    cuda::pool_rows(dst.device, static_cast<const float*>(rows.ptr) + rowsAt, dim, m + inverseAt, m + offsetsAt, bags,
+                    weighted ? static_cast<const float*>(w.ptr) + weightsAt : nullptr, static_cast<float*>(dst.ptr), stride, col);
+    return env.Undefined();
+  });
+}
+
+void Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("copyDeviceBlocks", Napi::Function::New(env, CopyDeviceBlocks, "copyDeviceBlocks"));
+  exports.Set("poolDeviceRows", Napi::Function::New(env, PoolDeviceRows, "poolDeviceRows"));
+}
+
+Part part("device_ops", &Init);
+
+}  // namespace
+}  // namespace embshard::addon
+#endif  // EMBSHARD_WITH_CUDA

@@ -1,0 +1,73 @@
+// exchange_kernels.cu — the kernels of exchange_kernels.h, on the legacy default stream, each call waited
+// for. Block copies: one grid-stride kernel per block, launched in list order, one thread per value (a
+// row's values are adjacent threads, so accesses coalesce). Pooling: one thread per (bag, column), walking
+// the bag's ids in order.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/cuda_check.h"
+#include "cuda/exchange_kernels.h"
+#include "cuda/kernel_launch.h"
+
+namespace embshard::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+__global__ void __launch_bounds__(kBlock) copy_block_kernel(const float* src, float* dst, CopyBlock b) {
+  const uint64_t n = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.cols);
+  for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
+    const int64_t r = static_cast<int64_t>(e / static_cast<uint64_t>(b.cols)), c = static_cast<int64_t>(e % static_cast<uint64_t>(b.cols));
+    const float v = src[b.srcOffset + r * b.srcStride + c];
+    float* d = dst + b.dstOffset + r * b.dstStride + c;
+    if (b.add) *d += v;
+    else *d = v;
+  }
+}
+
+__global__ void __launch_bounds__(kBlock) pool_rows_kernel(const float* rows, int64_t dim, const int32_t* inverse, const int32_t* offsets,
+                                                           int64_t B, const float* weights, float* dst, int64_t stride, int64_t col) {
+  const uint64_t n = static_cast<uint64_t>(B) * static_cast<uint64_t>(dim);
+  for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
+    const int64_t b = static_cast<int64_t>(e / static_cast<uint64_t>(dim)), c = static_cast<int64_t>(e % static_cast<uint64_t>(dim));
+    float* out = dst + b * stride + col + c;
+    float v = *out;
+    for (int32_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+      const float w = weights ? weights[i] : 1.0f;
+      v += w * rows[static_cast<int64_t>(inverse[i]) * dim + c];
+    }
+    *out = v;
+  }
+}
+
+unsigned grid_for(uint64_t items) {
+  return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>((items + kBlock - 1) / kBlock, 1u << 16)));
+}
+
+}  // namespace
+
+void pool_rows(int device, const float* rows, int64_t dim, const int32_t* inverse, const int32_t* offsets, int64_t B,
+               const float* weights, float* dst, int64_t stride, int64_t col) {
+  const uint64_t items = static_cast<uint64_t>(B) * static_cast<uint64_t>(dim);
+  if (items == 0) return;
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  EMB_LAUNCH(pool_rows_kernel, grid_for(items), kBlock, 0, 0, rows, dim, inverse, offsets, B, weights, dst, stride, col);
+  EMB_CUDA_CHECK_LAUNCH();
+  EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+void copy_blocks(int device, const float* src, float* dst, const CopyBlock* blocks, size_t n) {
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  for (size_t k = 0; k < n; ++k) {
+    const CopyBlock& b = blocks[k];
+    const uint64_t items = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.cols);
+    if (items == 0) continue;
+    EMB_LAUNCH(copy_block_kernel, grid_for(items), kBlock, 0, 0, src, dst, b);
+    EMB_CUDA_CHECK_LAUNCH();
+  }
+  EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+}  // namespace embshard::cuda

@@ -1,0 +1,30 @@
+// exchange_kernels.h — the device twins of shard/exchange_ops.h that the sharded runtime's device
+// exchanges run (lib/sharded/device-exchange.ts): strided fp32 block copies (packing and unpacking
+// messages) and the pooling of unique rows into bags. copy_blocks: block k copies rows × cols values
+// from src (element srcOffset + r·srcStride + c) to dst (dstOffset + r·dstStride + c), or adds them
+// there. Blocks run in list order, so values added into one element from several blocks are summed in
+// that order (the order of the host path's unpacks: bitwise the same sums). Free of CUDA headers, so the
+// addon's plain C++ files can include it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace embshard::cuda {
+
+struct CopyBlock {
+  int64_t srcOffset, srcStride, dstOffset, dstStride, rows, cols;
+  bool add;
+};
+
+// Runs the blocks in order on `device`, then waits for them (CUDA_ERROR on failure). The caller has
+// checked that every block lies within both buffers.
+void copy_blocks(int device, const float* src, float* dst, const CopyBlock* blocks, size_t n);
+
+// Pools rows of a unique list into bags exactly as shard::pool_unique does on the host: for bag b (ids
+// offsets[b] … offsets[b+1] − 1 of `inverse`), dst[b·stride + col + c] += w_i · rows[inverse[i]·dim + c], id
+// by id in order (the host's sequence of fp32 roundings); w_i = weights[i], or 1 when weights is null.
+// Waits for the kernel. The caller guarantees every index is in range.
+void pool_rows(int device, const float* rows, int64_t dim, const int32_t* inverse, const int32_t* offsets, int64_t B,
+               const float* weights, float* dst, int64_t stride, int64_t col);
+
+}  // namespace embshard::cuda

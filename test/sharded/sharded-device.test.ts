@@ -1,0 +1,160 @@
+// The sharded runtime's device path (lib/sharded/device-exchange.ts). Where several ranks can each have a
+// CUDA device (one GPU per rank, or the CUDA emulation under `npm run test:cuda-emu`, whose one device every
+// rank shares), three ranks with CUDA engines over an NCCL group keep their engine outputs, output and
+// gradient messages and engine gradients in device memory, and: (1) equal one CPU collection over the
+// global batch (outputs, tables, optimizer state within 1e-5; bytes = measureTraffic) for a dp table, rb and
+// ub tables split by rows and columns, with and without replicated hot rows, sum and mean pooling, weighted
+// bags; (2) equal bitwise the same ranks run through host memory (in-process groups). Plans it does not
+// move run through host memory and stay exact. Everywhere: each collection says where its exchanges run
+// and why not on the device.
+import { describe, it, expect } from 'vitest';
+import { cudaBackend } from '../../lib/backends.js';
+import { JaggedBatch } from '../../lib/batch.js';
+import { EmbeddingCollection } from '../../lib/collection.js';
+import { ShardPlan } from '../../lib/plan/shard-plan.js';
+import { measureTraffic } from '../../lib/plan/traffic.js';
+import { createInProcessGroups, createNcclGroup, type ProcessGroup } from '../../lib/sharded/group.js';
+import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } from '../../lib/sharded/sharded.js';
+import { gatherTable } from '../../lib/sharded/reshard.js';
+// @ts-expect-error plain JS helper shared with the mpirun scripts
+import * as S from './scenario.mjs';
+
+const lib = { JaggedBatch, ShardPlan };
+const cuda = cudaBackend();
+const emulated = process.env.EMBSHARD_CUDA_EMU === '1';
+const W = 3;
+const multi = cuda.available && (emulated || (cuda.devices?.length ?? 0) >= W);
+
+async function ncclGroups(): Promise<{ boot: ProcessGroup[]; g: ProcessGroup[] }> {
+  const boot = createInProcessGroups(W, { timeoutMs: 60_000 });
+  const g = await Promise.all(boot.map((b) => createNcclGroup({ bootstrap: b, device: emulated ? 0 : b.rank, timeoutMs: 60_000 })));
+  return { boot, g };
+}
+
+interface Run {
+  outs: Float32Array[][];
+  tables: Map<string, { weights: Float32Array; state: Float32Array }>;
+}
+
+// `steps` training steps of the ranks on the scenario's batches; the oracle (a CPU collection over the global
+// batch) steps alongside when given; returns every rank's pooled outputs per step and the gathered tables.
+async function train(ranks: ShardedEmbeddingCollection[], plan: ShardPlan, steps: number, oracle?: EmbeddingCollection): Promise<Run & { outErr: number; trafficOk: boolean }> {
+  const outs: Float32Array[][] = [];
+  let outErr = 0, trafficOk = true;
+  for (let step = 0; step < steps; step++) {
+    const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, step, { B: 5 + r, weighted: true }));
+    if (oracle) {
+      // the oracle's step also checks the outputs; the ranks' outputs are read before backward consumes them
+      const o = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r])));
+      outs.push(o.map((x) => Float32Array.from(x.pooled)));
+      const gout = await oracle.forward(S.globalBatch(lib, batches));
+      outErr = Math.max(outErr, S.outputErr(o, gout, oracle, batches));
+      const grads = o.map((x, r) => S.gradsFor(x, r, step));
+      await Promise.all(ranks.map((sc, r) => sc.backward(o[r]!, grads[r])));
+      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+    } else {
+      const o = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r])));
+      outs.push(o.map((x) => Float32Array.from(x.pooled)));
+      await Promise.all(ranks.map((sc, r) => sc.backward(o[r]!, S.gradsFor(o[r], r, step))));
+    }
+    const predicted = measureTraffic(plan, batches).perRank;
+    ranks.forEach((sc, r) => {
+      if (JSON.stringify(sc.traffic) !== JSON.stringify(predicted[r])) trafficOk = false;
+    });
+  }
+  const tables = new Map<string, { weights: Float32Array; state: Float32Array }>();
+  // gatherTable is a collective: every rank takes part, and every rank gathers the same table
+  for (const t of plan.tables) {
+    const all = await Promise.all(ranks.map((sc) => gatherTable(sc, t.name)));
+    for (const x of all) expect(x).toEqual(all[0]);
+    tables.set(t.name, all[0]!);
+  }
+  return { outs, tables, outErr, trafficOk };
+}
+
+describe('the sharded runtime in device memory', () => {
+  it('a collection says where its exchanges run, and why not on the device', () => {
+    const plan: ShardPlan = S.makePlan(lib, 2, 2, { variant: 'A,Bt' });
+    const groups = createInProcessGroups(2);
+    const sc = groups.map((g) => new ShardedEmbeddingCollection(plan, g, { seed: 1 }));
+    expect(sc[0]!.exchangeMemory).toBe('host');
+    expect(sc[0]!.exchangeMemoryReason).toBe('the engine is on cpu');
+    sc.forEach((x) => x.dispose());
+    groups.forEach((g) => g.close());
+  });
+
+  describe.runIf(multi)(`${W} ranks with CUDA engines over NCCL${emulated ? ' (the emulator: all on its one device)' : ''}`, () => {
+    const cfgOf = (g: ProcessGroup): ShardedConfig => ({ optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11, device: `cuda:${g.cudaDevice ?? 0}` });
+
+    it('dp, rb and ub tables split by rows and columns, replicated hot rows, sum and mean, weighted bags: equal to one CPU collection, bytes = measureTraffic, and bitwise the host path', async () => {
+      const R = (k: number) => k % W;
+      const plan: ShardPlan = ShardPlan.create({
+        topology: S.topology(W, W),
+        batchSize: 6,
+        hierarchical: false,
+        tables: [
+          ...S.scenarioTables(W, 'A,Bt,C'),
+          {
+            table: { name: 'H', rows: 36, dim: 6, pooling: 'sum', features: ['h1'] },
+            cluster: 'rb',
+            tiers: { replicated: 5, node: 0 },
+            shards: [{ rows: [5, 20], cols: [0, 6], rank: R(2) }, { rows: [20, 36], cols: [0, 3], rank: R(0) }, { rows: [20, 36], cols: [3, 6], rank: R(1) }],
+          },
+          {
+            table: { name: 'I', rows: 44, dim: 4, pooling: 'mean', features: ['i1', 'i2'] },
+            cluster: 'ub',
+            tiers: { replicated: 3, node: 0 },
+            shards: [{ rows: [3, 44], cols: [0, 2], rank: R(1) }, { rows: [3, 44], cols: [2, 4], rank: R(2) }],
+          },
+        ],
+      });
+      const { boot, g } = await ncclGroups();
+      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
+      const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
+      // the same ranks through host memory: CUDA engines over in-process groups
+      const hostGroups = createInProcessGroups(W, { timeoutMs: 60_000 });
+      const hostRanks = hostGroups.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(g[0]!) }));
+      try {
+        expect(ranks.map((x) => x.exchangeMemory)).toEqual(['device', 'device', 'device']);
+        expect(hostRanks[0]!.exchangeMemory).toBe('host');
+        expect(hostRanks[0]!.exchangeMemoryReason).toContain('in-process');
+        const before = g.map((x) => x.stats().allToAllV.calls);
+        const dev = await train(ranks, plan, 3, oracle);
+        expect(dev.outErr).toBeLessThanOrEqual(1e-5);
+        expect(dev.trafficOk).toBe(true);
+        for (const t of plan.tables) {
+          const ids = Array.from({ length: t.rows }, (_, i) => i);
+          expect(S.relErr(dev.tables.get(t.name)!.weights, oracle.readRows(t.name, ids))).toBeLessThanOrEqual(1e-5);
+          expect(S.relErr(dev.tables.get(t.name)!.state, oracle.readState(t.name, ids))).toBeLessThanOrEqual(1e-5);
+        }
+        // every step's output and gradient messages went through the group (the all-to-alls it counted)
+        g.forEach((x, r) => expect(x.stats().allToAllV.calls - before[r]!).toBeGreaterThanOrEqual(3 * 3));
+        const host = await train(hostRanks, plan, 3);
+        expect(dev.outs).toEqual(host.outs);
+        for (const t of plan.tables) expect(dev.tables.get(t.name)).toEqual(host.tables.get(t.name));
+      } finally {
+        [...ranks, ...hostRanks].forEach((x) => x.dispose());
+        oracle.dispose();
+        [...g, ...boot, ...hostGroups].forEach((x) => x.close());
+      }
+    });
+
+    it('plans the device path does not move (here a node tier) run through host memory, saying why, and stay exact', async () => {
+      const plan: ShardPlan = S.makePlan(lib, W, W, { variant: 'A,Bt,D' });
+      const { boot, g } = await ncclGroups();
+      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
+      const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
+      try {
+        expect(ranks[0]!.exchangeMemory).toBe('host');
+        expect(ranks[0]!.exchangeMemoryReason).toBe("table 'D' has a node tier");
+        const r = await train(ranks, plan, 2, oracle);
+        expect(r.outErr).toBeLessThanOrEqual(1e-5);
+        expect(r.trafficOk).toBe(true);
+      } finally {
+        ranks.forEach((x) => x.dispose());
+        oracle.dispose();
+        [...g, ...boot].forEach((x) => x.close());
+      }
+    });
+  });
+});
