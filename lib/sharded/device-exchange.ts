@@ -8,14 +8,18 @@
 // backward — and for what the host computes anyway: the bag lists of the ub pooling, the dp tables'
 // gradient sync. Packing, unpacking and pooling follow the host path's slots (schedule.ts) and order with
 // the kernels of native/cuda/exchange_kernels.h, so every sum is bitwise the host path's. Plans with what
-// this path does not move (sequence outputs, node tiers, dynamic or disk-backed tables, the hierarchical
-// protocol's relays, 16-bit wire values) run on the host path; `deviceExchangeBlocker` says why.
+// this path does not move (sequence outputs, dynamic or disk-backed tables, 16-bit wire values) run on
+// the host path; `deviceExchangeBlocker` says why. The dp tables' and hot tiers' syncs exchange host
+// arrays (their gradient sums are computed on the host; an owner reads its node-tier rows' gradients back
+// for the node-tier sync). Under the hierarchical protocol the
+// relays reduce, pass on and gather in device memory too (their rows by index lists the host computed).
 import { DeviceArray, type DeviceElemType } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout } from './local-layout.js';
 import { part, type SegView, type UniqT } from './routing.js';
+import { inverseOf, unionIndex, type RelayUnion } from './relay.js';
 import type { Schedule } from './schedule.js';
 import type { Wire } from './exchange-ops.js';
 
@@ -27,6 +31,10 @@ export interface DeviceEngine extends NativeEngine {
 
 export interface DeviceOpsAddon {
   copyDeviceBlocks(src: object, dst: object, blocks: Float64Array): void;
+  indexDeviceRows(args: {
+    src: object; srcOffset: number; srcStride: number; dst: object; dstOffset: number; dstStride: number; meta: object; idxAt: number;
+    rows: number; cols: number; scatterAdd: boolean;
+  }): void;
   poolDeviceRows(args: {
     rows: object; rowsAt: number; dim: number; meta: object; inverseAt: number; ids: number; offsetsAt: number; bags: number;
     weights: object | null; weightsAt: number; dst: object; stride: number; col: number;
@@ -51,12 +59,10 @@ export function deviceExchangeBlocker(
   if (typeof (engine as Partial<DeviceEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
   if (opts.storage) return 'disk-backed shards are staged through host memory';
   if (opts.wire.forward !== 'fp32' || opts.wire.backward !== 'fp32') return 'wire values are fp16 / bf16 (the device path moves fp32)';
-  if (L.hier) return 'the hierarchical protocol relays through host memory';
   for (const t of plan.tables) {
     if (t.dynamic) return `table '${t.name}' is dynamic`;
     if (t.pooling === 'none') return `table '${t.name}' has sequence outputs`;
   }
-  for (const rt of L.tables) if (rt.N > 0) return `table '${rt.table.name}' has a node tier`;
   return undefined;
 }
 
@@ -125,6 +131,55 @@ function ubLayout(L: LocalLayout, ub: readonly UniqT[][]): { at: number[][]; tot
   return { at, total };
 }
 
+/** Where every node tier's distinct rows sit in one array (table → first element), and its size. */
+function nodeLayout(L: LocalLayout, node: ReadonlyMap<number, UniqT>): { at: Map<number, number>; total: number } {
+  let total = 0;
+  const at = new Map<number, number>();
+  for (const [t, u] of node) at.set(t, total), (total += u.uq.values.length * L.tables[t]!.table.dim);
+  return { at, total };
+}
+
+/** Where each relayed requester's [B_q × pooledDim] block sits in one array (this rank as a relay), and its size. */
+class PerRequester {
+  readonly at = new Map<number, number>();
+  total = 0;
+  constructor(private readonly bags: readonly number[], private readonly P: number) {}
+  of(q: number): number {
+    let a = this.at.get(q);
+    if (a === undefined) this.at.set(q, (a = this.total)), (this.total += this.bags[q]! * this.P);
+    return a;
+  }
+}
+
+/** Where each relayed row group's node-level distinct rows sit in one array, and its size. */
+function unionLayout(L: LocalLayout, unions: readonly RelayUnion[]): { at: number[]; total: number } {
+  let total = 0;
+  const at = unions.map((u) => {
+    const a = total;
+    total += u.uq.values.length * L.tables[u.rs.t]!.table.dim;
+    return a;
+  });
+  return { at, total };
+}
+
+/** The index lists of a relay's ub slots (each requester's distinct ids among its node's), uploaded once; the start of each. */
+async function relayIndexes(scratch: DeviceScratch, rsend: Schedule, unions: readonly RelayUnion[]): Promise<{ meta: DeviceArray; at: Map<string, number> }> {
+  const idx: number[] = [], at = new Map<string, number>();
+  rsend.slots.forEach((slots, q) =>
+    slots.forEach((sl) => {
+      if (sl.seg.kind !== 'ub') return;
+      const key = `${q}\u0000${sl.seg.t}\u0000${sl.seg.g}`;
+      if (at.has(key)) return;
+      at.set(key, idx.length);
+      const inv = inverseOf(unions[unionIndex(unions, sl.seg.t, sl.seg.g)]!, q);
+      for (let i = 0; i < inv.length; i++) idx.push(inv[i]!);
+    }),
+  );
+  const meta = scratch.get('relayIdx', idx.length, 'i32');
+  if (idx.length > 0) await meta.write(Int32Array.from(idx), 0);
+  return { meta, at };
+}
+
 export interface DeviceForwardArgs {
   L: LocalLayout;
   group: ProcessGroup;
@@ -133,6 +188,8 @@ export interface DeviceForwardArgs {
   B: number;
   segs: Map<string, SegView>;
   ub: readonly UniqT[][];
+  /** node tiers: the distinct ids of each table's tier, grouped by the node-mate holding them */
+  node: ReadonlyMap<number, UniqT>;
   /** the owner batch, where each source's bags start in it, each local feature's ids and each source's first id in them */
   owner: NativeBatch;
   Btot: number;
@@ -141,6 +198,12 @@ export interface DeviceForwardArgs {
   idOff: readonly (readonly number[])[];
   own: Schedule;
   req: Schedule;
+  /** hierarchical protocol: what this rank passes on as a relay, what relays pass on to it, the row groups it relays */
+  rsend: Schedule;
+  rrecv: Schedule;
+  unions: readonly RelayUnion[];
+  /** every source's batch size (the bags of a requester this rank relays for) */
+  bags: readonly number[];
   counters: TrafficCounters;
   /** this rank's pooled output [B × pooledDim] (host), written here */
   pooled: Float32Array;
@@ -177,53 +240,117 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
     local.add(lf.col, LPD, rt.pooledCol[rt.features.indexOf(lf.f!)]!, P, B, rt.table.dim, true);
   }
   local.run(a.scratch, out, pooled);
-  const ubAt = ubLayout(L, a.ub);
-  const ubRows = a.scratch.get('ubRows', ubAt.total);
-  const sums = new Blocks(), rows = new Blocks();
+  const ubAt = ubLayout(L, a.ub), unAt = unionLayout(L, a.unions), nodeAt = nodeLayout(L, a.node);
+  const ubRows = a.scratch.get('ubRows', ubAt.total), unionRows = a.scratch.get('unionRows', unAt.total), nodeRows = a.scratch.get('nodeRows', nodeAt.total);
+  const tierRows = new Blocks();
+  // as a relay (hierarchical): the partial sums of the requesters on other nodes, reduced per requester
+  const red = new PerRequester(a.bags, P);
+  const sums = new Blocks(), rows = new Blocks(), relaySums = new Blocks(), relayRows = new Blocks();
   for (let d = 0; d < L.W; d++)
     for (const sl of a.req.slots[d]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') sums.add(sl.at, cols, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
+      if (sl.src !== L.rank) {
+        if (s.kind === 'rb') relaySums.add(sl.at, cols, red.of(sl.src) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
+      } else if (s.kind === 'rb') sums.add(sl.at, cols, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
+      else if (s.kind === 'node') tierRows.add(sl.at, cols, nodeAt.at.get(s.t)! + a.node.get(s.t)!.starts[d % L.rpn]! * rt.table.dim, rt.table.dim, sl.rows, cols, false);
+      else if (s.kind === 'ub' && L.relaysTo(d)) relayRows.add(sl.at, cols, unAt.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, rt.table.dim, sl.rows, cols, false);
       else if (s.kind === 'ub') rows.add(sl.at, cols, ubAt.at[s.t]![s.g]! + sl.c0, rt.table.dim, sl.rows, cols, false);
     }
   sums.run(a.scratch, recv, pooled);
   rows.run(a.scratch, recv, ubRows);
-  await poolUbRows(a, ubAt.at, ubRows, pooled);
+  tierRows.run(a.scratch, recv, nodeRows);
+  if (L.hier) await relayForward(a, recv, red, relaySums, relayRows, unAt.at, unionRows, pooled, ubAt.at, ubRows);
+  // node tiers first, then the ub row groups, as the host path pools them
+  const sets: PoolSet[] = [];
+  for (const [t, u] of a.node) sets.push({ t, u, part: 1, rows: nodeRows, rowsAt: nodeAt.at.get(t)! });
+  a.ub.forEach((groups, t) => groups.forEach((u, gi) => sets.push({ t, u, part: 2 + gi, rows: ubRows, rowsAt: ubAt.at[t]![gi]! })));
+  await poolRows(a, sets, pooled);
   if (B * P > 0) await pooled.readInto(a.pooled.subarray(0, B * P), 0);
 }
 
-/** Pools every ub row group's unique rows into the pooled output: tables, groups and features in the host path's order. */
-async function poolUbRows(a: DeviceForwardArgs, ubAt: number[][], ubRows: DeviceArray, pooled: DeviceArray): Promise<void> {
+/**
+ * The hierarchical protocol's relay step of the forward, in device memory: the relayed requesters' partial
+ * sums reduced, the node's distinct ub rows taken in; then passed on (the node-reduced rb vectors across
+ * nodes, each requester's ub rows by its index list) and what relays pass on here added into the pooled
+ * output (rb) or taken as this rank's ub rows.
+ */
+async function relayForward(
+  a: DeviceForwardArgs, recv: DeviceArray, red: PerRequester, relaySums: Blocks, relayRows: Blocks, unAt: number[], unionRows: DeviceArray,
+  pooled: DeviceArray, ubAt: number[][], ubRows: DeviceArray,
+): Promise<void> {
+  const { L } = a;
+  const P = L.pooledDim;
+  for (let q = 0; q < L.W; q++) for (const sl of a.rsend.slots[q]!) if (sl.seg.kind === 'rb') red.of(q);
+  const reduced = a.scratch.get('reduced', red.total);
+  reduced.zero(0, red.total);
+  relaySums.run(a.scratch, recv, reduced);
+  relayRows.run(a.scratch, recv, unionRows);
+  const send = a.scratch.get('relaySend', a.rsend.total);
+  const pack = new Blocks();
+  const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
+  for (let q = 0; q < L.W; q++)
+    for (const sl of a.rsend.slots[q]!) {
+      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+      if (s.kind === 'rb') pack.add(red.of(q) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      else if (s.kind === 'ub')
+        a.scratch.addon.indexDeviceRows({
+          src: unionRows.native, srcOffset: unAt[unionIndex(a.unions, s.t, s.g)]! + sl.c0, srcStride: rt.table.dim, dst: send.native, dstOffset: sl.at, dstStride: cols,
+          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: false,
+        });
+    }
+  pack.run(a.scratch, reduced, send);
+  const passed = a.scratch.get('relayRecv', a.rrecv.total);
+  await a.group.allToAllDevice(send, a.rsend.sizes, passed, { recvCounts: a.rrecv.sizes, counters: a.counters });
+  const sums = new Blocks(), rows = new Blocks();
+  for (let r = 0; r < L.W; r++)
+    for (const sl of a.rrecv.slots[r]!) {
+      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+      if (s.kind === 'rb') sums.add(sl.at, cols, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
+      else if (s.kind === 'ub') rows.add(sl.at, cols, ubAt[s.t]![s.g]! + sl.c0, rt.table.dim, sl.rows, cols, false);
+    }
+  sums.run(a.scratch, passed, pooled);
+  rows.run(a.scratch, passed, ubRows);
+}
+
+/** One set of distinct rows to pool: table t's ids of routing range `part`, their rows at rowsAt of `rows`. */
+interface PoolSet {
+  t: number;
+  u: UniqT;
+  part: number;
+  rows: DeviceArray;
+  rowsAt: number;
+}
+
+/** Pools sets of distinct rows into the pooled output, sets and features in order (the host path's). */
+async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: DeviceArray): Promise<void> {
   const { L, B } = a;
   const P = L.pooledDim;
   // the bag lists the host routed, for the device: inverse indices and bag offsets (int32), weights (f32)
   const meta: number[] = [], weights: number[] = [];
-  const calls: { rowsAt: number; dim: number; inverseAt: number; ids: number; offsetsAt: number; weightsAt: number; weighted: boolean; col: number }[] = [];
-  a.ub.forEach((groups, t) =>
-    groups.forEach((u, gi) => {
-      const rt = L.tables[t]!;
-      rt.features.forEach((f, k) => {
-        const p = part(a.segs.get(f)!, 2 + gi, B);
-        const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
-        const inverseAt = meta.length, weightsAt = weights.length;
-        for (let i = 0; i < inv.length; i++) meta.push(inv[i]!);
-        const offsetsAt = meta.length;
-        let o = 0;
-        meta.push(0);
-        for (let b = 0; b < B; b++) meta.push((o += p.lengths[b]!));
-        if (p.weights) for (let i = 0; i < p.weights.length; i++) weights.push(p.weights[i]!);
-        calls.push({ rowsAt: ubAt[t]![gi]!, dim: rt.table.dim, inverseAt, ids: inv.length, offsetsAt, weightsAt, weighted: p.weights !== null, col: rt.pooledCol[k]! });
-      });
-    }),
-  );
+  const calls: { set: PoolSet; dim: number; inverseAt: number; ids: number; offsetsAt: number; weightsAt: number; weighted: boolean; col: number }[] = [];
+  for (const set of sets) {
+    const rt = L.tables[set.t]!;
+    rt.features.forEach((f, k) => {
+      const p = part(a.segs.get(f)!, set.part, B);
+      const inv = set.u.uq.inverse.subarray(set.u.featOff[k]!, set.u.featOff[k + 1]!);
+      const inverseAt = meta.length, weightsAt = weights.length;
+      for (let i = 0; i < inv.length; i++) meta.push(inv[i]!);
+      const offsetsAt = meta.length;
+      let o = 0;
+      meta.push(0);
+      for (let b = 0; b < B; b++) meta.push((o += p.lengths[b]!));
+      if (p.weights) for (let i = 0; i < p.weights.length; i++) weights.push(p.weights[i]!);
+      calls.push({ set, dim: rt.table.dim, inverseAt, ids: inv.length, offsetsAt, weightsAt, weighted: p.weights !== null, col: rt.pooledCol[k]! });
+    });
+  }
   if (calls.length === 0) return;
-  const m = a.scratch.get('ubMeta', meta.length, 'i32');
+  const m = a.scratch.get('poolMeta', meta.length, 'i32');
   await m.write(Int32Array.from(meta), 0);
-  const w = a.scratch.get('ubWeights', weights.length);
+  const w = a.scratch.get('poolWeights', weights.length);
   if (weights.length > 0) await w.write(Float32Array.from(weights), 0);
   for (const c of calls)
     a.scratch.addon.poolDeviceRows({
-      rows: ubRows.native, rowsAt: c.rowsAt, dim: c.dim, meta: m.native, inverseAt: c.inverseAt, ids: c.ids, offsetsAt: c.offsetsAt, bags: B,
+      rows: c.set.rows.native, rowsAt: c.set.rowsAt, dim: c.dim, meta: m.native, inverseAt: c.inverseAt, ids: c.ids, offsetsAt: c.offsetsAt, bags: B,
       weights: c.weighted ? w.native : null, weightsAt: c.weightsAt, dst: pooled.native, stride: P, col: c.col,
     });
 }
@@ -238,11 +365,19 @@ export interface DeviceBackwardArgs {
   ub: readonly UniqT[][];
   own: Schedule;
   req: Schedule;
+  /** hierarchical protocol: the relay schedules and row groups of the forward, and every source's batch size */
+  rsend: Schedule;
+  rrecv: Schedule;
+  unions: readonly RelayUnion[];
+  bags: readonly number[];
   counters: TrafficCounters;
   /** this rank's pooled gradient [B × pooledDim] (host; rb mean columns already divided by bag length) */
   grad: Float32Array;
   /** the gradient sums of every ub row group's unique rows (host, from `grad`): ubGrad[t][g] */
   ubGrad: readonly Float32Array[][];
+  /** node tiers: the distinct ids of each table's tier (grouped by holder) and their gradient sums (host) */
+  node: ReadonlyMap<number, UniqT>;
+  nodeGrad: ReadonlyMap<number, Float32Array>;
 }
 
 /** What the gradient exchange leaves in device memory: the owner batch's pooled gradient and the received message. */
@@ -264,16 +399,33 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
   const ubAt = ubLayout(L, a.ub);
   const ug = a.scratch.get('ubGrad', ubAt.total);
   await Promise.all(a.ubGrad.flatMap((groups, t) => groups.map((x, gi) => (x.length > 0 ? ug.write(x, ubAt.at[t]![gi]!) : undefined))));
+  const nodeAt = nodeLayout(L, a.node);
+  const ng = a.scratch.get('nodeGrad', nodeAt.total);
+  await Promise.all([...a.nodeGrad].map(([t, x]) => (x.length > 0 ? ng.write(x, nodeAt.at.get(t)!) : undefined)));
+  // hierarchical: the gradients go to the relays first, which keep each relayed requester's bag gradients
+  // and sum the ub rows' gradients per node-level distinct row
+  const unAt = unionLayout(L, a.unions);
+  const rel = new PerRequester(a.bags, P);
+  const relayed = L.hier ? await relayBackward(a, g, ug, ubAt.at, rel, unAt) : undefined;
   const send = a.scratch.get('gradSend', a.req.total);
-  const fromG = new Blocks(), fromUb = new Blocks();
+  const fromG = new Blocks(), fromUb = new Blocks(), fromRelayed = new Blocks(), fromUnion = new Blocks(), fromNode = new Blocks();
   for (let d = 0; d < L.W; d++)
     for (const sl of a.req.slots[d]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      if (sl.src !== L.rank) {
+        if (s.kind === 'rb') fromRelayed.add(rel.of(sl.src) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      } else if (s.kind === 'rb') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      else if (s.kind === 'node') fromNode.add(nodeAt.at.get(s.t)! + a.node.get(s.t)!.starts[d % L.rpn]! * rt.table.dim, rt.table.dim, sl.at, cols, sl.rows, cols, false);
+      else if (s.kind === 'ub' && L.relaysTo(d)) fromUnion.add(unAt.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
       else if (s.kind === 'ub') fromUb.add(ubAt.at[s.t]![s.g]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
     }
   fromG.run(a.scratch, g, send);
   fromUb.run(a.scratch, ug, send);
+  fromNode.run(a.scratch, ng, send);
+  if (relayed) {
+    fromRelayed.run(a.scratch, relayed.bags, send);
+    fromUnion.run(a.scratch, relayed.union, send);
+  }
   const recv = a.scratch.get('gradRecv', a.own.total);
   await a.group.allToAllDevice(send, a.req.sizes, recv, { recvCounts: a.own.sizes, counters: a.counters });
   // the owner batch's pooled gradient: every source's bag gradients in its rows; the rest (this rank's
@@ -291,9 +443,53 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
 }
 
 /**
+ * The hierarchical protocol's relay step of the backward, in device memory (the forward's relay slots
+ * reversed): this rank's rb bag gradients once per other node and its ub rows' gradients to its relays;
+ * as a relay, every relayed requester's bag gradients kept, and the ub rows' gradients summed per
+ * node-level distinct row in requester order (scatter-adds by the requesters' index lists).
+ */
+async function relayBackward(
+  a: DeviceBackwardArgs, g: DeviceArray, ug: DeviceArray, ubAt: number[][], rel: PerRequester, un: { at: number[]; total: number },
+): Promise<{ bags: DeviceArray; union: DeviceArray }> {
+  const { L } = a;
+  const P = L.pooledDim;
+  const toRelays = a.scratch.get('toRelays', a.rrecv.total);
+  const fromG = new Blocks(), fromUb = new Blocks();
+  for (let r = 0; r < L.W; r++)
+    for (const sl of a.rrecv.slots[r]!) {
+      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+      if (s.kind === 'rb') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      else if (s.kind === 'ub') fromUb.add(ubAt[s.t]![s.g]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
+    }
+  fromG.run(a.scratch, g, toRelays);
+  fromUb.run(a.scratch, ug, toRelays);
+  const atRelay = a.scratch.get('atRelay', a.rsend.total);
+  await a.group.allToAllDevice(toRelays, a.rrecv.sizes, atRelay, { recvCounts: a.rsend.sizes, counters: a.counters });
+  for (let q = 0; q < L.W; q++) for (const sl of a.rsend.slots[q]!) if (sl.seg.kind === 'rb') rel.of(q);
+  const bags = a.scratch.get('relayedGrad', rel.total), union = a.scratch.get('unionGrad', un.total);
+  bags.zero(0, rel.total);
+  union.zero(0, un.total);
+  const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
+  const keep = new Blocks();
+  for (let q = 0; q < L.W; q++)
+    for (const sl of a.rsend.slots[q]!) {
+      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
+      if (s.kind === 'rb') keep.add(sl.at, cols, rel.of(q) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, false);
+      else if (s.kind === 'ub')
+        // the per-row sums run in requester order, as on the host
+        a.scratch.addon.indexDeviceRows({
+          src: atRelay.native, srcOffset: sl.at, srcStride: cols, dst: union.native, dstOffset: un.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, dstStride: rt.table.dim,
+          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: true,
+        });
+    }
+  keep.run(a.scratch, atRelay, bags);
+  return { bags, union };
+}
+
+/**
  * The update batch's sequence gradients in device memory (features back to back, in order): ub features'
- * from the received message (each source's rows at its first id), the others' (the dp tables' and
- * replicated tiers' synced sums) written from the host arrays in `host`; zero elsewhere.
+ * from the received message (each source's rows at its first id), the others' (the synced sums of dp
+ * tables, replicated and node tiers) written from the host arrays in `host`; zero elsewhere.
  */
 export async function ownerSequenceGradients(
   a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own'>,
@@ -310,7 +506,7 @@ export async function ownerSequenceGradients(
   for (let p = 0; p < L.W; p++)
     for (const sl of a.own.slots[p]!) {
       const lf = L.localFeatures[sl.feature]!;
-      if (lf.pooling === 'none') unpack.add(sl.at, lf.dim, seqAt.at[sl.feature]! + idOff[sl.feature]![sl.src]! * lf.dim, lf.dim, sl.rows, lf.dim, false);
+      if (sl.seg.kind === 'ub') unpack.add(sl.at, lf.dim, seqAt.at[sl.feature]! + idOff[sl.feature]![sl.src]! * lf.dim, lf.dim, sl.rows, lf.dim, false);
     }
   unpack.run(a.scratch, recv, sg);
   await Promise.all(

@@ -523,15 +523,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![sl.src]!, sl.rows, 0, cols, fw, outBuf, sl.at);
       }
     // what every owner sends back is known here: the rows / bags this rank asked for (and, as a relay, the
-    // partial sums of the requesters it relays for)
-    const req = requesterSchedule(L, (s, d) => {
-      if (s.kind === 'node') {
-        const u = node.get(s.t)!, j = d % rpn;
-        return u.starts[j + 1]! - u.starts[j]!;
-      }
-      if (s.kind === 'ub') return L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values.length : ub[s.t]![s.g]!.uq.values.length;
-      return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
-    }, (p) => recv[p]!.B);
+    // partial sums of the requesters it relays for); then what relays pass on
+    const { req, rsend, rrecv } = stepSchedules(L, { segs, ub, node }, recv, unions, B);
     const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
     // 6. assemble this rank's outputs
     const P = this.pooledDim;
@@ -581,9 +574,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       }
     g.release(back.data);
     // hierarchical: relays pass on the node-reduced rb vectors and the relayed ub rows (relay slots)
-    const idsOf = (rs: { t: number; g: number }) => ub[rs.t]![rs.g]!.uq.values.length;
-    const rsend = relaySendSchedule(L, (q) => recv[q]!.B, (q, rs) => unionOf(unions, rs.t, rs.g).count[q]!);
-    const rrecv = relayRecvSchedule(L, B, idsOf);
     if (L.hier) {
       const relayBuf = S.wire(fw, rsend.total);
       for (let q = 0; q < W; q++)
@@ -632,16 +622,15 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   ): Promise<ShardedForwardOutput> {
     const L = this.layout, B = batch.batchSize, P = this.pooledDim;
     const own = ownerSchedule(L, recv);
-    const req = requesterSchedule(L, (s) => (s.kind === 'ub' ? routed.ub[s.t]![s.g]!.uq.values.length : B), (p) => recv[p]!.B);
+    const { req, rsend, rrecv } = stepSchedules(L, routed, recv, unions, B);
     const pooled = exchangeOps().outputArray(B * P);
     await forwardOnDevice({
-      L, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub,
-      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, counters, pooled,
+      L, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub, node: routed.node,
+      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, rsend, rrecv, unions, bags: recv.map((x) => x.B), counters, pooled,
     });
     this.finishPooled(batch, pooled);
     this.traffic.forward = counters;
     const out: Out = { pooled, sequences: {}, batch };
-    const rsend = relaySendSchedule(L, () => 0, () => 0), rrecv = relayRecvSchedule(L, B, () => 0);
     Object.defineProperty(out, STEP, { value: { batch, B, segs: routed.segs, ub: routed.ub, node: routed.node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq } satisfies StepCtx, enumerable: false });
     return out;
   }
@@ -695,7 +684,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // other node, ub row gradients to the node's relay, which sums them per distinct row in source order
     const relayed = new Map<number, Float32Array>();
     const unionGrad = ctx.unions.map((u) => S.f32(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
-    if (L.hier) {
+    // (the device path runs this step in device memory: gradientsOnDevice)
+    if (L.hier && !this.deviceScratch) {
       const toRelays = S.wire(bw, ctx.rrecv.total);
       for (let a = 0; a < W; a++)
         for (const sl of ctx.rrecv.slots[a]!) {
@@ -723,7 +713,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout):
     // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
     const devGrad = this.deviceScratch
-      ? await gradientsOnDevice({ L, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, counters, grad: Gs, ubGrad })
+      ? await gradientsOnDevice({
+          L, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv,
+          unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters, grad: Gs, ubGrad, node: ctx.node, nodeGrad,
+        })
       : undefined;
     const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);
     if (!devGrad) for (let d = 0; d < W; d++)
@@ -762,20 +755,23 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const pooledGrad = S.f32(devGrad ? 0 : Btot * L.localPooledDim);
     // node tier: sum the node's contributions per row (source order), then sync across nodes
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    // the received gradients, slot by slot of the owner schedule (the device path laid them out already)
-    if (gin) for (let p = 0; p < W; p++)
+    // the received gradients, slot by slot of the owner schedule (the device path laid them out already,
+    // but for the node tiers' rows, which the node-tier sync takes from host memory)
+    if (gin || devGrad) for (let p = 0; p < W; p++)
       for (const sl of ctx.own.slots[p]!) {
         const s = sl.seg, src = sl.src;
         if (s.kind === 'node') {
           const dim = L.tables[s.t]!.table.dim;
           const gr = S.f32(sl.rows * dim);
-          K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
+          if (gin) K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
+          else if (gr.length > 0) await devGrad!.recv.readInto(gr, sl.at);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
           np.ids.push(ctx.recv[src]!.entries[sl.entry]!.ids);
           np.grads.push(gr);
           continue;
         }
+        if (!gin) continue;
         const lfi = sl.feature, lf = L.localFeatures[lfi]!;
         if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[src]!, lf.col, false);
         else {
@@ -820,6 +816,27 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     this.traffic.backward = counters;
     return res;
   }
+}
+
+/**
+ * The schedules of a step as the requester and relay (schedule.ts): what every owner sends back for the
+ * ids this rank asked for (node-tier rows, ub rows — a relay's: its node's distinct ids —, rb bags or
+ * sequence ids) and, as a relay, the partial sums of the requesters it relays for; what this rank passes
+ * on as a relay (rsend) and what relays pass on to it (rrecv).
+ */
+function stepSchedules(L: LocalLayout, routed: Routed, recv: readonly Received[], unions: readonly RelayUnion[], B: number): { req: Schedule; rsend: Schedule; rrecv: Schedule } {
+  const { segs, ub, node } = routed;
+  const req = requesterSchedule(L, (s, d) => {
+    if (s.kind === 'node') {
+      const u = node.get(s.t)!, j = d % L.rpn;
+      return u.starts[j + 1]! - u.starts[j]!;
+    }
+    if (s.kind === 'ub') return L.relaysTo(d) ? unionOf(unions, s.t, s.g).uq.values.length : ub[s.t]![s.g]!.uq.values.length;
+    return L.tables[s.t]!.pooling !== 'none' ? B : part(segs.get(s.f)!, 2 + s.g, B).n;
+  }, (p) => recv[p]!.B);
+  const rsend = relaySendSchedule(L, (q) => recv[q]!.B, (q, rs) => unionOf(unions, rs.t, rs.g).count[q]!);
+  const rrecv = relayRecvSchedule(L, B, (rs) => ub[rs.t]![rs.g]!.uq.values.length);
+  return { req, rsend, rrecv };
 }
 
 /**

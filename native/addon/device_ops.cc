@@ -3,6 +3,9 @@
 //   copyDeviceBlocks(src, dst, blocks: Float64Array): strided fp32 block copies between two device buffers
 //     on one device, 7 numbers per block (srcOffset, srcStride, dstOffset, dstStride, rows, cols, add 0/1),
 //     run in order;
+//   indexDeviceRows({ src, srcOffset, srcStride, dst, dstOffset, dstStride, meta, idxAt, rows, cols, scatterAdd }):
+//     dst row j ← src row idx[j] (gather), or dst row idx[j] += src row j (scatterAdd), idx the int32 `meta`
+//     from element idxAt, `rows` of them, distinct;
 //   poolDeviceRows({ rows, rowsAt, dim, meta, inverseAt, ids, offsetsAt, bags, weights, weightsAt, dst, stride, col }):
 //     the unique rows of `rows` from element rowsAt on pooled into `bags` bags of dst (columns col …), each bag's ids listed by the
 //     int32 `meta` (the ids' inverse indices at inverseAt, the bags' id offsets, bags + 1 of them, at
@@ -88,8 +91,35 @@ Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: expects an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    auto num = [&](const char* k) { return int_arg(env, o.Get(k), (std::string("indexDeviceRows: ") + k).c_str()); };
+    DeviceBuffer src = read_device_buffer(env, o.Get("src"), "indexDeviceRows: src");
+    DeviceBuffer dst = read_device_buffer(env, o.Get("dst"), "indexDeviceRows: dst");
+    DeviceBuffer meta = read_device_buffer(env, o.Get("meta"), "indexDeviceRows: meta");
+    const int64_t srcOffset = num("srcOffset"), srcStride = num("srcStride"), dstOffset = num("dstOffset"), dstStride = num("dstStride");
+    const int64_t idxAt = num("idxAt"), rows = num("rows"), cols = num("cols");
+    const bool scatterAdd = o.Get("scatterAdd").ToBoolean().Value();
+    if (src.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32)
+      throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: src and dst hold f32, meta i32");
+    if (src.device != dst.device || meta.device != dst.device) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: every buffer must be on one device");
+    // the indexed side's extent is the caller's (its rows are those the index names); the other is checked
+    const int64_t plainOffset = scatterAdd ? srcOffset : dstOffset, plainStride = scatterAdd ? srcStride : dstStride;
+    const int64_t plainCount = scatterAdd ? src.count : dst.count;
+    if (idxAt + rows > meta.count || (rows > 0 && plainOffset + (rows - 1) * plainStride + cols > plainCount))
+      throw_error(env, "LENGTH_MISMATCH", "indexDeviceRows: a range lies outside its buffer");
+    cuda::index_rows(dst.device, static_cast<const float*>(src.ptr), srcOffset, srcStride, static_cast<const int32_t*>(meta.ptr) + idxAt, rows,
+                     cols, static_cast<float*>(dst.ptr), dstOffset, dstStride, scatterAdd);
+    return env.Undefined();
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("copyDeviceBlocks", Napi::Function::New(env, CopyDeviceBlocks, "copyDeviceBlocks"));
+  exports.Set("indexDeviceRows", Napi::Function::New(env, IndexDeviceRows, "indexDeviceRows"));
   exports.Set("poolDeviceRows", Napi::Function::New(env, PoolDeviceRows, "poolDeviceRows"));
 }
 

@@ -1,7 +1,7 @@
 // exchange_kernels.cu — the kernels of exchange_kernels.h, on the legacy default stream, each call waited
 // for. Block copies: one grid-stride kernel per block, launched in list order, one thread per value (a
-// row's values are adjacent threads, so accesses coalesce). Pooling: one thread per (bag, column), walking
-// the bag's ids in order.
+// row's values are adjacent threads, so accesses coalesce); indexed rows likewise, one thread per value.
+// Pooling: one thread per (bag, column), walking the bag's ids in order.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +42,17 @@ __global__ void __launch_bounds__(kBlock) pool_rows_kernel(const float* rows, in
   }
 }
 
+__global__ void __launch_bounds__(kBlock) index_rows_kernel(const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
+                                                            int64_t rows, int64_t cols, float* dst, int64_t dstOffset, int64_t dstStride,
+                                                            bool scatterAdd) {
+  const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
+    const int64_t j = static_cast<int64_t>(e / static_cast<uint64_t>(cols)), c = static_cast<int64_t>(e % static_cast<uint64_t>(cols));
+    if (scatterAdd) dst[dstOffset + static_cast<int64_t>(idx[j]) * dstStride + c] += src[srcOffset + j * srcStride + c];
+    else dst[dstOffset + j * dstStride + c] = src[srcOffset + static_cast<int64_t>(idx[j]) * srcStride + c];
+  }
+}
+
 unsigned grid_for(uint64_t items) {
   return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>((items + kBlock - 1) / kBlock, 1u << 16)));
 }
@@ -54,6 +65,16 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
   if (items == 0) return;
   EMB_CUDA_CHECK(cudaSetDevice(device));
   EMB_LAUNCH(pool_rows_kernel, grid_for(items), kBlock, 0, 0, rows, dim, inverse, offsets, B, weights, dst, stride, col);
+  EMB_CUDA_CHECK_LAUNCH();
+  EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+void index_rows(int device, const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows, int64_t cols,
+                float* dst, int64_t dstOffset, int64_t dstStride, bool scatterAdd) {
+  const uint64_t items = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  if (items == 0) return;
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  EMB_LAUNCH(index_rows_kernel, grid_for(items), kBlock, 0, 0, src, srcOffset, srcStride, idx, rows, cols, dst, dstOffset, dstStride, scatterAdd);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }

@@ -1,6 +1,7 @@
 // exchange_kernels.h — the device twins of shard/exchange_ops.h that the sharded runtime's device
 // exchanges run (lib/sharded/device-exchange.ts): strided fp32 block copies (packing and unpacking
-// messages) and the pooling of unique rows into bags. copy_blocks: block k copies rows × cols values
+// messages), row copies through an index list (a relay's rows of each requester), and the pooling of
+// unique rows into bags. copy_blocks: block k copies rows × cols values
 // from src (element srcOffset + r·srcStride + c) to dst (dstOffset + r·dstStride + c), or adds them
 // there. Blocks run in list order, so values added into one element from several blocks are summed in
 // that order (the order of the host path's unpacks: bitwise the same sums). Free of CUDA headers, so the
@@ -19,6 +20,13 @@ struct CopyBlock {
 // Runs the blocks in order on `device`, then waits for them (CUDA_ERROR on failure). The caller has
 // checked that every block lies within both buffers.
 void copy_blocks(int device, const float* src, float* dst, const CopyBlock* blocks, size_t n);
+
+// Row j of src (element srcOffset + j·srcStride, `cols` values) to row idx[j] of dst (gather = false:
+// dst row j from src row idx[j]), for j < rows; with scatter-add the values are added. idx holds distinct
+// rows (a requester's distinct ids among its node's), so no two threads touch one value: one call adds
+// in a fixed order, and calls run in the caller's order. Waits for the kernel.
+void index_rows(int device, const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows, int64_t cols,
+                float* dst, int64_t dstOffset, int64_t dstStride, bool scatterAdd);
 
 // Pools rows of a unique list into bags exactly as shard::pool_unique does on the host: for bag b (ids
 // offsets[b] … offsets[b+1] − 1 of `inverse`), dst[b·stride + col + c] += w_i · rows[inverse[i]·dim + c], id

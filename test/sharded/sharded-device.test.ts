@@ -3,8 +3,9 @@
 // rank shares), three ranks with CUDA engines over an NCCL group keep their engine outputs, output and
 // gradient messages and engine gradients in device memory, and: (1) equal one CPU collection over the
 // global batch (outputs, tables, optimizer state within 1e-5; bytes = measureTraffic) for a dp table, rb and
-// ub tables split by rows and columns, with and without replicated hot rows, sum and mean pooling, weighted
-// bags; (2) equal bitwise the same ranks run through host memory (in-process groups). Plans it does not
+// ub tables split by rows and columns, with and without replicated and node hot-row tiers, sum and mean
+// pooling, weighted bags, on one node and on two under the hierarchical protocol (its relays in device
+// memory); (2) equal bitwise the same ranks run through host memory (in-process groups). Plans it does not
 // move run through host memory and stay exact. Everywhere: each collection says where its exchanges run
 // and why not on the device.
 import { describe, it, expect } from 'vitest';
@@ -25,8 +26,8 @@ const emulated = process.env.EMBSHARD_CUDA_EMU === '1';
 const W = 3;
 const multi = cuda.available && (emulated || (cuda.devices?.length ?? 0) >= W);
 
-async function ncclGroups(): Promise<{ boot: ProcessGroup[]; g: ProcessGroup[] }> {
-  const boot = createInProcessGroups(W, { timeoutMs: 60_000 });
+async function ncclGroups(w = W, rpn = w): Promise<{ boot: ProcessGroup[]; g: ProcessGroup[] }> {
+  const boot = createInProcessGroups(w, { ranksPerNode: rpn, timeoutMs: 60_000 });
   const g = await Promise.all(boot.map((b) => createNcclGroup({ bootstrap: b, device: emulated ? 0 : b.rank, timeoutMs: 60_000 })));
   return { boot, g };
 }
@@ -86,14 +87,15 @@ describe('the sharded runtime in device memory', () => {
   describe.runIf(multi)(`${W} ranks with CUDA engines over NCCL${emulated ? ' (the emulator: all on its one device)' : ''}`, () => {
     const cfgOf = (g: ProcessGroup): ShardedConfig => ({ optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11, device: `cuda:${g.cudaDevice ?? 0}` });
 
-    it('dp, rb and ub tables split by rows and columns, replicated hot rows, sum and mean, weighted bags: equal to one CPU collection, bytes = measureTraffic, and bitwise the host path', async () => {
-      const R = (k: number) => k % W;
-      const plan: ShardPlan = ShardPlan.create({
-        topology: S.topology(W, W),
+    // dp, rb and ub tables split by rows and columns, with and without replicated hot rows, sum and mean
+    const mixedPlan = (w: number, rpn: number, hierarchical: boolean): ShardPlan => {
+      const R = (k: number) => k % w;
+      return ShardPlan.create({
+        topology: S.topology(w, rpn),
         batchSize: 6,
-        hierarchical: false,
+        hierarchical,
         tables: [
-          ...S.scenarioTables(W, 'A,Bt,C'),
+          ...S.scenarioTables(w, 'A,Bt,C'),
           {
             table: { name: 'H', rows: 36, dim: 6, pooling: 'sum', features: ['h1'] },
             cluster: 'rb',
@@ -108,45 +110,57 @@ describe('the sharded runtime in device memory', () => {
           },
         ],
       });
-      const { boot, g } = await ncclGroups();
-      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
-      const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
-      // the same ranks through host memory: CUDA engines over in-process groups
-      const hostGroups = createInProcessGroups(W, { timeoutMs: 60_000 });
-      const hostRanks = hostGroups.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(g[0]!) }));
-      try {
-        expect(ranks.map((x) => x.exchangeMemory)).toEqual(['device', 'device', 'device']);
-        expect(hostRanks[0]!.exchangeMemory).toBe('host');
-        expect(hostRanks[0]!.exchangeMemoryReason).toContain('in-process');
-        const before = g.map((x) => x.stats().allToAllV.calls);
-        const dev = await train(ranks, plan, 3, oracle);
-        expect(dev.outErr).toBeLessThanOrEqual(1e-5);
-        expect(dev.trafficOk).toBe(true);
-        for (const t of plan.tables) {
-          const ids = Array.from({ length: t.rows }, (_, i) => i);
-          expect(S.relErr(dev.tables.get(t.name)!.weights, oracle.readRows(t.name, ids))).toBeLessThanOrEqual(1e-5);
-          expect(S.relErr(dev.tables.get(t.name)!.state, oracle.readState(t.name, ids))).toBeLessThanOrEqual(1e-5);
-        }
-        // every step's output and gradient messages went through the group (the all-to-alls it counted)
-        g.forEach((x, r) => expect(x.stats().allToAllV.calls - before[r]!).toBeGreaterThanOrEqual(3 * 3));
-        const host = await train(hostRanks, plan, 3);
-        expect(dev.outs).toEqual(host.outs);
-        for (const t of plan.tables) expect(dev.tables.get(t.name)).toEqual(host.tables.get(t.name));
-      } finally {
-        [...ranks, ...hostRanks].forEach((x) => x.dispose());
-        oracle.dispose();
-        [...g, ...boot, ...hostGroups].forEach((x) => x.close());
-      }
-    });
+    };
 
-    it('plans the device path does not move (here a node tier) run through host memory, saying why, and stay exact', async () => {
-      const plan: ShardPlan = S.makePlan(lib, W, W, { variant: 'A,Bt,D' });
+    const cases = [
+      { w: W, rpn: W, what: 'dp, rb and ub tables split by rows and columns, replicated hot rows', plan: () => mixedPlan(W, W, false) },
+      { w: 4, rpn: 2, what: 'the same, hierarchical protocol (relays in device memory)', plan: () => mixedPlan(4, 2, true) },
+      { w: 4, rpn: 2, what: 'node tiers of rb and ub tables, hierarchical protocol', plan: (): ShardPlan => S.makePlan(lib, 4, 2, { variant: 'A,C,D,E', hierarchical: true }) },
+    ];
+    for (const c of cases)
+      it(`${c.w} ranks on ${c.w / c.rpn} node(s), ${c.what}, sum and mean, weighted bags: equal to one CPU collection, bytes = measureTraffic, and bitwise the host path`, async () => {
+        const plan = c.plan();
+        const { boot, g } = await ncclGroups(c.w, c.rpn);
+        const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
+        const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
+        // the same ranks through host memory: CUDA engines over in-process groups
+        const hostGroups = createInProcessGroups(c.w, { ranksPerNode: c.rpn, timeoutMs: 60_000 });
+        const hostRanks = hostGroups.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(g[0]!) }));
+        try {
+          expect(ranks.map((x) => x.exchangeMemory)).toEqual(new Array(c.w).fill('device'));
+          expect(hostRanks[0]!.exchangeMemory).toBe('host');
+          expect(hostRanks[0]!.exchangeMemoryReason).toContain('in-process');
+          const before = g.map((x) => x.stats().allToAllV.calls);
+          const dev = await train(ranks, plan, 3, oracle);
+          expect(dev.outErr).toBeLessThanOrEqual(1e-5);
+          expect(dev.trafficOk).toBe(true);
+          for (const t of plan.tables) {
+            const ids = Array.from({ length: t.rows }, (_, i) => i);
+            expect(S.relErr(dev.tables.get(t.name)!.weights, oracle.readRows(t.name, ids))).toBeLessThanOrEqual(1e-5);
+            expect(S.relErr(dev.tables.get(t.name)!.state, oracle.readState(t.name, ids))).toBeLessThanOrEqual(1e-5);
+          }
+          // every step's output and gradient messages went through the group (the all-to-alls it counted)
+          g.forEach((x, r) => expect(x.stats().allToAllV.calls - before[r]!).toBeGreaterThanOrEqual(3 * 3));
+          // two nodes: the counters really see inter-node traffic
+          if (c.w > c.rpn) expect(ranks.reduce((n, x) => n + x.traffic.forward.sentInter + x.traffic.backward.sentInter, 0)).toBeGreaterThan(0);
+          const host = await train(hostRanks, plan, 3);
+          expect(dev.outs).toEqual(host.outs);
+          for (const t of plan.tables) expect(dev.tables.get(t.name)).toEqual(host.tables.get(t.name));
+        } finally {
+          [...ranks, ...hostRanks].forEach((x) => x.dispose());
+          oracle.dispose();
+          [...g, ...boot, ...hostGroups].forEach((x) => x.close());
+        }
+      });
+
+    it('plans the device path does not move (here sequence outputs) run through host memory, saying why, and stay exact', async () => {
+      const plan: ShardPlan = S.makePlan(lib, W, W, { variant: 'A,Bt,F' });
       const { boot, g } = await ncclGroups();
       const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
       const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
       try {
         expect(ranks[0]!.exchangeMemory).toBe('host');
-        expect(ranks[0]!.exchangeMemoryReason).toBe("table 'D' has a node tier");
+        expect(ranks[0]!.exchangeMemoryReason).toBe("table 'F' has sequence outputs");
         const r = await train(ranks, plan, 2, oracle);
         expect(r.outErr).toBeLessThanOrEqual(1e-5);
         expect(r.trafficOk).toBe(true);
