@@ -7,16 +7,17 @@ import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { fieldsOf, rejectUnknownFields } from './fields.js';
 
-/** Element types of a DeviceArray: those the process groups reduce. */
-export type DeviceElemType = 'f32' | 'f64' | 'i32' | 'i64';
+/** Element types of a DeviceArray: those the process groups reduce, and u16 (fp16 / bf16 wire values, moved only). */
+export type DeviceElemType = 'f32' | 'f64' | 'i32' | 'i64' | 'u16';
 /** The host typed array of each element type. */
-export type DeviceHostArray = Float32Array | Float64Array | Int32Array | BigInt64Array;
+export type DeviceHostArray = Float32Array | Float64Array | Int32Array | BigInt64Array | Uint16Array;
 
 const HOST: Record<DeviceElemType, { new (n: number): DeviceHostArray; readonly BYTES_PER_ELEMENT: number }> = {
   f32: Float32Array,
   f64: Float64Array,
   i32: Int32Array,
   i64: BigInt64Array,
+  u16: Uint16Array,
 };
 
 /** @internal the native object (type-tagged: the group bindings recognise it). */
@@ -46,6 +47,7 @@ function typeOf(a: unknown): DeviceElemType | undefined {
   if (a instanceof Float64Array) return 'f64';
   if (a instanceof Int32Array) return 'i32';
   if (a instanceof BigInt64Array) return 'i64';
+  if (a instanceof Uint16Array) return 'u16';
   return undefined;
 }
 
@@ -74,7 +76,7 @@ export class DeviceArray {
   /** A device copy of `data` (its type sets the element type). */
   static async from(data: DeviceHostArray, options: DeviceArrayOptions = {}): Promise<DeviceArray> {
     const type = typeOf(data);
-    if (!type) throw new EmbshardError('INVALID_ARGUMENT', 'DeviceArray.from: data must be a Float32Array, Float64Array, Int32Array or BigInt64Array');
+    if (!type) throw new EmbshardError('INVALID_ARGUMENT', 'DeviceArray.from: data must be a Float32Array, Float64Array, Int32Array, BigInt64Array or Uint16Array');
     const a = DeviceArray.alloc(type, data.length, options);
     await a.write(data);
     return a;

@@ -8,8 +8,7 @@
 // backward — and for what the host computes anyway: the bag lists of the ub pooling, the dp tables'
 // gradient sync. Packing, unpacking and pooling follow the host path's slots (schedule.ts) and order with
 // the kernels of native/cuda/exchange_kernels.h, so every sum is bitwise the host path's. Plans with what
-// this path does not move (sequence outputs, dynamic or disk-backed tables, 16-bit wire values) run on
-// the host path; `deviceExchangeBlocker` says why. The dp tables' and hot tiers' syncs exchange host
+// this path does not move (sequence outputs, dynamic or disk-backed tables) run on the host path; `deviceExchangeBlocker` says why. The dp tables' and hot tiers' syncs exchange host
 // arrays (their gradient sums are computed on the host; an owner reads its node-tier rows' gradients back
 // for the node-tier sync). Under the hierarchical protocol the
 // relays reduce, pass on and gather in device memory too (their rows by index lists the host computed).
@@ -30,9 +29,9 @@ export interface DeviceEngine extends NativeEngine {
 }
 
 export interface DeviceOpsAddon {
-  copyDeviceBlocks(src: object, dst: object, blocks: Float64Array): void;
+  copyDeviceBlocks(src: object, dst: object, blocks: Float64Array, srcKind: Wire, dstKind: Wire): void;
   indexDeviceRows(args: {
-    src: object; srcOffset: number; srcStride: number; dst: object; dstOffset: number; dstStride: number; meta: object; idxAt: number;
+    src: object; srcKind: Wire; srcOffset: number; srcStride: number; dst: object; dstKind: Wire; dstOffset: number; dstStride: number; meta: object; idxAt: number;
     rows: number; cols: number; scatterAdd: boolean;
   }): void;
   poolDeviceRows(args: {
@@ -58,7 +57,6 @@ export function deviceExchangeBlocker(
   if (`cuda:${group.cudaDevice}` !== device) return `the group's communicator is on cuda:${group.cudaDevice}, the engine on ${device}`;
   if (typeof (engine as Partial<DeviceEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
   if (opts.storage) return 'disk-backed shards are staged through host memory';
-  if (opts.wire.forward !== 'fp32' || opts.wire.backward !== 'fp32') return 'wire values are fp16 / bf16 (the device path moves fp32)';
   for (const t of plan.tables) {
     if (t.dynamic) return `table '${t.name}' is dynamic`;
     if (t.pooling === 'none') return `table '${t.name}' has sequence outputs`;
@@ -89,14 +87,20 @@ export class DeviceScratch {
   }
 }
 
-/** Block lists of copyDeviceBlocks: 7 numbers per block. */
+/** A message buffer of `n` wire values: fp32 in an f32 array, fp16 / bf16 in a u16 one. */
+function message(scratch: DeviceScratch, name: string, n: number, wire: Wire): DeviceArray {
+  return scratch.get(name, n, wire === 'fp32' ? 'f32' : 'u16');
+}
+
+/** Block lists of copyDeviceBlocks: 7 numbers per block; values read as srcKind, written as dstKind (fp32 buffers, or 16-bit wire messages). */
 class Blocks {
   private v: number[] = [];
+  constructor(private readonly srcKind: Wire = 'fp32', private readonly dstKind: Wire = 'fp32') {}
   add(srcOffset: number, srcStride: number, dstOffset: number, dstStride: number, rows: number, cols: number, add: boolean): void {
     if (rows > 0 && cols > 0) this.v.push(srcOffset, srcStride, dstOffset, dstStride, rows, cols, add ? 1 : 0);
   }
   run(scratch: DeviceScratch, src: DeviceArray, dst: DeviceArray): void {
-    if (this.v.length > 0) scratch.addon.copyDeviceBlocks(src.native, dst.native, Float64Array.from(this.v));
+    if (this.v.length > 0) scratch.addon.copyDeviceBlocks(src.native, dst.native, Float64Array.from(this.v), this.srcKind, this.dstKind);
   }
 }
 
@@ -182,6 +186,8 @@ async function relayIndexes(scratch: DeviceScratch, rsend: Schedule, unions: rea
 
 export interface DeviceForwardArgs {
   L: LocalLayout;
+  /** the wire dtype of the output messages */
+  wire: Wire;
   group: ProcessGroup;
   engine: DeviceEngine;
   scratch: DeviceScratch;
@@ -217,8 +223,8 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   const out = a.scratch.get('out', a.Btot * LPD), seq = a.scratch.get('seq', seqAt.total);
   await a.engine.forwardDevice(a.owner, out.native, seq.native);
   // owner side: every source's rb partial sums (rows of its bags) and ub rows into the output message
-  const send = a.scratch.get('send', a.own.total);
-  const fromOut = new Blocks(), fromSeq = new Blocks();
+  const send = message(a.scratch, 'send', a.own.total, a.wire);
+  const fromOut = new Blocks('fp32', a.wire), fromSeq = new Blocks('fp32', a.wire);
   for (let p = 0; p < L.W; p++)
     for (const sl of a.own.slots[p]!) {
       const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
@@ -227,7 +233,7 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
     }
   fromOut.run(a.scratch, out, send);
   fromSeq.run(a.scratch, seq, send);
-  const recv = a.scratch.get('recv', a.req.total);
+  const recv = message(a.scratch, 'recv', a.req.total, a.wire);
   await a.group.allToAllDevice(send, a.own.sizes, recv, { recvCounts: a.req.sizes, counters: a.counters });
   // requester side, in the host path's order: this rank's own lookups (dp tables, replicated tiers), the
   // partial sums of every owner, then the unique rows of every ub row group pooled into their bags
@@ -242,10 +248,10 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   local.run(a.scratch, out, pooled);
   const ubAt = ubLayout(L, a.ub), unAt = unionLayout(L, a.unions), nodeAt = nodeLayout(L, a.node);
   const ubRows = a.scratch.get('ubRows', ubAt.total), unionRows = a.scratch.get('unionRows', unAt.total), nodeRows = a.scratch.get('nodeRows', nodeAt.total);
-  const tierRows = new Blocks();
+  const tierRows = new Blocks(a.wire);
   // as a relay (hierarchical): the partial sums of the requesters on other nodes, reduced per requester
   const red = new PerRequester(a.bags, P);
-  const sums = new Blocks(), rows = new Blocks(), relaySums = new Blocks(), relayRows = new Blocks();
+  const sums = new Blocks(a.wire), rows = new Blocks(a.wire), relaySums = new Blocks(a.wire), relayRows = new Blocks(a.wire);
   for (let d = 0; d < L.W; d++)
     for (const sl of a.req.slots[d]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
@@ -285,8 +291,8 @@ async function relayForward(
   reduced.zero(0, red.total);
   relaySums.run(a.scratch, recv, reduced);
   relayRows.run(a.scratch, recv, unionRows);
-  const send = a.scratch.get('relaySend', a.rsend.total);
-  const pack = new Blocks();
+  const send = message(a.scratch, 'relaySend', a.rsend.total, a.wire);
+  const pack = new Blocks('fp32', a.wire);
   const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
   for (let q = 0; q < L.W; q++)
     for (const sl of a.rsend.slots[q]!) {
@@ -294,14 +300,14 @@ async function relayForward(
       if (s.kind === 'rb') pack.add(red.of(q) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
       else if (s.kind === 'ub')
         a.scratch.addon.indexDeviceRows({
-          src: unionRows.native, srcOffset: unAt[unionIndex(a.unions, s.t, s.g)]! + sl.c0, srcStride: rt.table.dim, dst: send.native, dstOffset: sl.at, dstStride: cols,
+          src: unionRows.native, srcKind: 'fp32', dstKind: a.wire, srcOffset: unAt[unionIndex(a.unions, s.t, s.g)]! + sl.c0, srcStride: rt.table.dim, dst: send.native, dstOffset: sl.at, dstStride: cols,
           meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: false,
         });
     }
   pack.run(a.scratch, reduced, send);
-  const passed = a.scratch.get('relayRecv', a.rrecv.total);
+  const passed = message(a.scratch, 'relayRecv', a.rrecv.total, a.wire);
   await a.group.allToAllDevice(send, a.rsend.sizes, passed, { recvCounts: a.rrecv.sizes, counters: a.counters });
-  const sums = new Blocks(), rows = new Blocks();
+  const sums = new Blocks(a.wire), rows = new Blocks(a.wire);
   for (let r = 0; r < L.W; r++)
     for (const sl of a.rrecv.slots[r]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
@@ -357,6 +363,8 @@ async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: 
 
 export interface DeviceBackwardArgs {
   L: LocalLayout;
+  /** the wire dtype of the gradient messages */
+  wire: Wire;
   group: ProcessGroup;
   scratch: DeviceScratch;
   B: number;
@@ -407,8 +415,9 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
   const unAt = unionLayout(L, a.unions);
   const rel = new PerRequester(a.bags, P);
   const relayed = L.hier ? await relayBackward(a, g, ug, ubAt.at, rel, unAt) : undefined;
-  const send = a.scratch.get('gradSend', a.req.total);
-  const fromG = new Blocks(), fromUb = new Blocks(), fromRelayed = new Blocks(), fromUnion = new Blocks(), fromNode = new Blocks();
+  const send = message(a.scratch, 'gradSend', a.req.total, a.wire);
+  const fromG = new Blocks('fp32', a.wire), fromUb = new Blocks('fp32', a.wire), fromRelayed = new Blocks('fp32', a.wire);
+  const fromUnion = new Blocks('fp32', a.wire), fromNode = new Blocks('fp32', a.wire);
   for (let d = 0; d < L.W; d++)
     for (const sl of a.req.slots[d]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
@@ -426,13 +435,13 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
     fromRelayed.run(a.scratch, relayed.bags, send);
     fromUnion.run(a.scratch, relayed.union, send);
   }
-  const recv = a.scratch.get('gradRecv', a.own.total);
+  const recv = message(a.scratch, 'gradRecv', a.own.total, a.wire);
   await a.group.allToAllDevice(send, a.req.sizes, recv, { recvCounts: a.own.sizes, counters: a.counters });
   // the owner batch's pooled gradient: every source's bag gradients in its rows; the rest (this rank's
   // own dp lookups, whose gradients travel by the replica sync) zero
   const pg = a.scratch.get('ownerGrad', a.Btot * LPD);
   pg.zero(0, a.Btot * LPD);
-  const unpack = new Blocks();
+  const unpack = new Blocks(a.wire);
   for (let p = 0; p < L.W; p++)
     for (const sl of a.own.slots[p]!) {
       const lf = L.localFeatures[sl.feature]!;
@@ -453,8 +462,8 @@ async function relayBackward(
 ): Promise<{ bags: DeviceArray; union: DeviceArray }> {
   const { L } = a;
   const P = L.pooledDim;
-  const toRelays = a.scratch.get('toRelays', a.rrecv.total);
-  const fromG = new Blocks(), fromUb = new Blocks();
+  const toRelays = message(a.scratch, 'toRelays', a.rrecv.total, a.wire);
+  const fromG = new Blocks('fp32', a.wire), fromUb = new Blocks('fp32', a.wire);
   for (let r = 0; r < L.W; r++)
     for (const sl of a.rrecv.slots[r]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
@@ -463,14 +472,14 @@ async function relayBackward(
     }
   fromG.run(a.scratch, g, toRelays);
   fromUb.run(a.scratch, ug, toRelays);
-  const atRelay = a.scratch.get('atRelay', a.rsend.total);
+  const atRelay = message(a.scratch, 'atRelay', a.rsend.total, a.wire);
   await a.group.allToAllDevice(toRelays, a.rrecv.sizes, atRelay, { recvCounts: a.rsend.sizes, counters: a.counters });
   for (let q = 0; q < L.W; q++) for (const sl of a.rsend.slots[q]!) if (sl.seg.kind === 'rb') rel.of(q);
   const bags = a.scratch.get('relayedGrad', rel.total), union = a.scratch.get('unionGrad', un.total);
   bags.zero(0, rel.total);
   union.zero(0, un.total);
   const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
-  const keep = new Blocks();
+  const keep = new Blocks(a.wire);
   for (let q = 0; q < L.W; q++)
     for (const sl of a.rsend.slots[q]!) {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
@@ -478,7 +487,7 @@ async function relayBackward(
       else if (s.kind === 'ub')
         // the per-row sums run in requester order, as on the host
         a.scratch.addon.indexDeviceRows({
-          src: atRelay.native, srcOffset: sl.at, srcStride: cols, dst: union.native, dstOffset: un.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, dstStride: rt.table.dim,
+          src: atRelay.native, srcKind: a.wire, dstKind: 'fp32', srcOffset: sl.at, srcStride: cols, dst: union.native, dstOffset: un.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, dstStride: rt.table.dim,
           meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: true,
         });
     }
@@ -492,7 +501,7 @@ async function relayBackward(
  * tables, replicated and node tiers) written from the host arrays in `host`; zero elsewhere.
  */
 export async function ownerSequenceGradients(
-  a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own'>,
+  a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own' | 'wire'>,
   upd: NativeBatch,
   idOff: readonly (readonly number[])[],
   recv: DeviceArray,
@@ -502,7 +511,7 @@ export async function ownerSequenceGradients(
   const seqAt = sequenceOffsets(L, (i) => featureIds(upd, i));
   const sg = a.scratch.get('ownerSeqGrad', seqAt.total);
   sg.zero(0, seqAt.total);
-  const unpack = new Blocks();
+  const unpack = new Blocks(a.wire);
   for (let p = 0; p < L.W; p++)
     for (const sl of a.own.slots[p]!) {
       const lf = L.localFeatures[sl.feature]!;

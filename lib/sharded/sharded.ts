@@ -34,7 +34,7 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { exchangeOps, type Wire } from './exchange-ops.js';
+import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
 import { loadAddon } from '../native.js';
 import type { GroupAddon } from './binding.js';
 import { LocalLayout, type LocalTable } from './local-layout.js';
@@ -625,7 +625,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const { req, rsend, rrecv } = stepSchedules(L, routed, recv, unions, B);
     const pooled = exchangeOps().outputArray(B * P);
     await forwardOnDevice({
-      L, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub, node: routed.node,
+      L, wire: this.wire.forward, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub, node: routed.node,
       owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, rsend, rrecv, unions, bags: recv.map((x) => x.B), counters, pooled,
     });
     this.finishPooled(batch, pooled);
@@ -714,7 +714,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
     const devGrad = this.deviceScratch
       ? await gradientsOnDevice({
-          L, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv,
+          L, wire: bw, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv,
           unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters, grad: Gs, ubGrad, node: ctx.node, nodeGrad,
         })
       : undefined;
@@ -764,7 +764,12 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           const dim = L.tables[s.t]!.table.dim;
           const gr = S.f32(sl.rows * dim);
           if (gin) K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
-          else if (gr.length > 0) await devGrad!.recv.readInto(gr, sl.at);
+          else if (gr.length > 0) {
+            // the device path's message, read back as wire values
+            const w = wireArray(bw, gr.length);
+            await devGrad!.recv.readInto(w, sl.at);
+            K.unpack(w, 0, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
+          }
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
           np.ids.push(ctx.recv[src]!.entries[sl.entry]!.ids);
@@ -808,7 +813,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = devGrad
       ? await (this.live() as DeviceEngine).backwardDevice(
-          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, scratch: this.deviceScratch!, own: ctx.own }, upd, ctx.idOff, devGrad.recv, seqGrads)).native)
+          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, upd, ctx.idOff, devGrad.recv, seqGrads)).native)
       : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step

@@ -1,5 +1,5 @@
 // device_array.cc — `DeviceArray`, the ObjectWrap over one device allocation (cuda/device_memory.h):
-// new DeviceArray(device, elemType 'f32'|'f64'|'i32'|'i64', length) makes it zeroed; upload(src,
+// new DeviceArray(device, elemType 'f32'|'f64'|'i32'|'i64'|'u16', length) makes it zeroed; upload(src,
 // offset) and download(dst, offset) copy between it and a typed array of its element type, off the
 // event loop (AsyncWorker), reading / writing the typed array in place; zero(offset, count) clears a range
 // (synchronously); free() gives the memory back
@@ -31,6 +31,7 @@ napi_typedarray_type typed_array_of(comm::ElemType t) {
     case comm::ElemType::F64: return napi_float64_array;
     case comm::ElemType::I32: return napi_int32_array;
     case comm::ElemType::I64: return napi_bigint64_array;
+    case comm::ElemType::U16: return napi_uint16_array;
   }
   return napi_float32_array;
 }
@@ -41,6 +42,7 @@ const char* elem_name(comm::ElemType t) {
     case comm::ElemType::F64: return "f64";
     case comm::ElemType::I32: return "i32";
     case comm::ElemType::I64: return "i64";
+    case comm::ElemType::U16: return "u16";
   }
   return "f32";
 }

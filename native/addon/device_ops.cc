@@ -1,9 +1,10 @@
 // device_ops.cc — the sharded runtime's device exchange kernels (cuda/exchange_kernels.h) on DeviceArrays,
 // synchronous (a few kernel launches per phase), every range checked before anything runs. CUDA addon only.
-//   copyDeviceBlocks(src, dst, blocks: Float64Array): strided fp32 block copies between two device buffers
-//     on one device, 7 numbers per block (srcOffset, srcStride, dstOffset, dstStride, rows, cols, add 0/1),
-//     run in order;
-//   indexDeviceRows({ src, srcOffset, srcStride, dst, dstOffset, dstStride, meta, idxAt, rows, cols, scatterAdd }):
+//   copyDeviceBlocks(src, dst, blocks: Float64Array, srcKind?, dstKind?): strided block copies between two
+//     device buffers on one device, 7 numbers per block (srcOffset, srcStride, dstOffset, dstStride, rows,
+//     cols, add 0/1), run in order; kinds 'fp32' (default; an f32 buffer) or 'fp16' / 'bf16' (wire values
+//     in a u16 buffer), converted on the way (adding needs an fp32 dst);
+//   indexDeviceRows({ src, srcKind, srcOffset, srcStride, dst, dstKind, dstOffset, dstStride, meta, idxAt, rows, cols, scatterAdd }):
 //     dst row j ← src row idx[j] (gather), or dst row idx[j] += src row j (scatterAdd), idx the int32 `meta`
 //     from element idxAt, `rows` of them, distinct;
 //   poolDeviceRows({ rows, rowsAt, dim, meta, inverseAt, ids, offsetsAt, bags, weights, weightsAt, dst, stride, col }):
@@ -20,18 +21,26 @@
 #include "addon/errors.h"
 #include "addon/js_args.h"
 #include "addon/registry.h"
+#include "core/types.h"
 #include "cuda/exchange_kernels.h"
 
 namespace embshard::addon {
 namespace {
+
+// The value kind of a buffer: 'fp32' (undefined too) for an f32 buffer, 'fp16' / 'bf16' for a u16 one.
+DType kind_of(Napi::Env env, const Napi::Value& v, const DeviceBuffer& b, const char* what) {
+  const DType k = v.IsUndefined() ? DType::F32 : guard(env, [&] { return parse_dtype(string_arg(env, v, what).c_str(), what); });
+  if ((k == DType::F32) != (b.type == comm::ElemType::F32) || (k != DType::F32 && b.type != comm::ElemType::U16))
+    throw_error(env, "INVALID_ARGUMENT", format("%s: '%s' values live in %s buffers", what, dtype_name(k), k == DType::F32 ? "f32" : "u16"));
+  return k;
+}
 
 Napi::Value CopyDeviceBlocks(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     DeviceBuffer src = read_device_buffer(env, info[0], "copyDeviceBlocks: src");
     DeviceBuffer dst = read_device_buffer(env, info[1], "copyDeviceBlocks: dst");
-    if (src.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32)
-      throw_error(env, "INVALID_ARGUMENT", "copyDeviceBlocks: src and dst must hold f32 elements");
+    const DType sk = kind_of(env, info[3], src, "copyDeviceBlocks: srcKind"), dk = kind_of(env, info[4], dst, "copyDeviceBlocks: dstKind");
     if (src.device != dst.device)
       throw_error(env, "INVALID_ARGUMENT", format("copyDeviceBlocks: src is on cuda:%d, dst on cuda:%d", src.device, dst.device));
     if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array ||
@@ -53,12 +62,13 @@ Napi::Value CopyDeviceBlocks(const Napi::CallbackInfo& info) {
         v[i] = static_cast<int64_t>(x);
       }
       blocks[k] = cuda::CopyBlock{v[0], v[1], v[2], v[3], v[4], v[5], v[6] != 0};
+      if (v[6] != 0 && dk != DType::F32) throw_error(env, "INVALID_ARGUMENT", "copyDeviceBlocks: adding needs an fp32 dst");
       if (!within(v[0], v[1], v[4], v[5], src.count) || !within(v[2], v[3], v[4], v[5], dst.count))
         throw_error(env, "LENGTH_MISMATCH", format("copyDeviceBlocks: block %zu (%lld × %lld) lies outside its buffers (%lld and %lld elements)", k,
                                                    static_cast<long long>(v[4]), static_cast<long long>(v[5]),
                                                    static_cast<long long>(src.count), static_cast<long long>(dst.count)));
     }
-    cuda::copy_blocks(src.device, static_cast<const float*>(src.ptr), static_cast<float*>(dst.ptr), blocks.data(), n);
+    cuda::copy_blocks(src.device, src.ptr, sk, dst.ptr, dk, blocks.data(), n);
     return env.Undefined();
   });
 }
@@ -103,16 +113,17 @@ Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
     const int64_t srcOffset = num("srcOffset"), srcStride = num("srcStride"), dstOffset = num("dstOffset"), dstStride = num("dstStride");
     const int64_t idxAt = num("idxAt"), rows = num("rows"), cols = num("cols");
     const bool scatterAdd = o.Get("scatterAdd").ToBoolean().Value();
-    if (src.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32)
-      throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: src and dst hold f32, meta i32");
+    const DType sk = kind_of(env, o.Get("srcKind"), src, "indexDeviceRows: srcKind"), dk = kind_of(env, o.Get("dstKind"), dst, "indexDeviceRows: dstKind");
+    if (meta.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: meta holds i32");
+    if (scatterAdd && dk != DType::F32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: adding needs an fp32 dst");
     if (src.device != dst.device || meta.device != dst.device) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: every buffer must be on one device");
     // the indexed side's extent is the caller's (its rows are those the index names); the other is checked
     const int64_t plainOffset = scatterAdd ? srcOffset : dstOffset, plainStride = scatterAdd ? srcStride : dstStride;
     const int64_t plainCount = scatterAdd ? src.count : dst.count;
     if (idxAt + rows > meta.count || (rows > 0 && plainOffset + (rows - 1) * plainStride + cols > plainCount))
       throw_error(env, "LENGTH_MISMATCH", "indexDeviceRows: a range lies outside its buffer");
-    cuda::index_rows(dst.device, static_cast<const float*>(src.ptr), srcOffset, srcStride, static_cast<const int32_t*>(meta.ptr) + idxAt, rows,
-                     cols, static_cast<float*>(dst.ptr), dstOffset, dstStride, scatterAdd);
+    cuda::index_rows(dst.device, src.ptr, sk, srcOffset, srcStride, static_cast<const int32_t*>(meta.ptr) + idxAt, rows, cols, dst.ptr, dk,
+                     dstOffset, dstStride, scatterAdd);
     return env.Undefined();
   });
 }

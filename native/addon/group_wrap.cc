@@ -458,6 +458,7 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
     if (!info[1].IsString() || !info[2].IsString())
       throw_error(env, "INVALID_ARGUMENT", "allReduce: elemType and op must be strings");
     comm::ElemType t = comm::parse_elem_type(info[1].As<Napi::String>().Utf8Value());
+    if (t == comm::ElemType::U16) throw_error(env, "UNSUPPORTED_DTYPE", "allReduce: u16 values are moved by collectives, never reduced");
     comm::ReduceOp op = comm::parse_reduce_op(info[2].As<Napi::String>().Utf8Value());
     double timeout = timeout_arg(env, info[3], "allReduce");
     if (!info[4].IsBoolean()) throw_error(env, "INVALID_ARGUMENT", "allReduce: deterministic must be a boolean");
@@ -479,6 +480,7 @@ Napi::Value GroupWrap::AllReduce(const Napi::CallbackInfo& info) {
 Napi::Value GroupWrap::AllReduceDevice(const Napi::CallbackInfo& info) {
   return OnReady(info, [&](Napi::Env env) -> Napi::Value {
     DeviceBuffer b = read_device_buffer(env, info[0], "allReduceDevice: buffer");
+    if (b.type == comm::ElemType::U16) throw_error(env, "UNSUPPORTED_DTYPE", "allReduceDevice: u16 values are moved by collectives, never reduced");
     if (!info[1].IsString()) throw_error(env, "INVALID_ARGUMENT", "allReduceDevice: op must be a string");
     comm::ReduceOp op = comm::parse_reduce_op(info[1].As<Napi::String>().Utf8Value());
     double timeout = timeout_arg(env, info[2], "allReduceDevice");

@@ -10,13 +10,14 @@
 
 namespace embshard::comm {
 
-size_t elem_size(ElemType t) { return t == ElemType::F32 || t == ElemType::I32 ? 4 : 8; }
+size_t elem_size(ElemType t) { return t == ElemType::U16 ? 2 : t == ElemType::F32 || t == ElemType::I32 ? 4 : 8; }
 
 ElemType parse_elem_type(const std::string& s) {
   if (s == "f32") return ElemType::F32;
   if (s == "f64") return ElemType::F64;
   if (s == "i32") return ElemType::I32;
   if (s == "i64") return ElemType::I64;
+  if (s == "u16") return ElemType::U16;
   fail("UNSUPPORTED_DTYPE", "allReduce: data must be a Float32Array, Float64Array, Int32Array or BigInt64Array (got %s)",
        s.c_str());
 }
@@ -55,6 +56,7 @@ void reduce_in_rank_order(const void* src, int n, int64_t count, ElemType t, Red
     case ElemType::F64: reduce_typed(static_cast<const double*>(src), n, count, op, static_cast<double*>(dst)); break;
     case ElemType::I32: reduce_typed(static_cast<const int32_t*>(src), n, count, op, static_cast<int32_t*>(dst)); break;
     case ElemType::I64: reduce_typed(static_cast<const int64_t*>(src), n, count, op, static_cast<int64_t*>(dst)); break;
+    case ElemType::U16: fail("UNSUPPORTED_DTYPE", "u16 values are moved by collectives, never reduced");
   }
 }
 

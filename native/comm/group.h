@@ -12,11 +12,12 @@
 
 namespace embshard::comm {
 
-enum class ElemType : uint8_t { F32 = 0, F64 = 1, I32 = 2, I64 = 3 };
+// U16: 16-bit wire values (fp16 / bf16 device arrays), moved by collectives, never reduced.
+enum class ElemType : uint8_t { F32 = 0, F64 = 1, I32 = 2, I64 = 3, U16 = 4 };
 enum class ReduceOp : uint8_t { Sum = 0, Max = 1, Min = 2 };
 
 size_t elem_size(ElemType t);
-ElemType parse_elem_type(const std::string& s);  // "f32" | "f64" | "i32" | "i64"
+ElemType parse_elem_type(const std::string& s);  // "f32" | "f64" | "i32" | "i64" | "u16"
 ReduceOp parse_reduce_op(const std::string& s);  // "sum" | "max" | "min"
 
 using Clock = std::chrono::steady_clock;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/init.h"
 #include "cuda/cuda_check.h"
 #include "cuda/exchange_kernels.h"
 #include "cuda/kernel_launch.h"
@@ -16,14 +17,14 @@ namespace {
 
 constexpr int kBlock = 256;
 
-__global__ void __launch_bounds__(kBlock) copy_block_kernel(const float* src, float* dst, CopyBlock b) {
+__global__ void __launch_bounds__(kBlock) copy_block_kernel(const void* src, DType st, void* dst, DType dt, CopyBlock b) {
   const uint64_t n = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.cols);
   for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
     const int64_t r = static_cast<int64_t>(e / static_cast<uint64_t>(b.cols)), c = static_cast<int64_t>(e % static_cast<uint64_t>(b.cols));
-    const float v = src[b.srcOffset + r * b.srcStride + c];
-    float* d = dst + b.dstOffset + r * b.dstStride + c;
-    if (b.add) *d += v;
-    else *d = v;
+    const float v = load_value(st, src, static_cast<uint64_t>(b.srcOffset + r * b.srcStride + c));
+    const uint64_t d = static_cast<uint64_t>(b.dstOffset + r * b.dstStride + c);
+    if (b.add) static_cast<float*>(dst)[d] += v;
+    else store_value(dt, dst, d, v);
   }
 }
 
@@ -42,14 +43,19 @@ __global__ void __launch_bounds__(kBlock) pool_rows_kernel(const float* rows, in
   }
 }
 
-__global__ void __launch_bounds__(kBlock) index_rows_kernel(const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
-                                                            int64_t rows, int64_t cols, float* dst, int64_t dstOffset, int64_t dstStride,
+__global__ void __launch_bounds__(kBlock) index_rows_kernel(const void* src, DType st, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
+                                                            int64_t rows, int64_t cols, void* dst, DType dt, int64_t dstOffset, int64_t dstStride,
                                                             bool scatterAdd) {
   const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
   for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
     const int64_t j = static_cast<int64_t>(e / static_cast<uint64_t>(cols)), c = static_cast<int64_t>(e % static_cast<uint64_t>(cols));
-    if (scatterAdd) dst[dstOffset + static_cast<int64_t>(idx[j]) * dstStride + c] += src[srcOffset + j * srcStride + c];
-    else dst[dstOffset + j * dstStride + c] = src[srcOffset + static_cast<int64_t>(idx[j]) * srcStride + c];
+    if (scatterAdd) {
+      const float v = load_value(st, src, static_cast<uint64_t>(srcOffset + j * srcStride + c));
+      static_cast<float*>(dst)[dstOffset + static_cast<int64_t>(idx[j]) * dstStride + c] += v;
+    } else {
+      const float v = load_value(st, src, static_cast<uint64_t>(srcOffset + static_cast<int64_t>(idx[j]) * srcStride + c));
+      store_value(dt, dst, static_cast<uint64_t>(dstOffset + j * dstStride + c), v);
+    }
   }
 }
 
@@ -69,23 +75,24 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }
 
-void index_rows(int device, const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows, int64_t cols,
-                float* dst, int64_t dstOffset, int64_t dstStride, bool scatterAdd) {
+void index_rows(int device, const void* src, DType srcType, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows,
+                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, bool scatterAdd) {
   const uint64_t items = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
   if (items == 0) return;
   EMB_CUDA_CHECK(cudaSetDevice(device));
-  EMB_LAUNCH(index_rows_kernel, grid_for(items), kBlock, 0, 0, src, srcOffset, srcStride, idx, rows, cols, dst, dstOffset, dstStride, scatterAdd);
+  EMB_LAUNCH(index_rows_kernel, grid_for(items), kBlock, 0, 0, src, srcType, srcOffset, srcStride, idx, rows, cols, dst, dstType, dstOffset, dstStride,
+             scatterAdd);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }
 
-void copy_blocks(int device, const float* src, float* dst, const CopyBlock* blocks, size_t n) {
+void copy_blocks(int device, const void* src, DType srcType, void* dst, DType dstType, const CopyBlock* blocks, size_t n) {
   EMB_CUDA_CHECK(cudaSetDevice(device));
   for (size_t k = 0; k < n; ++k) {
     const CopyBlock& b = blocks[k];
     const uint64_t items = static_cast<uint64_t>(b.rows) * static_cast<uint64_t>(b.cols);
     if (items == 0) continue;
-    EMB_LAUNCH(copy_block_kernel, grid_for(items), kBlock, 0, 0, src, dst, b);
+    EMB_LAUNCH(copy_block_kernel, grid_for(items), kBlock, 0, 0, src, srcType, dst, dstType, b);
     EMB_CUDA_CHECK_LAUNCH();
   }
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));

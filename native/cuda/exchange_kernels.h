@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/types.h"
+
 namespace embshard::cuda {
 
 struct CopyBlock {
@@ -17,16 +19,18 @@ struct CopyBlock {
   bool add;
 };
 
-// Runs the blocks in order on `device`, then waits for them (CUDA_ERROR on failure). The caller has
+// Runs the blocks in order on `device`, then waits for them (CUDA_ERROR on failure). Values are read as
+// `srcType` and written as `dstType` (fp32, or fp16 / bf16 wire values: core/init.h's load_value /
+// store_value, the host packing's rounding to nearest even); adding needs an fp32 dst. The caller has
 // checked that every block lies within both buffers.
-void copy_blocks(int device, const float* src, float* dst, const CopyBlock* blocks, size_t n);
+void copy_blocks(int device, const void* src, DType srcType, void* dst, DType dstType, const CopyBlock* blocks, size_t n);
 
 // Row j of src (element srcOffset + j·srcStride, `cols` values) to row idx[j] of dst (gather = false:
 // dst row j from src row idx[j]), for j < rows; with scatter-add the values are added. idx holds distinct
 // rows (a requester's distinct ids among its node's), so no two threads touch one value: one call adds
-// in a fixed order, and calls run in the caller's order. Waits for the kernel.
-void index_rows(int device, const float* src, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows, int64_t cols,
-                float* dst, int64_t dstOffset, int64_t dstStride, bool scatterAdd);
+// in a fixed order, and calls run in the caller's order. Types as copy_blocks. Waits for the kernel.
+void index_rows(int device, const void* src, DType srcType, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows,
+                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, bool scatterAdd);
 
 // Pools rows of a unique list into bags exactly as shard::pool_unique does on the host: for bag b (ids
 // offsets[b] … offsets[b+1] − 1 of `inverse`), dst[b·stride + col + c] += w_i · rows[inverse[i]·dim + c], id

@@ -27,7 +27,8 @@ describe('DeviceArray', () => {
       const f64 = Float64Array.from([Math.PI, -1e-300, 2 ** 60 + 2 ** 8]);
       const i32 = Int32Array.from([-(2 ** 31), 0, 2 ** 31 - 1, 17]);
       const i64 = BigInt64Array.from([-(2n ** 63n), 0n, 2n ** 63n - 1n]);
-      for (const src of [f32, f64, i32, i64]) {
+      const u16 = Uint16Array.from([0, 1, 0x3c00, 0xffff]);
+      for (const src of [f32, f64, i32, i64, u16]) {
         const a = await DeviceArray.from(src);
         expect(a.length).toBe(src.length);
         expect(a.byteLength).toBe(src.byteLength);

@@ -77,10 +77,10 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     });
   }
 
-  it('exchange_kernels.cu: the block copies and the pooling round each multiply and add, as the host pooling does', slow, () => {
+  it('exchange_kernels.cu: the block copies, indexed rows and the pooling round each multiply and add, as the host does', slow, () => {
     const text = ptx(join(packageRoot, 'native', 'cuda', 'exchange_kernels.cu'));
     const ks = entries(text);
-    expect(ks.size).toBe(2);
+    expect(ks.size).toBe(3);
     for (const [name, body] of ks) {
       expect(count(body, FUSED), name).toBe(0);
       expect(count(body, INEXACT), name).toBe(0);

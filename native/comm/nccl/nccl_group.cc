@@ -293,6 +293,7 @@ void NcclGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, b
 }
 
 void NcclGroup::launch_all_reduce(void* deviceData, int64_t count, ElemType t, ReduceOp op, const char* what) {
+  if (t == ElemType::U16) fail("UNSUPPORTED_DTYPE", "rank %d: %s: u16 values are moved by collectives, never reduced", rank_, what);
   ncclDataType_t type = t == ElemType::F32 ? ncclFloat32 : t == ElemType::F64 ? ncclFloat64 : t == ElemType::I32 ? ncclInt32 : ncclInt64;
   ncclRedOp_t rop = op == ReduceOp::Sum ? ncclSum : op == ReduceOp::Max ? ncclMax : ncclMin;
   ncclResult_t r = ncclAllReduce(deviceData, deviceData, static_cast<size_t>(count), type, rop, comm_, stream_);
