@@ -1,17 +1,18 @@
 // device-exchange.ts — the sharded runtime's device path. Where this rank's engine is on a GPU and its
-// group is an NCCL group on that GPU, the engine writes its outputs (rb partial sums, ub rows) into device
-// memory, the owner packs them into the output message there, NCCL moves the message between device
-// buffers, and the requester adds the rb partial sums and pools the ub rows into its pooled output there;
-// the backward sends the gradients back the same way and hands the engine its gradients in device memory.
-// Host memory is touched at the caller's boundary — the pooled output read back after the forward, the
-// pooled gradient (and the ub rows' gradient sums, computed from it on the host) written before the
-// backward — and for what the host computes anyway: the bag lists of the ub pooling, the dp tables'
-// gradient sync. Packing, unpacking and pooling follow the host path's slots (schedule.ts) and order with
-// the kernels of native/cuda/exchange_kernels.h, so every sum is bitwise the host path's. Plans with what
-// this path does not move (sequence outputs, dynamic or disk-backed tables) run on the host path; `deviceExchangeBlocker` says why. The dp tables' and hot tiers' syncs exchange host
-// arrays (their gradient sums are computed on the host; an owner reads its node-tier rows' gradients back
-// for the node-tier sync). Under the hierarchical protocol the
-// relays reduce, pass on and gather in device memory too (their rows by index lists the host computed).
+// group is an NCCL group on that GPU, the engine writes its outputs (rb partial sums and rows, ub and
+// node-tier rows) into device memory, the owner packs them into the output message there, NCCL moves the
+// message between device buffers, and the requester adds the partial sums, and pools or places the rows,
+// into its outputs there; under the hierarchical protocol the relays reduce, pass on and sum in device
+// memory too. The backward sends the gradients back the same way and hands the engine its gradients in
+// device memory. Host memory is touched at the caller's boundary (the outputs read back after the
+// forward, their gradients written before the backward) and for what the host computes anyway: the index
+// lists of the routing (positions, inverse indices, bag offsets), the ub and node-tier rows' gradient
+// sums, and the syncs of dp tables and hot tiers (host arrays; an owner reads its node-tier rows'
+// gradients back for the node-tier sync). Packing, unpacking, pooling and placing follow the host path's
+// slots (schedule.ts) and order with the kernels of native/cuda/exchange_kernels.h, so every value is
+// bitwise the host path's. Ranks with what this path does not move (dynamic tables, disk-backed shards)
+// run the host path, which issues the same collectives in the same order, so both kinds of rank train
+// together; `deviceExchangeBlocker` says why a rank runs on the host.
 import { DeviceArray, type DeviceElemType } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
@@ -32,7 +33,7 @@ export interface DeviceOpsAddon {
   copyDeviceBlocks(src: object, dst: object, blocks: Float64Array, srcKind: Wire, dstKind: Wire): void;
   indexDeviceRows(args: {
     src: object; srcKind: Wire; srcOffset: number; srcStride: number; dst: object; dstKind: Wire; dstOffset: number; dstStride: number; meta: object; idxAt: number;
-    rows: number; cols: number; scatterAdd: boolean;
+    rows: number; cols: number; mode: 'gather' | 'scatter' | 'scatterAdd';
   }): void;
   poolDeviceRows(args: {
     rows: object; rowsAt: number; dim: number; meta: object; inverseAt: number; ids: number; offsetsAt: number; bags: number;
@@ -57,10 +58,7 @@ export function deviceExchangeBlocker(
   if (`cuda:${group.cudaDevice}` !== device) return `the group's communicator is on cuda:${group.cudaDevice}, the engine on ${device}`;
   if (typeof (engine as Partial<DeviceEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
   if (opts.storage) return 'disk-backed shards are staged through host memory';
-  for (const t of plan.tables) {
-    if (t.dynamic) return `table '${t.name}' is dynamic`;
-    if (t.pooling === 'none') return `table '${t.name}' has sequence outputs`;
-  }
+  for (const t of plan.tables) if (t.dynamic) return `table '${t.name}' is dynamic`;
   return undefined;
 }
 
@@ -102,6 +100,29 @@ class Blocks {
   run(scratch: DeviceScratch, src: DeviceArray, dst: DeviceArray): void {
     if (this.v.length > 0) scratch.addon.copyDeviceBlocks(src.native, dst.native, Float64Array.from(this.v), this.srcKind, this.dstKind);
   }
+}
+
+/** Int32 index lists (positions, inverse indices) gathered for one upload; add() returns where a list starts. */
+class Indexes {
+  private v: number[] = [];
+  add(a: ArrayLike<number>): number {
+    const at = this.v.length;
+    for (let i = 0; i < a.length; i++) this.v.push(a[i]!);
+    return at;
+  }
+  async upload(scratch: DeviceScratch, name: string): Promise<DeviceArray> {
+    const d = scratch.get(name, this.v.length, 'i32');
+    if (this.v.length > 0) await d.write(Int32Array.from(this.v), 0);
+    return d;
+  }
+}
+
+/** Where each sequence feature's values (outputs or gradients, `arrays` in order) sit in one array, and its size. */
+function featureLayout(arrays: ReadonlyMap<string, Float32Array>): { at: Map<string, number>; total: number } {
+  const at = new Map<string, number>();
+  let total = 0;
+  for (const [f, x] of arrays) at.set(f, total), (total += x.length);
+  return { at, total };
 }
 
 /** Where each local feature's sequence values start in a batch's back-to-back sequences (features in order), and their total. */
@@ -213,6 +234,8 @@ export interface DeviceForwardArgs {
   counters: TrafficCounters;
   /** this rank's pooled output [B × pooledDim] (host), written here */
   pooled: Float32Array;
+  /** this rank's sequence outputs (host, per sequence feature of the plan, in order), written here */
+  seqOut: ReadonlyMap<string, Float32Array>;
 }
 
 /** The forward from the engine call on: outputs packed, exchanged, added up and pooled in device memory, then read into `pooled`. */
@@ -241,11 +264,21 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   pooled.zero(0, B * P);
   const local = new Blocks();
   for (const lf of L.localFeatures) {
-    if (lf.kind !== 'loc') continue;
+    if (lf.kind !== 'loc' || lf.pooling === 'none') continue;
     const rt = L.tables[lf.t]!;
     local.add(lf.col, LPD, rt.pooledCol[rt.features.indexOf(lf.f!)]!, P, B, rt.table.dim, true);
   }
   local.run(a.scratch, out, pooled);
+  // sequence outputs: every id's row at its position (this rank's own lookups, rb rows, pooled ub / node rows)
+  const so = featureLayout(a.seqOut);
+  const seqDev = a.scratch.get('seqOut', so.total);
+  const idx = new Indexes();
+  const seqCopies: { from: 'seq' | 'recv'; srcOffset: number; srcStride: number; idxAt: number; rows: number; cols: number; dstOffset: number; dim: number }[] = [];
+  L.localFeatures.forEach((lf, li) => {
+    if (lf.kind !== 'loc' || lf.pooling !== 'none') return;
+    const p0 = part(a.segs.get(lf.f!)!, 0, B);
+    seqCopies.push({ from: 'seq', srcOffset: seqAt.at[li]!, srcStride: lf.dim, idxAt: idx.add(p0.pos), rows: p0.n, cols: lf.dim, dstOffset: so.at.get(lf.f!)!, dim: lf.dim });
+  });
   const ubAt = ubLayout(L, a.ub), unAt = unionLayout(L, a.unions), nodeAt = nodeLayout(L, a.node);
   const ubRows = a.scratch.get('ubRows', ubAt.total), unionRows = a.scratch.get('unionRows', unAt.total), nodeRows = a.scratch.get('nodeRows', nodeAt.total);
   const tierRows = new Blocks(a.wire);
@@ -257,6 +290,9 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
       if (sl.src !== L.rank) {
         if (s.kind === 'rb') relaySums.add(sl.at, cols, red.of(sl.src) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
+      } else if (s.kind === 'rb' && rt.pooling === 'none') {
+        const p = part(a.segs.get(s.f)!, 2 + s.g, B);
+        seqCopies.push({ from: 'recv', srcOffset: sl.at, srcStride: cols, idxAt: idx.add(p.pos), rows: sl.rows, cols, dstOffset: so.at.get(s.f)! + sl.c0, dim: rt.table.dim });
       } else if (s.kind === 'rb') sums.add(sl.at, cols, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
       else if (s.kind === 'node') tierRows.add(sl.at, cols, nodeAt.at.get(s.t)! + a.node.get(s.t)!.starts[d % L.rpn]! * rt.table.dim, rt.table.dim, sl.rows, cols, false);
       else if (s.kind === 'ub' && L.relaysTo(d)) relayRows.add(sl.at, cols, unAt.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, rt.table.dim, sl.rows, cols, false);
@@ -265,13 +301,20 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   sums.run(a.scratch, recv, pooled);
   rows.run(a.scratch, recv, ubRows);
   tierRows.run(a.scratch, recv, nodeRows);
+  const positions = await idx.upload(a.scratch, 'seqPositions');
+  for (const c of seqCopies)
+    a.scratch.addon.indexDeviceRows({
+      src: (c.from === 'seq' ? seq : recv).native, srcKind: c.from === 'seq' ? 'fp32' : a.wire, srcOffset: c.srcOffset, srcStride: c.srcStride,
+      dst: seqDev.native, dstKind: 'fp32', dstOffset: c.dstOffset, dstStride: c.dim, meta: positions.native, idxAt: c.idxAt, rows: c.rows, cols: c.cols, mode: 'scatter',
+    });
   if (L.hier) await relayForward(a, recv, red, relaySums, relayRows, unAt.at, unionRows, pooled, ubAt.at, ubRows);
   // node tiers first, then the ub row groups, as the host path pools them
   const sets: PoolSet[] = [];
   for (const [t, u] of a.node) sets.push({ t, u, part: 1, rows: nodeRows, rowsAt: nodeAt.at.get(t)! });
   a.ub.forEach((groups, t) => groups.forEach((u, gi) => sets.push({ t, u, part: 2 + gi, rows: ubRows, rowsAt: ubAt.at[t]![gi]! })));
-  await poolRows(a, sets, pooled);
+  await poolRows(a, sets, pooled, seqDev, so.at);
   if (B * P > 0) await pooled.readInto(a.pooled.subarray(0, B * P), 0);
+  await Promise.all([...a.seqOut].map(([f, x]) => (x.length > 0 ? seqDev.readInto(x, so.at.get(f)!) : undefined)));
 }
 
 /**
@@ -301,7 +344,7 @@ async function relayForward(
       else if (s.kind === 'ub')
         a.scratch.addon.indexDeviceRows({
           src: unionRows.native, srcKind: 'fp32', dstKind: a.wire, srcOffset: unAt[unionIndex(a.unions, s.t, s.g)]! + sl.c0, srcStride: rt.table.dim, dst: send.native, dstOffset: sl.at, dstStride: cols,
-          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: false,
+          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, mode: 'gather',
         });
     }
   pack.run(a.scratch, reduced, send);
@@ -327,15 +370,40 @@ interface PoolSet {
   rowsAt: number;
 }
 
-/** Pools sets of distinct rows into the pooled output, sets and features in order (the host path's). */
-async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: DeviceArray): Promise<void> {
+/**
+ * Pools sets of distinct rows into the pooled output, sets and features in order (the host path's); a
+ * sequence table's rows go to their ids' positions in the sequence outputs instead (gathered by inverse
+ * index into a row per id, then scattered by position).
+ */
+async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: DeviceArray, seqDev: DeviceArray, seqAt: ReadonlyMap<string, number>): Promise<void> {
   const { L, B } = a;
   const P = L.pooledDim;
+  const seqIdx = new Indexes();
+  const seqCalls: { set: PoolSet; dim: number; inverseAt: number; posAt: number; ids: number; dstOffset: number }[] = [];
+  for (const set of sets) {
+    const rt = L.tables[set.t]!;
+    if (rt.pooling !== 'none') continue;
+    rt.features.forEach((f, k) => {
+      const p = part(a.segs.get(f)!, set.part, B);
+      const inv = set.u.uq.inverse.subarray(set.u.featOff[k]!, set.u.featOff[k + 1]!);
+      seqCalls.push({ set, dim: rt.table.dim, inverseAt: seqIdx.add(inv), posAt: seqIdx.add(p.pos), ids: inv.length, dstOffset: seqAt.get(f)! });
+    });
+  }
+  if (seqCalls.length > 0) {
+    const ix = await seqIdx.upload(a.scratch, 'seqPoolIdx');
+    const perId = a.scratch.get('seqPerId', Math.max(...seqCalls.map((c) => c.ids * c.dim)));
+    for (const c of seqCalls) {
+      const common = { meta: ix.native, rows: c.ids, cols: c.dim, srcKind: 'fp32' as const, dstKind: 'fp32' as const };
+      a.scratch.addon.indexDeviceRows({ ...common, src: c.set.rows.native, srcOffset: c.set.rowsAt, srcStride: c.dim, dst: perId.native, dstOffset: 0, dstStride: c.dim, idxAt: c.inverseAt, mode: 'gather' });
+      a.scratch.addon.indexDeviceRows({ ...common, src: perId.native, srcOffset: 0, srcStride: c.dim, dst: seqDev.native, dstOffset: c.dstOffset, dstStride: c.dim, idxAt: c.posAt, mode: 'scatter' });
+    }
+  }
   // the bag lists the host routed, for the device: inverse indices and bag offsets (int32), weights (f32)
   const meta: number[] = [], weights: number[] = [];
   const calls: { set: PoolSet; dim: number; inverseAt: number; ids: number; offsetsAt: number; weightsAt: number; weighted: boolean; col: number }[] = [];
   for (const set of sets) {
     const rt = L.tables[set.t]!;
+    if (rt.pooling === 'none') continue;
     rt.features.forEach((f, k) => {
       const p = part(a.segs.get(f)!, set.part, B);
       const inv = set.u.uq.inverse.subarray(set.u.featOff[k]!, set.u.featOff[k + 1]!);
@@ -386,6 +454,9 @@ export interface DeviceBackwardArgs {
   /** node tiers: the distinct ids of each table's tier (grouped by holder) and their gradient sums (host) */
   node: ReadonlyMap<number, UniqT>;
   nodeGrad: ReadonlyMap<number, Float32Array>;
+  /** this rank's sequence gradients (host, per sequence feature of the plan, in order) and the step's routing */
+  seqGrad: ReadonlyMap<string, Float32Array>;
+  segs: Map<string, SegView>;
 }
 
 /** What the gradient exchange leaves in device memory: the owner batch's pooled gradient and the received message. */
@@ -423,14 +494,17 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
       const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
       if (sl.src !== L.rank) {
         if (s.kind === 'rb') fromRelayed.add(rel.of(sl.src) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
-      } else if (s.kind === 'rb') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
-      else if (s.kind === 'node') fromNode.add(nodeAt.at.get(s.t)! + a.node.get(s.t)!.starts[d % L.rpn]! * rt.table.dim, rt.table.dim, sl.at, cols, sl.rows, cols, false);
+      } else if (s.kind === 'rb') {
+        // (sequence tables' rows: sequenceGradientsOut)
+        if (rt.pooling !== 'none') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
+      } else if (s.kind === 'node') fromNode.add(nodeAt.at.get(s.t)! + a.node.get(s.t)!.starts[d % L.rpn]! * rt.table.dim, rt.table.dim, sl.at, cols, sl.rows, cols, false);
       else if (s.kind === 'ub' && L.relaysTo(d)) fromUnion.add(unAt.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
       else if (s.kind === 'ub') fromUb.add(ubAt.at[s.t]![s.g]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
     }
   fromG.run(a.scratch, g, send);
   fromUb.run(a.scratch, ug, send);
   fromNode.run(a.scratch, ng, send);
+  await sequenceGradientsOut(a, send);
   if (relayed) {
     fromRelayed.run(a.scratch, relayed.bags, send);
     fromUnion.run(a.scratch, relayed.union, send);
@@ -449,6 +523,29 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
     }
   unpack.run(a.scratch, recv, pg);
   return { pooled: pg, recv };
+}
+
+/** rb sequence tables: every id's gradient row, gathered from its position, into its slot of the gradient message. */
+async function sequenceGradientsOut(a: DeviceBackwardArgs, send: DeviceArray): Promise<void> {
+  const { L, B } = a;
+  const sg = featureLayout(a.seqGrad);
+  const idx = new Indexes();
+  const calls: { idxAt: number; rows: number; cols: number; srcOffset: number; dim: number; at: number }[] = [];
+  for (let d = 0; d < L.W; d++)
+    for (const sl of a.req.slots[d]!) {
+      const s = sl.seg, rt = L.tables[s.t]!;
+      if (sl.src !== L.rank || s.kind !== 'rb' || rt.pooling !== 'none') continue;
+      calls.push({ idxAt: idx.add(part(a.segs.get(s.f)!, 2 + s.g, B).pos), rows: sl.rows, cols: sl.c1 - sl.c0, srcOffset: sg.at.get(s.f)! + sl.c0, dim: rt.table.dim, at: sl.at });
+    }
+  if (calls.length === 0) return;
+  const grads = a.scratch.get('seqGrad', sg.total);
+  await Promise.all([...a.seqGrad].map(([f, x]) => (x.length > 0 ? grads.write(x, sg.at.get(f)!) : undefined)));
+  const ix = await idx.upload(a.scratch, 'seqGradIdx');
+  for (const c of calls)
+    a.scratch.addon.indexDeviceRows({
+      src: grads.native, srcKind: 'fp32', srcOffset: c.srcOffset, srcStride: c.dim, dst: send.native, dstKind: a.wire, dstOffset: c.at, dstStride: c.cols,
+      meta: ix.native, idxAt: c.idxAt, rows: c.rows, cols: c.cols, mode: 'gather',
+    });
 }
 
 /**
@@ -488,7 +585,7 @@ async function relayBackward(
         // the per-row sums run in requester order, as on the host
         a.scratch.addon.indexDeviceRows({
           src: atRelay.native, srcKind: a.wire, dstKind: 'fp32', srcOffset: sl.at, srcStride: cols, dst: union.native, dstOffset: un.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, dstStride: rt.table.dim,
-          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, scatterAdd: true,
+          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, mode: 'scatterAdd',
         });
     }
   keep.run(a.scratch, atRelay, bags);
@@ -515,13 +612,13 @@ export async function ownerSequenceGradients(
   for (let p = 0; p < L.W; p++)
     for (const sl of a.own.slots[p]!) {
       const lf = L.localFeatures[sl.feature]!;
-      if (sl.seg.kind === 'ub') unpack.add(sl.at, lf.dim, seqAt.at[sl.feature]! + idOff[sl.feature]![sl.src]! * lf.dim, lf.dim, sl.rows, lf.dim, false);
+      if (sl.seg.kind !== 'node' && lf.pooling === 'none') unpack.add(sl.at, lf.dim, seqAt.at[sl.feature]! + idOff[sl.feature]![sl.src]! * lf.dim, lf.dim, sl.rows, lf.dim, false);
     }
   unpack.run(a.scratch, recv, sg);
   await Promise.all(
     L.localFeatures.map((lf, i) => {
       const h = host[i];
-      return lf.kind !== 'ub' && lf.pooling === 'none' && h && h.length > 0 ? sg.write(h, seqAt.at[i]!) : undefined;
+      return lf.kind !== 'ub' && lf.kind !== 'rb' && lf.pooling === 'none' && h && h.length > 0 ? sg.write(h, seqAt.at[i]!) : undefined;
     }),
   );
   return sg;

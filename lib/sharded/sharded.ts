@@ -221,7 +221,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       this.config.device,
       storage,
     );
-    const blocker = deviceExchangeBlocker(plan, L, group, this.config.device, this.engine, { storage: config.storage !== undefined, wire: this.wire });
+    const blocker = deviceExchangeBlocker(plan, L, group, this.config.device, this.engine, { storage: storage?.some((x) => x !== null) ?? false, wire: this.wire });
     this.exchangeMemory = blocker === undefined ? 'device' : 'host';
     this.exchangeMemoryReason = blocker ?? '';
     this.deviceScratch = blocker === undefined ? new DeviceScratch(this.config.device, addon as unknown as DeviceOpsAddon) : undefined;
@@ -624,13 +624,17 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const own = ownerSchedule(L, recv);
     const { req, rsend, rrecv } = stepSchedules(L, routed, recv, unions, B);
     const pooled = exchangeOps().outputArray(B * P);
+    const seqOut = new Map<string, Float32Array>();
+    for (const f of this.sequenceFeatures) seqOut.set(f, exchangeOps().outputArray(batch.feature(f).ids.length * this.dimOf(f)));
     await forwardOnDevice({
       L, wire: this.wire.forward, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub, node: routed.node,
-      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, rsend, rrecv, unions, bags: recv.map((x) => x.B), counters, pooled,
+      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, rsend, rrecv, unions, bags: recv.map((x) => x.B), counters, pooled, seqOut,
     });
     this.finishPooled(batch, pooled);
     this.traffic.forward = counters;
-    const out: Out = { pooled, sequences: {}, batch };
+    const sequences: Record<string, SequenceOutput> = {};
+    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
+    const out: Out = { pooled, sequences, batch };
     Object.defineProperty(out, STEP, { value: { batch, B, segs: routed.segs, ub: routed.ub, node: routed.node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq } satisfies StepCtx, enumerable: false });
     return out;
   }
@@ -716,6 +720,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       ? await gradientsOnDevice({
           L, wire: bw, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv,
           unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters, grad: Gs, ubGrad, node: ctx.node, nodeGrad,
+          seqGrad: new Map(this.sequenceFeatures.map((f) => [f, seqG(f)])), segs: ctx.segs,
         })
       : undefined;
     const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);

@@ -4,9 +4,9 @@
 //     device buffers on one device, 7 numbers per block (srcOffset, srcStride, dstOffset, dstStride, rows,
 //     cols, add 0/1), run in order; kinds 'fp32' (default; an f32 buffer) or 'fp16' / 'bf16' (wire values
 //     in a u16 buffer), converted on the way (adding needs an fp32 dst);
-//   indexDeviceRows({ src, srcKind, srcOffset, srcStride, dst, dstKind, dstOffset, dstStride, meta, idxAt, rows, cols, scatterAdd }):
-//     dst row j ← src row idx[j] (gather), or dst row idx[j] += src row j (scatterAdd), idx the int32 `meta`
-//     from element idxAt, `rows` of them, distinct;
+//   indexDeviceRows({ src, srcKind, srcOffset, srcStride, dst, dstKind, dstOffset, dstStride, meta, idxAt, rows, cols, mode }):
+//     mode 'gather': dst row j ← src row idx[j]; 'scatter': dst row idx[j] ← src row j; 'scatterAdd': dst
+//     row idx[j] += src row j; idx the int32 `meta` from element idxAt, `rows` of them (distinct to scatter);
 //   poolDeviceRows({ rows, rowsAt, dim, meta, inverseAt, ids, offsetsAt, bags, weights, weightsAt, dst, stride, col }):
 //     the unique rows of `rows` from element rowsAt on pooled into `bags` bags of dst (columns col …), each bag's ids listed by the
 //     int32 `meta` (the ids' inverse indices at inverseAt, the bags' id offsets, bags + 1 of them, at
@@ -112,18 +112,22 @@ Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
     DeviceBuffer meta = read_device_buffer(env, o.Get("meta"), "indexDeviceRows: meta");
     const int64_t srcOffset = num("srcOffset"), srcStride = num("srcStride"), dstOffset = num("dstOffset"), dstStride = num("dstStride");
     const int64_t idxAt = num("idxAt"), rows = num("rows"), cols = num("cols");
-    const bool scatterAdd = o.Get("scatterAdd").ToBoolean().Value();
+    const std::string m = string_arg(env, o.Get("mode"), "indexDeviceRows: mode");
+    if (m != "gather" && m != "scatter" && m != "scatterAdd")
+      throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: mode must be 'gather', 'scatter' or 'scatterAdd' (got '" + m + "')");
+    const cuda::IndexMode mode = m == "gather" ? cuda::IndexMode::Gather : m == "scatter" ? cuda::IndexMode::Scatter : cuda::IndexMode::ScatterAdd;
+    const bool scatterAdd = mode == cuda::IndexMode::ScatterAdd, gather = mode == cuda::IndexMode::Gather;
     const DType sk = kind_of(env, o.Get("srcKind"), src, "indexDeviceRows: srcKind"), dk = kind_of(env, o.Get("dstKind"), dst, "indexDeviceRows: dstKind");
     if (meta.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: meta holds i32");
     if (scatterAdd && dk != DType::F32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: adding needs an fp32 dst");
     if (src.device != dst.device || meta.device != dst.device) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: every buffer must be on one device");
     // the indexed side's extent is the caller's (its rows are those the index names); the other is checked
-    const int64_t plainOffset = scatterAdd ? srcOffset : dstOffset, plainStride = scatterAdd ? srcStride : dstStride;
-    const int64_t plainCount = scatterAdd ? src.count : dst.count;
+    const int64_t plainOffset = gather ? dstOffset : srcOffset, plainStride = gather ? dstStride : srcStride;
+    const int64_t plainCount = gather ? dst.count : src.count;
     if (idxAt + rows > meta.count || (rows > 0 && plainOffset + (rows - 1) * plainStride + cols > plainCount))
       throw_error(env, "LENGTH_MISMATCH", "indexDeviceRows: a range lies outside its buffer");
     cuda::index_rows(dst.device, src.ptr, sk, srcOffset, srcStride, static_cast<const int32_t*>(meta.ptr) + idxAt, rows, cols, dst.ptr, dk,
-                     dstOffset, dstStride, scatterAdd);
+                     dstOffset, dstStride, mode);
     return env.Undefined();
   });
 }

@@ -45,13 +45,15 @@ __global__ void __launch_bounds__(kBlock) pool_rows_kernel(const float* rows, in
 
 __global__ void __launch_bounds__(kBlock) index_rows_kernel(const void* src, DType st, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
                                                             int64_t rows, int64_t cols, void* dst, DType dt, int64_t dstOffset, int64_t dstStride,
-                                                            bool scatterAdd) {
+                                                            IndexMode mode) {
   const uint64_t n = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
   for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
     const int64_t j = static_cast<int64_t>(e / static_cast<uint64_t>(cols)), c = static_cast<int64_t>(e % static_cast<uint64_t>(cols));
-    if (scatterAdd) {
+    if (mode != IndexMode::Gather) {
       const float v = load_value(st, src, static_cast<uint64_t>(srcOffset + j * srcStride + c));
-      static_cast<float*>(dst)[dstOffset + static_cast<int64_t>(idx[j]) * dstStride + c] += v;
+      const uint64_t d = static_cast<uint64_t>(dstOffset + static_cast<int64_t>(idx[j]) * dstStride + c);
+      if (mode == IndexMode::ScatterAdd) static_cast<float*>(dst)[d] += v;
+      else store_value(dt, dst, d, v);
     } else {
       const float v = load_value(st, src, static_cast<uint64_t>(srcOffset + static_cast<int64_t>(idx[j]) * srcStride + c));
       store_value(dt, dst, static_cast<uint64_t>(dstOffset + j * dstStride + c), v);
@@ -76,12 +78,12 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
 }
 
 void index_rows(int device, const void* src, DType srcType, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows,
-                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, bool scatterAdd) {
+                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, IndexMode mode) {
   const uint64_t items = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
   if (items == 0) return;
   EMB_CUDA_CHECK(cudaSetDevice(device));
   EMB_LAUNCH(index_rows_kernel, grid_for(items), kBlock, 0, 0, src, srcType, srcOffset, srcStride, idx, rows, cols, dst, dstType, dstOffset, dstStride,
-             scatterAdd);
+             mode);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }

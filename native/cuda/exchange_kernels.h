@@ -25,12 +25,14 @@ struct CopyBlock {
 // checked that every block lies within both buffers.
 void copy_blocks(int device, const void* src, DType srcType, void* dst, DType dstType, const CopyBlock* blocks, size_t n);
 
-// Row j of src (element srcOffset + j·srcStride, `cols` values) to row idx[j] of dst (gather = false:
-// dst row j from src row idx[j]), for j < rows; with scatter-add the values are added. idx holds distinct
-// rows (a requester's distinct ids among its node's), so no two threads touch one value: one call adds
-// in a fixed order, and calls run in the caller's order. Types as copy_blocks. Waits for the kernel.
+// Rows through an index list, for j < rows: Gather: dst row j ← src row idx[j]; Scatter: dst row idx[j] ←
+// src row j; ScatterAdd: dst row idx[j] += src row j (rows of `cols` values from element offset + row ·
+// stride). A scatter's idx holds distinct rows (a requester's distinct ids among its node's, the
+// positions of a sequence's ids), so no two threads touch one value: one call adds in a fixed order, and
+// calls run in the caller's order. Types as copy_blocks. Waits for the kernel.
+enum class IndexMode : uint8_t { Gather = 0, Scatter = 1, ScatterAdd = 2 };
 void index_rows(int device, const void* src, DType srcType, int64_t srcOffset, int64_t srcStride, const int32_t* idx, int64_t rows,
-                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, bool scatterAdd);
+                int64_t cols, void* dst, DType dstType, int64_t dstOffset, int64_t dstStride, IndexMode mode);
 
 // Pools rows of a unique list into bags exactly as shard::pool_unique does on the host: for bag b (ids
 // offsets[b] … offsets[b+1] − 1 of `inverse`), dst[b·stride + col + c] += w_i · rows[inverse[i]·dim + c], id
