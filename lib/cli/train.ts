@@ -343,6 +343,9 @@ async function train(a: Args): Promise<number> {
       });
     }
     const emb = trainer.embeddings;
+    // a GPU rank: whether its embedding exchanges stay in device memory (lib/sharded/device-exchange.ts), and why not
+    if (emb instanceof ShardedEmbeddingCollection && emb.device !== 'cpu')
+      planNote += emb.exchangeMemory === 'device' ? ', exchanges in device memory' : `, exchanges through host memory (${emb.exchangeMemoryReason})`;
     const evalSet = a.evalBatches > 0 ? data.eval : undefined;
     const best = Array.isArray(evalSet) && evalSet.length ? plantedAUC(evalSet).realized : undefined;
     const recorder = a.report && (group?.rank ?? 0) === 0 ? new RunRecorder(`embshard train: ${a.model}`) : undefined;

@@ -61,9 +61,12 @@ describe('embshard train --comm', () => {
       const nccl = await train([...base(plan), '--device', 'cuda:0', '--comm', 'nccl']);
       expect(nccl.rc, nccl.err).toBe(0);
       expect(nccl.err).toMatch(/sharded over 1 rank\(s\) \(NCCL\)/);
+      // the CUDA engine over NCCL on its GPU: the embedding exchanges stay in device memory
+      expect(nccl.err).toMatch(/exchanges in device memory/);
       const local = await train([...base(plan), '--device', 'cuda:0', '--comm', 'mpi']);
       expect(local.rc, local.err).toBe(0);
       expect(local.err).toMatch(/sharded over 1 rank\(s\) \(one process\)/);
+      expect(local.err).toMatch(/exchanges through host memory \(the group is an in-process group/);
       const loss = (t: string) => /final loss \(mean of the last 6 steps\): ([0-9.]+)/.exec(t)?.[1];
       expect(loss(nccl.out)).toBeDefined();
       expect(loss(nccl.out)).toBe(loss(local.out));
