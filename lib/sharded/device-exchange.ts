@@ -21,7 +21,8 @@ import type { LocalLayout } from './local-layout.js';
 import { part, type SegView, type UniqT } from './routing.js';
 import { inverseOf, unionIndex, type RelayUnion } from './relay.js';
 import type { Schedule } from './schedule.js';
-import type { Wire } from './exchange-ops.js';
+import { exchangeOps, type Wire } from './exchange-ops.js';
+import { concat } from './arrays.js';
 
 /** The engine's device calls (CUDA engines): outputs / gradients in device buffers, sequences back to back in feature order. */
 export interface DeviceEngine extends NativeEngine {
@@ -102,17 +103,30 @@ class Blocks {
   }
 }
 
-/** Int32 index lists (positions, inverse indices) gathered for one upload; add() returns where a list starts. */
+/**
+ * Int32 lists (positions, inverse indices, bag offsets) gathered for one upload, copied with set() and the
+ * native prefix sum, never value by value; add() / addOffsets() return where a list starts.
+ */
 class Indexes {
-  private v: number[] = [];
-  add(a: ArrayLike<number>): number {
-    const at = this.v.length;
-    for (let i = 0; i < a.length; i++) this.v.push(a[i]!);
-    return at;
+  private parts: { at: number; list: Int32Array; offsets: boolean }[] = [];
+  private n = 0;
+  add(list: Int32Array): number {
+    this.parts.push({ at: this.n, list, offsets: false });
+    return (this.n += list.length) - list.length;
+  }
+  /** The bags' first ids for bag `lengths` (lengths.length + 1 values). */
+  addOffsets(lengths: Int32Array): number {
+    this.parts.push({ at: this.n, list: lengths, offsets: true });
+    return (this.n += lengths.length + 1) - lengths.length - 1;
   }
   async upload(scratch: DeviceScratch, name: string): Promise<DeviceArray> {
-    const d = scratch.get(name, this.v.length, 'i32');
-    if (this.v.length > 0) await d.write(Int32Array.from(this.v), 0);
+    const host = new Int32Array(this.n);
+    for (const p of this.parts) {
+      if (p.offsets) exchangeOps().bagOffsets(p.list, host, p.at);
+      else host.set(p.list, p.at);
+    }
+    const d = scratch.get(name, this.n, 'i32');
+    if (this.n > 0) await d.write(host, 0);
     return d;
   }
 }
@@ -134,13 +148,6 @@ function sequenceOffsets(L: LocalLayout, idsOf: (i: number) => number): { at: nu
     if (lf.pooling === 'none') total += idsOf(i) * lf.dim;
   });
   return { at, total };
-}
-
-/** Ids of local feature i in a native batch (the sum of its bags' lengths). */
-function featureIds(batch: NativeBatch, i: number): number {
-  let n = 0;
-  for (let b = i * batch.batchSize; b < (i + 1) * batch.batchSize; b++) n += batch.lengths[b]!;
-  return n;
 }
 
 /** Where every ub row group's unique rows sit in one array (t, g → first element), and its size. */
@@ -189,20 +196,15 @@ function unionLayout(L: LocalLayout, unions: readonly RelayUnion[]): { at: numbe
 
 /** The index lists of a relay's ub slots (each requester's distinct ids among its node's), uploaded once; the start of each. */
 async function relayIndexes(scratch: DeviceScratch, rsend: Schedule, unions: readonly RelayUnion[]): Promise<{ meta: DeviceArray; at: Map<string, number> }> {
-  const idx: number[] = [], at = new Map<string, number>();
+  const idx = new Indexes(), at = new Map<string, number>();
   rsend.slots.forEach((slots, q) =>
     slots.forEach((sl) => {
       if (sl.seg.kind !== 'ub') return;
       const key = `${q}\u0000${sl.seg.t}\u0000${sl.seg.g}`;
-      if (at.has(key)) return;
-      at.set(key, idx.length);
-      const inv = inverseOf(unions[unionIndex(unions, sl.seg.t, sl.seg.g)]!, q);
-      for (let i = 0; i < inv.length; i++) idx.push(inv[i]!);
+      if (!at.has(key)) at.set(key, idx.add(inverseOf(unions[unionIndex(unions, sl.seg.t, sl.seg.g)]!, q)));
     }),
   );
-  const meta = scratch.get('relayIdx', idx.length, 'i32');
-  if (idx.length > 0) await meta.write(Int32Array.from(idx), 0);
-  return { meta, at };
+  return { meta: await idx.upload(scratch, 'relayIdx'), at };
 }
 
 export interface DeviceForwardArgs {
@@ -399,7 +401,8 @@ async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: 
     }
   }
   // the bag lists the host routed, for the device: inverse indices and bag offsets (int32), weights (f32)
-  const meta: number[] = [], weights: number[] = [];
+  const meta = new Indexes(), weights: Float32Array[] = [];
+  let nWeights = 0;
   const calls: { set: PoolSet; dim: number; inverseAt: number; ids: number; offsetsAt: number; weightsAt: number; weighted: boolean; col: number }[] = [];
   for (const set of sets) {
     const rt = L.tables[set.t]!;
@@ -407,21 +410,15 @@ async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: 
     rt.features.forEach((f, k) => {
       const p = part(a.segs.get(f)!, set.part, B);
       const inv = set.u.uq.inverse.subarray(set.u.featOff[k]!, set.u.featOff[k + 1]!);
-      const inverseAt = meta.length, weightsAt = weights.length;
-      for (let i = 0; i < inv.length; i++) meta.push(inv[i]!);
-      const offsetsAt = meta.length;
-      let o = 0;
-      meta.push(0);
-      for (let b = 0; b < B; b++) meta.push((o += p.lengths[b]!));
-      if (p.weights) for (let i = 0; i < p.weights.length; i++) weights.push(p.weights[i]!);
+      const inverseAt = meta.add(inv), offsetsAt = meta.addOffsets(p.lengths), weightsAt = nWeights;
+      if (p.weights) weights.push(p.weights), (nWeights += p.weights.length);
       calls.push({ set, dim: rt.table.dim, inverseAt, ids: inv.length, offsetsAt, weightsAt, weighted: p.weights !== null, col: rt.pooledCol[k]! });
     });
   }
   if (calls.length === 0) return;
-  const m = a.scratch.get('poolMeta', meta.length, 'i32');
-  await m.write(Int32Array.from(meta), 0);
-  const w = a.scratch.get('poolWeights', weights.length);
-  if (weights.length > 0) await w.write(Float32Array.from(weights), 0);
+  const m = await meta.upload(a.scratch, 'poolMeta');
+  const w = a.scratch.get('poolWeights', nWeights);
+  if (nWeights > 0) await w.write(concat(weights, Float32Array), 0);
   for (const c of calls)
     a.scratch.addon.poolDeviceRows({
       rows: c.set.rows.native, rowsAt: c.set.rowsAt, dim: c.dim, meta: m.native, inverseAt: c.inverseAt, ids: c.ids, offsetsAt: c.offsetsAt, bags: B,
@@ -593,19 +590,20 @@ async function relayBackward(
 }
 
 /**
- * The update batch's sequence gradients in device memory (features back to back, in order): ub features'
+ * The update batch's sequence gradients in device memory (features back to back, in order; `updIds`: each
+ * local feature's ids in the update batch): ub and rb sequence features'
  * from the received message (each source's rows at its first id), the others' (the synced sums of dp
  * tables, replicated and node tiers) written from the host arrays in `host`; zero elsewhere.
  */
 export async function ownerSequenceGradients(
   a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own' | 'wire'>,
-  upd: NativeBatch,
+  updIds: readonly number[],
   idOff: readonly (readonly number[])[],
   recv: DeviceArray,
   host: readonly (Float32Array | null)[],
 ): Promise<DeviceArray> {
   const { L } = a;
-  const seqAt = sequenceOffsets(L, (i) => featureIds(upd, i));
+  const seqAt = sequenceOffsets(L, (i) => updIds[i]!);
   const sg = a.scratch.get('ownerSeqGrad', seqAt.total);
   sg.zero(0, seqAt.total);
   const unpack = new Blocks(a.wire);

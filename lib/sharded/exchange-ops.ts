@@ -35,6 +35,8 @@ export interface ExchangeOps {
   poolUnique(rows: Float32Array, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, dst: Float32Array, stride: number, col: number, seqPos: Int32Array | null): void;
   gradUnique(grad: Float32Array, stride: number, col: number, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, fullLen: Int32Array | null, mean: boolean, seqPos: Int32Array | null, out: Float32Array): void;
   divideBags(m: Float32Array, stride: number, col: number, dim: number, lengths: Int32Array): void;
+  /** out[at] = 0, then each bag's end: the prefix sums of `lengths` (lengths.length + 1 values) */
+  bagOffsets(lengths: Int32Array, out: Int32Array, at: number): void;
   /** a dynamic table's raw ids as distinct row-space keys (lib/plan/dynamic-keys.ts) */
   hashKeys(ids: BigInt64Array, capacity: number): Float64Array;
   /** a zeroed Float32Array in a buffer of the addon's output pool (a forward's outputs; back with the addon's releaseBuffers) */

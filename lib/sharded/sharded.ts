@@ -793,12 +793,15 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
+    const updCounts: number[] = []; // ids of each local feature in the update batch
     L.localFeatures.forEach((lf, i) => {
       const n = ctx.featIds[i]!;
+      updCounts.push(0);
       const ownIds = own.ids.subarray(io, io + n) as BigInt64Array;
       const ownW = own.weights ? own.weights.subarray(io, io + n) : null;
       io += n;
       if (lf.kind === 'rb' || lf.kind === 'ub') {
+        updCounts[i] = n;
         idsParts.push(ownIds);
         if (ownW) wParts.push(ownW);
         if (lf.kind === 'ub' && !seqGrads[i]) seqGrads[i] = S.f32(n * lf.dim);
@@ -807,7 +810,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       lengths.fill(0, i * Btot, (i + 1) * Btot);
       const src = lf.kind === 'upd' ? updIds.get(lf.t) : lf.kind === 'nodeupd' ? nodeUpd.get(lf.t) : undefined;
       if (src && src.ids.length > 0) {
-        lengths[i * Btot] = src.ids.length;
+        lengths[i * Btot] = updCounts[i] = src.ids.length;
         idsParts.push(src.ids);
         if (own.weights) wParts.push(new Float32Array(src.ids.length).fill(1));
         seqGrads[i] = src.grads;
@@ -818,7 +821,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = devGrad
       ? await (this.live() as DeviceEngine).backwardDevice(
-          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, upd, ctx.idOff, devGrad.recv, seqGrads)).native)
+          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads)).native)
       : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step

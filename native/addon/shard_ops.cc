@@ -257,6 +257,20 @@ Napi::Value DivideBags(const Napi::CallbackInfo& info) {
   });
 }
 
+// bagOffsets(lengths: Int32Array, out: Int32Array, at): out[at …] = 0, then each bag's end (lengths' prefix sums)
+Napi::Value BagOffsets(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "bagOffsets: lengths must be an Int32Array");
+    const int64_t B = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = typed_array<int32_t>(env, info[0], napi_int32_array, "bagOffsets: lengths", B);
+    const int64_t at = int_arg(env, info[2], "bagOffsets: at");
+    int32_t* out = typed_array<int32_t>(env, info[1], napi_int32_array, "bagOffsets: out", at + B + 1);
+    shard::bag_offsets(lengths, B, out + at);
+    return env.Undefined();
+  });
+}
+
 // initSlice(kind: 'uniform'|'normal'|'constant', a, b, seed, table, dim, r0, nRows, c0, c1, out: Float32Array)
 Napi::Value InitSlice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -316,6 +330,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("poolUnique", Napi::Function::New(env, PoolUnique, "poolUnique"));
   o.Set("gradUnique", Napi::Function::New(env, GradUnique, "gradUnique"));
   o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
+  o.Set("bagOffsets", Napi::Function::New(env, BagOffsets, "bagOffsets"));
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
   o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));
   o.Set("outputArray", Napi::Function::New(env, OutputArray, "outputArray"));

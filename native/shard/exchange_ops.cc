@@ -169,6 +169,11 @@ void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, co
   }
 }
 
+void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out) {
+  out[0] = 0;
+  for (int64_t b = 0; b < B; ++b) out[b + 1] = out[b] + lengths[b];
+}
+
 void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B) {
   for (int64_t b = 0; b < B; ++b) {
     if (lengths[b] <= 0) continue;

@@ -69,6 +69,9 @@ void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, co
 // Divides every bag's columns [col, col + dim) by its length (mean pooling; empty bags stay zero).
 void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
 
+// The bags' first ids: out[0] = 0, out[b + 1] = out[b] + lengths[b] (B + 1 values; the device pooling's bag lists).
+void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out);
+
 }  // namespace embshard::shard
 
 namespace embshard::shard {
