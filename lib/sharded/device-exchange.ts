@@ -13,33 +13,26 @@
 // bitwise the host path's. Ranks with what this path does not move (dynamic tables, disk-backed shards)
 // run the host path, which issues the same collectives in the same order, so both kinds of rank train
 // together; `deviceExchangeBlocker` says why a rank runs on the host.
-import { DeviceArray, type DeviceElemType } from '../device-array.js';
+import type { DeviceArray } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout } from './local-layout.js';
 import { part, type SegView, type UniqT } from './routing.js';
-import { inverseOf, unionIndex, type RelayUnion } from './relay.js';
+import { unionIndex, type RelayUnion } from './relay.js';
 import type { Schedule } from './schedule.js';
-import { exchangeOps, type Wire } from './exchange-ops.js';
+import type { Wire } from './exchange-ops.js';
 import { concat } from './arrays.js';
+import { featureLayout, nodeLayout, PerRequester, sequenceOffsets, ubLayout, unionLayout } from './device-layout.js';
+import { relayBackward, relayForward } from './device-relay.js';
+import { Blocks, Indexes, message, type DeviceScratch } from './device-scratch.js';
+
+export { DeviceScratch, type DeviceOpsAddon } from './device-scratch.js';
 
 /** The engine's device calls (CUDA engines): outputs / gradients in device buffers, sequences back to back in feature order. */
 export interface DeviceEngine extends NativeEngine {
   forwardDevice(batch: NativeBatch, pooled: object, seq: object): Promise<unknown>;
   backwardDevice(batch: NativeBatch, pooledGrad: object, seqGrad: object): Promise<{ skipped: boolean; uniqueRows: number }>;
-}
-
-export interface DeviceOpsAddon {
-  copyDeviceBlocks(src: object, dst: object, blocks: Float64Array, srcKind: Wire, dstKind: Wire): void;
-  indexDeviceRows(args: {
-    src: object; srcKind: Wire; srcOffset: number; srcStride: number; dst: object; dstKind: Wire; dstOffset: number; dstStride: number; meta: object; idxAt: number;
-    rows: number; cols: number; mode: 'gather' | 'scatter' | 'scatterAdd';
-  }): void;
-  poolDeviceRows(args: {
-    rows: object; rowsAt: number; dim: number; meta: object; inverseAt: number; ids: number; offsetsAt: number; bags: number;
-    weights: object | null; weightsAt: number; dst: object; stride: number; col: number;
-  }): void;
 }
 
 /**
@@ -61,150 +54,6 @@ export function deviceExchangeBlocker(
   if (opts.storage) return 'disk-backed shards are staged through host memory';
   for (const t of plan.tables) if (t.dynamic) return `table '${t.name}' is dynamic`;
   return undefined;
-}
-
-/** Device arrays kept from step to step, grown as a step needs more (never shrunk), and the addon's kernels. */
-export class DeviceScratch {
-  private readonly arrays = new Map<string, DeviceArray>();
-  /** `addon`: the addon of the engine's device (its copyDeviceBlocks / poolDeviceRows) */
-  constructor(private readonly device: string, readonly addon: DeviceOpsAddon) {}
-
-  /** The array named `name` with at least `n` elements of `type` (its contents are whatever the last user left). */
-  get(name: string, n: number, type: DeviceElemType = 'f32'): DeviceArray {
-    let a = this.arrays.get(name);
-    if (!a || a.length < n || a.type !== type) {
-      a?.free();
-      a = DeviceArray.alloc(type, Math.max(n, 1) + (n >> 2), { device: this.device });
-      this.arrays.set(name, a);
-    }
-    return a;
-  }
-
-  free(): void {
-    for (const a of this.arrays.values()) a.free();
-    this.arrays.clear();
-  }
-}
-
-/** A message buffer of `n` wire values: fp32 in an f32 array, fp16 / bf16 in a u16 one. */
-function message(scratch: DeviceScratch, name: string, n: number, wire: Wire): DeviceArray {
-  return scratch.get(name, n, wire === 'fp32' ? 'f32' : 'u16');
-}
-
-/** Block lists of copyDeviceBlocks: 7 numbers per block; values read as srcKind, written as dstKind (fp32 buffers, or 16-bit wire messages). */
-class Blocks {
-  private v: number[] = [];
-  constructor(private readonly srcKind: Wire = 'fp32', private readonly dstKind: Wire = 'fp32') {}
-  add(srcOffset: number, srcStride: number, dstOffset: number, dstStride: number, rows: number, cols: number, add: boolean): void {
-    if (rows > 0 && cols > 0) this.v.push(srcOffset, srcStride, dstOffset, dstStride, rows, cols, add ? 1 : 0);
-  }
-  run(scratch: DeviceScratch, src: DeviceArray, dst: DeviceArray): void {
-    if (this.v.length > 0) scratch.addon.copyDeviceBlocks(src.native, dst.native, Float64Array.from(this.v), this.srcKind, this.dstKind);
-  }
-}
-
-/**
- * Int32 lists (positions, inverse indices, bag offsets) gathered for one upload, copied with set() and the
- * native prefix sum, never value by value; add() / addOffsets() return where a list starts.
- */
-class Indexes {
-  private parts: { at: number; list: Int32Array; offsets: boolean }[] = [];
-  private n = 0;
-  add(list: Int32Array): number {
-    this.parts.push({ at: this.n, list, offsets: false });
-    return (this.n += list.length) - list.length;
-  }
-  /** The bags' first ids for bag `lengths` (lengths.length + 1 values). */
-  addOffsets(lengths: Int32Array): number {
-    this.parts.push({ at: this.n, list: lengths, offsets: true });
-    return (this.n += lengths.length + 1) - lengths.length - 1;
-  }
-  async upload(scratch: DeviceScratch, name: string): Promise<DeviceArray> {
-    const host = new Int32Array(this.n);
-    for (const p of this.parts) {
-      if (p.offsets) exchangeOps().bagOffsets(p.list, host, p.at);
-      else host.set(p.list, p.at);
-    }
-    const d = scratch.get(name, this.n, 'i32');
-    if (this.n > 0) await d.write(host, 0);
-    return d;
-  }
-}
-
-/** Where each sequence feature's values (outputs or gradients, `arrays` in order) sit in one array, and its size. */
-function featureLayout(arrays: ReadonlyMap<string, Float32Array>): { at: Map<string, number>; total: number } {
-  const at = new Map<string, number>();
-  let total = 0;
-  for (const [f, x] of arrays) at.set(f, total), (total += x.length);
-  return { at, total };
-}
-
-/** Where each local feature's sequence values start in a batch's back-to-back sequences (features in order), and their total. */
-function sequenceOffsets(L: LocalLayout, idsOf: (i: number) => number): { at: number[]; total: number } {
-  const at: number[] = [];
-  let total = 0;
-  L.localFeatures.forEach((lf, i) => {
-    at.push(total);
-    if (lf.pooling === 'none') total += idsOf(i) * lf.dim;
-  });
-  return { at, total };
-}
-
-/** Where every ub row group's unique rows sit in one array (t, g → first element), and its size. */
-function ubLayout(L: LocalLayout, ub: readonly UniqT[][]): { at: number[][]; total: number } {
-  let total = 0;
-  const at = ub.map((groups, t) =>
-    groups.map((u) => {
-      const a = total;
-      total += u.uq.values.length * L.tables[t]!.table.dim;
-      return a;
-    }),
-  );
-  return { at, total };
-}
-
-/** Where every node tier's distinct rows sit in one array (table → first element), and its size. */
-function nodeLayout(L: LocalLayout, node: ReadonlyMap<number, UniqT>): { at: Map<number, number>; total: number } {
-  let total = 0;
-  const at = new Map<number, number>();
-  for (const [t, u] of node) at.set(t, total), (total += u.uq.values.length * L.tables[t]!.table.dim);
-  return { at, total };
-}
-
-/** Where each relayed requester's [B_q × pooledDim] block sits in one array (this rank as a relay), and its size. */
-class PerRequester {
-  readonly at = new Map<number, number>();
-  total = 0;
-  constructor(private readonly bags: readonly number[], private readonly P: number) {}
-  of(q: number): number {
-    let a = this.at.get(q);
-    if (a === undefined) this.at.set(q, (a = this.total)), (this.total += this.bags[q]! * this.P);
-    return a;
-  }
-}
-
-/** Where each relayed row group's node-level distinct rows sit in one array, and its size. */
-function unionLayout(L: LocalLayout, unions: readonly RelayUnion[]): { at: number[]; total: number } {
-  let total = 0;
-  const at = unions.map((u) => {
-    const a = total;
-    total += u.uq.values.length * L.tables[u.rs.t]!.table.dim;
-    return a;
-  });
-  return { at, total };
-}
-
-/** The index lists of a relay's ub slots (each requester's distinct ids among its node's), uploaded once; the start of each. */
-async function relayIndexes(scratch: DeviceScratch, rsend: Schedule, unions: readonly RelayUnion[]): Promise<{ meta: DeviceArray; at: Map<string, number> }> {
-  const idx = new Indexes(), at = new Map<string, number>();
-  rsend.slots.forEach((slots, q) =>
-    slots.forEach((sl) => {
-      if (sl.seg.kind !== 'ub') return;
-      const key = `${q}\u0000${sl.seg.t}\u0000${sl.seg.g}`;
-      if (!at.has(key)) at.set(key, idx.add(inverseOf(unions[unionIndex(unions, sl.seg.t, sl.seg.g)]!, q)));
-    }),
-  );
-  return { meta: await idx.upload(scratch, 'relayIdx'), at };
 }
 
 export interface DeviceForwardArgs {
@@ -317,50 +166,6 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   await poolRows(a, sets, pooled, seqDev, so.at);
   if (B * P > 0) await pooled.readInto(a.pooled.subarray(0, B * P), 0);
   await Promise.all([...a.seqOut].map(([f, x]) => (x.length > 0 ? seqDev.readInto(x, so.at.get(f)!) : undefined)));
-}
-
-/**
- * The hierarchical protocol's relay step of the forward, in device memory: the relayed requesters' partial
- * sums reduced, the node's distinct ub rows taken in; then passed on (the node-reduced rb vectors across
- * nodes, each requester's ub rows by its index list) and what relays pass on here added into the pooled
- * output (rb) or taken as this rank's ub rows.
- */
-async function relayForward(
-  a: DeviceForwardArgs, recv: DeviceArray, red: PerRequester, relaySums: Blocks, relayRows: Blocks, unAt: number[], unionRows: DeviceArray,
-  pooled: DeviceArray, ubAt: number[][], ubRows: DeviceArray,
-): Promise<void> {
-  const { L } = a;
-  const P = L.pooledDim;
-  for (let q = 0; q < L.W; q++) for (const sl of a.rsend.slots[q]!) if (sl.seg.kind === 'rb') red.of(q);
-  const reduced = a.scratch.get('reduced', red.total);
-  reduced.zero(0, red.total);
-  relaySums.run(a.scratch, recv, reduced);
-  relayRows.run(a.scratch, recv, unionRows);
-  const send = message(a.scratch, 'relaySend', a.rsend.total, a.wire);
-  const pack = new Blocks('fp32', a.wire);
-  const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
-  for (let q = 0; q < L.W; q++)
-    for (const sl of a.rsend.slots[q]!) {
-      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') pack.add(red.of(q) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
-      else if (s.kind === 'ub')
-        a.scratch.addon.indexDeviceRows({
-          src: unionRows.native, srcKind: 'fp32', dstKind: a.wire, srcOffset: unAt[unionIndex(a.unions, s.t, s.g)]! + sl.c0, srcStride: rt.table.dim, dst: send.native, dstOffset: sl.at, dstStride: cols,
-          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, mode: 'gather',
-        });
-    }
-  pack.run(a.scratch, reduced, send);
-  const passed = message(a.scratch, 'relayRecv', a.rrecv.total, a.wire);
-  await a.group.allToAllDevice(send, a.rsend.sizes, passed, { recvCounts: a.rrecv.sizes, counters: a.counters });
-  const sums = new Blocks(a.wire), rows = new Blocks(a.wire);
-  for (let r = 0; r < L.W; r++)
-    for (const sl of a.rrecv.slots[r]!) {
-      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') sums.add(sl.at, cols, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, true);
-      else if (s.kind === 'ub') rows.add(sl.at, cols, ubAt[s.t]![s.g]! + sl.c0, rt.table.dim, sl.rows, cols, false);
-    }
-  sums.run(a.scratch, passed, pooled);
-  rows.run(a.scratch, passed, ubRows);
 }
 
 /** One set of distinct rows to pool: table t's ids of routing range `part`, their rows at rowsAt of `rows`. */
@@ -543,50 +348,6 @@ async function sequenceGradientsOut(a: DeviceBackwardArgs, send: DeviceArray): P
       src: grads.native, srcKind: 'fp32', srcOffset: c.srcOffset, srcStride: c.dim, dst: send.native, dstKind: a.wire, dstOffset: c.at, dstStride: c.cols,
       meta: ix.native, idxAt: c.idxAt, rows: c.rows, cols: c.cols, mode: 'gather',
     });
-}
-
-/**
- * The hierarchical protocol's relay step of the backward, in device memory (the forward's relay slots
- * reversed): this rank's rb bag gradients once per other node and its ub rows' gradients to its relays;
- * as a relay, every relayed requester's bag gradients kept, and the ub rows' gradients summed per
- * node-level distinct row in requester order (scatter-adds by the requesters' index lists).
- */
-async function relayBackward(
-  a: DeviceBackwardArgs, g: DeviceArray, ug: DeviceArray, ubAt: number[][], rel: PerRequester, un: { at: number[]; total: number },
-): Promise<{ bags: DeviceArray; union: DeviceArray }> {
-  const { L } = a;
-  const P = L.pooledDim;
-  const toRelays = message(a.scratch, 'toRelays', a.rrecv.total, a.wire);
-  const fromG = new Blocks('fp32', a.wire), fromUb = new Blocks('fp32', a.wire);
-  for (let r = 0; r < L.W; r++)
-    for (const sl of a.rrecv.slots[r]!) {
-      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') fromG.add(rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.at, cols, sl.rows, cols, false);
-      else if (s.kind === 'ub') fromUb.add(ubAt[s.t]![s.g]! + sl.c0, rt.table.dim, sl.at, cols, sl.rows, cols, false);
-    }
-  fromG.run(a.scratch, g, toRelays);
-  fromUb.run(a.scratch, ug, toRelays);
-  const atRelay = message(a.scratch, 'atRelay', a.rsend.total, a.wire);
-  await a.group.allToAllDevice(toRelays, a.rrecv.sizes, atRelay, { recvCounts: a.rsend.sizes, counters: a.counters });
-  for (let q = 0; q < L.W; q++) for (const sl of a.rsend.slots[q]!) if (sl.seg.kind === 'rb') rel.of(q);
-  const bags = a.scratch.get('relayedGrad', rel.total), union = a.scratch.get('unionGrad', un.total);
-  bags.zero(0, rel.total);
-  union.zero(0, un.total);
-  const idx = await relayIndexes(a.scratch, a.rsend, a.unions);
-  const keep = new Blocks(a.wire);
-  for (let q = 0; q < L.W; q++)
-    for (const sl of a.rsend.slots[q]!) {
-      const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-      if (s.kind === 'rb') keep.add(sl.at, cols, rel.of(q) + rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, P, sl.rows, cols, false);
-      else if (s.kind === 'ub')
-        // the per-row sums run in requester order, as on the host
-        a.scratch.addon.indexDeviceRows({
-          src: atRelay.native, srcKind: a.wire, dstKind: 'fp32', srcOffset: sl.at, srcStride: cols, dst: union.native, dstOffset: un.at[unionIndex(a.unions, s.t, s.g)]! + sl.c0, dstStride: rt.table.dim,
-          meta: idx.meta.native, idxAt: idx.at.get(`${q}\u0000${s.t}\u0000${s.g}`)!, rows: sl.rows, cols, mode: 'scatterAdd',
-        });
-    }
-  keep.run(a.scratch, atRelay, bags);
-  return { bags, union };
 }
 
 /**
