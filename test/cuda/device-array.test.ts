@@ -9,7 +9,13 @@ import { DeviceArray } from '../../lib/device-array.js';
 const gpu = cudaBackend().available;
 
 describe('DeviceArray', () => {
-  it.runIf(!gpu)('without a CUDA device, alloc and from reject with BACKEND_UNAVAILABLE', async () => {
+  it(gpu ? 'with a CUDA device, alloc makes an array there' : 'without a CUDA device, alloc and from reject with BACKEND_UNAVAILABLE', async () => {
+    if (gpu) {
+      const a = DeviceArray.alloc('f32', 4);
+      expect([a.device, a.length, a.freed]).toEqual(['cuda:0', 4, false]);
+      a.free();
+      return;
+    }
     expect(() => DeviceArray.alloc('f32', 4)).toThrow(expect.objectContaining({ code: 'BACKEND_UNAVAILABLE' }));
     await expect(DeviceArray.from(Float32Array.from([1]))).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
   });
