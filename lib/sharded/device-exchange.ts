@@ -10,9 +10,9 @@
 // sums, and the syncs of dp tables and hot tiers (host arrays; an owner reads its node-tier rows'
 // gradients back for the node-tier sync). Packing, unpacking, pooling and placing follow the host path's
 // slots (schedule.ts) and order with the kernels of native/cuda/exchange_kernels.h, so every value is
-// bitwise the host path's. Ranks with what this path does not move (dynamic tables, disk-backed shards)
-// run the host path, which issues the same collectives in the same order, so both kinds of rank train
-// together; `deviceExchangeBlocker` says why a rank runs on the host.
+// bitwise the host path's (disk-backed shards included: their caches live in the engine's device memory).
+// Plans with dynamic tables run the host path, which issues the same collectives in the same order, so a
+// rank of either kind trains beside the other; `deviceExchangeBlocker` says why a rank runs on the host.
 import type { DeviceArray } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
@@ -45,13 +45,11 @@ export function deviceExchangeBlocker(
   group: ProcessGroup,
   device: string,
   engine: NativeEngine,
-  opts: { storage: boolean; wire: { forward: Wire; backward: Wire } },
 ): string | undefined {
   if (!device.startsWith('cuda:')) return `the engine is on ${device}`;
   if (group.kind !== 'nccl') return `the group is ${group.kind === 'mpi' ? 'an MPI' : 'an in-process'} group (device buffers need NCCL)`;
   if (`cuda:${group.cudaDevice}` !== device) return `the group's communicator is on cuda:${group.cudaDevice}, the engine on ${device}`;
   if (typeof (engine as Partial<DeviceEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
-  if (opts.storage) return 'disk-backed shards are staged through host memory';
   for (const t of plan.tables) if (t.dynamic) return `table '${t.name}' is dynamic`;
   return undefined;
 }

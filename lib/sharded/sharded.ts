@@ -221,7 +221,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       this.config.device,
       storage,
     );
-    const blocker = deviceExchangeBlocker(plan, L, group, this.config.device, this.engine, { storage: storage?.some((x) => x !== null) ?? false, wire: this.wire });
+    const blocker = deviceExchangeBlocker(plan, L, group, this.config.device, this.engine);
     this.exchangeMemory = blocker === undefined ? 'device' : 'host';
     this.exchangeMemoryReason = blocker ?? '';
     this.deviceScratch = blocker === undefined ? new DeviceScratch(this.config.device, addon as unknown as DeviceOpsAddon) : undefined;

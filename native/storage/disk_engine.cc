@@ -140,14 +140,24 @@ void DiskEngine::sync_inner() {
   inner_->set_learning_rate(spec_.optimizer.lr);
 }
 
-void DiskEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
+template <typename F>
+void DiskEngine::staged_forward(const PreparedBatch& b, F&& inner) {
   stagedSerial_ = 0;
   stage_batch(b, /*pin=*/true);
   stagedSerial_ = b.serial;
-  inner_->forward(inner_batch_, pooled, seq);
+  inner(inner_batch_);
 }
 
-BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
+void DiskEngine::forward(const PreparedBatch& b, float* pooled, float* const* seq) {
+  staged_forward(b, [&](const PreparedBatch& ib) { inner_->forward(ib, pooled, seq); });
+}
+
+void DiskEngine::forward_device(const PreparedBatch& b, float* pooled, float* seq) {
+  staged_forward(b, [&](const PreparedBatch& ib) { inner_->forward_device(ib, pooled, seq); });
+}
+
+template <typename F>
+BackwardResult DiskEngine::staged_backward(const PreparedBatch& b, F&& inner) {
   // The forward of this very batch staged and pinned its rows (nothing but a prefetch, which keeps
   // pinned rows, ran since): its slots still hold. Otherwise stage again. The batch is known by its
   // serial, unique per prepare_batch: a batch prepared later into a recycled PreparedBatch at the same
@@ -156,7 +166,7 @@ BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledG
   stagedSerial_ = 0;
   if (!reuse) stage_batch(b, /*pin=*/false);
   sync_inner();
-  BackwardResult r = inner_->backward(inner_batch_, pooledGrad, seqGrad);
+  BackwardResult r = inner(inner_batch_);
   step_ = inner_->step();
   for (uint32_t t = 0; t < disk_.size(); ++t) {
     if (!disk_[t]) continue;
@@ -164,6 +174,14 @@ BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledG
     disk_[t]->unpin();
   }
   return r;
+}
+
+BackwardResult DiskEngine::backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) {
+  return staged_backward(b, [&](const PreparedBatch& ib) { return inner_->backward(ib, pooledGrad, seqGrad); });
+}
+
+BackwardResult DiskEngine::backward_device(const PreparedBatch& b, const float* pooledGrad, const float* seqGrad) {
+  return staged_backward(b, [&](const PreparedBatch& ib) { return inner_->backward_device(ib, pooledGrad, seqGrad); });
 }
 
 void DiskEngine::prefetch(const PreparedBatch& b) {

@@ -27,12 +27,16 @@ class DiskEngine : public Engine {
   std::string device() const override { return inner_->device(); }
   // Ids are resolved by prepare_batch (staging needs the rows); kernel times are the inner engine's.
   EngineCapabilities capabilities() const override {
-    return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/inner_->capabilities().kernelTimes};
+    return EngineCapabilities{/*resolvesIds=*/false, /*kernelTimes=*/inner_->capabilities().kernelTimes,
+                              /*outputsOnDevice=*/inner_->capabilities().outputsOnDevice};
   }
   KernelTimes kernel_times() const override { return inner_->kernel_times(); }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
+  // The inner engine's device calls on the staged batch (an inner CUDA engine: its caches live in device memory).
+  void forward_device(const PreparedBatch& b, float* pooled, float* seq) override;
+  BackwardResult backward_device(const PreparedBatch& b, const float* pooledGrad, const float* seqGrad) override;
 
   void read_rows(uint32_t table, const uint64_t* rows, int64_t n, float* out) override;
   void write_rows(uint32_t table, const uint64_t* rows, int64_t n, const float* values) override;
@@ -52,6 +56,13 @@ class DiskEngine : public Engine {
   uint64_t cache_bytes() const;
 
  private:
+  // The batch's rows made resident (pinned until the backward), then `inner` runs on the rewritten batch.
+  template <typename F>
+  void staged_forward(const PreparedBatch& b, F&& inner);
+  // The forward's staged rows reused (or the batch staged again), `inner` applied, touched slots marked dirty.
+  template <typename F>
+  BackwardResult staged_backward(const PreparedBatch& b, F&& inner);
+
   // Distinct rows per disk table, checked, staged; ids_ rewritten and inner_ batch built. pin: the rows
   // stay until the next backward (prefetch will not evict them).
   void stage_batch(const PreparedBatch& b, bool pin);

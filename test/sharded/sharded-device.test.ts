@@ -1,13 +1,16 @@
 // The sharded runtime's device path (lib/sharded/device-exchange.ts). Where several ranks can each have a
 // CUDA device (one GPU per rank, or the CUDA emulation under `npm run test:cuda-emu`, whose one device every
-// rank shares), three ranks with CUDA engines over an NCCL group keep their engine outputs, output and
-// gradient messages and engine gradients in device memory, and: (1) equal one CPU collection over the
-// global batch (outputs, tables, optimizer state within 1e-5; bytes = measureTraffic) for a dp table, rb and
-// ub tables split by rows and columns, with and without replicated and node hot-row tiers, sum and mean
-// pooling, sequence outputs, weighted bags, fp32 and 16-bit wire values, on one node and on two under the
-// hierarchical protocol (its relays in device memory); (2) equal bitwise the same ranks run through host memory (in-process groups). Plans it does not
-// move run through host memory and stay exact. Everywhere: each collection says where its exchanges run
-// and why not on the device.
+// rank shares), ranks with CUDA engines over an NCCL group keep their engine outputs, output and gradient
+// messages and engine gradients in device memory, and (1) equal one CPU collection over the global batch
+// (outputs, tables, optimizer state within 1e-5; bytes = measureTraffic) and (2) equal bitwise the same
+// ranks run through host memory (in-process groups), for: a dp table, rb and ub tables split by rows and
+// columns, replicated and node hot-row tiers, sum and mean pooling, sequence outputs, weighted bags, fp32
+// and 16-bit wire values, one node and two under the hierarchical protocol (its relays in device memory),
+// disk-backed shards. Plans it does not move (dynamic tables) run through host memory over NCCL exactly as
+// over the in-process group. Everywhere: each collection says where its exchanges run and why not on the
+// device.
+import { mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it, expect } from 'vitest';
 import { cudaBackend } from '../../lib/backends.js';
 import { JaggedBatch } from '../../lib/batch.js';
@@ -20,6 +23,7 @@ import { gatherTable } from '../../lib/sharded/reshard.js';
 import { tempDir } from '../temp-dir.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';
+import * as D from './dynamic-scenario.js';
 
 const lib = { JaggedBatch, ShardPlan };
 const dir = tempDir('sharded-device');
@@ -164,25 +168,62 @@ describe('the sharded runtime in device memory', () => {
         }
       });
 
-    it('ranks whose shards the device path does not move (here disk-backed) run through host memory, saying why, beside device ranks, and stay exact', async () => {
+    it('disk-backed shards (their caches in device memory) exchange on the device too: equal to one CPU collection and bitwise the host path', async () => {
       const plan: ShardPlan = S.makePlan(lib, W, W, { variant: 'A,Bt,C' });
+      // each run its own table files (a file serves one collection at a time)
+      const storage = (sub: string) => {
+        const path = join(dir.dir, sub);
+        mkdirSync(path, { recursive: true });
+        return { path, cacheBytes: 4096 };
+      };
       const { boot, g } = await ncclGroups();
-      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(x), storage: { path: dir.dir, cacheBytes: 4096 } }));
+      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(x), storage: storage('nccl') }));
       const oracle = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 11 }));
+      const hostGroups = createInProcessGroups(W, { timeoutMs: 60_000 });
+      const hostRanks = hostGroups.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(g[0]!), storage: storage('inprocess') }));
       try {
-        // ranks whose shards went to disk exchange through host memory, the others on the device: the two
-        // paths issue the same collectives in the same order, so they run together
-        const host = ranks.filter((x) => x.exchangeMemory === 'host');
-        expect(host.length).toBeGreaterThan(0);
-        for (const x of host) expect(x.exchangeMemoryReason).toBe('disk-backed shards are staged through host memory');
-        console.log('exchange memory per rank:', ranks.map((x) => x.exchangeMemory).join(', '));
-        const r = await train(ranks, plan, 2, oracle);
-        expect(r.outErr).toBeLessThanOrEqual(1e-5);
-        expect(r.trafficOk).toBe(true);
+        expect(ranks.map((x) => x.exchangeMemory)).toEqual(['device', 'device', 'device']);
+        // the budget put some shards on disk: their table files exist
+        expect(readdirSync(join(dir.dir, 'nccl')).filter((f) => f.endsWith('.embtable')).length).toBeGreaterThan(0);
+        const dev = await train(ranks, plan, 3, oracle);
+        expect(dev.outErr).toBeLessThanOrEqual(1e-5);
+        expect(dev.trafficOk).toBe(true);
+        const host = await train(hostRanks, plan, 3);
+        expect(dev.outs).toEqual(host.outs);
+        for (const t of plan.tables) expect(dev.tables.get(t.name)).toEqual(host.tables.get(t.name));
       } finally {
-        ranks.forEach((x) => x.dispose());
+        [...ranks, ...hostRanks].forEach((x) => x.dispose());
         oracle.dispose();
-        [...g, ...boot].forEach((x) => x.close());
+        [...g, ...boot, ...hostGroups].forEach((x) => x.close());
+      }
+    });
+
+    it('plans with dynamic tables run through host memory over NCCL, saying why, bitwise as over the in-process group', async () => {
+      const spec = { dyn: 'rb' as const, pooling: 'sum' as const, capacity: 64, seqCapacity: 32 };
+      const plan = D.makePlan(W, spec);
+      const pool = D.idPool(200, 5);
+      const { boot, g } = await ncclGroups();
+      const hostGroups = createInProcessGroups(W, { timeoutMs: 60_000 });
+      const run = async (groups: ProcessGroup[]) => {
+        const ranks = groups.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(g[0]!)));
+        const outs: Float32Array[][] = [];
+        try {
+          for (let step = 0; step < 2; step++) {
+            const o = await Promise.all(ranks.map((sc, r) => sc.forward(D.localBatch(pool, r, step))));
+            outs.push(o.map((x) => Float32Array.from(x.pooled)));
+            await Promise.all(ranks.map((sc, r) => sc.backward(o[r]!, S.gradsFor(o[r], r, step))));
+          }
+          return { outs, memory: ranks.map((x) => [x.exchangeMemory, x.exchangeMemoryReason]) };
+        } finally {
+          ranks.forEach((x) => x.dispose());
+        }
+      };
+      try {
+        const nccl = await run(g), local = await run(hostGroups);
+        expect(nccl.memory).toEqual(new Array(W).fill(['host', "table 'dyn' is dynamic"]));
+        expect(nccl.outs).toEqual(local.outs);
+      } finally {
+        [...g, ...boot, ...hostGroups].forEach((x) => x.close());
       }
     });
   });
