@@ -229,7 +229,7 @@ export class ShardPlan {
       tables: init.tables.map((e) => ({
         ...tableSpecJSON(e.table),
         cluster: e.cluster,
-        ...(e.tiers && e.tiers.replicated + e.tiers.node > 0 ? { tiers: { replicated: e.tiers.replicated, node: e.tiers.node } } : {}),
+        ...(e.tiers !== undefined ? { tiers: e.tiers } : {}),
         shards: (e.shards ?? []).map((s) => ({ rows: [s.rows[0], s.rows[1]], cols: [s.cols[0], s.cols[1]], rank: s.rank })),
       })),
       ...(init.meta ? { meta: init.meta } : {}),

@@ -98,6 +98,15 @@ describe('ShardPlan format', () => {
     expectPlanError((x) => ((x.version = 2), (x.tables[0]!.access = { tail: 'sorted' as never })), '$.tables[0].access.tail');
   });
 
+  it('create() reads tiers as a plan file does: a count left out is 0, a bad one is named', () => {
+    const table = { name: 't', rows: 40, dim: 4 };
+    const shards = [{ rows: [5, 40] as const, cols: [0, 4] as const, rank: 0 }];
+    const made = (tiers: unknown) => ShardPlan.create({ topology: smallTopology(2, 2), batchSize: 4, tables: [{ table, cluster: 'rb', tiers: tiers as never, shards }] });
+    expect(made({ replicated: 5 }).toJSON()).toEqual(made({ replicated: 5, node: 0 }).toJSON());
+    expect(made({ replicated: 5 }).toJSON().tables[0]!.tiers).toEqual({ replicated: 5, node: 0 });
+    expect(() => made({ replicated: 'five', node: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_PLAN', message: expect.stringContaining('$.tables[0].tiers.replicated') }));
+  });
+
   it('names the bad path of an invalid plan', () => {
     expectPlanError((j) => (j.format = 'other' as never), '$.format');
     expectPlanError((j) => (j.version = 4 as never), '$.version', 'unsupported version');
