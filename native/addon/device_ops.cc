@@ -27,6 +27,20 @@
 namespace embshard::addon {
 namespace {
 
+// The fields of a call's argument object, every error naming the call and the field.
+struct ObjectArgs {
+  Napi::Env env;
+  Napi::Object o;
+  std::string what;
+  ObjectArgs(Napi::Env e, const Napi::Value& v, const char* call) : env(e), what(call) {
+    if (!v.IsObject()) throw_error(env, "INVALID_ARGUMENT", what + ": expects an object");
+    o = v.As<Napi::Object>();
+  }
+  std::string field(const char* k) const { return what + ": " + k; }
+  int64_t num(const char* k) const { return int_arg(env, o.Get(k), field(k).c_str()); }
+  DeviceBuffer buffer(const char* k) const { return read_device_buffer(env, o.Get(k), field(k).c_str()); }
+};
+
 // The value kind of a buffer: 'fp32' (undefined too) for an f32 buffer, 'fp16' / 'bf16' for a u16 one.
 DType kind_of(Napi::Env env, const Napi::Value& v, const DeviceBuffer& b, const char* what) {
   const DType k = v.IsUndefined() ? DType::F32 : guard(env, [&] { return parse_dtype(string_arg(env, v, what).c_str(), what); });
@@ -76,16 +90,12 @@ Napi::Value CopyDeviceBlocks(const Napi::CallbackInfo& info) {
 Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: expects an object");
-    Napi::Object o = info[0].As<Napi::Object>();
-    auto num = [&](const char* k) { return int_arg(env, o.Get(k), (std::string("poolDeviceRows: ") + k).c_str()); };
-    DeviceBuffer rows = read_device_buffer(env, o.Get("rows"), "poolDeviceRows: rows");
-    DeviceBuffer meta = read_device_buffer(env, o.Get("meta"), "poolDeviceRows: meta");
-    DeviceBuffer dst = read_device_buffer(env, o.Get("dst"), "poolDeviceRows: dst");
-    const bool weighted = !o.Get("weights").IsNull() && !o.Get("weights").IsUndefined();
-    DeviceBuffer w = weighted ? read_device_buffer(env, o.Get("weights"), "poolDeviceRows: weights") : DeviceBuffer{};
-    const int64_t rowsAt = num("rowsAt"), dim = num("dim"), inverseAt = num("inverseAt"), ids = num("ids"), offsetsAt = num("offsetsAt"), bags = num("bags");
-    const int64_t weightsAt = weighted ? num("weightsAt") : 0, stride = num("stride"), col = num("col");
+    const ObjectArgs a(env, info[0], "poolDeviceRows");
+    const DeviceBuffer rows = a.buffer("rows"), meta = a.buffer("meta"), dst = a.buffer("dst");
+    const bool weighted = !a.o.Get("weights").IsNull() && !a.o.Get("weights").IsUndefined();
+    const DeviceBuffer w = weighted ? a.buffer("weights") : DeviceBuffer{};
+    const int64_t rowsAt = a.num("rowsAt"), dim = a.num("dim"), inverseAt = a.num("inverseAt"), ids = a.num("ids"), offsetsAt = a.num("offsetsAt");
+    const int64_t bags = a.num("bags"), weightsAt = weighted ? a.num("weightsAt") : 0, stride = a.num("stride"), col = a.num("col");
     if (rows.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32 ||
         (weighted && w.type != comm::ElemType::F32))
       throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: rows, dst and weights hold f32, meta i32");
@@ -104,20 +114,16 @@ Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
 Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
-    if (!info[0].IsObject()) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: expects an object");
-    Napi::Object o = info[0].As<Napi::Object>();
-    auto num = [&](const char* k) { return int_arg(env, o.Get(k), (std::string("indexDeviceRows: ") + k).c_str()); };
-    DeviceBuffer src = read_device_buffer(env, o.Get("src"), "indexDeviceRows: src");
-    DeviceBuffer dst = read_device_buffer(env, o.Get("dst"), "indexDeviceRows: dst");
-    DeviceBuffer meta = read_device_buffer(env, o.Get("meta"), "indexDeviceRows: meta");
-    const int64_t srcOffset = num("srcOffset"), srcStride = num("srcStride"), dstOffset = num("dstOffset"), dstStride = num("dstStride");
-    const int64_t idxAt = num("idxAt"), rows = num("rows"), cols = num("cols");
-    const std::string m = string_arg(env, o.Get("mode"), "indexDeviceRows: mode");
+    const ObjectArgs a(env, info[0], "indexDeviceRows");
+    const DeviceBuffer src = a.buffer("src"), dst = a.buffer("dst"), meta = a.buffer("meta");
+    const int64_t srcOffset = a.num("srcOffset"), srcStride = a.num("srcStride"), dstOffset = a.num("dstOffset"), dstStride = a.num("dstStride");
+    const int64_t idxAt = a.num("idxAt"), rows = a.num("rows"), cols = a.num("cols");
+    const std::string m = string_arg(env, a.o.Get("mode"), a.field("mode").c_str());
     if (m != "gather" && m != "scatter" && m != "scatterAdd")
       throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: mode must be 'gather', 'scatter' or 'scatterAdd' (got '" + m + "')");
     const cuda::IndexMode mode = m == "gather" ? cuda::IndexMode::Gather : m == "scatter" ? cuda::IndexMode::Scatter : cuda::IndexMode::ScatterAdd;
     const bool scatterAdd = mode == cuda::IndexMode::ScatterAdd, gather = mode == cuda::IndexMode::Gather;
-    const DType sk = kind_of(env, o.Get("srcKind"), src, "indexDeviceRows: srcKind"), dk = kind_of(env, o.Get("dstKind"), dst, "indexDeviceRows: dstKind");
+    const DType sk = kind_of(env, a.o.Get("srcKind"), src, a.field("srcKind").c_str()), dk = kind_of(env, a.o.Get("dstKind"), dst, a.field("dstKind").c_str());
     if (meta.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: meta holds i32");
     if (scatterAdd && dk != DType::F32) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: adding needs an fp32 dst");
     if (src.device != dst.device || meta.device != dst.device) throw_error(env, "INVALID_ARGUMENT", "indexDeviceRows: every buffer must be on one device");

@@ -494,8 +494,12 @@ Napi::Value GroupWrap::AllReduceDevice(const Napi::CallbackInfo& info) {
 }
 
 namespace {
-// The send and receive buffers of a device collective: device buffers on one device.
-std::pair<DeviceBuffer, DeviceBuffer> device_pair(Napi::Env env, const Napi::Value& send, const Napi::Value& recv, const char* what) {
+// The send and receive buffers of a device collective: device buffers on one device, on a group whose
+// transport reads device memory (`kind` NCCL; BACKEND_UNAVAILABLE otherwise).
+std::pair<DeviceBuffer, DeviceBuffer> device_pair(Napi::Env env, const std::string& kind, const Napi::Value& send, const Napi::Value& recv,
+                                                  const char* what) {
+  if (kind != "nccl")
+    throw_error(env, "BACKEND_UNAVAILABLE", format("%s needs a group whose transport reads device memory (NCCL); this is a %s group", what, kind.c_str()));
   DeviceBuffer s = read_device_buffer(env, send, (std::string(what) + ": send").c_str());
   DeviceBuffer r = read_device_buffer(env, recv, (std::string(what) + ": recv").c_str());
   if (s.device != r.device)
@@ -503,16 +507,53 @@ std::pair<DeviceBuffer, DeviceBuffer> device_pair(Napi::Env env, const Napi::Val
   return {s, r};
 }
 
+int64_t total_of(const std::vector<int64_t>& bytes) {
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  return total;
+}
+
 // Receive counts that arrived from the peers must fit the receive buffer; otherwise this rank cannot take
 // the data: LENGTH_MISMATCH here, and the group breaks (peers fail at their deadline).
 void check_fits(comm::Group* g, const std::vector<int64_t>& recvBytes, int64_t capacity, const char* what) {
-  int64_t total = 0;
-  for (int64_t b : recvBytes) total += b;
+  const int64_t total = total_of(recvBytes);
   if (total <= capacity) return;
   std::string msg = format("rank %d: %s: the peers send %lld bytes, the receive buffer holds %lld", g->rank(), what,
                            static_cast<long long>(total), static_cast<long long>(capacity));
   g->abort(msg);
   throw Error("LENGTH_MISMATCH", msg);
+}
+
+// A device collective's data phase into `recv` once the receive counts are known.
+using DeviceDataFn = std::function<void(comm::Group*, const std::vector<int64_t>& recvBytes, const comm::Deadline&)>;
+
+// The job of a device collective: both buffers held (their JS objects and their memory) until it settles;
+// the receive counts `known` by the caller (checked against `recv` here, before anything moves) or taken by
+// `counts` on the worker thread (checked there); then `data`. Resolves to the bytes from each rank.
+std::unique_ptr<GroupJob> device_job(Napi::Env env, const Napi::CallbackInfo& info, const DeviceBuffer& send, const DeviceBuffer& recv,
+                                     int size, std::shared_ptr<std::vector<int64_t>> known, double timeout, const char* what,
+                                     CountsFn counts, DeviceDataFn data) {
+  if (known && total_of(*known) > recv.bytes())
+    throw_error(env, "LENGTH_MISMATCH", format("%s: recvCounts add up to %lld bytes, the receive buffer holds %lld", what,
+                                               static_cast<long long>(total_of(*known)), static_cast<long long>(recv.bytes())));
+  auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size));
+  auto job = std::make_unique<GroupJob>();
+  job->Keep(info[0]);
+  job->Keep(info[2]);
+  job->owned.push_back(send.hold);
+  job->owned.push_back(recv.hold);
+  const bool exchange = !known;
+  const int64_t capacity = recv.bytes();
+  job->run = [recvBytes, exchange, capacity, timeout, what, counts, data](comm::Group* g) {
+    auto d = comm::Deadline::after(timeout);
+    if (exchange) {
+      counts(g, recvBytes->data(), d);
+      check_fits(g, *recvBytes, capacity, what);
+    }
+    data(g, *recvBytes, d);
+  };
+  job->result = [recvBytes](Napi::Env e) -> Napi::Value { return to_f64(e, *recvBytes); };
+  return job;
 }
 }  // namespace
 
@@ -523,37 +564,18 @@ void check_fits(comm::Group* g, const std::vector<int64_t>& recvBytes, int64_t c
 // BACKEND_UNAVAILABLE unless the group's transport reads device memory (NCCL).
 Napi::Value GroupWrap::AllToAllDevice(const Napi::CallbackInfo& info) {
   return OnReady(info, [&](Napi::Env env) -> Napi::Value {
-    if (kind_ != "nccl")
-      throw_error(env, "BACKEND_UNAVAILABLE", format("allToAllDevice needs a group whose transport reads device memory (NCCL); this is a %s group", kind_.c_str()));
-    auto [send, recv] = device_pair(env, info[0], info[2], "allToAllDevice");
+    auto [send, recv] = device_pair(env, kind_, info[0], info[2], "allToAllDevice");
     auto sendBytes = std::make_shared<std::vector<int64_t>>(byte_counts(env, info[1], size_, send.bytes(), "allToAllDevice: sendCounts", true));
     double timeout = timeout_arg(env, info[3], "allToAllDevice");
     auto known = known_counts(env, info[4], size_, "allToAllDevice");
-    if (known) {
-      int64_t total = 0;
-      for (int64_t b : *known) total += b;
-      if (total > recv.bytes())
-        throw_error(env, "LENGTH_MISMATCH", format("allToAllDevice: recvCounts add up to %lld bytes, the receive buffer holds %lld",
-                                                   static_cast<long long>(total), static_cast<long long>(recv.bytes())));
-    }
-    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
-    auto job = std::make_unique<GroupJob>();
-    job->Keep(info[0]);
-    job->Keep(info[2]);
-    job->owned.push_back(send.hold);
-    job->owned.push_back(recv.hold);
-    const bool exchange = !known;
-    job->run = [send, recv, sendBytes, recvBytes, exchange, timeout](comm::Group* g) {
-      auto d = comm::Deadline::after(timeout);
-      if (exchange) {
-        g->exchange_counts(sendBytes->data(), recvBytes->data(), d);
-        check_fits(g, *recvBytes, recv.bytes(), "allToAllDevice");
-      }
-      auto so = prefix(*sendBytes), ro = prefix(*recvBytes);
-      g->all_to_all_v_device(static_cast<const uint8_t*>(send.ptr), sendBytes->data(), so.data(), static_cast<uint8_t*>(recv.ptr),
-                             recvBytes->data(), ro.data(), send.device, d);
-    };
-    job->result = [recvBytes](Napi::Env e) -> Napi::Value { return to_f64(e, *recvBytes); };
+    auto job = device_job(
+        env, info, send, recv, size_, known, timeout, "allToAllDevice",
+        [sendBytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) { g->exchange_counts(sendBytes->data(), recvBytes, d); },
+        [send = send, recv = recv, sendBytes](comm::Group* g, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+          auto so = prefix(*sendBytes), ro = prefix(recvBytes);
+          g->all_to_all_v_device(static_cast<const uint8_t*>(send.ptr), sendBytes->data(), so.data(), static_cast<uint8_t*>(recv.ptr),
+                                 recvBytes.data(), ro.data(), send.device, d);
+        });
     return Submit(env, std::move(job));
   });
 }
@@ -563,39 +585,19 @@ Napi::Value GroupWrap::AllToAllDevice(const Napi::CallbackInfo& info) {
 // device buffers on the group's device. Without recvBytes the sizes are gathered first.
 Napi::Value GroupWrap::AllGatherDevice(const Napi::CallbackInfo& info) {
   return OnReady(info, [&](Napi::Env env) -> Napi::Value {
-    if (kind_ != "nccl")
-      throw_error(env, "BACKEND_UNAVAILABLE", format("allGatherDevice needs a group whose transport reads device memory (NCCL); this is a %s group", kind_.c_str()));
-    auto [send, recv] = device_pair(env, info[0], info[2], "allGatherDevice");
+    auto [send, recv] = device_pair(env, kind_, info[0], info[2], "allGatherDevice");
     const int64_t bytes = int_arg(env, info[1], "allGatherDevice: bytes", 0, send.bytes());
     double timeout = timeout_arg(env, info[3], "allGatherDevice");
     auto known = known_counts(env, info[4], size_, "allGatherDevice");
-    if (known) {
-      int64_t total = 0;
-      for (int64_t b : *known) total += b;
-      if ((*known)[static_cast<size_t>(rank_)] != bytes)
-        throw_error(env, "LENGTH_MISMATCH", format("allGatherDevice: recvCounts[%d] = %lld bytes, but this rank sends %lld", rank_,
-                                                   static_cast<long long>((*known)[static_cast<size_t>(rank_)]), static_cast<long long>(bytes)));
-      if (total > recv.bytes())
-        throw_error(env, "LENGTH_MISMATCH", format("allGatherDevice: recvCounts add up to %lld bytes, the receive buffer holds %lld",
-                                                   static_cast<long long>(total), static_cast<long long>(recv.bytes())));
-    }
-    auto recvBytes = known ? known : std::make_shared<std::vector<int64_t>>(static_cast<size_t>(size_));
-    auto job = std::make_unique<GroupJob>();
-    job->Keep(info[0]);
-    job->Keep(info[2]);
-    job->owned.push_back(send.hold);
-    job->owned.push_back(recv.hold);
-    const bool exchange = !known;
-    job->run = [send, recv, bytes, recvBytes, exchange, timeout](comm::Group* g) {
-      auto d = comm::Deadline::after(timeout);
-      if (exchange) {
-        g->gather_counts(bytes, recvBytes->data(), d);
-        check_fits(g, *recvBytes, recv.bytes(), "allGatherDevice");
-      }
-      g->all_gather_v_device(static_cast<const uint8_t*>(send.ptr), bytes, static_cast<uint8_t*>(recv.ptr), recvBytes->data(),
-                             send.device, d);
-    };
-    job->result = [recvBytes](Napi::Env e) -> Napi::Value { return to_f64(e, *recvBytes); };
+    if (known && (*known)[static_cast<size_t>(rank_)] != bytes)
+      throw_error(env, "LENGTH_MISMATCH", format("allGatherDevice: recvCounts[%d] = %lld bytes, but this rank sends %lld", rank_,
+                                                 static_cast<long long>((*known)[static_cast<size_t>(rank_)]), static_cast<long long>(bytes)));
+    auto job = device_job(
+        env, info, send, recv, size_, known, timeout, "allGatherDevice",
+        [bytes](comm::Group* g, int64_t* recvBytes, const comm::Deadline& d) { g->gather_counts(bytes, recvBytes, d); },
+        [send = send, recv = recv, bytes](comm::Group* g, const std::vector<int64_t>& recvBytes, const comm::Deadline& d) {
+          g->all_gather_v_device(static_cast<const uint8_t*>(send.ptr), bytes, static_cast<uint8_t*>(recv.ptr), recvBytes.data(), send.device, d);
+        });
     return Submit(env, std::move(job));
   });
 }
