@@ -54,24 +54,21 @@ export function deviceExchangeBlocker(
   return undefined;
 }
 
-export interface DeviceForwardArgs {
+/** What both phases of a device step work from: the layout, the group, the step's routing and its schedules. */
+export interface DeviceStepArgs {
   L: LocalLayout;
-  /** the wire dtype of the output messages */
+  /** the wire dtype of the phase's messages */
   wire: Wire;
   group: ProcessGroup;
-  engine: DeviceEngine;
   scratch: DeviceScratch;
   B: number;
   segs: Map<string, SegView>;
   ub: readonly UniqT[][];
   /** node tiers: the distinct ids of each table's tier, grouped by the node-mate holding them */
   node: ReadonlyMap<number, UniqT>;
-  /** the owner batch, where each source's bags start in it, each local feature's ids and each source's first id in them */
-  owner: NativeBatch;
+  /** the owner batch's bags and where each source's bags start in it */
   Btot: number;
   Boff: readonly number[];
-  featIds: readonly number[];
-  idOff: readonly (readonly number[])[];
   own: Schedule;
   req: Schedule;
   /** hierarchical protocol: what this rank passes on as a relay, what relays pass on to it, the row groups it relays */
@@ -81,6 +78,14 @@ export interface DeviceForwardArgs {
   /** every source's batch size (the bags of a requester this rank relays for) */
   bags: readonly number[];
   counters: TrafficCounters;
+}
+
+export interface DeviceForwardArgs extends DeviceStepArgs {
+  engine: DeviceEngine;
+  /** the owner batch, each local feature's ids in it and each source's first id in them */
+  owner: NativeBatch;
+  featIds: readonly number[];
+  idOff: readonly (readonly number[])[];
   /** this rank's pooled output [B × pooledDim] (host), written here */
   pooled: Float32Array;
   /** this rank's sequence outputs (host, per sequence feature of the plan, in order), written here */
@@ -229,34 +234,15 @@ async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: 
     });
 }
 
-export interface DeviceBackwardArgs {
-  L: LocalLayout;
-  /** the wire dtype of the gradient messages */
-  wire: Wire;
-  group: ProcessGroup;
-  scratch: DeviceScratch;
-  B: number;
-  Btot: number;
-  Boff: readonly number[];
-  ub: readonly UniqT[][];
-  own: Schedule;
-  req: Schedule;
-  /** hierarchical protocol: the relay schedules and row groups of the forward, and every source's batch size */
-  rsend: Schedule;
-  rrecv: Schedule;
-  unions: readonly RelayUnion[];
-  bags: readonly number[];
-  counters: TrafficCounters;
+export interface DeviceBackwardArgs extends DeviceStepArgs {
   /** this rank's pooled gradient [B × pooledDim] (host; rb mean columns already divided by bag length) */
   grad: Float32Array;
   /** the gradient sums of every ub row group's unique rows (host, from `grad`): ubGrad[t][g] */
   ubGrad: readonly Float32Array[][];
-  /** node tiers: the distinct ids of each table's tier (grouped by holder) and their gradient sums (host) */
-  node: ReadonlyMap<number, UniqT>;
+  /** the gradient sums of every node tier's distinct rows (host) */
   nodeGrad: ReadonlyMap<number, Float32Array>;
-  /** this rank's sequence gradients (host, per sequence feature of the plan, in order) and the step's routing */
+  /** this rank's sequence gradients (host, per sequence feature of the plan, in order) */
   seqGrad: ReadonlyMap<string, Float32Array>;
-  segs: Map<string, SegView>;
 }
 
 /** What the gradient exchange leaves in device memory: the owner batch's pooled gradient and the received message. */

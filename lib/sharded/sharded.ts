@@ -51,7 +51,7 @@ import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './r
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
-import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceEngine, type DeviceOpsAddon } from './device-exchange.js';
+import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceEngine, type DeviceOpsAddon, type DeviceStepArgs } from './device-exchange.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -485,8 +485,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
-    const K = exchangeOps(), S = this.scratch;
-    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn;
+    const K = exchangeOps();
+    const L = this.layout, g = this.group;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
     const counters = pre?.counters ?? zeroTraffic();
@@ -508,30 +508,50 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       dyn = admit ? await this.dynamic.translate(owner.batch, e) : this.dynamic.lookup(owner.batch);
       owner.batch = dyn.native;
     }
-    if (this.deviceScratch) return this.forwardOnDevice(batch, { segs, ub, node }, recv, unions, owner, Btot, Boff, counters, seq);
-    const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(owner.batch) : null;
+    // what every owner sends back (the rows / bags this rank asked for and, as a relay, the partial sums of
+    // the requesters it relays for), and what relays pass on
+    const own = ownerSchedule(L, recv);
+    const { req, rsend, rrecv } = stepSchedules(L, { segs, ub, node }, recv, unions, B);
+    const step: StepCtx = { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) };
+    // 5–6. the engine's outputs to the sources and this rank's outputs assembled, in device memory on the
+    // device path (device-exchange.ts); they live in buffers of the addon's pool, recycled when backward
+    // consumes them (or on release)
+    const P = this.pooledDim;
+    const pooled = K.outputArray(B * P);
+    const seqOut = new Map<string, Float32Array>();
+    for (const f of this.sequenceFeatures) seqOut.set(f, K.outputArray(batch.feature(f).ids.length * this.dimOf(f)));
+    if (this.deviceScratch)
+      await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e as DeviceEngine, owner: step.owner, featIds: step.featIds, idOff: step.idOff, pooled, seqOut });
+    else await this.outputsOnHost(step, rawOwner, counters, pooled, seqOut);
+    this.finishPooled(batch, pooled);
+    this.traffic.forward = counters;
+    const sequences: Record<string, SequenceOutput> = {};
+    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
+    const out: Out = { pooled, sequences, batch };
+    Object.defineProperty(out, STEP, { value: step, enumerable: false });
+    return out;
+  }
+
+  // The host path of steps 5–6: one engine forward into host buffers, the outputs packed for their
+  // sources and exchanged, this rank's outputs assembled into `pooled` and `seqOut` (relays, pooling).
+  private async outputsOnHost(step: StepCtx, rawOwner: NativeBatch, counters: TrafficCounters, pooled: Float32Array, seqOut: Map<string, Float32Array>): Promise<void> {
+    const K = exchangeOps(), S = this.scratch;
+    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, P = this.pooledDim, e = this.live();
+    const { B, segs, ub, node, recv, Boff, own, req, rsend, rrecv, unions, dyn } = step;
+    const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(step.owner) : null;
     if (dyn && engineOut) await this.dynamic!.addDefaults(dyn, rawOwner, engineOut);
     const ownerOut = engineOut, localOut = engineOut;
-    // 5. outputs back to every source, slot by slot of the owner schedule
+    // outputs back to every source, slot by slot of the owner schedule
     const fw = this.wire.forward;
-    const own = ownerSchedule(L, recv);
     const outBuf = S.wire(fw, own.total);
     for (let p = 0; p < W; p++)
       for (const sl of own.slots[p]!) {
         const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
         if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[sl.src]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
-        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, owner.idOff[sl.feature]![sl.src]!, sl.rows, 0, cols, fw, outBuf, sl.at);
+        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, step.idOff[sl.feature]![sl.src]!, sl.rows, 0, cols, fw, outBuf, sl.at);
       }
-    // what every owner sends back is known here: the rows / bags this rank asked for (and, as a relay, the
-    // partial sums of the requesters it relays for); then what relays pass on
-    const { req, rsend, rrecv } = stepSchedules(L, { segs, ub, node }, recv, unions, B);
     const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
-    // 6. assemble this rank's outputs
-    const P = this.pooledDim;
-    // the outputs live in buffers of the addon's pool, recycled when backward consumes them (or on release)
-    const pooled = K.outputArray(B * P);
-    const seqOut = new Map<string, Float32Array>();
-    for (const f of this.sequenceFeatures) seqOut.set(f, K.outputArray(batch.feature(f).ids.length * this.dimOf(f)));
+    // this rank's outputs
     if (localOut) {
       for (const lf of L.localFeatures) {
         if (lf.kind !== 'loc') continue;
@@ -606,37 +626,14 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     };
     for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
     ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
-    this.finishPooled(batch, pooled);
-    this.traffic.forward = counters;
-    const sequences: Record<string, SequenceOutput> = {};
-    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
-    const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) } satisfies StepCtx, enumerable: false });
-    return out;
   }
 
-  // The forward's device path (device-exchange.ts) from the engine call on; the rest as forwardPhase.
-  private async forwardOnDevice(
-    batch: JaggedBatch, routed: Routed, recv: Received[], unions: RelayUnion[], owner: ReturnType<typeof ownerBatch>, Btot: number, Boff: number[],
-    counters: TrafficCounters, seq: number,
-  ): Promise<ShardedForwardOutput> {
-    const L = this.layout, B = batch.batchSize, P = this.pooledDim;
-    const own = ownerSchedule(L, recv);
-    const { req, rsend, rrecv } = stepSchedules(L, routed, recv, unions, B);
-    const pooled = exchangeOps().outputArray(B * P);
-    const seqOut = new Map<string, Float32Array>();
-    for (const f of this.sequenceFeatures) seqOut.set(f, exchangeOps().outputArray(batch.feature(f).ids.length * this.dimOf(f)));
-    await forwardOnDevice({
-      L, wire: this.wire.forward, group: this.group, engine: this.live() as DeviceEngine, scratch: this.deviceScratch!, B, segs: routed.segs, ub: routed.ub, node: routed.node,
-      owner: owner.batch, Btot, Boff, featIds: owner.featIds, idOff: owner.idOff, own, req, rsend, rrecv, unions, bags: recv.map((x) => x.B), counters, pooled, seqOut,
-    });
-    this.finishPooled(batch, pooled);
-    this.traffic.forward = counters;
-    const sequences: Record<string, SequenceOutput> = {};
-    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
-    const out: Out = { pooled, sequences, batch };
-    Object.defineProperty(out, STEP, { value: { batch, B, segs: routed.segs, ub: routed.ub, node: routed.node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq } satisfies StepCtx, enumerable: false });
-    return out;
+  // What a step's device path works from (device-exchange.ts): its routing and schedules, in `wire` values.
+  private deviceArgs(ctx: StepCtx, wire: Wire, counters: TrafficCounters): DeviceStepArgs {
+    return {
+      L: this.layout, wire, group: this.group, scratch: this.deviceScratch!, B: ctx.B, segs: ctx.segs, ub: ctx.ub, node: ctx.node, Btot: ctx.Btot, Boff: ctx.Boff,
+      own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv, unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters,
+    };
   }
 
   // Mean pooling: every mean table's columns divided by the bag lengths (after all partial sums are in).
@@ -718,9 +715,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
     const devGrad = this.deviceScratch
       ? await gradientsOnDevice({
-          L, wire: bw, group: g, scratch: this.deviceScratch, B, Btot: ctx.Btot, Boff: ctx.Boff, ub: ctx.ub, own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv,
-          unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters, grad: Gs, ubGrad, node: ctx.node, nodeGrad,
-          seqGrad: new Map(this.sequenceFeatures.map((f) => [f, seqG(f)])), segs: ctx.segs,
+          ...this.deviceArgs(ctx, bw, counters), grad: Gs, ubGrad, nodeGrad, seqGrad: new Map(this.sequenceFeatures.map((f) => [f, seqG(f)])),
         })
       : undefined;
     const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);
