@@ -1,5 +1,6 @@
 // binding.ts — hand-written types of what the native addon exports (node-llama-cpp's AddonTypes style).
 // Each native part adds its own interface here; lib/ code never touches the addon untyped.
+import type { NativeDeviceArray } from './device-array.js';
 
 export type DType = 'fp32' | 'fp16' | 'bf16';
 export type Pooling = 'sum' | 'mean' | 'none';
@@ -87,6 +88,15 @@ export interface NativeEngine {
    */
   backward(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[], prepared?: NativePreparedBatch): Promise<NativeBackwardResult>;
   backwardSync(batch: NativeBatch, pooledGrad: Float32Array | null, seqGrads: (Float32Array | null)[], prepared?: NativePreparedBatch): NativeBackwardResult;
+  /**
+   * Engines on a GPU: the forward's outputs written into device arrays on the engine's device (`pooled`
+   * [B × pooledDim], `seq` the sequence features' values back to back in feature order); the result's
+   * `pooled` and `sequences` entries are null. BACKEND_UNAVAILABLE on an engine that keeps its outputs in
+   * host memory.
+   */
+  forwardDevice(batch: NativeBatch, pooled: NativeDeviceArray, seq: NativeDeviceArray): Promise<NativeForwardResult>;
+  /** The backward with the gradients in device arrays (laid out as forwardDevice's outputs). */
+  backwardDevice(batch: NativeBatch, pooledGrad: NativeDeviceArray, seqGrad: NativeDeviceArray, prepared?: NativePreparedBatch): Promise<NativeBackwardResult>;
   /** Table-local row ids; out / values are [n × dim] (rows) or [n × statePerRow] (state). */
   readRows(table: number, ids: BigInt64Array, out: Float32Array): void;
   writeRows(table: number, ids: BigInt64Array, values: Float32Array): void;

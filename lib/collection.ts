@@ -4,7 +4,9 @@
 // forward output remembers its engine-side prepared batch; its backward reuses that and then hands the
 // output's memory back to the engine, so a plain forward → backward loop reuses the same buffers.
 // Dynamic tables (rows: 'dynamic') go through lib/storage/dynamic.ts: their raw ids become slots of the
-// engine table before the engine sees the batch.
+// engine table before the engine sees the batch. On a GPU, forwardOnDevice keeps the outputs in device
+// memory (DeviceArrays, reused step after step) and backward takes device gradients, so a dense model on
+// the same GPU is fed with no host copy.
 import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
@@ -16,6 +18,8 @@ import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionCon
 import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatch } from './binding.js';
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
+import { DeviceArray } from './device-array.js';
+import { DeviceOutputs } from './device-outputs.js';
 import { DynamicTables, type DynamicStep, type DynamicTableStats, type FeatureOutput } from './storage/dynamic.js';
 import { withSpillPath } from './storage/dynamic-config.js';
 
@@ -45,6 +49,28 @@ export interface Gradients {
   pooled?: Float32Array;
   /** per sequence feature: [Σ lengths × dim] */
   sequences?: Record<string, Float32Array>;
+}
+
+/**
+ * A forwardOnDevice result: the outputs in the memory of the collection's GPU. `backward(out, …)` consumes
+ * it like a host output: afterwards its arrays belong to the collection again (the next forwardOnDevice
+ * writes into them); pass `{ keepOutput: true }` to keep them until `release(out)`.
+ */
+export interface DeviceForwardOutput {
+  /** f32 [batchSize × pooledDim], features in `pooledFeatures` order (at least one element) */
+  pooled: DeviceArray;
+  /** f32, the sequence features' values back to back in `sequenceFeatures` order, each [Σ lengths × dim] (at least one element) */
+  sequences: DeviceArray;
+  /** the batch this output was computed from */
+  batch: JaggedBatch;
+}
+
+/** Gradients in the memory of the collection's GPU, laid out as a DeviceForwardOutput's arrays (f32). */
+export interface DeviceGradients {
+  /** [batchSize × pooledDim]; required when the collection has pooled features */
+  pooled?: DeviceArray;
+  /** the sequence features' gradients back to back; required when it has sequence features */
+  sequences?: DeviceArray;
 }
 
 export interface BackwardOptions {
@@ -105,7 +131,13 @@ export class EmbeddingCollection extends EngineOwner {
 
   private readonly tableIndex = new Map<string, number>();
   /** what forward() left for the backward of each output it returned: the native batch and its prepared handle */
-  private readonly pending = new WeakMap<ForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch; dynamic?: DynamicStep }>();
+  private readonly pending = new WeakMap<ForwardOutput | DeviceForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch; dynamic?: DynamicStep }>();
+  /** Whether forwardOnDevice works here: a collection on a GPU with no dynamic tables. */
+  get outputsOnDevice(): boolean {
+    return this.device.startsWith('cuda:') && !this.dynamic;
+  }
+  /** the device arrays of forwardOnDevice outputs, reused (GPU collections, made on first use) */
+  private deviceOutputs: DeviceOutputs | undefined;
   /** the dynamic tables (rows: 'dynamic'), when there are any */
   private readonly dynamic: DynamicTables | undefined;
   /** whether any table is disk-backed (storage.kind 'disk'): prefetch on prepare(), flush before save() */
@@ -167,10 +199,38 @@ export class EmbeddingCollection extends EngineOwner {
     return this.wrapForward(batch, nb, this.live().forwardSync(nb));
   }
 
+  /**
+   * The forward with its outputs kept in the memory of the collection's GPU (device 'cuda:N'): the same
+   * values as forward(), in DeviceArrays a dense model on that GPU reads directly. BACKEND_UNAVAILABLE on
+   * the CPU; INVALID_ARGUMENT with dynamic tables (their missing rows are filled on the host).
+   */
+  forwardOnDevice(batch: JaggedBatch): Promise<DeviceForwardOutput> {
+    return this.rejecting(() => {
+      this.deviceOutputsCheck('forwardOnDevice');
+      const nb = this.nativeBatch(batch);
+      let seqLen = 0;
+      for (const f of this.featureInfo) if (f.pooling === 'none') seqLen += batch.feature(f.name).ids.length * f.dim;
+      const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
+      const pooled = pool.take(batch.batchSize * this.pooledDim), sequences = pool.take(seqLen);
+      return this.enqueue(async () => {
+        try {
+          const r = await this.live().forwardDevice(nb, pooled.native, sequences.native);
+          const out: DeviceForwardOutput = { pooled, sequences, batch };
+          this.pending.set(out, { batch, native: nb, prepared: r.prepared });
+          return out;
+        } catch (e) {
+          pool.give(pooled, sequences);
+          throw e;
+        }
+      });
+    });
+  }
+
   /** Frees native memory and closes dynamic tables' spill files now; any later use raises DISPOSED. */
   override dispose(): void {
     super.dispose();
     this.dynamic?.dispose();
+    this.deviceOutputs?.dispose();
   }
 
   /** Per dynamic table (rows: 'dynamic'): hits, misses, admissions, evictions and rows held. */
@@ -194,8 +254,18 @@ export class EmbeddingCollection extends EngineOwner {
    * garbage-collected — but such a loop that releases its outputs reuses the same few buffers instead of
    * faulting in fresh memory every step. Resolves to the number of arrays released.
    */
-  release(out: ForwardOutput): Promise<number> {
+  release(out: ForwardOutput | DeviceForwardOutput): Promise<number> {
     return this.rejecting(() => {
+      if (out && out.pooled instanceof DeviceArray) {
+        const d = out as DeviceForwardOutput;
+        return this.enqueue(async () => {
+          this.live();
+          // an output a backward already consumed gave its arrays back then (a later forward may hold them now)
+          if (!this.pending.delete(d)) return 0;
+          this.deviceOutputs?.give(d.pooled, d.sequences);
+          return 2;
+        });
+      }
       if (!out || !(out.pooled instanceof Float32Array))
         throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
       const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((s) => s.values)];
@@ -209,13 +279,15 @@ export class EmbeddingCollection extends EngineOwner {
    * succeeds, the output of this collection's forward is consumed: its arrays are detached and their
    * memory reused (see ForwardOutput; `{ keepOutput: true }` keeps them).
    */
-  backward(out: ForwardOutput, grads: Gradients, options: BackwardOptions = {}): Promise<BackwardResult> {
+  backward(out: ForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     return this.rejecting(() => {
       const a = this.backwardArgs(out, grads, options);
       return this.enqueue(async () => {
         const engine = this.live();
         this.checkFresh(a.dynamic); // a forward queued before this backward may have evicted rows
-        const r = await engine.backward(a.native, a.pooled, a.seq, a.prepared);
+        const r = a.device
+          ? await engine.backwardDevice(a.native, a.device.pooled.native, a.device.sequences.native, a.prepared)
+          : await engine.backward(a.native, a.pooled, a.seq, a.prepared);
         if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
         this.consumed(engine, out, a.consume);
         return r;
@@ -225,6 +297,7 @@ export class EmbeddingCollection extends EngineOwner {
 
   backwardSync(out: ForwardOutput, grads: Gradients, options: BackwardOptions = {}): BackwardResult {
     const a = this.backwardArgs(out, grads, options);
+    if (a.device) throw new EmbshardError('INVALID_ARGUMENT', 'backwardSync takes host gradients; device gradients go through backward()');
     const engine = this.live();
     const r = engine.backwardSync(a.native, a.pooled, a.seq, a.prepared);
     if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
@@ -399,15 +472,22 @@ export class EmbeddingCollection extends EngineOwner {
     return out;
   }
 
-  private backwardArgs(out: ForwardOutput, grads: Gradients, options: BackwardOptions) {
+  private backwardArgs(out: ForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions) {
     if (!out || !(out.batch instanceof JaggedBatch))
       throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of forward()');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
     for (const key of Object.keys(options))
       if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
-    const seq = this.featureInfo.map((f) => (f.pooling === 'none' ? grads.sequences?.[f.name] ?? null : null));
-    for (const name of Object.keys(grads.sequences ?? {}))
+    const device = this.deviceGradients(out.batch, grads);
+    if (device) {
+      const p = this.pending.get(out);
+      const own = p !== undefined && p.batch === out.batch;
+      return { device, dynamic: undefined, native: own ? p.native : this.nativeBatch(out.batch), prepared: own ? p.prepared : undefined, pooled: null, seq: [], consume: own && options.keepOutput !== true };
+    }
+    const host = grads as Gradients;
+    const seq = this.featureInfo.map((f) => (f.pooling === 'none' ? host.sequences?.[f.name] ?? null : null));
+    for (const name of Object.keys(host.sequences ?? {}))
       if (!this.sequenceFeatures.includes(name))
         throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
     // the output exactly as this collection's forward returned it (same batch): reuse its prepared batch
@@ -420,10 +500,11 @@ export class EmbeddingCollection extends EngineOwner {
       this.checkFresh(p.dynamic);
     }
     return {
+      device: undefined,
       dynamic: own ? p.dynamic : undefined,
       native: own ? p.native : this.nativeBatch(out.batch),
       prepared: own ? p.prepared : undefined,
-      pooled: grads.pooled ?? null,
+      pooled: host.pooled ?? null,
       seq,
       consume: own && options.keepOutput !== true,
     };
@@ -436,9 +517,41 @@ export class EmbeddingCollection extends EngineOwner {
   }
 
   /** After a successful backward: the output has been used; unless kept, its memory goes back to the engine. */
-  private consumed(engine: NativeEngine, out: ForwardOutput, release: boolean): void {
+  private consumed(engine: NativeEngine, out: ForwardOutput | DeviceForwardOutput, release: boolean): void {
     if (!release) return;
     this.pending.delete(out);
-    engine.releaseOutputs([out.pooled, ...Object.values(out.sequences).map((s) => s.values)]);
+    if (out.pooled instanceof DeviceArray) this.deviceOutputs?.give(out.pooled, (out as DeviceForwardOutput).sequences);
+    else engine.releaseOutputs([out.pooled, ...Object.values((out as ForwardOutput).sequences).map((s) => s.values)]);
+  }
+
+  /** BACKEND_UNAVAILABLE unless this collection can keep outputs on its GPU (INVALID_ARGUMENT: dynamic tables). */
+  private deviceOutputsCheck(what: string): void {
+    if (!this.device.startsWith('cuda:'))
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `${what}: the collection is on ${this.device}; device outputs and gradients need device 'cuda:N'`);
+    if (this.dynamic)
+      throw new EmbshardError('INVALID_ARGUMENT', `${what}: a collection with dynamic tables fills their missing rows on the host; use forward() and host gradients`);
+  }
+
+  /**
+   * Device gradients (either entry a DeviceArray), checked: both present where the collection has such
+   * features (a one-element placeholder otherwise), f32, on the collection's device, as long as the
+   * batch's outputs. undefined for host gradients.
+   */
+  private deviceGradients(batch: JaggedBatch, grads: Gradients | DeviceGradients): { pooled: DeviceArray; sequences: DeviceArray } | undefined {
+    const g = grads as DeviceGradients;
+    if (!(g.pooled instanceof DeviceArray) && !(g.sequences instanceof DeviceArray)) return undefined;
+    this.deviceOutputsCheck('backward with device gradients');
+    let seqLen = 0;
+    for (const f of this.featureInfo) if (f.pooling === 'none') seqLen += batch.feature(f.name).ids.length * f.dim;
+    const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
+    const pick = (v: unknown, field: string, need: number): DeviceArray => {
+      if (v === undefined && need === 0) return pool.take(0);
+      if (!(v instanceof DeviceArray)) throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} must be a DeviceArray (the other gradient is one)`);
+      if (v.type !== 'f32') throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} must hold f32 elements (got ${v.type})`);
+      if (v.device !== this.device) throw new EmbshardError('INVALID_ARGUMENT', `gradients.${field} is on ${v.device}, the collection on ${this.device}`);
+      if (v.length < need) throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} has ${v.length} elements; the batch needs ${need}`);
+      return v;
+    };
+    return { pooled: pick(g.pooled, 'pooled', batch.batchSize * this.pooledDim), sequences: pick(g.sequences, 'sequences', seqLen) };
   }
 }

@@ -21,6 +21,7 @@ const SUITES = [
   'test/cuda/device-array.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
+  'test/train/device-handoff.test.ts',
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',
   'test/storage/dynamic.test.ts',

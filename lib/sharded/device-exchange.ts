@@ -29,12 +29,6 @@ import { Blocks, Indexes, message, type DeviceScratch } from './device-scratch.j
 
 export { DeviceScratch, type DeviceOpsAddon } from './device-scratch.js';
 
-/** The engine's device calls (CUDA engines): outputs / gradients in device buffers, sequences back to back in feature order. */
-export interface DeviceEngine extends NativeEngine {
-  forwardDevice(batch: NativeBatch, pooled: object, seq: object): Promise<unknown>;
-  backwardDevice(batch: NativeBatch, pooledGrad: object, seqGrad: object): Promise<{ skipped: boolean; uniqueRows: number }>;
-}
-
 /**
  * Why this rank's exchanges cannot stay in device memory (undefined: they can): the engine's device, the
  * group's transport and device, and what the plan holds.
@@ -49,7 +43,7 @@ export function deviceExchangeBlocker(
   if (!device.startsWith('cuda:')) return `the engine is on ${device}`;
   if (group.kind !== 'nccl') return `the group is ${group.kind === 'mpi' ? 'an MPI' : 'an in-process'} group (device buffers need NCCL)`;
   if (`cuda:${group.cudaDevice}` !== device) return `the group's communicator is on cuda:${group.cudaDevice}, the engine on ${device}`;
-  if (typeof (engine as Partial<DeviceEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
+  if (typeof (engine as Partial<NativeEngine>).forwardDevice !== 'function') return 'the engine has no device outputs';
   for (const t of plan.tables) if (t.dynamic) return `table '${t.name}' is dynamic`;
   return undefined;
 }
@@ -81,7 +75,7 @@ export interface DeviceStepArgs {
 }
 
 export interface DeviceForwardArgs extends DeviceStepArgs {
-  engine: DeviceEngine;
+  engine: NativeEngine;
   /** the owner batch, each local feature's ids in it and each source's first id in them */
   owner: NativeBatch;
   featIds: readonly number[];

@@ -51,7 +51,7 @@ import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './r
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
-import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceEngine, type DeviceOpsAddon, type DeviceStepArgs } from './device-exchange.js';
+import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceStepArgs } from './device-exchange.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -521,7 +521,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const seqOut = new Map<string, Float32Array>();
     for (const f of this.sequenceFeatures) seqOut.set(f, K.outputArray(batch.feature(f).ids.length * this.dimOf(f)));
     if (this.deviceScratch)
-      await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e as DeviceEngine, owner: step.owner, featIds: step.featIds, idOff: step.idOff, pooled, seqOut });
+      await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e, owner: step.owner, featIds: step.featIds, idOff: step.idOff, pooled, seqOut });
     else await this.outputsOnHost(step, rawOwner, counters, pooled, seqOut);
     this.finishPooled(batch, pooled);
     this.traffic.forward = counters;
@@ -815,7 +815,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = devGrad
-      ? await (this.live() as DeviceEngine).backwardDevice(
+      ? await this.live().backwardDevice(
           upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads)).native)
       : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);

@@ -4,6 +4,7 @@ import type { Addon } from '../binding.js';
 import { resolveBackend } from '../backends.js';
 import type { DenseModelSpec } from './dense.js';
 import type { DeviceBuffer } from '../sharded/binding.js';
+import type { NativeDeviceArray } from '../device-array.js';
 
 export type DenseOptimizerType = 'sgd' | 'adagrad' | 'adam';
 export type InteractionType = 'dot' | 'cross' | 'concat';
@@ -48,13 +49,14 @@ export interface NativeDenseModelCalls {
   step: number;
   /** The bottom MLP alone, kept for the next forwardBackward with `bottomReady` on the same dense array. */
   forwardBottom(dense: Float32Array, batchSize: number): Promise<{ forwardMs: number }>;
-  forward(dense: Float32Array, sparse: Float32Array | null, batchSize: number): Promise<Float32Array>;
+  /** `sparse` (and `sparseGrad`): host arrays, or (GPU model) native DeviceArrays on the model's device. */
+  forward(dense: Float32Array, sparse: Float32Array | NativeDeviceArray | null, batchSize: number): Promise<Float32Array>;
   forwardBackward(
     dense: Float32Array,
-    sparse: Float32Array | null,
+    sparse: Float32Array | NativeDeviceArray | null,
     labels: Float32Array,
     batchSize: number,
-    options?: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean },
+    options?: { sparseGrad?: Float32Array | NativeDeviceArray | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean },
   ): Promise<NativeForwardBackwardResult>;
   update(lr?: number): Promise<void>;
 }

@@ -7,6 +7,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveBackend } from '../backends.js';
 import { denseAddon, type Precision, type DenseCudaAddon, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 import type { DeviceBuffer } from '../sharded/binding.js';
+import { DeviceArray } from '../device-array.js';
 
 /** A dense architecture. Widths are the outputs of each layer; the input widths follow from them. */
 export interface DenseModelSpec {
@@ -256,10 +257,13 @@ export class DenseModel {
     return (of === 'params' ? this.params : this.grads).subarray(t.offset, t.offset + t.size);
   }
 
-  /** Logits [B] of a batch: dense [B × denseIn], pooled [B × sparseWidth]. */
-  forward(dense: Float32Array, pooled: Float32Array | null, batchSize: number): Promise<Float32Array> {
+  /**
+   * Logits [B] of a batch: dense [B × denseIn], pooled [B × sparseWidth]. On a GPU `pooled` may be a
+   * DeviceArray (f32) on the model's device, e.g. an embedding collection's device output: no host copy.
+   */
+  forward(dense: Float32Array, pooled: Float32Array | DeviceArray | null, batchSize: number): Promise<Float32Array> {
     this.bottomFor = undefined;
-    return this.native.forward(dense, pooled, batchSize);
+    return this.native.forward(dense, this.sparseArg(pooled, 'pooled'), batchSize);
   }
 
   /**
@@ -278,25 +282,36 @@ export class DenseModel {
   /**
    * Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. `bottomReady`:
    * use forwardBottom's output (the same numbers; INVALID_ARGUMENT unless it ran on this `dense` and size).
+   * On a GPU `pooled` and `sparseGrad` may be DeviceArrays (f32, B × sparseWidth) on the model's device:
+   * the pooled embeddings are read and their gradients written there, with no host copy.
    */
   forwardBackward(
     dense: Float32Array,
-    pooled: Float32Array | null,
+    pooled: Float32Array | DeviceArray | null,
     labels: Float32Array,
     batchSize: number,
-    options: { sparseGrad?: Float32Array | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean } = {},
+    options: { sparseGrad?: Float32Array | DeviceArray | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean } = {},
   ): Promise<{ loss: number; forwardMs: number; backwardMs: number }> {
     const kept = this.bottomFor;
     this.bottomFor = undefined;
     if (options.bottomReady && kept !== dense)
       return Promise.reject(new EmbshardError('INVALID_ARGUMENT', 'bottomReady: forwardBottom has not run on this dense array since the last call'));
-    return this.native.forwardBackward(dense, pooled, labels, batchSize, options);
+    const sparse = this.sparseArg(pooled, 'pooled');
+    const sparseGrad = this.sparseArg(options.sparseGrad ?? null, 'sparseGrad');
+    return this.native.forwardBackward(dense, sparse, labels, batchSize, { ...options, sparseGrad });
   }
 
   /** One optimizer update with the current gradients (lr defaults to the configured one). */
   update(lr?: number): Promise<void> {
     this.bottomFor = undefined;
     return this.native.update(lr);
+  }
+
+  /** A DeviceArray as the native object the GPU model reads; INVALID_ARGUMENT on the CPU model. */
+  private sparseArg<T>(v: T | DeviceArray, field: string): T | NonNullable<DeviceArray['native']> {
+    if (!(v instanceof DeviceArray)) return v;
+    if (!this.gpu) throw new EmbshardError('INVALID_ARGUMENT', `${field}: a DeviceArray needs the dense model on a GPU (device 'cuda:N'); this one is on the CPU`);
+    return v.native;
   }
 
   private read(which: DenseBuffer): Float32Array {

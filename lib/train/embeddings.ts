@@ -5,14 +5,18 @@ import { EmbeddingCollection } from '../collection.js';
 import { stateWidth, type CollectionConfig, type OptimizerConfig, type TableConfig } from '../config.js';
 import { storageWithin, type StorageBudget } from '../storage/budget.js';
 import type { JaggedBatch } from '../batch.js';
+import type { DeviceArray } from '../device-array.js';
 import type { DType } from '../binding.js';
 import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
-/** What a forward pass hands the dense model: [batchSize × pooledDim], features in pooledFeatures order. */
+/**
+ * What a forward pass hands the dense model: [batchSize × pooledDim], features in pooledFeatures order, in
+ * host memory (forward) or in the memory of the module's GPU (forwardOnDevice).
+ */
 export interface EmbeddingOutput {
-  pooled: Float32Array;
+  pooled: Float32Array | DeviceArray;
 }
 
 /** The surface the Trainer uses, shared by EmbeddingCollection and ShardedEmbeddingCollection. */
@@ -24,8 +28,17 @@ export interface EmbeddingModule {
   setLearningRate(lr: number): void;
   step: number;
   /** `admit: false` (evaluation, prediction): dynamic tables admit no new ids. */
-  forward(batch: JaggedBatch, options?: { admit?: boolean }): Promise<EmbeddingOutput>;
-  backward(out: EmbeddingOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean }>;
+  forward(batch: JaggedBatch, options?: { admit?: boolean }): Promise<{ pooled: Float32Array }>;
+  /**
+   * The forward with its output in the memory of the module's GPU (`device`), for a dense model on that
+   * GPU; optional (EmbeddingCollection on 'cuda:N'). The backward of such an output takes device gradients.
+   */
+  forwardOnDevice?(batch: JaggedBatch): Promise<{ pooled: DeviceArray }>;
+  /** Whether forwardOnDevice works for this module; optional (absent: it does not). */
+  readonly outputsOnDevice?: boolean;
+  /** 'cpu' or 'cuda:N': where forwardOnDevice keeps its output; optional. */
+  readonly device?: string;
+  backward(out: EmbeddingOutput, grads: { pooled?: Float32Array | DeviceArray }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
   /**
    * Starts the table-independent work of the next forward (a sharded collection's id exchange); optional.

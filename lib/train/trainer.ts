@@ -5,6 +5,7 @@
 // predict (click probabilities, no update) for scoring and serving.
 import { EmbeddingCollection } from '../collection.js';
 import { EmbshardError } from '../errors.js';
+import { DeviceArray } from '../device-array.js';
 import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, loglossFromLogits } from '../data/metrics.js';
@@ -190,6 +191,12 @@ export class Trainer {
   readonly inputs: ModelInputs | undefined;
   /** Whether communication overlaps compute (TrainerOptions.overlap). */
   readonly overlap: boolean;
+  /**
+   * Where the pooled embeddings and their gradients pass between the embeddings and the dense model:
+   * 'device' when both are on the same GPU and the embeddings keep their outputs there (no host copy), else
+   * 'host'.
+   */
+  readonly handoff: 'device' | 'host';
 
   private steps = 0;
   private readonly calls = new CallQueue();
@@ -198,6 +205,8 @@ export class Trainer {
   /** The group, when it all-reduces the dense gradients in device memory (NCCL, the dense model on its GPU). */
   private readonly deviceGroup: ProcessGroup | undefined;
   private sparseGrad = new Float32Array(0);
+  /** the pooled-embedding gradients in device memory (handoff 'device'), reallocated when the batch size changes */
+  private deviceSparseGrad: DeviceArray | undefined;
 
   constructor(o: TrainerOptions) {
     if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'Trainer options must be an object');
@@ -250,6 +259,7 @@ export class Trainer {
     this.onMetrics = o.onMetrics;
     if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
     this.overlap = o.overlap ?? true;
+    this.handoff = emb.outputsOnDevice === true && typeof emb.forwardOnDevice === 'function' && emb.device === this.dense.device ? 'device' : 'host';
     this.steps = this.dense.step;
   }
 
@@ -448,12 +458,24 @@ export class Trainer {
     this.embeddings.setLearningRate(embLr);
     const B = b.size, world = this.group?.size ?? 1;
     const need = B * this.embeddings.pooledDim;
-    if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
+    const onGpu = this.handoff === 'device';
+    let sparseGrad: Float32Array | DeviceArray;
+    if (onGpu) {
+      if (this.deviceSparseGrad?.length !== Math.max(1, need)) {
+        this.deviceSparseGrad?.free();
+        this.deviceSparseGrad = DeviceArray.alloc('f32', Math.max(1, need), { device: this.dense.device });
+      }
+      sparseGrad = this.deviceSparseGrad;
+    } else {
+      if (this.sparseGrad.length !== need) this.sparseGrad = new Float32Array(need);
+      sparseGrad = this.sparseGrad;
+    }
 
     const clock = this.clock;
     const c0 = clock.read();
     // with overlap the bottom MLP (it needs no embeddings) runs while the embeddings are looked up and exchanged
-    const fwd = await Promise.allSettled([this.embeddings.forward(b.sparse), this.overlap ? this.dense.forwardBottom(b.dense, B) : undefined]);
+    const lookup = onGpu ? this.embeddings.forwardOnDevice!(b.sparse) : this.embeddings.forward(b.sparse);
+    const fwd = await Promise.allSettled([lookup, this.overlap ? this.dense.forwardBottom(b.dense, B) : undefined]);
     for (const x of fwd) if (x.status === 'rejected') throw x.reason;
     const out = (fwd[0] as PromiseFulfilledResult<EmbeddingOutput>).value;
     // the next batch's id exchange runs during the dense compute; it is waited for before the dense
@@ -462,7 +484,7 @@ export class Trainer {
     const prepared = next && this.overlap && emb.prepare ? CommClock.hidden(() => emb.prepare!(next.sparse)) : undefined;
     const t1 = performance.now();
     const c1 = clock.read();
-    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad: this.sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
+    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
     const t2 = performance.now();
     if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
     // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
@@ -481,7 +503,7 @@ export class Trainer {
     const t3 = performance.now();
     const c3 = clock.read();
     try {
-      await this.embeddings.backward(out, { pooled: this.sparseGrad });
+      await this.embeddings.backward(out, { pooled: sparseGrad });
       if (this.embeddings.release) await this.embeddings.release(out);
     } catch (e) {
       await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer

@@ -79,6 +79,9 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
 
   CudaDenseModel& model() { return *model_; }
   const dense::DenseModel& layout() const { return model_->layout(); }
+  // the pooled embeddings and their gradients may be device buffers on the model's GPU (dense_workers.h)
+  static constexpr bool kDeviceInputs = true;
+  int input_device() const { return model_->device(); }
   int64_t step = 0;
   std::atomic<bool> busy{false};
 

@@ -60,6 +60,9 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
 
   DenseModel& model() { return *model_; }
   const DenseModel& layout() const { return *model_; }
+  // host arrays only (dense_workers.h)
+  static constexpr bool kDeviceInputs = false;
+  int input_device() const { return -1; }
   int64_t step = 0;
   std::atomic<bool> busy{false};
 

@@ -1,6 +1,7 @@
 // dense_model_args.h — the arguments of the CPU and GPU dense-model bindings
 // (dense_model.cc, dense_cuda_model.cc): the model config, the batch inputs of forward/forwardBackward
-// and the update's learning rate. Each reader throws EmbshardError naming the field before any state
+// (the GPU model also takes the pooled embeddings and their gradients as device buffers on its own
+// device) and the update's learning rate. Each reader throws EmbshardError naming the field before any state
 // changes or any work is queued.
 #pragma once
 #include <napi.h>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "addon/dense_js_readers.h"
+#include "addon/device_buffer.h"
 #include "addon/errors.h"
 #include "dense/model.h"
 
@@ -41,18 +43,45 @@ inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
   return s;
 }
 
+// The pooled embeddings, or their gradients: a Float32Array, or (GPU model) a device buffer of f32 on the
+// model's device.
+struct SparseArg {
+  Napi::Float32Array host;
+  DeviceBuffer dev;
+  bool onDevice = false;
+  float* ptr() const { return onDevice ? static_cast<float*>(dev.ptr) : host.IsEmpty() ? nullptr : const_cast<Napi::Float32Array&>(host).Data(); }
+};
+
+// `device` < 0: host arrays only (the CPU model); otherwise a device buffer on cuda:`device` is taken too.
+inline SparseArg read_sparse(Napi::Env env, Napi::Value v, const std::string& field, int64_t n, int device) {
+  SparseArg a;
+  if (device >= 0 && v.IsObject() && !v.IsTypedArray()) {
+    a.dev = read_device_buffer(env, v, field.c_str());
+    if (a.dev.type != comm::ElemType::F32) throw_error(env, "INVALID_ARGUMENT", field + " must be a device buffer of f32");
+    if (a.dev.device != device)
+      throw_error(env, "INVALID_ARGUMENT", field + " is on cuda:" + std::to_string(a.dev.device) + ", the model on cuda:" + std::to_string(device));
+    if (a.dev.count != n)
+      throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.dev.count) + " elements; expected " + std::to_string(n));
+    a.onDevice = true;
+    return a;
+  }
+  a.host = da::f32(env, v, field, n);
+  return a;
+}
+
 // Validated inputs of forward / forwardBackward.
 struct Inputs {
   int64_t B = 0;
-  Napi::Float32Array dense, sparse;
+  Napi::Float32Array dense;
+  SparseArg sparse;
 };
 
-inline Inputs read_inputs(Napi::Env env, const DenseModel& m, Napi::Value denseV, Napi::Value sparseV, Napi::Value bV) {
+inline Inputs read_inputs(Napi::Env env, const DenseModel& m, Napi::Value denseV, Napi::Value sparseV, Napi::Value bV, int device = -1) {
   Inputs in;
   in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
   in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
-  if (m.sparse_width() > 0) in.sparse = da::f32(env, sparseV, "sparse", in.B * m.sparse_width());
-  else if (!sparseV.IsNull() && !sparseV.IsUndefined()) in.sparse = da::f32(env, sparseV, "sparse", 0);
+  if (m.sparse_width() > 0) in.sparse = read_sparse(env, sparseV, "sparse", in.B * m.sparse_width(), device);
+  else if (!sparseV.IsNull() && !sparseV.IsUndefined()) in.sparse = read_sparse(env, sparseV, "sparse", 0, device);
   return in;
 }
 
@@ -67,14 +96,15 @@ inline Inputs read_dense_input(Napi::Env env, const DenseModel& m, Napi::Value d
 // forwardBackward(dense, sparse, labels, batchSize, { sparseGrad?, logits?, gradScale?, bottomReady? })
 struct FbArgs {
   Inputs in;
-  Napi::Float32Array labels, sparseGrad, logits;
+  Napi::Float32Array labels, logits;
+  SparseArg sparseGrad;
   float gradScale = 1.0f;
   bool bottomReady = false;
 };
 
-inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::CallbackInfo& info) {
+inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::CallbackInfo& info, int device = -1) {
   FbArgs a;
-  a.in = read_inputs(env, m, info[0], info[1], info[3]);
+  a.in = read_inputs(env, m, info[0], info[1], info[3], device);
   a.labels = da::f32(env, info[2], "labels", a.in.B);
   for (int64_t b = 0; b < a.in.B; ++b) {
     float y = a.labels.Data()[b];
@@ -84,7 +114,7 @@ inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::Callb
   if (info[4].IsObject()) {
     Napi::Object o = info[4].As<Napi::Object>();
     if (!o.Get("sparseGrad").IsUndefined() && !o.Get("sparseGrad").IsNull())
-      a.sparseGrad = da::f32(env, o.Get("sparseGrad"), "sparseGrad", a.in.B * m.sparse_width());
+      a.sparseGrad = read_sparse(env, o.Get("sparseGrad"), "sparseGrad", a.in.B * m.sparse_width(), device);
     if (!o.Get("logits").IsUndefined() && !o.Get("logits").IsNull()) a.logits = da::f32(env, o.Get("logits"), "logits", a.in.B);
     a.gradScale = static_cast<float>(da::number_or(env, o, "gradScale", 1.0, "gradScale"));
     Napi::Value br = o.Get("bottomReady");

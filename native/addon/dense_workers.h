@@ -2,14 +2,17 @@
 // dense_cuda_model.cc): the promise workers of forwardBottom / forward / forwardBackward / update, templated on the wrap
 // class, the functions that validate a call, claim the model and start its worker, the one-call-at-a-time
 // claim and the `tensors` accessor. A Wrap exposes model() (forward / forward_backward / apply on host
-// pointers), layout() (the dense::DenseModel the inputs are checked against), claim(env), `busy`, `step`
-// and Ref/Unref (Napi::ObjectWrap).
+// pointers), layout() (the dense::DenseModel the inputs are checked against), claim(env), `busy`, `step`,
+// Ref/Unref (Napi::ObjectWrap) and input_device(): -1 for a model that takes host arrays only, else the
+// GPU whose device buffers it also takes for the pooled embeddings and their gradients (its model()
+// then takes a trailing dense::cuda::SparseMemory saying which are on the device).
 #pragma once
 #include <napi.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,12 +78,23 @@ class ForwardBottomWorker : public ModelWorker<Wrap> {
   dense::StepTimes times_;
 };
 
+// Keeps a call's sparse argument alive until it settles: the JS array or object, and a device buffer's memory.
+template <class Worker>
+void keep_sparse(Worker* w, const dense_model_args::SparseArg& a, Napi::Value v) {
+  if (!a.host.IsEmpty()) w->Keep(a.host);
+  if (a.onDevice) w->Keep(v);
+}
+
 template <class Wrap>
 class ForwardWorker : public ModelWorker<Wrap> {
  public:
-  ForwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, int64_t B)
-      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), B_(B), logits_(static_cast<size_t>(B)) {}
-  void Run() override { this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_); }
+  ForwardWorker(Napi::Env env, Wrap* w, const float* dense, const dense_model_args::SparseArg& sparse, int64_t B)
+      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse.ptr()), sparseDev_(sparse.onDevice), hold_(sparse.dev.hold), B_(B),
+        logits_(static_cast<size_t>(B)) {}
+  void Run() override {
+    if constexpr (Wrap::kDeviceInputs) this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_, false, {sparseDev_, false});
+    else this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_);
+  }
   Napi::Value Result(Napi::Env env) override {
     auto out = Napi::Float32Array::New(env, logits_.size());
     std::copy(logits_.begin(), logits_.end(), out.Data());
@@ -90,6 +104,8 @@ class ForwardWorker : public ModelWorker<Wrap> {
  private:
   const float* dense_;
   const float* sparse_;
+  bool sparseDev_;
+  std::shared_ptr<void> hold_;  // a DeviceArray's memory, held for the call
   int64_t B_;
   std::vector<float> logits_;
   dense::StepTimes times_;
@@ -98,12 +114,15 @@ class ForwardWorker : public ModelWorker<Wrap> {
 template <class Wrap>
 class ForwardBackwardWorker : public ModelWorker<Wrap> {
  public:
-  ForwardBackwardWorker(Napi::Env env, Wrap* w, const float* dense, const float* sparse, const float* labels, int64_t B,
-                        float scale, float* sparseGrad, float* logits, bool bottomReady)
-      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad), logits_(logits),
-        bottomReady_(bottomReady) {}
+  ForwardBackwardWorker(Napi::Env env, Wrap* w, const float* dense, const dense_model_args::SparseArg& sparse, const float* labels,
+                        int64_t B, float scale, const dense_model_args::SparseArg& sparseGrad, float* logits, bool bottomReady)
+      : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse.ptr()), labels_(labels), B_(B), scale_(scale), sg_(sparseGrad.ptr()),
+        logits_(logits), bottomReady_(bottomReady), sparseDev_(sparse.onDevice), gradDev_(sparseGrad.onDevice),
+        holds_{sparse.dev.hold, sparseGrad.dev.hold} {}
   void Run() override {
-    loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_);
+    if constexpr (Wrap::kDeviceInputs)
+      loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_, {sparseDev_, gradDev_});
+    else loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_);
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
@@ -122,6 +141,8 @@ class ForwardBackwardWorker : public ModelWorker<Wrap> {
   float* sg_;
   float* logits_;
   bool bottomReady_;
+  bool sparseDev_, gradDev_;
+  std::shared_ptr<void> holds_[2];  // DeviceArrays' memory, held for the call
   double loss_ = 0;
   dense::StepTimes times_;
 };
@@ -153,11 +174,11 @@ Napi::Value start_forward_bottom(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(), info[0], info[1], info[2]);
+  dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(), info[0], info[1], info[2], self->input_device());
   self->claim(env);
-  auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse.IsEmpty() ? nullptr : in.sparse.Data(), in.B);
+  auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse, in.B);
   w->Keep(in.dense);
-  if (!in.sparse.IsEmpty()) w->Keep(in.sparse);
+  keep_sparse(w, in.sparse, info[1]);
   return w->Start();
 }
 
@@ -166,15 +187,15 @@ Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_model_args::FbArgs a = dense_model_args::read_fb_args(env, self->layout(), info);
+  dense_model_args::FbArgs a = dense_model_args::read_fb_args(env, self->layout(), info, self->input_device());
   self->claim(env);
-  auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse.IsEmpty() ? nullptr : a.in.sparse.Data(),
-                                            a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad.IsEmpty() ? nullptr : a.sparseGrad.Data(),
+  auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse, a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad,
                                             a.logits.IsEmpty() ? nullptr : a.logits.Data(), a.bottomReady);
   w->Keep(a.in.dense);
   w->Keep(a.labels);
-  if (!a.in.sparse.IsEmpty()) w->Keep(a.in.sparse);
-  if (!a.sparseGrad.IsEmpty()) w->Keep(a.sparseGrad);
+  keep_sparse(w, a.in.sparse, info[1]);
+  if (a.sparseGrad.onDevice) w->Keep(info[4].As<Napi::Object>().Get("sparseGrad"));
+  else if (!a.sparseGrad.host.IsEmpty()) w->Keep(a.sparseGrad.host);
   if (!a.logits.IsEmpty()) w->Keep(a.logits);
   return w->Start();
 }

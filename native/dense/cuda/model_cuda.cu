@@ -57,6 +57,8 @@ struct CudaDenseModel::Impl {
   DevBuf<float> params, grads, state;
   // inputs of the last pass
   DevBuf<float> dense, sparse, labels;
+  // the pooled embeddings of the current call: `sparse` (uploaded) or the caller's device memory
+  const float* sparseIn = nullptr;
   // the host input and batch size of a forward_bottom not yet consumed (nullptr: none)
   const float* bottomFor = nullptr;
   int64_t bottomB = 0;
@@ -174,7 +176,7 @@ void run_bottom(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t B) {
   }
 }
 
-// Runs the rest of the forward pass on the bottom output in m.bot and m.sparse; returns the device logits [B].
+// Runs the rest of the forward pass on the bottom output in m.bot and m.sparseIn; returns the device logits [B].
 const float* run_top(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t B) {
   const auto& s = layout.spec();
   const auto& ts = layout.tensors();
@@ -184,8 +186,8 @@ const float* run_top(CudaDenseModel::Impl& m, const DenseModel& layout, int64_t 
   int64_t in = s.bottom.back();
   const int64_t D = layout.interaction_width();
   float* inter = m.inter.ensure(B * D);
-  if (s.interaction == Interaction::Dot) dot_forward(x, m.sparse.get(), B, in, s.numSparse, inter, m.stream);
-  else concat_forward(x, m.sparse.get(), B, in, s.numSparse * s.embDim, inter, m.stream);
+  if (s.interaction == Interaction::Dot) dot_forward(x, m.sparseIn, B, in, s.numSparse, inter, m.stream);
+  else concat_forward(x, m.sparseIn, B, in, s.numSparse * s.embDim, inter, m.stream);
   const float* t = inter;
   if (s.interaction == Interaction::Cross) {
     const int64_t r = s.crossRank;
@@ -217,15 +219,21 @@ void upload_dense(CudaDenseModel::Impl& m, const DenseModel& layout, const float
   to_device(m.dense.ensure(nd), dense, nd, m.stream);
 }
 
-// Uploads the inputs and runs the forward pass (the bottom MLP only without bottomReady, as the CPU model).
+// Uploads the inputs (the pooled embeddings only when they are in host memory) and runs the forward pass
+// (the bottom MLP only without bottomReady, as the CPU model).
 const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, const float* dense, const float* sparse, int64_t B,
-                         bool bottomReady) {
+                         bool bottomReady, bool sparseOnDevice) {
   const bool ready = m.bottomFor == dense && m.bottomB == B;
   m.bottomFor = nullptr;
   if (bottomReady && !ready) fail("INVALID_ARGUMENT", "bottomReady: the bottom MLP has not run on this dense input and batch size (forwardBottom first)");
   const int64_t ns = B * layout.sparse_width();
-  float* ds = m.sparse.ensure(ns);
-  if (ns > 0) to_device(ds, sparse, ns, m.stream);
+  if (sparseOnDevice) {
+    m.sparseIn = sparse;
+  } else {
+    float* ds = m.sparse.ensure(ns);
+    if (ns > 0) to_device(ds, sparse, ns, m.stream);
+    m.sparseIn = ds;
+  }
   if (!bottomReady) {
     upload_dense(m, layout, dense, B);
     run_bottom(m, layout, B);
@@ -248,18 +256,20 @@ void CudaDenseModel::forward_bottom(const float* dense, int64_t B, StepTimes* ti
   if (times) times->forwardMs = ms_since(t0);
 }
 
-void CudaDenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times, bool bottomReady) {
+void CudaDenseModel::forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* times, bool bottomReady,
+                             SparseMemory mem) {
   auto t0 = std::chrono::steady_clock::now();
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
-  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady);
+  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady, mem.inputOnDevice);
   to_host(logits, z, B, m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (times) times->forwardMs = ms_since(t0);
 }
 
 double CudaDenseModel::forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B,
-                                        float gradScale, float* sparseGrad, float* logits, StepTimes* times, bool bottomReady) {
+                                        float gradScale, float* sparseGrad, float* logits, StepTimes* times, bool bottomReady,
+                                        SparseMemory mem) {
   auto t0 = std::chrono::steady_clock::now();
   EMB_CUDA_CHECK(cudaSetDevice(device_));
   Impl& m = *impl_;
@@ -270,7 +280,7 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   auto G = [&](size_t t) { return m.grads.get() + ts[t].offset; };
 
   to_device(m.labels.ensure(B), labels, B, m.stream);
-  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady);
+  const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady, mem.inputOnDevice);
   if (logits) to_host(logits, z, B, m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (times) times->forwardMs = ms_since(t0);
@@ -320,9 +330,11 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   // interaction → gradient of the bottom output (gx) and of the pooled embeddings (sgrad)
   const int64_t d = s.bottom.back(), sw = layout_.sparse_width();
   float* gx = m.gx.ensure(B * d);
-  float* se = sw > 0 ? m.sgrad.ensure(B * sw) : nullptr;
+  // written straight into the caller's device memory when it asked for the gradient there
+  const bool gradHere = mem.gradOnDevice && sparseGrad;
+  float* se = sw > 0 ? (gradHere ? sparseGrad : m.sgrad.ensure(B * sw)) : nullptr;
   const float* botOut = m.bot.back().get();
-  if (s.interaction == Interaction::Dot) dot_backward(botOut, m.sparse.get(), ga, B, d, s.numSparse, gx, se, m.stream);
+  if (s.interaction == Interaction::Dot) dot_backward(botOut, m.sparseIn, ga, B, d, s.numSparse, gx, se, m.stream);
   else concat_backward(ga, B, d, sw, gx, se, m.stream);
   // bottom MLP
   float* gcur = gx;
@@ -334,7 +346,7 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
     linear_backward(m.blas, m.stream, x, gcur, B, in, out, P(pt.bottom + 2 * k), G(pt.bottom + 2 * k), G(pt.bottom + 2 * k + 1), dx);
     if (k > 0) gcur = dx;
   }
-  if (sparseGrad && sw > 0) to_host(sparseGrad, se, B * sw, m.stream);
+  if (sparseGrad && sw > 0 && !gradHere) to_host(sparseGrad, se, B * sw, m.stream);
   std::vector<double> hl(static_cast<size_t>(B));
   if (B > 0) EMB_CUDA_CHECK(cudaMemcpyAsync(hl.data(), loss, static_cast<size_t>(B) * sizeof(double), cudaMemcpyDeviceToHost, m.stream));
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));

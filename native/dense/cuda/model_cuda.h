@@ -1,7 +1,9 @@
 // model_cuda.h — the whole dense model on one GPU: the same spec, tensor layout, initialisation and math
 // as dense::DenseModel (model.h), with parameters, gradients and optimizer state kept in device memory
 // between calls. Inputs (dense features, pooled embeddings, labels) come from host memory and the outputs
-// (loss, logits, pooled-embedding gradients) go back to it; the flat buffers move between host and
+// (loss, logits, pooled-embedding gradients) go back to it, except where SparseMemory puts the pooled
+// embeddings and their gradients in this device's memory (an embedding collection on the same GPU hands
+// them over with no host copy); the flat buffers move between host and
 // device only on read()/write() (checkpoints, the dense all-reduce). One call at a time per model (the
 // addon enforces it); every call first makes the model's device current, so any host thread may call.
 // Plain C++ header (no CUDA types): the addon's binding file includes it.
@@ -14,6 +16,13 @@
 namespace embshard::dense::cuda {
 
 enum class Buffer { Params, Grads, State };
+
+// Where forward / forward_backward read the pooled embeddings (`sparse`) and write their gradients
+// (`sparseGrad`): host memory (the default) or this model's device memory.
+struct SparseMemory {
+  bool inputOnDevice = false;
+  bool gradOnDevice = false;
+};
 
 class CudaDenseModel {
  public:
@@ -36,11 +45,13 @@ class CudaDenseModel {
   void read(Buffer b, float* dst);
   void write(Buffer b, const float* src);
 
-  // As DenseModel::forward_bottom / forward / forward_backward / apply; every pointer is host memory.
+  // As DenseModel::forward_bottom / forward / forward_backward / apply; every pointer is host memory
+  // except `sparse` and `sparseGrad` where `mem` says they are on this model's device.
   void forward_bottom(const float* dense, int64_t B, StepTimes* t = nullptr);
-  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
+  void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr, bool bottomReady = false,
+               SparseMemory mem = {});
   double forward_backward(const float* dense, const float* sparse, const float* labels, int64_t B, float gradScale,
-                          float* sparseGrad, float* logits, StepTimes* t = nullptr, bool bottomReady = false);
+                          float* sparseGrad, float* logits, StepTimes* t = nullptr, bool bottomReady = false, SparseMemory mem = {});
   void apply(float lr, int64_t t);
 
   struct Impl;  // device buffers, stream and cuBLAS handle (model_cuda.cu)
