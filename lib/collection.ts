@@ -19,7 +19,9 @@ import type { NativeBatch, NativeEngine, NativeForwardResult, NativePreparedBatc
 import { makeStorageDirs, nativeStorage, withStoragePath } from './storage/config.js';
 import { diskStats, type DiskTableStats } from './storage/stats.js';
 import { DeviceArray } from './device-array.js';
-import { DeviceOutputs } from './device-outputs.js';
+import { DeviceOutputs, deviceGradients, type DeviceForwardOutput, type DeviceGradients } from './device-outputs.js';
+
+export type { DeviceForwardOutput, DeviceGradients } from './device-outputs.js';
 import { DynamicTables, type DynamicStep, type DynamicTableStats, type FeatureOutput } from './storage/dynamic.js';
 import { withSpillPath } from './storage/dynamic-config.js';
 
@@ -49,28 +51,6 @@ export interface Gradients {
   pooled?: Float32Array;
   /** per sequence feature: [Σ lengths × dim] */
   sequences?: Record<string, Float32Array>;
-}
-
-/**
- * A forwardOnDevice result: the outputs in the memory of the collection's GPU. `backward(out, …)` consumes
- * it like a host output: afterwards its arrays belong to the collection again (the next forwardOnDevice
- * writes into them); pass `{ keepOutput: true }` to keep them until `release(out)`.
- */
-export interface DeviceForwardOutput {
-  /** f32 [batchSize × pooledDim], features in `pooledFeatures` order (at least one element) */
-  pooled: DeviceArray;
-  /** f32, the sequence features' values back to back in `sequenceFeatures` order, each [Σ lengths × dim] (at least one element) */
-  sequences: DeviceArray;
-  /** the batch this output was computed from */
-  batch: JaggedBatch;
-}
-
-/** Gradients in the memory of the collection's GPU, laid out as a DeviceForwardOutput's arrays (f32). */
-export interface DeviceGradients {
-  /** [batchSize × pooledDim]; required when the collection has pooled features */
-  pooled?: DeviceArray;
-  /** the sequence features' gradients back to back; required when it has sequence features */
-  sequences?: DeviceArray;
 }
 
 export interface BackwardOptions {
@@ -208,10 +188,8 @@ export class EmbeddingCollection extends EngineOwner {
     return this.rejecting(() => {
       this.deviceOutputsCheck('forwardOnDevice');
       const nb = this.nativeBatch(batch);
-      let seqLen = 0;
-      for (const f of this.featureInfo) if (f.pooling === 'none') seqLen += batch.feature(f.name).ids.length * f.dim;
       const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
-      const pooled = pool.take(batch.batchSize * this.pooledDim), sequences = pool.take(seqLen);
+      const pooled = pool.take(batch.batchSize * this.pooledDim), sequences = pool.take(this.sequenceLength(batch));
       return this.enqueue(async () => {
         try {
           const r = await this.live().forwardDevice(nb, pooled.native, sequences.native);
@@ -532,26 +510,19 @@ export class EmbeddingCollection extends EngineOwner {
       throw new EmbshardError('INVALID_ARGUMENT', `${what}: a collection with dynamic tables fills their missing rows on the host; use forward() and host gradients`);
   }
 
-  /**
-   * Device gradients (either entry a DeviceArray), checked: both present where the collection has such
-   * features (a one-element placeholder otherwise), f32, on the collection's device, as long as the
-   * batch's outputs. undefined for host gradients.
-   */
+  /** A backward's device gradients, checked (lib/device-outputs.ts); undefined for host gradients. */
   private deviceGradients(batch: JaggedBatch, grads: Gradients | DeviceGradients): { pooled: DeviceArray; sequences: DeviceArray } | undefined {
     const g = grads as DeviceGradients;
     if (!(g.pooled instanceof DeviceArray) && !(g.sequences instanceof DeviceArray)) return undefined;
     this.deviceOutputsCheck('backward with device gradients');
-    let seqLen = 0;
-    for (const f of this.featureInfo) if (f.pooling === 'none') seqLen += batch.feature(f.name).ids.length * f.dim;
     const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
-    const pick = (v: unknown, field: string, need: number): DeviceArray => {
-      if (v === undefined && need === 0) return pool.take(0);
-      if (!(v instanceof DeviceArray)) throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} must be a DeviceArray (the other gradient is one)`);
-      if (v.type !== 'f32') throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} must hold f32 elements (got ${v.type})`);
-      if (v.device !== this.device) throw new EmbshardError('INVALID_ARGUMENT', `gradients.${field} is on ${v.device}, the collection on ${this.device}`);
-      if (v.length < need) throw new EmbshardError('GRAD_SIZE_MISMATCH', `gradients.${field} has ${v.length} elements; the batch needs ${need}`);
-      return v;
-    };
-    return { pooled: pick(g.pooled, 'pooled', batch.batchSize * this.pooledDim), sequences: pick(g.sequences, 'sequences', seqLen) };
+    return deviceGradients(grads, { pooled: batch.batchSize * this.pooledDim, sequences: this.sequenceLength(batch) }, this.device, pool);
+  }
+
+  /** Values of the batch's sequence outputs, all sequence features together. */
+  private sequenceLength(batch: JaggedBatch): number {
+    let n = 0;
+    for (const f of this.featureInfo) if (f.pooling === 'none') n += batch.feature(f.name).ids.length * f.dim;
+    return n;
   }
 }

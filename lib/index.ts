@@ -1,6 +1,6 @@
 // index.ts — the public API of embshard.
 export { EmbeddingCollection } from './collection.js';
-export type { ForwardOutput, Gradients, BackwardOptions, BackwardResult, SequenceOutput, FeatureInfo } from './collection.js';
+export type { ForwardOutput, Gradients, BackwardOptions, BackwardResult, SequenceOutput, FeatureInfo, DeviceForwardOutput, DeviceGradients } from './collection.js';
 export type { CollectionConfig, TableConfig, OptimizerConfig, InitConfig } from './config.js';
 export type { StorageConfig, DiskStorage, MemoryStorage, CachePolicy } from './storage/config.js';
 export type { DiskTableStats } from './storage/stats.js';

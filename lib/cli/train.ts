@@ -346,6 +346,8 @@ async function train(a: Args): Promise<number> {
     // a GPU rank: whether its embedding exchanges stay in device memory (lib/sharded/device-exchange.ts), and why not
     if (emb instanceof ShardedEmbeddingCollection && emb.device !== 'cpu')
       planNote += emb.exchangeMemory === 'device' ? ', exchanges in device memory' : `, exchanges through host memory (${emb.exchangeMemoryReason})`;
+    // embeddings and dense model on one GPU: the pooled embeddings and their gradients pass in device memory
+    if (trainer.handoff === 'device') planNote += ', embeddings handed to the dense model in device memory';
     const evalSet = a.evalBatches > 0 ? data.eval : undefined;
     const best = Array.isArray(evalSet) && evalSet.length ? plantedAUC(evalSet).realized : undefined;
     const recorder = a.report && (group?.rank ?? 0) === 0 ? new RunRecorder(`embshard train: ${a.model}`) : undefined;

@@ -13,7 +13,7 @@
 // bitwise the host path's (disk-backed shards included: their caches live in the engine's device memory).
 // Plans with dynamic tables run the host path, which issues the same collectives in the same order, so a
 // rank of either kind trains beside the other; `deviceExchangeBlocker` says why a rank runs on the host.
-import type { DeviceArray } from '../device-array.js';
+import { DeviceArray } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
@@ -80,13 +80,33 @@ export interface DeviceForwardArgs extends DeviceStepArgs {
   owner: NativeBatch;
   featIds: readonly number[];
   idOff: readonly (readonly number[])[];
-  /** this rank's pooled output [B × pooledDim] (host), written here */
+  /** the pooled output's mean columns: each divided by its bags' lengths once everything is summed */
+  means: readonly MeanColumns[];
+  /** where this rank's outputs go: host arrays they are read into, or device arrays they stay in */
+  out: HostOutputs | DeviceOutputArrays;
+}
+
+/** This rank's outputs in host memory: pooled [B × pooledDim], and per sequence feature of the plan (in order) its values. */
+export interface HostOutputs {
   pooled: Float32Array;
-  /** this rank's sequence outputs (host, per sequence feature of the plan, in order), written here */
   seqOut: ReadonlyMap<string, Float32Array>;
 }
 
-/** The forward from the engine call on: outputs packed, exchanged, added up and pooled in device memory, then read into `pooled`. */
+/** This rank's outputs left in device memory: pooled [B × pooledDim], the sequence features' values back to back in plan order (`sizes` of them each). */
+export interface DeviceOutputArrays {
+  pooled: DeviceArray;
+  sequences: DeviceArray;
+  sizes: ReadonlyMap<string, number>;
+}
+
+/** Columns col … col + dim − 1 of the pooled output hold a mean feature whose bags have these lengths. */
+export interface MeanColumns {
+  col: number;
+  dim: number;
+  lengths: Int32Array;
+}
+
+/** The forward from the engine call on: outputs packed, exchanged, added up and pooled in device memory, then read into host arrays (or left in device arrays). */
 export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   const { L, B } = a;
   const LPD = L.localPooledDim, P = L.pooledDim;
@@ -108,7 +128,8 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   await a.group.allToAllDevice(send, a.own.sizes, recv, { recvCounts: a.req.sizes, counters: a.counters });
   // requester side, in the host path's order: this rank's own lookups (dp tables, replicated tiers), the
   // partial sums of every owner, then the unique rows of every ub row group pooled into their bags
-  const pooled = a.scratch.get('pooled', B * P);
+  const into = a.out.pooled instanceof DeviceArray ? (a.out as DeviceOutputArrays) : undefined, host = into ? undefined : (a.out as HostOutputs);
+  const pooled = into?.pooled ?? a.scratch.get('pooled', B * P);
   pooled.zero(0, B * P);
   const local = new Blocks();
   for (const lf of L.localFeatures) {
@@ -118,8 +139,8 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   }
   local.run(a.scratch, out, pooled);
   // sequence outputs: every id's row at its position (this rank's own lookups, rb rows, pooled ub / node rows)
-  const so = featureLayout(a.seqOut);
-  const seqDev = a.scratch.get('seqOut', so.total);
+  const so = into ? featureLayout(into.sizes) : featureLayout(host!.seqOut);
+  const seqDev = into?.sequences ?? a.scratch.get('seqOut', so.total);
   const idx = new Indexes();
   const seqCopies: { from: 'seq' | 'recv'; srcOffset: number; srcStride: number; idxAt: number; rows: number; cols: number; dstOffset: number; dim: number }[] = [];
   L.localFeatures.forEach((lf, li) => {
@@ -161,8 +182,16 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   for (const [t, u] of a.node) sets.push({ t, u, part: 1, rows: nodeRows, rowsAt: nodeAt.at.get(t)! });
   a.ub.forEach((groups, t) => groups.forEach((u, gi) => sets.push({ t, u, part: 2 + gi, rows: ubRows, rowsAt: ubAt.at[t]![gi]! })));
   await poolRows(a, sets, pooled, seqDev, so.at);
-  if (B * P > 0) await pooled.readInto(a.pooled.subarray(0, B * P), 0);
-  await Promise.all([...a.seqOut].map(([f, x]) => (x.length > 0 ? seqDev.readInto(x, so.at.get(f)!) : undefined)));
+  // mean features: divided by their bags' lengths once every part is summed (as the host path)
+  if (a.means.length > 0 && B > 0) {
+    const lens = new Indexes();
+    const at = a.means.map((m) => lens.add(m.lengths));
+    const meta = await lens.upload(a.scratch, 'meanLengths');
+    a.means.forEach((m, k) => a.scratch.addon.divideDeviceBags({ m: pooled.native, stride: P, col: m.col, dim: m.dim, meta: meta.native, lengthsAt: at[k]!, bags: B }));
+  }
+  if (!host) return;
+  if (B * P > 0) await pooled.readInto(host.pooled.subarray(0, B * P), 0);
+  await Promise.all([...host.seqOut].map(([f, x]) => (x.length > 0 ? seqDev.readInto(x, so.at.get(f)!) : undefined)));
 }
 
 /** One set of distinct rows to pool: table t's ids of routing range `part`, their rows at rowsAt of `rows`. */

@@ -5,11 +5,11 @@ import type { LocalLayout } from './local-layout.js';
 import type { RelayUnion } from './relay.js';
 import type { UniqT } from './routing.js';
 
-/** Where each sequence feature's values (outputs or gradients, `arrays` in order) sit in one array, and its size. */
-export function featureLayout(arrays: ReadonlyMap<string, Float32Array>): { at: Map<string, number>; total: number } {
+/** Where each sequence feature's values (outputs or gradients, `arrays` in order, or their counts) sit in one array, and its size. */
+export function featureLayout(arrays: ReadonlyMap<string, { readonly length: number } | number>): { at: Map<string, number>; total: number } {
   const at = new Map<string, number>();
   let total = 0;
-  for (const [f, x] of arrays) at.set(f, total), (total += x.length);
+  for (const [f, x] of arrays) at.set(f, total), (total += typeof x === 'number' ? x : x.length);
   return { at, total };
 }
 

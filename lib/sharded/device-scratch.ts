@@ -16,6 +16,7 @@ export interface DeviceOpsAddon {
     rows: object; rowsAt: number; dim: number; meta: object; inverseAt: number; ids: number; offsetsAt: number; bags: number;
     weights: object | null; weightsAt: number; dst: object; stride: number; col: number;
   }): void;
+  divideDeviceBags(args: { m: object; stride: number; col: number; dim: number; meta: object; lengthsAt: number; bags: number }): void;
 }
 
 /** Device arrays kept from step to step, grown as a step needs more (never shrunk), and the addon's kernels. */

@@ -27,6 +27,8 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
 import type { BackwardOptions, BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
+import { DeviceArray } from '../device-array.js';
+import { DeviceOutputs, deviceGradients, type DeviceForwardOutput, type DeviceGradients } from '../device-outputs.js';
 import type { DynamicStep } from '../storage/dynamic.js';
 import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
 import { dynamicFieldsOf, resolveSpill } from '../storage/dynamic-config.js';
@@ -51,7 +53,7 @@ import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './r
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
-import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceStepArgs } from './device-exchange.js';
+import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -135,6 +137,8 @@ interface StepCtx {
   dyn?: DynamicStep;
   /** admitting forwards called before this one's backward may run (admitSeq at its call) */
   seq: number;
+  /** forwardOnDevice: the output's device arrays, and whether they went back to the pool */
+  deviceOut?: { pooled: DeviceArray; sequences: DeviceArray; returned: boolean };
 }
 
 interface Prepared {
@@ -146,7 +150,7 @@ interface Prepared {
 }
 
 const STEP = Symbol('embshard.sharded.step');
-type Out = ShardedForwardOutput & { [STEP]?: StepCtx };
+type Out = (ShardedForwardOutput | DeviceForwardOutput) & { [STEP]?: StepCtx };
 
 
 export class ShardedEmbeddingCollection extends EngineOwner {
@@ -182,6 +186,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   readonly exchangeMemoryReason: string;
   /** the device path's buffers, kept from step to step */
   private readonly deviceScratch: DeviceScratch | undefined;
+  /** forwardOnDevice outputs' arrays, reused (made on first use) */
+  private deviceOutputs: DeviceOutputs | undefined;
+  /** host copies of device gradients for the backward's host part, reused */
+  private gradHost = { pooled: new Float32Array(0), sequences: new Float32Array(0) };
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     super('ShardedEmbeddingCollection');
@@ -253,6 +261,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     super.dispose();
     this.scratch.clear();
     this.deviceScratch?.free();
+    this.deviceOutputs?.dispose();
     this.dynamic?.dispose();
   }
 
@@ -373,16 +382,42 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * afterwards) and the step's routing is dropped, so it can no longer go through backward. Resolves to
    * the number of arrays released.
    */
-  release(out: ShardedForwardOutput): Promise<number> {
+  release(out: ShardedForwardOutput | DeviceForwardOutput): Promise<number> {
     return this.rejecting(() => {
-      if (!out || !(out.pooled instanceof Float32Array))
+      if (!out || !(out.pooled instanceof Float32Array || out.pooled instanceof DeviceArray))
         throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
       const ctx = (out as Out)[STEP];
       return this.enqueue(async () => {
         if (ctx) ctx.used = true;
-        return detachOutput(out);
+        if (out.pooled instanceof DeviceArray) return ctx ? this.returnDeviceOutput(ctx) : 0;
+        return detachOutput(out as ShardedForwardOutput);
       });
     });
+  }
+
+  /** Whether forwardOnDevice works on this rank: its exchanges run in device memory (`exchangeMemory`). */
+  get outputsOnDevice(): boolean {
+    return this.exchangeMemory === 'device';
+  }
+
+  /**
+   * The forward with this rank's outputs left in the memory of its GPU (DeviceArrays a dense model on that
+   * GPU reads directly): the same values as forward(). A collective like forward(); ranks may mix the two.
+   * BACKEND_UNAVAILABLE (with `exchangeMemoryReason`) where the exchanges run in host memory.
+   */
+  forwardOnDevice(batch: JaggedBatch): Promise<DeviceForwardOutput> {
+    if (!this.outputsOnDevice)
+      throw new EmbshardError('BACKEND_UNAVAILABLE', `forwardOnDevice: this rank's exchanges run in host memory (${this.exchangeMemoryReason})`);
+    return this.startForward(batch, {}, true) as Promise<DeviceForwardOutput>;
+  }
+
+  /** A device output's arrays back to the pool, once; returns how many went back. */
+  private returnDeviceOutput(ctx: StepCtx): number {
+    const d = ctx.deviceOut;
+    if (!d || d.returned) return 0;
+    d.returned = true;
+    this.deviceOutputs!.give(d.pooled, d.sequences);
+    return 2;
   }
 
   private checkBatch(batch: JaggedBatch): void {
@@ -397,6 +432,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * tables: `admit: false` (evaluation) admits no ids; ids a shard does not hold read its sink.
    */
   forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<ShardedForwardOutput> {
+    return this.startForward(batch, options, false) as Promise<ShardedForwardOutput>;
+  }
+
+  private startForward(batch: JaggedBatch, options: ForwardOptions, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
     rejectUnknownFields(options, ['admit'], 'forward options', 'INVALID_ARGUMENT');
     const pre = this.prepared;
     if (pre && pre.batch !== batch)
@@ -406,7 +445,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // counted on every rank alike (also on ranks without a dynamic shard), so a stale backward fails everywhere
     const admit = this.plan.tables.some((t) => t.dynamic) && options.admit !== false;
     const seq = admit ? ++this.admitSeq : this.admitSeq;
-    return this.enqueue(() => this.forwardStep(batch, pre, admit, seq));
+    return this.enqueue(() => this.inPhase(() => this.forwardPhase(batch, pre, admit, seq, onDevice)));
   }
 
   /**
@@ -434,7 +473,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
-  backward(out: ShardedForwardOutput, grads: Gradients, options: BackwardOptions = {}): Promise<BackwardResult> {
+  backward(out: ShardedForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     const ctx = (out as Out)?.[STEP];
     if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
@@ -444,6 +483,14 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     const B = ctx.B;
+    const sizes = this.sequenceFeatures.map((f) => ctx.batch.feature(f).ids.length * this.dimOf(f));
+    const dev = deviceGradients(grads, { pooled: B * this.pooledDim, sequences: sizes.reduce((a, b) => a + b, 0) }, this.device, (this.deviceOutputs ??= new DeviceOutputs(this.device)));
+    if (dev) {
+      this.checkBackwardOptions(options);
+      ctx.used = true;
+      return this.enqueue(async () => this.finishBackward(out, ctx, await this.hostGradients(dev, B, sizes), options));
+    }
+    grads = grads as Gradients;
     if (this.pooledDim > 0) {
       if (!(grads.pooled instanceof Float32Array) || grads.pooled.length !== B * this.pooledDim)
         throw new EmbshardError('GRAD_SIZE_MISMATCH', `grads.pooled must be a Float32Array of batchSize × pooledDim = ${B} × ${this.pooledDim}`);
@@ -455,22 +502,49 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
     for (const name of Object.keys(grads.sequences ?? {}))
       if (!this.sequenceFeatures.includes(name)) throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
+    this.checkBackwardOptions(options);
+    ctx.used = true;
+    const hostGrads = grads;
+    return this.enqueue(async () => this.finishBackward(out, ctx, hostGrads, options));
+  }
+
+  private checkBackwardOptions(options: BackwardOptions): void {
     if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
     for (const key of Object.keys(options))
       if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
-    ctx.used = true;
-    return this.enqueue(async () => {
-      const r = await this.backwardStep(ctx, grads);
-      // consumed: the output's buffers go back to the pool for the next forward (unless kept)
-      if (options.keepOutput !== true) detachOutput(out);
-      return r;
+  }
+
+  private async finishBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients, options: BackwardOptions): Promise<BackwardResult> {
+    const r = await this.backwardStep(ctx, grads);
+    // consumed: the output's buffers go back to the pool for the next forward (unless kept)
+    if (options.keepOutput !== true) {
+      if (out.pooled instanceof DeviceArray) this.returnDeviceOutput(ctx);
+      else detachOutput(out as ShardedForwardOutput);
+    }
+    return r;
+  }
+
+  /**
+   * Device gradients read into host arrays for the backward (its routing, sums and replica syncs run from
+   * host arrays): the pooled gradient and each sequence feature's (views of one array, `sizes` each).
+   */
+  private async hostGradients(dev: { pooled: DeviceArray; sequences: DeviceArray }, B: number, sizes: readonly number[]): Promise<Gradients> {
+    const P = this.pooledDim, n = sizes.reduce((a, b) => a + b, 0);
+    if (this.gradHost.pooled.length < B * P) this.gradHost.pooled = new Float32Array(B * P);
+    if (this.gradHost.sequences.length < n) this.gradHost.sequences = new Float32Array(n);
+    const pooled = this.gradHost.pooled.subarray(0, B * P), all = this.gradHost.sequences.subarray(0, n);
+    if (B * P > 0) await dev.pooled.readInto(pooled, 0);
+    if (n > 0) await dev.sequences.readInto(all, 0);
+    const sequences: Record<string, Float32Array> = {};
+    let at = 0;
+    this.sequenceFeatures.forEach((f, k) => {
+      sequences[f] = all.subarray(at, at + sizes[k]!);
+      at += sizes[k]!;
     });
+    return { pooled, sequences };
   }
 
   // ---------------------------------------------------------------- forward
-  private forwardStep(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
-    return this.inPhase(() => this.forwardPhase(batch, pre, admit, seq));
-  }
 
   // Runs one forward or backward; the temporaries it took from the scratch pool go back when it ends.
   private async inPhase<T>(phase: () => Promise<T>): Promise<T> {
@@ -484,7 +558,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
   }
 
-  private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number): Promise<ShardedForwardOutput> {
+  private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
     const K = exchangeOps();
     const L = this.layout, g = this.group;
     const B = batch.batchSize;
@@ -517,24 +591,39 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // device path (device-exchange.ts); they live in buffers of the addon's pool, recycled when backward
     // consumes them (or on release)
     const P = this.pooledDim;
-    const pooled = K.outputArray(B * P);
-    const seqOut = new Map<string, Float32Array>();
-    for (const f of this.sequenceFeatures) seqOut.set(f, K.outputArray(batch.feature(f).ids.length * this.dimOf(f)));
-    if (this.deviceScratch)
-      await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e, owner: step.owner, featIds: step.featIds, idOff: step.idOff, pooled, seqOut });
-    else await this.outputsOnHost(step, rawOwner, counters, pooled, seqOut);
-    this.finishPooled(batch, pooled);
+    const sizes = new Map(this.sequenceFeatures.map((f) => [f, batch.feature(f).ids.length * this.dimOf(f)]));
+    const target = onDevice ? this.deviceTarget(B * P, sizes) : hostTarget(B * P, sizes);
+    try {
+      if (this.deviceScratch)
+        await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e, owner: step.owner, featIds: step.featIds, idOff: step.idOff, means: this.meanColumns(batch), out: target });
+      else {
+        const { pooled, seqOut } = target as HostOutputs;
+        await this.outputsOnHost(step, rawOwner, counters, pooled, seqOut);
+        for (const m of this.meanColumns(batch)) K.divideBags(pooled, this.pooledDim, m.col, m.dim, m.lengths);
+      }
+    } catch (err) {
+      if (onDevice) this.deviceOutputs!.give(target.pooled as DeviceArray, (target as DeviceOutputArrays).sequences);
+      throw err;
+    }
     this.traffic.forward = counters;
-    const sequences: Record<string, SequenceOutput> = {};
-    for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
-    const out: Out = { pooled, sequences, batch };
+    let out: Out;
+    if (onDevice) {
+      const d = target as DeviceOutputArrays;
+      step.deviceOut = { pooled: d.pooled, sequences: d.sequences, returned: false };
+      out = { pooled: d.pooled, sequences: d.sequences, batch };
+    } else {
+      const { pooled, seqOut } = target as HostOutputs;
+      const sequences: Record<string, SequenceOutput> = {};
+      for (const f of this.sequenceFeatures) sequences[f] = { values: seqOut.get(f)!, lengths: batch.feature(f).lengths };
+      out = { pooled, sequences, batch };
+    }
     Object.defineProperty(out, STEP, { value: step, enumerable: false });
     return out;
   }
 
   // The host path of steps 5–6: one engine forward into host buffers, the outputs packed for their
   // sources and exchanged, this rank's outputs assembled into `pooled` and `seqOut` (relays, pooling).
-  private async outputsOnHost(step: StepCtx, rawOwner: NativeBatch, counters: TrafficCounters, pooled: Float32Array, seqOut: Map<string, Float32Array>): Promise<void> {
+  private async outputsOnHost(step: StepCtx, rawOwner: NativeBatch, counters: TrafficCounters, pooled: Float32Array, seqOut: ReadonlyMap<string, Float32Array>): Promise<void> {
     const K = exchangeOps(), S = this.scratch;
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, P = this.pooledDim, e = this.live();
     const { B, segs, ub, node, recv, Boff, own, req, rsend, rrecv, unions, dyn } = step;
@@ -637,10 +726,20 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // Mean pooling: every mean table's columns divided by the bag lengths (after all partial sums are in).
-  private finishPooled(batch: JaggedBatch, pooled: Float32Array): void {
-    const K = exchangeOps(), P = this.pooledDim;
+  /** forwardOnDevice's output arrays (pooled values, the sequence values back to back in `sizes` order). */
+  private deviceTarget(pooled: number, sizes: Map<string, number>): DeviceOutputArrays {
+    const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
+    let n = 0;
+    for (const v of sizes.values()) n += v;
+    return { pooled: pool.take(pooled), sequences: pool.take(n), sizes };
+  }
+
+  /** The pooled output's mean features: their columns and their bags' lengths in `batch`. */
+  private meanColumns(batch: JaggedBatch): MeanColumns[] {
+    const out: MeanColumns[] = [];
     for (const rt of this.layout.tables)
-      if (rt.pooling === 'mean') rt.features.forEach((f, k) => K.divideBags(pooled, P, rt.pooledCol[k]!, rt.table.dim, batch.feature(f).lengths));
+      if (rt.pooling === 'mean') rt.features.forEach((f, k) => out.push({ col: rt.pooledCol[k]!, dim: rt.table.dim, lengths: batch.feature(f).lengths }));
+    return out;
   }
 
   private dimOf(feature: string): number {
@@ -851,6 +950,14 @@ function stepSchedules(L: LocalLayout, routed: Routed, recv: readonly Received[]
  * Detaches a forward output's arrays, giving the pool's buffers back for later forwards; returns how many
  * arrays were detached.
  */
+/** forward()'s output arrays: pooled values and each sequence feature's (`sizes` values each), from the addon's pool. */
+function hostTarget(pooled: number, sizes: ReadonlyMap<string, number>): HostOutputs {
+  const K = exchangeOps();
+  const seqOut = new Map<string, Float32Array>();
+  for (const [f, n] of sizes) seqOut.set(f, K.outputArray(n));
+  return { pooled: K.outputArray(pooled), seqOut };
+}
+
 function detachOutput(out: ShardedForwardOutput): number {
   const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((x) => x.values)].filter((a) => a.buffer.byteLength > 0);
   (loadAddon() as GroupAddon).releaseBuffers(...arrays); // the addon whose pool exchangeOps().outputArray draws on

@@ -10,7 +10,9 @@
 //   poolDeviceRows({ rows, rowsAt, dim, meta, inverseAt, ids, offsetsAt, bags, weights, weightsAt, dst, stride, col }):
 //     the unique rows of `rows` from element rowsAt on pooled into `bags` bags of dst (columns col …), each bag's ids listed by the
 //     int32 `meta` (the ids' inverse indices at inverseAt, the bags' id offsets, bags + 1 of them, at
-//     offsetsAt), weighted by `weights` (f32, at weightsAt; null: 1).
+//     offsetsAt), weighted by `weights` (f32, at weightsAt; null: 1);
+//   divideDeviceBags({ m, stride, col, dim, meta, lengthsAt, bags }): the mean bags of m (columns col …
+//     col + dim − 1 of `bags` rows of `stride`) divided by their lengths (the int32 `meta` from lengthsAt).
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
@@ -111,6 +113,21 @@ Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Value DivideDeviceBags(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const ObjectArgs a(env, info[0], "divideDeviceBags");
+    const DeviceBuffer m = a.buffer("m"), meta = a.buffer("meta");
+    const int64_t stride = a.num("stride"), col = a.num("col"), dim = a.num("dim"), lengthsAt = a.num("lengthsAt"), bags = a.num("bags");
+    if (m.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "divideDeviceBags: m holds f32, meta i32");
+    if (m.device != meta.device) throw_error(env, "INVALID_ARGUMENT", "divideDeviceBags: every buffer must be on one device");
+    if (lengthsAt + bags > meta.count || (bags > 0 && (col + dim > stride || (bags - 1) * stride + col + dim > m.count)))
+      throw_error(env, "LENGTH_MISMATCH", "divideDeviceBags: a range lies outside its buffer");
+    cuda::divide_bags(m.device, static_cast<float*>(m.ptr), stride, col, dim, static_cast<const int32_t*>(meta.ptr) + lengthsAt, bags);
+    return env.Undefined();
+  });
+}
+
 Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -142,6 +159,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("copyDeviceBlocks", Napi::Function::New(env, CopyDeviceBlocks, "copyDeviceBlocks"));
   exports.Set("indexDeviceRows", Napi::Function::New(env, IndexDeviceRows, "indexDeviceRows"));
   exports.Set("poolDeviceRows", Napi::Function::New(env, PoolDeviceRows, "poolDeviceRows"));
+  exports.Set("divideDeviceBags", Napi::Function::New(env, DivideDeviceBags, "divideDeviceBags"));
 }
 
 Part part("device_ops", &Init);

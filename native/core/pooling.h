@@ -11,6 +11,9 @@
 
 namespace embshard {
 
+// A mean bag's value from its sum (the bag holds len > 0 ids).
+EMB_HD float bag_mean(float sum, int64_t len) { return sum / static_cast<float>(len); }
+
 EMB_HD float grad_scale(Pooling p, const float* weights, int64_t i, int64_t len) {
   float w = weights ? weights[i] : 1.0f;
   return p == Pooling::Mean ? w / static_cast<float>(len) : w;

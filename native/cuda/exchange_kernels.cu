@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/init.h"
+#include "core/pooling.h"
 #include "cuda/cuda_check.h"
 #include "cuda/exchange_kernels.h"
 #include "cuda/kernel_launch.h"
@@ -43,6 +44,16 @@ __global__ void __launch_bounds__(kBlock) pool_rows_kernel(const float* rows, in
   }
 }
 
+__global__ void __launch_bounds__(kBlock) divide_bags_kernel(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B) {
+  const uint64_t n = static_cast<uint64_t>(B) * static_cast<uint64_t>(dim);
+  for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
+    const int64_t b = static_cast<int64_t>(e / static_cast<uint64_t>(dim)), c = static_cast<int64_t>(e % static_cast<uint64_t>(dim));
+    if (lengths[b] <= 0) continue;
+    float* v = m + b * stride + col + c;
+    *v = bag_mean(*v, lengths[b]);
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) index_rows_kernel(const void* src, DType st, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
                                                             int64_t rows, int64_t cols, void* dst, DType dt, int64_t dstOffset, int64_t dstStride,
                                                             IndexMode mode) {
@@ -73,6 +84,15 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
   if (items == 0) return;
   EMB_CUDA_CHECK(cudaSetDevice(device));
   EMB_LAUNCH(pool_rows_kernel, grid_for(items), kBlock, 0, 0, rows, dim, inverse, offsets, B, weights, dst, stride, col);
+  EMB_CUDA_CHECK_LAUNCH();
+  EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B) {
+  const uint64_t items = static_cast<uint64_t>(B) * static_cast<uint64_t>(dim);
+  if (items == 0) return;
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  EMB_LAUNCH(divide_bags_kernel, grid_for(items), kBlock, 0, 0, m, stride, col, dim, lengths, B);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }

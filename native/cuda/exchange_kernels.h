@@ -1,7 +1,7 @@
 // exchange_kernels.h — the device twins of shard/exchange_ops.h that the sharded runtime's device
 // exchanges run (lib/sharded/device-exchange.ts): strided fp32 block copies (packing and unpacking
-// messages), row copies through an index list (a relay's rows of each requester), and the pooling of
-// unique rows into bags. copy_blocks: block k copies rows × cols values
+// messages), row copies through an index list (a relay's rows of each requester), the pooling of
+// unique rows into bags, and the division of mean bags by their lengths. copy_blocks: block k copies rows × cols values
 // from src (element srcOffset + r·srcStride + c) to dst (dstOffset + r·dstStride + c), or adds them
 // there. Blocks run in list order, so values added into one element from several blocks are summed in
 // that order (the order of the host path's unpacks: bitwise the same sums). Free of CUDA headers, so the
@@ -40,5 +40,9 @@ void index_rows(int device, const void* src, DType srcType, int64_t srcOffset, i
 // Waits for the kernel. The caller guarantees every index is in range.
 void pool_rows(int device, const float* rows, int64_t dim, const int32_t* inverse, const int32_t* offsets, int64_t B,
                const float* weights, float* dst, int64_t stride, int64_t col);
+
+// As shard::divide_bags on the host: for every bag b with lengths[b] > 0, m[b·stride + col + c] ←
+// bag_mean(that value, lengths[b]) (core/pooling.h), c < dim. Waits for the kernel.
+void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
 
 }  // namespace embshard::cuda

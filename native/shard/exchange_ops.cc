@@ -177,9 +177,8 @@ void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out) {
 void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B) {
   for (int64_t b = 0; b < B; ++b) {
     if (lengths[b] <= 0) continue;
-    const float len = static_cast<float>(lengths[b]);
     float* row = m + b * stride + col;
-    for (int64_t c = 0; c < dim; ++c) row[c] /= len;
+    for (int64_t c = 0; c < dim; ++c) row[c] = bag_mean(row[c], lengths[b]);
   }
 }
 

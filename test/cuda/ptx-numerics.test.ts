@@ -77,16 +77,17 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     });
   }
 
-  it('exchange_kernels.cu: the block copies, indexed rows and the pooling round each multiply and add, as the host does', slow, () => {
+  it('exchange_kernels.cu: the block copies, indexed rows, the pooling and the mean division round each operation, as the host does', slow, () => {
     const text = ptx(join(packageRoot, 'native', 'cuda', 'exchange_kernels.cu'));
     const ks = entries(text);
-    expect(ks.size).toBe(3);
+    expect(ks.size).toBe(4);
     for (const [name, body] of ks) {
       expect(count(body, FUSED), name).toBe(0);
       expect(count(body, INEXACT), name).toBe(0);
     }
     expect(count(text, /mul\.rn\.f32/g)).toBeGreaterThan(0);
     expect(count(text, /add\.rn\.f32/g)).toBeGreaterThan(0);
+    expect(count(text, /div\.rn\.f32/g)).toBeGreaterThan(0);
   });
 
   it('rows.cu: only init_kernel (normal init, host-computed in practice) holds fma; none approximates', slow, () => {

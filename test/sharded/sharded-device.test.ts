@@ -6,13 +6,16 @@
 // ranks run through host memory (in-process groups), for: a dp table, rb and ub tables split by rows and
 // columns, replicated and node hot-row tiers, sum and mean pooling, sequence outputs, weighted bags, fp32
 // and 16-bit wire values, one node and two under the hierarchical protocol (its relays in device memory),
-// disk-backed shards. Plans it does not move (dynamic tables) run through host memory over NCCL exactly as
-// over the in-process group. Everywhere: each collection says where its exchanges run and why not on the
-// device.
+// disk-backed shards; and (3) ranks whose outputs stay in device memory (forwardOnDevice, device
+// gradients: the handoff to a dense model on the same GPU) equal bitwise those read back to the host.
+// Plans it does not move (dynamic tables) run through host memory over NCCL exactly as over the
+// in-process group. Everywhere: each collection says where its exchanges run and why not on the device.
 import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it, expect } from 'vitest';
 import { cudaBackend } from '../../lib/backends.js';
+import { DeviceArray } from '../../lib/device-array.js';
+import type { DeviceForwardOutput } from '../../lib/collection.js';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
@@ -44,9 +47,34 @@ interface Run {
   tables: Map<string, { weights: Float32Array; state: Float32Array }>;
 }
 
+// A device output read back: pooled, and each sequence feature's values (with the batch's lengths).
+async function hostView(sc: ShardedEmbeddingCollection, o: DeviceForwardOutput) {
+  const B = o.batch.batchSize;
+  const pooled = (await o.pooled.read(0, B * sc.pooledDim)) as Float32Array;
+  const all = (await o.sequences.read()) as Float32Array;
+  const sequences: Record<string, { values: Float32Array; lengths: Int32Array }> = {};
+  let at = 0;
+  for (const f of sc.sequenceFeatures) {
+    const n = o.batch.feature(f).ids.length * sc.featureInfo.find((x) => x.name === f)!.dim;
+    sequences[f] = { values: all.slice(at, at + n), lengths: o.batch.feature(f).lengths };
+    at += n;
+  }
+  return { pooled, sequences };
+}
+
+// Host gradients as device arrays laid out as a device output (the sequences back to back, in order).
+async function onDevice(sc: ShardedEmbeddingCollection, g: { pooled: Float32Array; sequences: Record<string, Float32Array> }) {
+  const seq = sc.sequenceFeatures.map((f) => g.sequences[f]!);
+  const n = seq.reduce((a, x) => a + x.length, 0), all = new Float32Array(Math.max(1, n));
+  let at = 0;
+  for (const x of seq) all.set(x, at), (at += x.length);
+  return { pooled: await DeviceArray.from(g.pooled.length > 0 ? g.pooled : new Float32Array(1)), sequences: await DeviceArray.from(all) };
+}
+
 // `steps` training steps of the ranks on the scenario's batches; the oracle (a CPU collection over the global
 // batch) steps alongside when given; returns every rank's pooled outputs per step and the gathered tables.
-async function train(ranks: ShardedEmbeddingCollection[], plan: ShardPlan, steps: number, oracle?: EmbeddingCollection): Promise<Run & { outErr: number; trafficOk: boolean }> {
+// With `handoff` the ranks keep their outputs and gradients in device memory (forwardOnDevice).
+async function train(ranks: ShardedEmbeddingCollection[], plan: ShardPlan, steps: number, oracle?: EmbeddingCollection, handoff = false): Promise<Run & { outErr: number; trafficOk: boolean }> {
   const outs: Float32Array[][] = [];
   let outErr = 0, trafficOk = true;
   for (let step = 0; step < steps; step++) {
@@ -60,6 +88,13 @@ async function train(ranks: ShardedEmbeddingCollection[], plan: ShardPlan, steps
       const grads = o.map((x, r) => S.gradsFor(x, r, step));
       await Promise.all(ranks.map((sc, r) => sc.backward(o[r]!, grads[r])));
       await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+    } else if (handoff) {
+      const o = await Promise.all(ranks.map((sc, r) => sc.forwardOnDevice(batches[r])));
+      const views = await Promise.all(o.map((x, r) => hostView(ranks[r]!, x)));
+      outs.push(views.map((x) => x.pooled));
+      const grads = await Promise.all(ranks.map((sc, r) => onDevice(sc, S.gradsFor(views[r], r, step))));
+      await Promise.all(ranks.map((sc, r) => sc.backward(o[r]!, grads[r]!)));
+      for (const x of grads) x.pooled.free(), x.sequences.free();
     } else {
       const o = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r])));
       outs.push(o.map((x) => Float32Array.from(x.pooled)));
@@ -149,6 +184,7 @@ describe('the sharded runtime in device memory', () => {
         // the same ranks through host memory: CUDA engines over in-process groups
         const hostGroups = createInProcessGroups(c.w, { ranksPerNode: c.rpn, timeoutMs: 60_000 });
         const hostRanks = hostGroups.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(g[0]!), ...(c.disk ? { storage: onDisk('inprocess') } : {}) }));
+        const handoffRanks: ShardedEmbeddingCollection[] = [];
         try {
           expect(ranks.map((x) => x.exchangeMemory)).toEqual(new Array(c.w).fill('device'));
           // the budget put some shards on disk: their table files exist
@@ -172,8 +208,14 @@ describe('the sharded runtime in device memory', () => {
           const host = await train(hostRanks, plan, 3);
           expect(dev.outs).toEqual(host.outs);
           for (const t of plan.tables) expect(dev.tables.get(t.name)).toEqual(host.tables.get(t.name));
+          // outputs and gradients left in device memory: bitwise the same steps
+          handoffRanks.push(...g.map((x) => new ShardedEmbeddingCollection(plan, x, { ...cfgOf(x), ...(c.disk ? { storage: onDisk('handoff') } : {}) })));
+          expect(handoffRanks.map((x) => x.outputsOnDevice)).toEqual(new Array(c.w).fill(true));
+          const kept = await train(handoffRanks, plan, 3, undefined, true);
+          expect(kept.outs).toEqual(dev.outs);
+          for (const t of plan.tables) expect(kept.tables.get(t.name)).toEqual(dev.tables.get(t.name));
         } finally {
-          [...ranks, ...hostRanks].forEach((x) => x.dispose());
+          [...ranks, ...hostRanks, ...handoffRanks].forEach((x) => x.dispose());
           oracle.dispose();
           [...g, ...boot, ...hostGroups].forEach((x) => x.close());
         }

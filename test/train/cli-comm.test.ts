@@ -63,6 +63,8 @@ describe('embshard train --comm', () => {
       expect(nccl.err).toMatch(/sharded over 1 rank\(s\) \(NCCL\)/);
       // the CUDA engine over NCCL on its GPU: the embedding exchanges stay in device memory
       expect(nccl.err).toMatch(/exchanges in device memory/);
+      // and the dense model on the same GPU takes the pooled embeddings there
+      expect(nccl.err).toMatch(/embeddings handed to the dense model in device memory/);
       const local = await train([...base(plan), '--device', 'cuda:0', '--comm', 'mpi']);
       expect(local.rc, local.err).toBe(0);
       expect(local.err).toMatch(/sharded over 1 rank\(s\) \(one process\)/);
