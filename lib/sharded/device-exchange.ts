@@ -183,15 +183,19 @@ export async function forwardOnDevice(a: DeviceForwardArgs): Promise<void> {
   a.ub.forEach((groups, t) => groups.forEach((u, gi) => sets.push({ t, u, part: 2 + gi, rows: ubRows, rowsAt: ubAt.at[t]![gi]! })));
   await poolRows(a, sets, pooled, seqDev, so.at);
   // mean features: divided by their bags' lengths once every part is summed (as the host path)
-  if (a.means.length > 0 && B > 0) {
-    const lens = new Indexes();
-    const at = a.means.map((m) => lens.add(m.lengths));
-    const meta = await lens.upload(a.scratch, 'meanLengths');
-    a.means.forEach((m, k) => a.scratch.addon.divideDeviceBags({ m: pooled.native, stride: P, col: m.col, dim: m.dim, meta: meta.native, lengthsAt: at[k]!, bags: B }));
-  }
+  await divideMeans(a.scratch, pooled, P, B, a.means);
   if (!host) return;
   if (B * P > 0) await pooled.readInto(host.pooled.subarray(0, B * P), 0);
   await Promise.all([...host.seqOut].map(([f, x]) => (x.length > 0 ? seqDev.readInto(x, so.at.get(f)!) : undefined)));
+}
+
+/** The mean columns of m [B × stride], each divided by its bags' lengths on the device (shard::divide_bags's math). */
+export async function divideMeans(scratch: DeviceScratch, m: DeviceArray, stride: number, B: number, means: readonly MeanColumns[]): Promise<void> {
+  if (means.length === 0 || B === 0) return;
+  const lens = new Indexes();
+  const at = means.map((x) => lens.add(x.lengths));
+  const meta = await lens.upload(scratch, 'meanLengths');
+  means.forEach((x, k) => scratch.addon.divideDeviceBags({ m: m.native, stride, col: x.col, dim: x.dim, meta: meta.native, lengthsAt: at[k]!, bags: B }));
 }
 
 /** One set of distinct rows to pool: table t's ids of routing range `part`, their rows at rowsAt of `rows`. */
@@ -258,14 +262,15 @@ async function poolRows(a: DeviceForwardArgs, sets: readonly PoolSet[], pooled: 
 }
 
 export interface DeviceBackwardArgs extends DeviceStepArgs {
-  /** this rank's pooled gradient [B × pooledDim] (host; rb mean columns already divided by bag length) */
-  grad: Float32Array;
-  /** the gradient sums of every ub row group's unique rows (host, from `grad`): ubGrad[t][g] */
-  ubGrad: readonly Float32Array[][];
-  /** the gradient sums of every node tier's distinct rows (host) */
-  nodeGrad: ReadonlyMap<number, Float32Array>;
-  /** this rank's sequence gradients (host, per sequence feature of the plan, in order) */
-  seqGrad: ReadonlyMap<string, Float32Array>;
+  /** this rank's pooled gradient [B × pooledDim] (rb mean columns already divided by bag length) */
+  grad: DeviceArray;
+  /** the gradient sums of every ub row group's unique rows, laid out by ubLayout */
+  ubGrad: DeviceArray;
+  /** the gradient sums of every node tier's distinct rows, laid out by nodeLayout */
+  nodeGrad: DeviceArray;
+  /** this rank's sequence gradients back to back, each sequence feature of the plan from seqAt */
+  seqGrad: DeviceArray;
+  seqAt: ReadonlyMap<string, number>;
 }
 
 /** What the gradient exchange leaves in device memory: the owner batch's pooled gradient and the received message. */
@@ -276,20 +281,15 @@ export interface DeviceGradients {
 
 /**
  * The backward's gradient exchange in device memory: the pooled gradient and the ub rows' gradient sums
- * written to the device, packed into the gradient message, exchanged, and the owner batch's pooled
- * gradient laid out (its sequence gradients follow in `ownerSequenceGradients`, once the update batch is known).
+ * packed into the gradient message, exchanged, and the owner batch's pooled gradient laid out (its
+ * sequence gradients follow in `ownerSequenceGradients`, once the update batch is known).
  */
 export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGradients> {
-  const { L, B } = a;
+  const { L } = a;
   const LPD = L.localPooledDim, P = L.pooledDim;
-  const g = a.scratch.get('grad', B * P);
-  if (B * P > 0) await g.write(a.grad.subarray(0, B * P), 0);
+  const g = a.grad, ug = a.ubGrad, ng = a.nodeGrad;
   const ubAt = ubLayout(L, a.ub);
-  const ug = a.scratch.get('ubGrad', ubAt.total);
-  await Promise.all(a.ubGrad.flatMap((groups, t) => groups.map((x, gi) => (x.length > 0 ? ug.write(x, ubAt.at[t]![gi]!) : undefined))));
   const nodeAt = nodeLayout(L, a.node);
-  const ng = a.scratch.get('nodeGrad', nodeAt.total);
-  await Promise.all([...a.nodeGrad].map(([t, x]) => (x.length > 0 ? ng.write(x, nodeAt.at.get(t)!) : undefined)));
   // hierarchical: the gradients go to the relays first, which keep each relayed requester's bag gradients
   // and sum the ub rows' gradients per node-level distinct row
   const unAt = unionLayout(L, a.unions);
@@ -337,18 +337,16 @@ export async function gradientsOnDevice(a: DeviceBackwardArgs): Promise<DeviceGr
 /** rb sequence tables: every id's gradient row, gathered from its position, into its slot of the gradient message. */
 async function sequenceGradientsOut(a: DeviceBackwardArgs, send: DeviceArray): Promise<void> {
   const { L, B } = a;
-  const sg = featureLayout(a.seqGrad);
   const idx = new Indexes();
   const calls: { idxAt: number; rows: number; cols: number; srcOffset: number; dim: number; at: number }[] = [];
   for (let d = 0; d < L.W; d++)
     for (const sl of a.req.slots[d]!) {
       const s = sl.seg, rt = L.tables[s.t]!;
       if (sl.src !== L.rank || s.kind !== 'rb' || rt.pooling !== 'none') continue;
-      calls.push({ idxAt: idx.add(part(a.segs.get(s.f)!, 2 + s.g, B).pos), rows: sl.rows, cols: sl.c1 - sl.c0, srcOffset: sg.at.get(s.f)! + sl.c0, dim: rt.table.dim, at: sl.at });
+      calls.push({ idxAt: idx.add(part(a.segs.get(s.f)!, 2 + s.g, B).pos), rows: sl.rows, cols: sl.c1 - sl.c0, srcOffset: a.seqAt.get(s.f)! + sl.c0, dim: rt.table.dim, at: sl.at });
     }
   if (calls.length === 0) return;
-  const grads = a.scratch.get('seqGrad', sg.total);
-  await Promise.all([...a.seqGrad].map(([f, x]) => (x.length > 0 ? grads.write(x, sg.at.get(f)!) : undefined)));
+  const grads = a.seqGrad;
   const ix = await idx.upload(a.scratch, 'seqGradIdx');
   for (const c of calls)
     a.scratch.addon.indexDeviceRows({

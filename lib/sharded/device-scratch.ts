@@ -17,6 +17,10 @@ export interface DeviceOpsAddon {
     weights: object | null; weightsAt: number; dst: object; stride: number; col: number;
   }): void;
   divideDeviceBags(args: { m: object; stride: number; col: number; dim: number; meta: object; lengthsAt: number; bags: number }): void;
+  sumDeviceRows(args: {
+    src: object; stride: number; meta: object; startAt: number; orderAt: number; rowAt: number; colAt: number; ids: number; scales: object; scalesAt: number;
+    rows: number; dim: number; dst: object; dstAt: number;
+  }): void;
 }
 
 /** Device arrays kept from step to step, grown as a step needs more (never shrunk), and the addon's kernels. */
@@ -84,5 +88,61 @@ export class Indexes {
     const d = scratch.get(name, this.n, 'i32');
     if (this.n > 0) await d.write(host, 0);
     return d;
+  }
+}
+
+/** One feature's ids in a RowSums job: how to read each id's gradient (grad_terms' inputs) and the column it starts at. */
+export interface SumPart {
+  /** the part's bag lengths (its ids in bag order) */
+  lengths: Int32Array;
+  weights: Float32Array | null;
+  /** the full bags' lengths (mean pooling) */
+  fullLen: Int32Array | null;
+  mean: boolean;
+  /** sequence features: each id's row of the gradient (no weights, no scale) */
+  seqPos: Int32Array | null;
+  col: number;
+}
+
+/**
+ * Gradient sums of distinct rows in device memory (sumDeviceRows), job by job: each distinct row's
+ * contributions in id order, the sum the host's gradUnique makes. The index lists (each row's ids, each
+ * id's gradient row, column and scale) are built natively on the host from the step's routing and
+ * uploaded once for all jobs; the gradient values never leave the device.
+ */
+export class RowSums {
+  private jobs: { src: DeviceArray; stride: number; inverse: Int32Array; U: number; dim: number; dst: DeviceArray; dstAt: number; parts: SumPart[] }[] = [];
+  /** `inverse`: every id's distinct row, the parts' ids back to back; `U` distinct rows of `dim` go to dst from dstAt. */
+  add(src: DeviceArray, stride: number, inverse: Int32Array, U: number, dim: number, dst: DeviceArray, dstAt: number, parts: SumPart[]): void {
+    if (U > 0 && dim > 0) this.jobs.push({ src, stride, inverse, U, dim, dst, dstAt, parts });
+  }
+  async run(scratch: DeviceScratch): Promise<void> {
+    if (this.jobs.length === 0) return;
+    const K = exchangeOps();
+    let nMeta = 0, nScales = 0;
+    for (const j of this.jobs) (nMeta += j.U + 1 + 3 * j.inverse.length), (nScales += j.inverse.length);
+    const meta = new Int32Array(nMeta), scales = new Float32Array(nScales);
+    const at: { startAt: number; orderAt: number; rowAt: number; colAt: number; scalesAt: number }[] = [];
+    let m = 0, sc = 0;
+    for (const j of this.jobs) {
+      const n = j.inverse.length;
+      const a = { startAt: m, orderAt: m + j.U + 1, rowAt: m + j.U + 1 + n, colAt: m + j.U + 1 + 2 * n, scalesAt: sc };
+      K.groupRows(j.inverse, j.U, meta, a.startAt, meta, a.orderAt);
+      let off = 0;
+      for (const p of j.parts) {
+        const ids = K.gradTerms(p.lengths, p.weights, p.fullLen, p.mean, p.seqPos, meta, a.rowAt + off, scales, a.scalesAt + off);
+        meta.fill(p.col, a.colAt + off, a.colAt + off + ids);
+        off += ids;
+      }
+      at.push(a);
+      m += j.U + 1 + 3 * n;
+      sc += n;
+    }
+    const dMeta = scratch.get('sumMeta', nMeta, 'i32'), dScales = scratch.get('sumScales', nScales);
+    await dMeta.write(meta, 0);
+    if (nScales > 0) await dScales.write(scales, 0);
+    this.jobs.forEach((j, k) =>
+      scratch.addon.sumDeviceRows({ src: j.src.native, stride: j.stride, meta: dMeta.native, ...at[k]!, ids: j.inverse.length, scales: dScales.native, rows: j.U, dim: j.dim, dst: j.dst.native, dstAt: j.dstAt }),
+    );
   }
 }

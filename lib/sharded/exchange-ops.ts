@@ -35,6 +35,10 @@ export interface ExchangeOps {
   poolUnique(rows: Float32Array, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, dst: Float32Array, stride: number, col: number, seqPos: Int32Array | null): void;
   gradUnique(grad: Float32Array, stride: number, col: number, dim: number, inverse: Int32Array, lengths: Int32Array, weights: Float32Array | null, fullLen: Int32Array | null, mean: boolean, seqPos: Int32Array | null, out: Float32Array): void;
   divideBags(m: Float32Array, stride: number, col: number, dim: number, lengths: Int32Array): void;
+  /** gradUnique's terms for the device reduction: per id, the gradient row it reads (from rowAt) and its scale (from scaleAt); returns the ids */
+  gradTerms(lengths: Int32Array, weights: Float32Array | null, fullLen: Int32Array | null, mean: boolean, seqPos: Int32Array | null, row: Int32Array, rowAt: number, scale: Float32Array, scaleAt: number): number;
+  /** each distinct row's ids ascending: start (U + 1 values from startAt) into order (inverse.length values from orderAt) */
+  groupRows(inverse: Int32Array, U: number, start: Int32Array, startAt: number, order: Int32Array, orderAt: number): void;
   /** out[at] = 0, then each bag's end: the prefix sums of `lengths` (lengths.length + 1 values) */
   bagOffsets(lengths: Int32Array, out: Int32Array, at: number): void;
   /** a dynamic table's raw ids as distinct row-space keys (lib/plan/dynamic-keys.ts) */

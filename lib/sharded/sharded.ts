@@ -39,7 +39,7 @@ import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js
 import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
 import { loadAddon } from '../native.js';
 import type { GroupAddon } from './binding.js';
-import { LocalLayout, type LocalTable } from './local-layout.js';
+import { LocalLayout, type LocalTable, type TableRt } from './local-layout.js';
 import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
@@ -53,7 +53,9 @@ import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './r
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
-import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
+import { Blocks, RowSums } from './device-scratch.js';
+import { featureLayout, nodeLayout, ubLayout } from './device-layout.js';
+import { DeviceScratch, deviceExchangeBlocker, divideMeans, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -147,6 +149,12 @@ interface Prepared {
   recv: Promise<InputResult>;
   /** the forward's byte counters, from its input exchange on */
   counters: TrafficCounters;
+}
+
+/** Device gradients of a backward, checked (lib/device-outputs.ts): the pooled and the sequence gradients back to back. */
+interface DeviceGradArrays {
+  pooled: DeviceArray;
+  sequences: DeviceArray;
 }
 
 const STEP = Symbol('embshard.sharded.step');
@@ -488,7 +496,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (dev) {
       this.checkBackwardOptions(options);
       ctx.used = true;
-      return this.enqueue(async () => this.finishBackward(out, ctx, await this.hostGradients(dev, B, sizes), options));
+      // the device path reads them where they are; the host path reads them into host arrays first
+      return this.enqueue(async () => this.finishBackward(out, ctx, this.deviceScratch ? dev : await this.hostGradients(dev, B, sizes), options));
     }
     grads = grads as Gradients;
     if (this.pooledDim > 0) {
@@ -514,7 +523,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
   }
 
-  private async finishBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients, options: BackwardOptions): Promise<BackwardResult> {
+  private async finishBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients | DeviceGradArrays, options: BackwardOptions): Promise<BackwardResult> {
     const r = await this.backwardStep(ctx, grads);
     // consumed: the output's buffers go back to the pool for the next forward (unless kept)
     if (options.keepOutput !== true) {
@@ -734,12 +743,80 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return { pooled: pool.take(pooled), sequences: pool.take(n), sizes };
   }
 
-  /** The pooled output's mean features: their columns and their bags' lengths in `batch`. */
-  private meanColumns(batch: JaggedBatch): MeanColumns[] {
+  /** The pooled output's mean features (of `cluster`'s tables only, when given): their columns and their bags' lengths in `batch`. */
+  private meanColumns(batch: JaggedBatch, cluster?: string): MeanColumns[] {
     const out: MeanColumns[] = [];
     for (const rt of this.layout.tables)
-      if (rt.pooling === 'mean') rt.features.forEach((f, k) => out.push({ col: rt.pooledCol[k]!, dim: rt.table.dim, lengths: batch.feature(f).lengths }));
+      if (rt.pooling === 'mean' && (cluster === undefined || rt.cluster === cluster))
+        rt.features.forEach((f, k) => out.push({ col: rt.pooledCol[k]!, dim: rt.table.dim, lengths: batch.feature(f).lengths }));
     return out;
+  }
+
+  /**
+   * The device path's gradients in device memory: the pooled gradient (G; the caller's DeviceArray, or the
+   * host array written once), the same with the rb mean columns divided by their bag lengths (Gs, what goes
+   * out to rb owners), and the sequence gradients back to back (seq, each feature from seqAt).
+   */
+  private async deviceGradInputs(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<{ G: DeviceArray; Gs: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }> {
+    const S = this.deviceScratch!, B = ctx.B, P = this.pooledDim;
+    const so = featureLayout(new Map(this.sequenceFeatures.map((f) => [f, ctx.batch.feature(f).ids.length * this.dimOf(f)])));
+    let G: DeviceArray, seq: DeviceArray;
+    if (grads.pooled instanceof DeviceArray) ({ pooled: G, sequences: seq } = grads as DeviceGradArrays);
+    else {
+      const h = grads as Gradients;
+      G = S.get('grad', B * P);
+      if (B * P > 0) await G.write(h.pooled!.subarray(0, B * P), 0);
+      seq = S.get('seqGrad', so.total);
+      await Promise.all(this.sequenceFeatures.map((f) => (h.sequences![f]!.length > 0 ? seq.write(h.sequences![f]!, so.at.get(f)!) : undefined)));
+    }
+    const means = this.meanColumns(ctx.batch, 'rb');
+    let Gs = G;
+    if (means.length > 0 && B * P > 0) {
+      Gs = S.get('gradDivided', B * P);
+      const copy = new Blocks();
+      copy.add(0, B * P, 0, B * P, 1, B * P, false);
+      copy.run(S, G, Gs);
+      await divideMeans(S, Gs, P, B, means);
+    }
+    return { G, Gs, seq, seqAt: so.at };
+  }
+
+  /**
+   * The device path's per-row gradient sums, each row's contributions in id order as the host's gradUnique
+   * adds them (RowSums): every ub row group's (laid out by ubLayout), every node tier's (nodeLayout), and
+   * the replicated rows' of `repTables` (read back: the replica syncs exchange host arrays).
+   */
+  private async gradientSumsOnDevice(ctx: StepCtx, dev: { G: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }, repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<{ ub: DeviceArray; node: DeviceArray; rep: Float32Array[] }> {
+    const S = this.deviceScratch!, L = this.layout, B = ctx.B, P = this.pooledDim;
+    const sums = new RowSums();
+    const job = (u: UniqT, rt: TableRt, s: number, dst: DeviceArray, dstAt: number) => {
+      const pooled = rt.pooling !== 'none';
+      sums.add(pooled ? dev.G : dev.seq, pooled ? P : rt.table.dim, u.uq.inverse, u.uq.values.length, rt.table.dim, dst, dstAt, rt.features.map((f, k) => {
+        const p = part(ctx.segs.get(f)!, s, B);
+        return pooled
+          ? { lengths: p.lengths, weights: p.weights, fullLen: ctx.batch.feature(f).lengths, mean: rt.pooling === 'mean', seqPos: null, col: rt.pooledCol[k]! }
+          : { lengths: p.lengths, weights: null, fullLen: null, mean: false, seqPos: p.pos, col: dev.seqAt.get(f)! };
+      }));
+    };
+    const ubAt = ubLayout(L, ctx.ub), nodeAt = nodeLayout(L, ctx.node);
+    const ub = S.get('ubGrad', ubAt.total), node = S.get('nodeGrad', nodeAt.total);
+    ctx.ub.forEach((groups, t) => groups.forEach((u, gi) => job(u, L.tables[t]!, 2 + gi, ub, ubAt.at[t]![gi]!)));
+    for (const [t, u] of ctx.node) job(u, L.tables[t]!, 1, node, nodeAt.at.get(t)!);
+    const repAt: number[] = [];
+    let repTotal = 0;
+    repIds.forEach((u, k) => {
+      repAt.push(repTotal);
+      repTotal += u.uq.values.length * repTables[k]!.table.dim;
+    });
+    const rep = S.get('repGrad', repTotal);
+    repIds.forEach((u, k) => job(u, repTables[k]!, 0, rep, repAt[k]!));
+    await sums.run(S);
+    const repHost = await Promise.all(repIds.map(async (u, k) => {
+      const out = this.scratch.f32(u.uq.values.length * repTables[k]!.table.dim);
+      if (out.length > 0) await rep.readInto(out, repAt[k]!);
+      return out;
+    }));
+    return { ub, node, rep: repHost };
   }
 
   private dimOf(feature: string): number {
@@ -747,24 +824,27 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- backward
-  private backwardStep(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
+  private backwardStep(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<BackwardResult> {
     return this.inPhase(() => this.backwardPhase(ctx, grads));
   }
 
-  private async backwardPhase(ctx: StepCtx, grads: Gradients): Promise<BackwardResult> {
+  private async backwardPhase(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<BackwardResult> {
     const K = exchangeOps(), S = this.scratch;
     const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
     const counters = zeroTraffic();
     const bw = this.wire.backward;
     const P = this.pooledDim;
-    const G = grads.pooled ?? new Float32Array(0);
-    const seqG = (f: string) => grads.sequences![f]!;
+    // the device path keeps the gradients in device memory (device-exchange.ts); the host path reads host arrays
+    const dev = this.deviceScratch ? await this.deviceGradInputs(ctx, grads) : undefined;
+    const host = grads as Gradients;
+    const G = (dev ? undefined : host.pooled) ?? new Float32Array(0);
+    const seqG = (f: string) => host.sequences![f]!;
     // rb pooled gradients go out pre-divided by the full bag length for mean pooling
     let Gs = G;
-    for (const rt of L.tables)
-      if (rt.cluster === 'rb' && rt.pooling === 'mean') {
+    if (!dev)
+      for (const m of this.meanColumns(ctx.batch, 'rb')) {
         if (Gs === G) Gs = S.copyOf(G);
-        rt.features.forEach((f, k) => K.divideBags(Gs, P, rt.pooledCol[k]!, rt.table.dim, ctx.batch.feature(f).lengths));
+        K.divideBags(Gs, P, m.col, m.dim, m.lengths);
       }
     const gradOver = (u: UniqT, rt: (typeof L.tables)[number], s: number): Float32Array => {
       const dim = rt.table.dim;
@@ -778,8 +858,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       return out;
     };
     const nodeGrad = new Map<number, Float32Array>();
-    for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
-    const ubGrad = ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
+    if (!dev) for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
+    const ubGrad = dev ? [] : ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
+    const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
+    const repIds = repTables.map((rt) => uniqOver(ctx.segs, rt, 0, 1, B));
+    // the device path's gradient sums of ub row groups, node tiers and replicated rows, in device memory (the
+    // replicated rows' read back for the replica syncs)
+    const sums = dev ? await this.gradientSumsOnDevice(ctx, dev, repTables, repIds) : undefined;
     // 1. hierarchical: gradients to the relays first (the relay slots reversed): rb bag gradients once per
     // other node, ub row gradients to the node's relay, which sums them per distinct row in source order
     const relayed = new Map<number, Float32Array>();
@@ -812,10 +897,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
     // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout):
     // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
-    const devGrad = this.deviceScratch
-      ? await gradientsOnDevice({
-          ...this.deviceArgs(ctx, bw, counters), grad: Gs, ubGrad, nodeGrad, seqGrad: new Map(this.sequenceFeatures.map((f) => [f, seqG(f)])),
-        })
+    const devGrad = dev && sums
+      ? await gradientsOnDevice({ ...this.deviceArgs(ctx, bw, counters), grad: dev.Gs, ubGrad: sums.ub, nodeGrad: sums.node, seqGrad: dev.seq, seqAt: dev.seqAt })
       : undefined;
     const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);
     if (!devGrad) for (let d = 0; d < W; d++)
@@ -839,10 +922,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const gin = devGrad ? undefined : await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
     // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
     // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
-    const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    const updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt) => {
-      const u = uniqOver(ctx.segs, rt, 0, 1, B);
-      return { table: rt, ids: u.uq.values, grads: gradOver(u, rt, 0) };
+    const updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => {
+      const u = repIds[k]!;
+      return { table: rt, ids: u.uq.values, grads: sums ? sums.rep[k]! : gradOver(u, rt, 0) };
     }), counters, S);
     // 4. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;

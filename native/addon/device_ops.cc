@@ -12,7 +12,11 @@
 //     int32 `meta` (the ids' inverse indices at inverseAt, the bags' id offsets, bags + 1 of them, at
 //     offsetsAt), weighted by `weights` (f32, at weightsAt; null: 1);
 //   divideDeviceBags({ m, stride, col, dim, meta, lengthsAt, bags }): the mean bags of m (columns col …
-//     col + dim − 1 of `bags` rows of `stride`) divided by their lengths (the int32 `meta` from lengthsAt).
+//     col + dim − 1 of `bags` rows of `stride`) divided by their lengths (the int32 `meta` from lengthsAt);
+//   sumDeviceRows({ src, stride, meta, startAt, orderAt, rowAt, colAt, ids, scales, scalesAt, rows, dim, dst, dstAt }):
+//     the gradient sums of `rows` distinct rows into dst (rows of dim from dstAt): cuda::sum_rows over the
+//     int32 lists in `meta` (starts, rows + 1 of them; order, row and col, `ids` each) and f32 `scales`;
+//     the runtime built the lists from its own routing, so every term reads inside src (as poolDeviceRows).
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
@@ -128,6 +132,27 @@ Napi::Value DivideDeviceBags(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Value SumDeviceRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const ObjectArgs a(env, info[0], "sumDeviceRows");
+    const DeviceBuffer src = a.buffer("src"), meta = a.buffer("meta"), scales = a.buffer("scales"), dst = a.buffer("dst");
+    const int64_t stride = a.num("stride"), startAt = a.num("startAt"), orderAt = a.num("orderAt"), rowAt = a.num("rowAt"), colAt = a.num("colAt");
+    const int64_t ids = a.num("ids"), scalesAt = a.num("scalesAt"), rows = a.num("rows"), dim = a.num("dim"), dstAt = a.num("dstAt");
+    if (src.type != comm::ElemType::F32 || dst.type != comm::ElemType::F32 || scales.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32)
+      throw_error(env, "INVALID_ARGUMENT", "sumDeviceRows: src, scales and dst hold f32, meta i32");
+    if (src.device != dst.device || meta.device != dst.device || scales.device != dst.device)
+      throw_error(env, "INVALID_ARGUMENT", "sumDeviceRows: every buffer must be on one device");
+    if (startAt + rows + 1 > meta.count || orderAt + ids > meta.count || rowAt + ids > meta.count || colAt + ids > meta.count ||
+        scalesAt + ids > scales.count || dstAt + rows * dim > dst.count)
+      throw_error(env, "LENGTH_MISMATCH", "sumDeviceRows: a range lies outside its buffer");
+    const int32_t* m = static_cast<const int32_t*>(meta.ptr);
+    cuda::sum_rows(dst.device, static_cast<const float*>(src.ptr), stride, m + startAt, m + orderAt, m + rowAt, m + colAt,
+                   static_cast<const float*>(scales.ptr) + scalesAt, rows, dim, static_cast<float*>(dst.ptr) + dstAt);
+    return env.Undefined();
+  });
+}
+
 Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -160,6 +185,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("indexDeviceRows", Napi::Function::New(env, IndexDeviceRows, "indexDeviceRows"));
   exports.Set("poolDeviceRows", Napi::Function::New(env, PoolDeviceRows, "poolDeviceRows"));
   exports.Set("divideDeviceBags", Napi::Function::New(env, DivideDeviceBags, "divideDeviceBags"));
+  exports.Set("sumDeviceRows", Napi::Function::New(env, SumDeviceRows, "sumDeviceRows"));
 }
 
 Part part("device_ops", &Init);

@@ -241,6 +241,53 @@ Napi::Value GradUnique(const Napi::CallbackInfo& info) {
   });
 }
 
+// gradTerms(lengths, weights|null, fullLen|null, mean, seqPos|null, row: Int32Array, rowAt, scale: Float32Array, scaleAt) -> ids:
+// each id's gradient row and scale written from row[rowAt] and scale[scaleAt] (shard::grad_terms); returns
+// how many ids the bags hold
+Napi::Value GradTerms(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray() || !info[5].IsTypedArray() || !info[7].IsTypedArray()) bad(env, "gradTerms: arrays expected");
+    const int64_t B = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int32_t* lengths = typed_array<int32_t>(env, info[0], napi_int32_array, "gradTerms: lengths", B);
+    const int64_t n = sum_lengths(env, lengths, B);
+    const float* weights = typed_array<float>(env, info[1], napi_float32_array, "gradTerms: weights", n, true);
+    const int32_t* fullLen = typed_array<int32_t>(env, info[2], napi_int32_array, "gradTerms: fullLen", B, true);
+    const bool mean = info[3].ToBoolean().Value();
+    if (mean && !fullLen) bad(env, "gradTerms: mean pooling needs the full bag lengths");
+    const int32_t* seqPos = typed_array<int32_t>(env, info[4], napi_int32_array, "gradTerms: seqPos", n, true);
+    const int64_t rowAt = int_arg(env, info[6], "gradTerms: rowAt"), scaleAt = int_arg(env, info[8], "gradTerms: scaleAt");
+    const int64_t rowLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
+    const int64_t scaleLen = static_cast<int64_t>(info[7].As<Napi::TypedArray>().ElementLength());
+    if (rowAt < 0 || scaleAt < 0 || rowAt + n > rowLen || scaleAt + n > scaleLen) bad(env, "gradTerms: row / scale too short");
+    int32_t* row = typed_array<int32_t>(env, info[5], napi_int32_array, "gradTerms: row", 0);
+    float* scale = typed_array<float>(env, info[7], napi_float32_array, "gradTerms: scale", 0);
+    shard::grad_terms(lengths, B, weights, fullLen, mean, seqPos, row + rowAt, scale + scaleAt);
+    return Napi::Number::New(env, static_cast<double>(n));
+  });
+}
+
+// groupRows(inverse, U, start: Int32Array, startAt, order: Int32Array, orderAt): shard::group_rows into
+// start[startAt …] (U + 1 values) and order[orderAt …] (inverse.length values)
+Napi::Value GroupRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray() || !info[2].IsTypedArray() || !info[4].IsTypedArray()) bad(env, "groupRows: arrays expected");
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const int32_t* inverse = typed_array<int32_t>(env, info[0], napi_int32_array, "groupRows: inverse", n);
+    const int64_t U = int_arg(env, info[1], "groupRows: U");
+    check_inverse(env, inverse, n, U);
+    const int64_t startAt = int_arg(env, info[3], "groupRows: startAt"), orderAt = int_arg(env, info[5], "groupRows: orderAt");
+    const int64_t startLen = static_cast<int64_t>(info[2].As<Napi::TypedArray>().ElementLength());
+    const int64_t orderLen = static_cast<int64_t>(info[4].As<Napi::TypedArray>().ElementLength());
+    if (startAt < 0 || orderAt < 0 || startAt + U + 1 > startLen || orderAt + n > orderLen) bad(env, "groupRows: start / order too short");
+    int32_t* start = typed_array<int32_t>(env, info[2], napi_int32_array, "groupRows: start", 0);
+    int32_t* order = typed_array<int32_t>(env, info[4], napi_int32_array, "groupRows: order", 0);
+    shard::group_rows(inverse, n, U, start + startAt, order + orderAt);
+    return env.Undefined();
+  });
+}
+
 // divideBags(m: Float32Array, stride, col, dim, lengths)
 Napi::Value DivideBags(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -330,6 +377,8 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("poolUnique", Napi::Function::New(env, PoolUnique, "poolUnique"));
   o.Set("gradUnique", Napi::Function::New(env, GradUnique, "gradUnique"));
   o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
+  o.Set("gradTerms", Napi::Function::New(env, GradTerms, "gradTerms"));
+  o.Set("groupRows", Napi::Function::New(env, GroupRows, "groupRows"));
   o.Set("bagOffsets", Napi::Function::New(env, BagOffsets, "bagOffsets"));
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
   o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));

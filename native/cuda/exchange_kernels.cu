@@ -54,6 +54,21 @@ __global__ void __launch_bounds__(kBlock) divide_bags_kernel(float* m, int64_t s
   }
 }
 
+__global__ void __launch_bounds__(kBlock) sum_rows_kernel(const float* src, int64_t stride, const int32_t* start, const int32_t* order,
+                                                          const int32_t* row, const int32_t* col, const float* scale, int64_t U, int64_t dim,
+                                                          float* dst) {
+  const uint64_t n = static_cast<uint64_t>(U) * static_cast<uint64_t>(dim);
+  for (uint64_t e = static_cast<uint64_t>(blockIdx.x) * kBlock + threadIdx.x; e < n; e += static_cast<uint64_t>(gridDim.x) * kBlock) {
+    const int64_t u = static_cast<int64_t>(e / static_cast<uint64_t>(dim)), c = static_cast<int64_t>(e % static_cast<uint64_t>(dim));
+    float v = 0.0f;
+    for (int32_t j = start[u]; j < start[u + 1]; ++j) {
+      const int32_t k = order[j];
+      v += src[static_cast<int64_t>(row[k]) * stride + col[k] + c] * scale[k];
+    }
+    dst[u * dim + c] = v;
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) index_rows_kernel(const void* src, DType st, int64_t srcOffset, int64_t srcStride, const int32_t* idx,
                                                             int64_t rows, int64_t cols, void* dst, DType dt, int64_t dstOffset, int64_t dstStride,
                                                             IndexMode mode) {
@@ -93,6 +108,16 @@ void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim,
   if (items == 0) return;
   EMB_CUDA_CHECK(cudaSetDevice(device));
   EMB_LAUNCH(divide_bags_kernel, grid_for(items), kBlock, 0, 0, m, stride, col, dim, lengths, B);
+  EMB_CUDA_CHECK_LAUNCH();
+  EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+void sum_rows(int device, const float* src, int64_t stride, const int32_t* start, const int32_t* order, const int32_t* row, const int32_t* col,
+              const float* scale, int64_t U, int64_t dim, float* dst) {
+  const uint64_t items = static_cast<uint64_t>(U) * static_cast<uint64_t>(dim);
+  if (items == 0) return;
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  EMB_LAUNCH(sum_rows_kernel, grid_for(items), kBlock, 0, 0, src, stride, start, order, row, col, scale, U, dim, dst);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }

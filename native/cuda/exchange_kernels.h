@@ -1,7 +1,8 @@
 // exchange_kernels.h — the device twins of shard/exchange_ops.h that the sharded runtime's device
 // exchanges run (lib/sharded/device-exchange.ts): strided fp32 block copies (packing and unpacking
 // messages), row copies through an index list (a relay's rows of each requester), the pooling of
-// unique rows into bags, and the division of mean bags by their lengths. copy_blocks: block k copies rows × cols values
+// unique rows into bags, the division of mean bags by their lengths, and the gradient sums of distinct
+// rows. copy_blocks: block k copies rows × cols values
 // from src (element srcOffset + r·srcStride + c) to dst (dstOffset + r·dstStride + c), or adds them
 // there. Blocks run in list order, so values added into one element from several blocks are summed in
 // that order (the order of the host path's unpacks: bitwise the same sums). Free of CUDA headers, so the
@@ -44,5 +45,12 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
 // As shard::divide_bags on the host: for every bag b with lengths[b] > 0, m[b·stride + col + c] ←
 // bag_mean(that value, lengths[b]) (core/pooling.h), c < dim. Waits for the kernel.
 void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
+
+// The gradient sum of each distinct row u < U, as shard::grad_unique adds it on the host: dst[u·dim + c] =
+// Σ over j = start[u] … start[u + 1] − 1, in order, of src[row[k]·stride + col[k] + c] · scale[k] with
+// k = order[j] (shard::group_rows lists each row's ids ascending, shard::grad_terms gives row and scale),
+// from 0.0f: the host's sequence of fp32 roundings. Waits for the kernel.
+void sum_rows(int device, const float* src, int64_t stride, const int32_t* start, const int32_t* order, const int32_t* row, const int32_t* col,
+              const float* scale, int64_t U, int64_t dim, float* dst);
 
 }  // namespace embshard::cuda

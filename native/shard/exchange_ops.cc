@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/half.h"
@@ -167,6 +168,24 @@ void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, co
       }
     }
   }
+}
+
+void grad_terms(const int32_t* lengths, int64_t B, const float* weights, const int32_t* fullLen, bool mean, const int32_t* seqPos,
+                int32_t* row, float* scale) {
+  int64_t i = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int32_t k = 0; k < lengths[b]; ++k, ++i) {
+      row[i] = seqPos ? seqPos[i] : static_cast<int32_t>(b);
+      scale[i] = seqPos ? 1.0f : grad_scale(mean ? Pooling::Mean : Pooling::Sum, weights, i, mean ? fullLen[b] : 1);
+    }
+}
+
+void group_rows(const int32_t* inverse, int64_t n, int64_t U, int32_t* start, int32_t* order) {
+  std::fill(start, start + U + 1, 0);
+  for (int64_t i = 0; i < n; ++i) ++start[inverse[i] + 1];
+  for (int64_t u = 0; u < U; ++u) start[u + 1] += start[u];
+  std::vector<int32_t> next(start, start + U);
+  for (int64_t i = 0; i < n; ++i) order[next[inverse[i]]++] = static_cast<int32_t>(i);
 }
 
 void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out) {

@@ -66,6 +66,16 @@ void grad_unique(const float* grad, int64_t stride, int64_t col, int64_t dim, co
                  const int32_t* lengths, int64_t B, const float* weights, const int32_t* fullLen, bool mean,
                  const int32_t* seqPos, float* out);
 
+// grad_unique's terms, one per id i in order, for the device reduction (cuda/exchange_kernels.h sum_rows):
+// row[i] = the gradient row it reads (its bag b, or seqPos[i]) and scale[i] its factor (grad_scale of
+// core/pooling.h with w_i and, for mean, fullLen[b]; 1 for seqPos, where x · 1 is exactly the x grad_unique adds).
+void grad_terms(const int32_t* lengths, int64_t B, const float* weights, const int32_t* fullLen, bool mean, const int32_t* seqPos,
+                int32_t* row, float* scale);
+
+// The ids of each distinct row, in id order: start[u] … start[u + 1] − 1 index `order`, which lists the
+// positions i with inverse[i] = u ascending (a stable counting sort; U + 1 starts, n positions).
+void group_rows(const int32_t* inverse, int64_t n, int64_t U, int32_t* start, int32_t* order);
+
 // Divides every bag's columns [col, col + dim) by its length (mean pooling; empty bags stay zero).
 void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
 

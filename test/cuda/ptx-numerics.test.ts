@@ -77,10 +77,10 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     });
   }
 
-  it('exchange_kernels.cu: the block copies, indexed rows, the pooling and the mean division round each operation, as the host does', slow, () => {
+  it('exchange_kernels.cu: the block copies, indexed rows, the pooling, the mean division and the row gradient sums round each operation, as the host does', slow, () => {
     const text = ptx(join(packageRoot, 'native', 'cuda', 'exchange_kernels.cu'));
     const ks = entries(text);
-    expect(ks.size).toBe(4);
+    expect(ks.size).toBe(5);
     for (const [name, body] of ks) {
       expect(count(body, FUSED), name).toBe(0);
       expect(count(body, INEXACT), name).toBe(0);

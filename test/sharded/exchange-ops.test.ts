@@ -111,4 +111,39 @@ describe('shard kernels', () => {
     for (let j = 0; j < n; j++) expect(Array.from(seq.subarray(seqPos[j]! * dim, seqPos[j]! * dim + dim))).toEqual(Array.from(rows.subarray(inverse[j]! * dim, inverse[j]! * dim + dim)));
     expect(() => K.poolUnique(rows, dim, Int32Array.from([0, 9, 0, 0, 0, 0, 0, 0]), lengths, null, pooled, stride, col, null)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
   });
+
+  it('gradTerms and groupRows: each id\'s gradient row and scale, and each distinct row\'s ids ascending (the device reduction\'s lists)', () => {
+    const rand = rng(13);
+    const lengths = Int32Array.from([2, 0, 3, 1, 2]), fullLen = Int32Array.from([4, 1, 3, 2, 2]);
+    const n = 8, U = 4;
+    const w = Float32Array.from({ length: n }, () => 0.5 + rand());
+    const row = new Int32Array(2 + n).fill(-1), scale = new Float32Array(3 + n).fill(-1);
+    expect(K.gradTerms(lengths, w, fullLen, true, null, row, 2, scale, 3)).toBe(n);
+    // naive: id i of bag b reads gradient row b with scale w_i / fullLen_b (mean)
+    const expRow: number[] = [], expScale: number[] = [];
+    lengths.forEach((len, b) => {
+      for (let k = 0; k < len; k++) expRow.push(b), expScale.push(Math.fround(w[expRow.length - 1]! / fullLen[b]!));
+    });
+    expect(Array.from(row)).toEqual([-1, -1, ...expRow]);
+    expect(Array.from(scale)).toEqual([-1, -1, -1, ...expScale]);
+    // sum pooling without weights: scale 1; sequences: the id's own row, scale 1
+    K.gradTerms(lengths, null, null, false, null, row, 0, scale, 0);
+    expect(Array.from(scale.subarray(0, n))).toEqual(new Array(n).fill(1));
+    const seqPos = Int32Array.from([7, 6, 5, 4, 3, 2, 1, 0]);
+    K.gradTerms(lengths, w, null, false, seqPos, row, 0, scale, 0);
+    expect(Array.from(row.subarray(0, n))).toEqual(Array.from(seqPos));
+    expect(Array.from(scale.subarray(0, n))).toEqual(new Array(n).fill(1));
+    expect(() => K.gradTerms(lengths, null, null, false, null, new Int32Array(n - 1), 0, new Float32Array(n), 0)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    // groupRows: a stable counting sort of the positions by their distinct row
+    const inverse = Int32Array.from({ length: n }, () => Math.floor(rand() * U));
+    const start = new Int32Array(1 + U + 1), order = new Int32Array(n + 2);
+    K.groupRows(inverse, U, start, 1, order, 2);
+    for (let u = 0; u < U; u++) {
+      const mine = Array.from(inverse.keys()).filter((i) => inverse[i] === u);
+      expect(Array.from(order.subarray(2 + start[1 + u]!, 2 + start[2 + u]!))).toEqual(mine);
+    }
+    expect(start[1]).toBe(0);
+    expect(start[1 + U]).toBe(n);
+    expect(() => K.groupRows(Int32Array.from([0, U]), U, start, 0, order, 0)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
 });
