@@ -10,7 +10,11 @@
 // Scaling for a small CPU: full shapes, a handful of measured steps. Data is generated in this thread
 // before each step and timed on its own (the CLI overlaps it in a worker). One process: communication is 0.
 // Writes bench/results/train.json and bench/results/train.md (the markdown tables, also printed).
-// Run: npm run bench:train   (EMBSHARD_BENCH_QUICK=1 for a short run)
+// With --device cuda:N the end-to-end shapes train wholly on that GPU (fp32: tables and dense model there),
+// each twice, step by step in turn: the pooled embeddings handed to the dense model in device memory (the
+// Trainer's default there) and through host arrays (`handoff: 'host'`); the ratio of the two is this
+// machine's cost of the host round trip. Writes bench/results/train-cuda.{json,md}.
+// Run: npm run bench:train [-- --device cuda:0]   (EMBSHARD_BENCH_QUICK=1 for a short run)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +22,8 @@ import { loadAddon, packageRoot } from '../lib/native.js';
 import { SyntheticSource, type SyntheticOptions } from '../lib/data/index.js';
 import { DenseModel, Trainer, embeddingsFor, resolveDenseSpec, type DenseModelSpec, type PresetName, type StepTimes } from '../lib/train/index.js';
 import { denseAddon, type GemmBackendName, type Precision } from '../lib/train/binding.js';
+import { backends } from '../lib/index.js';
+import { machine, table, writeResults } from './report.js';
 
 const quick = process.env.EMBSHARD_BENCH_QUICK === '1';
 const loadAtStart = loadavg()[0]!;
@@ -227,4 +233,58 @@ async function main(): Promise<void> {
   console.log(`\nwritten ${join(out, 'train.json')} and train.md`);
 }
 
-await main();
+// The end-to-end shapes on a GPU: the device handoff against the host one, the two trainers stepping in
+// turn on the same batches (the same numbers, bit for bit), so both see the machine as it is.
+async function gpuMain(device: string): Promise<void> {
+  const info = backends().find((b) => b.name === 'cuda');
+  if (!info?.available) {
+    console.error(`device ${device} is unavailable: ${info?.reason ?? 'no CUDA backend'}`);
+    process.exit(2);
+  }
+  const shapes = [
+    { name: 'DLRM Criteo Kaggle', model: 'dlrm-criteo-kaggle' as const, data: { preset: 'criteo-kaggle', batchSize: 2048, maxRows: 1_000_000, seed: 1 } as SyntheticOptions, opt: 'adagrad' as const, lr: 0.005, dim: 16 },
+    { name: 'DLRM benchmark', model: 'dlrm-benchmark' as const, data: { preset: 'dlrm-benchmark', batchSize: 2048, seed: 1 } as SyntheticOptions, opt: 'sgd' as const, lr: 0.01, dim: 64 },
+  ];
+  const out: Record<string, unknown>[] = [];
+  for (const sh of shapes) {
+    const src = new SyntheticSource(sh.data);
+    const make = (handoff: 'auto' | 'host') => {
+      const emb = embeddingsFor(src.features, src.tableRows, { dim: sh.dim, optimizer: { type: sh.opt, lr: sh.lr }, seed: 1, device });
+      return { emb, t: new Trainer({ model: sh.model, embeddings: emb, optimizer: { type: sh.opt, lr: sh.lr }, seed: 1, device, handoff }) };
+    };
+    const runs = { device: make('auto'), host: make('host') };
+    const ms = { device: zero(), host: zero() };
+    for (let k = 0; k < WARMUP + STEPS; k++) {
+      const b = src.batch(k);
+      for (const which of ['device', 'host'] as const) {
+        await runs[which].t.step(b);
+        if (k < WARMUP) continue;
+        const tt = runs[which].t.lastTimes!;
+        for (const key of Object.keys(tt) as (keyof StepTimes)[]) ms[which][key] += tt[key] / STEPS;
+      }
+    }
+    const B = sh.data.batchSize;
+    for (const which of ['device', 'host'] as const) {
+      out.push({ shape: sh.name, handoff: runs[which].t.handoff, batch: B, samplesPerSec: (B * 1000) / ms[which].total, ...ms[which] });
+      runs[which].emb.dispose();
+    }
+    console.error(`${sh.name}: device handoff ${ms.device.total.toFixed(2)} ms/step, host ${ms.host.total.toFixed(2)} ms/step`);
+  }
+  const f = (x: unknown) => (x as number).toFixed(2);
+  const md = [
+    `### Training on ${device} (${(info as { devices?: { name: string }[] }).devices?.[0]?.name ?? 'GPU'}), fp32, mean of ${STEPS} steps after ${WARMUP} warm-up; tables and dense model on the GPU`,
+    '',
+    table(['shape', 'handoff', 'batch', 'samples/s', 'emb fwd ms', 'dense fwd ms', 'dense bwd ms', 'emb bwd+opt ms', 'dense opt ms', 'step ms', 'step / device step'],
+      out.map((r, i) => {
+        const dev = out[i - (i % 2)]!;
+        return [r.shape as string, r.handoff as string, r.batch as number, Math.round(r.samplesPerSec as number), f(r.embeddingForward), f(r.denseForward), f(r.denseBackward), f(r.embeddingBackward), f(r.denseUpdate), f(r.total), ((r.total as number) / (dev.total as number)).toFixed(3)];
+      })),
+    '',
+    '"device": the pooled embeddings and their gradients stay in GPU memory between the collection and the dense model; "host": both cross to host arrays and back every step. The two trainers step in turn on the same batches and compute the same numbers.',
+  ].join('\n');
+  writeResults('train-cuda', { machine: machine(), device, steps: STEPS, warmup: WARMUP, rows: out }, md);
+}
+
+const argv = process.argv.slice(2);
+if (argv.includes('--device') && argv[argv.indexOf('--device') + 1] !== 'cpu') await gpuMain(argv[argv.indexOf('--device') + 1]!);
+else await main();

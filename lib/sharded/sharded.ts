@@ -491,7 +491,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     const B = ctx.B;
-    const sizes = this.sequenceFeatures.map((f) => ctx.batch.feature(f).ids.length * this.dimOf(f));
+    const sizes = [...this.sequenceSizes(ctx.batch).values()];
     const dev = deviceGradients(grads, { pooled: B * this.pooledDim, sequences: sizes.reduce((a, b) => a + b, 0) }, this.device, (this.deviceOutputs ??= new DeviceOutputs(this.device)));
     if (dev) {
       this.checkBackwardOptions(options);
@@ -600,7 +600,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // device path (device-exchange.ts); they live in buffers of the addon's pool, recycled when backward
     // consumes them (or on release)
     const P = this.pooledDim;
-    const sizes = new Map(this.sequenceFeatures.map((f) => [f, batch.feature(f).ids.length * this.dimOf(f)]));
+    const sizes = this.sequenceSizes(batch);
     const target = onDevice ? this.deviceTarget(B * P, sizes) : hostTarget(B * P, sizes);
     try {
       if (this.deviceScratch)
@@ -759,7 +759,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    */
   private async deviceGradInputs(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<{ G: DeviceArray; Gs: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }> {
     const S = this.deviceScratch!, B = ctx.B, P = this.pooledDim;
-    const so = featureLayout(new Map(this.sequenceFeatures.map((f) => [f, ctx.batch.feature(f).ids.length * this.dimOf(f)])));
+    const so = featureLayout(this.sequenceSizes(ctx.batch));
     let G: DeviceArray, seq: DeviceArray;
     if (grads.pooled instanceof DeviceArray) ({ pooled: G, sequences: seq } = grads as DeviceGradArrays);
     else {
@@ -817,6 +817,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       return out;
     }));
     return { ub, node, rep: repHost };
+  }
+
+  /** Values of each sequence feature's output (or gradient) for `batch`, features in order. */
+  private sequenceSizes(batch: JaggedBatch): Map<string, number> {
+    return new Map(this.sequenceFeatures.map((f) => [f, batch.feature(f).ids.length * this.dimOf(f)]));
   }
 
   private dimOf(feature: string): number {

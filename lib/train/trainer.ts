@@ -128,6 +128,13 @@ export interface TrainerOptions {
    * between, and the bottom MLP computes the same numbers whenever it runs.
    */
   overlap?: boolean;
+  /**
+   * How the pooled embeddings and their gradients pass between the embeddings and the dense model: 'auto'
+   * (default) in device memory when both are on the same GPU and the embeddings can keep their outputs
+   * there, else through host arrays; 'host' always through host arrays (the same numbers, bit for bit: for
+   * measuring the handoff).
+   */
+  handoff?: 'auto' | 'host';
 }
 
 /** What fit() reports after each step. */
@@ -173,7 +180,7 @@ export interface TrainerLoadOptions {
 const FIT_FIELDS = fieldsOf<FitOptions>({ steps: true, onStep: true, pauseAfter: true });
 const LOAD_FIELDS = fieldsOf<TrainerLoadOptions>({ group: true, onMetrics: true, loadEmbeddings: true, device: true, precision: true });
 const TRAINER_FIELDS = fieldsOf<TrainerOptions>({
-  model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true, overlap: true,
+  model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true, overlap: true, handoff: true,
 });
 
 export class Trainer {
@@ -259,7 +266,10 @@ export class Trainer {
     this.onMetrics = o.onMetrics;
     if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
     this.overlap = o.overlap ?? true;
-    this.handoff = emb.outputsOnDevice === true && typeof emb.forwardOnDevice === 'function' && emb.device === this.dense.device ? 'device' : 'host';
+    if (o.handoff !== undefined && o.handoff !== 'auto' && o.handoff !== 'host')
+      throw new EmbshardError('INVALID_CONFIG', `handoff must be 'auto' or 'host' (got ${JSON.stringify(o.handoff)})`);
+    const onGpu = emb.outputsOnDevice === true && typeof emb.forwardOnDevice === 'function' && emb.device === this.dense.device;
+    this.handoff = onGpu && o.handoff !== 'host' ? 'device' : 'host';
     this.steps = this.dense.step;
   }
 

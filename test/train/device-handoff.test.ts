@@ -11,7 +11,7 @@ import { DeviceArray } from '../../lib/device-array.js';
 import { EmbeddingCollection, type CollectionConfig } from '../../lib/index.js';
 import { JaggedBatch } from '../../lib/batch.js';
 import { DenseModel, type DenseModelSpec } from '../../lib/train/dense.js';
-import { Trainer, embeddingsFor, type EmbeddingModule } from '../../lib/train/index.js';
+import { Trainer, embeddingsFor } from '../../lib/train/index.js';
 import { SyntheticSource } from '../../lib/data/index.js';
 import * as ref from './reference.js';
 
@@ -168,24 +168,12 @@ describe.runIf(gpuDense)('device handoff on cuda:0', () => {
     const src = new SyntheticSource({ batchSize: 32, cardinalities: [60, 40, 50], numDense: 5, seed: 5 });
     const make = () => embeddingsFor(src.features, src.tableRows, { dim: 8, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 2, device: 'cuda:0' });
     const embDev = make(), embHost = make();
-    // the same collection seen without its device forward: the trainer hands over through the host
-    const hostOnly: EmbeddingModule = {
-      get pooledDim() { return embHost.pooledDim; },
-      get pooledFeatures() { return embHost.pooledFeatures; },
-      get learningRate() { return embHost.learningRate; },
-      setLearningRate: (lr) => embHost.setLearningRate(lr),
-      get step() { return embHost.step; },
-      set step(t) { embHost.step = t; },
-      forward: (b, o) => embHost.forward(b, o),
-      backward: (out, g) => embHost.backward(out as never, g as never),
-      save: (dir, extra) => embHost.save(dir, extra),
-      release: (out) => embHost.release(out as never),
-    };
     const opts = { model: spec, device: 'cuda:0', seed: 9, optimizer: { type: 'adagrad' as const, lr: 0.02 } };
     const tDev = new Trainer({ ...opts, embeddings: embDev });
-    const tHost = new Trainer({ ...opts, embeddings: hostOnly });
+    const tHost = new Trainer({ ...opts, embeddings: embHost, handoff: 'host' });
     expect(tDev.handoff).toBe('device');
     expect(tHost.handoff).toBe('host');
+    expect(() => new Trainer({ ...opts, embeddings: embHost, handoff: 'gpu' as never })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringContaining('handoff') }));
     for (let k = 0; k < 4; k++) {
       const batch = src.batch(k);
       expect(await tDev.step(batch)).toBe(await tHost.step(batch));
