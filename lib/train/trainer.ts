@@ -345,9 +345,7 @@ export class Trainer {
       return Promise.reject(e);
     }
     return this.enqueue(async () => {
-      const out = await this.embeddings.forward(batch.sparse, { admit: false });
-      const z = await this.dense.forward(batch.dense, out.pooled, batch.size);
-      if (this.embeddings.release) await this.embeddings.release(out);
+      const z = await this.logitsOf(batch.dense, batch.sparse, batch.size);
       const p = new Float32Array(z.length);
       for (let i = 0; i < z.length; i++) p[i] = sigmoid(z[i]!);
       return p;
@@ -363,8 +361,7 @@ export class Trainer {
       for await (const b of batches as AsyncIterable<Batch>) {
         if (k++ >= max) break;
         this.checkBatch(b);
-        const out = await this.embeddings.forward(b.sparse, { admit: false });
-        const z = await this.dense.forward(b.dense, out.pooled, b.size);
+        const z = await this.logitsOf(b.dense, b.sparse, b.size);
         if (n + b.size > logits.length) {
           const cap = Math.max(2 * logits.length, n + b.size);
           const l2 = new Float32Array(cap), y2 = new Float32Array(cap);
@@ -442,6 +439,18 @@ export class Trainer {
   }
 
   // ---- internals ----
+
+  /**
+   * Logits of a batch (no update): the embeddings' outputs (dynamic tables admit nothing) handed to the
+   * dense model as in a step — in device memory with handoff 'device' — then released.
+   */
+  private async logitsOf(dense: Float32Array, sparse: JaggedBatch, size: number): Promise<Float32Array> {
+    const emb = this.embeddings;
+    const out = this.handoff === 'device' ? await emb.forwardOnDevice!(sparse) : await emb.forward(sparse, { admit: false });
+    const z = await this.dense.forward(dense, out.pooled, size);
+    if (emb.release) await emb.release(out);
+    return z;
+  }
 
   private enqueue<T>(fn: () => Promise<T>): Promise<T> {
     return this.calls.run(fn);

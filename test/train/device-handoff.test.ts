@@ -164,7 +164,7 @@ describe.runIf(gpuDense)('device handoff on cuda:0', () => {
     ec.dispose();
   });
 
-  it('a Trainer with both halves on cuda:0 hands over in device memory and trains bitwise as through the host', async () => {
+  it('a Trainer with both halves on cuda:0 hands over in device memory and trains, predicts and evaluates bitwise as through the host', async () => {
     const src = new SyntheticSource({ batchSize: 32, cardinalities: [60, 40, 50], numDense: 5, seed: 5 });
     const make = () => embeddingsFor(src.features, src.tableRows, { dim: 8, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 2, device: 'cuda:0' });
     const embDev = make(), embHost = make();
@@ -179,6 +179,10 @@ describe.runIf(gpuDense)('device handoff on cuda:0', () => {
       expect(await tDev.step(batch)).toBe(await tHost.step(batch));
     }
     expect(tDev.dense.params).toEqual(tHost.dense.params);
+    // predictions and evaluation hand over the same way
+    const held = [src.batch(10), src.batch(11)];
+    expect(await tDev.predict(held[0]!)).toEqual(await tHost.predict(held[0]!));
+    expect(await tDev.evaluate(held)).toEqual(await tHost.evaluate(held));
     for (const t of embDev.config.tables.map((x) => x.name)) {
       const ids = Int32Array.from({ length: 40 }, (_, i) => i);
       expect(embDev.readRows(t, ids)).toEqual(embHost.readRows(t, ids));
