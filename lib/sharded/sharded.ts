@@ -54,6 +54,7 @@ import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
 import { Blocks, RowSums } from './device-scratch.js';
+import { syncReplicatedOnDevice, type DeviceRowGrads } from './device-replica-sync.js';
 import { featureLayout, nodeLayout, ubLayout } from './device-layout.js';
 import { DeviceScratch, deviceExchangeBlocker, divideMeans, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
 
@@ -784,9 +785,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   /**
    * The device path's per-row gradient sums, each row's contributions in id order as the host's gradUnique
    * adds them (RowSums): every ub row group's (laid out by ubLayout), every node tier's (nodeLayout), and
-   * the replicated rows' of `repTables` (read back: the replica syncs exchange host arrays).
+   * the replicated rows' of `repTables` (for the replica syncs).
    */
-  private async gradientSumsOnDevice(ctx: StepCtx, dev: { G: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }, repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<{ ub: DeviceArray; node: DeviceArray; rep: Float32Array[] }> {
+  private async gradientSumsOnDevice(ctx: StepCtx, dev: { G: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }, repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<{ ub: DeviceArray; node: DeviceArray; rep: DeviceArray; repAt: number[] }> {
     const S = this.deviceScratch!, L = this.layout, B = ctx.B, P = this.pooledDim;
     const sums = new RowSums();
     const job = (u: UniqT, rt: TableRt, s: number, dst: DeviceArray, dstAt: number) => {
@@ -811,12 +812,16 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const rep = S.get('repGrad', repTotal);
     repIds.forEach((u, k) => job(u, repTables[k]!, 0, rep, repAt[k]!));
     await sums.run(S);
-    const repHost = await Promise.all(repIds.map(async (u, k) => {
+    return { ub, node, rep, repAt };
+  }
+
+  /** Rows of device gradient sums read into host arrays (the hierarchical replica sync exchanges host arrays). */
+  private readSums(rep: DeviceArray, repAt: readonly number[], repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<Float32Array[]> {
+    return Promise.all(repIds.map(async (u, k) => {
       const out = this.scratch.f32(u.uq.values.length * repTables[k]!.table.dim);
       if (out.length > 0) await rep.readInto(out, repAt[k]!);
       return out;
     }));
-    return { ub, node, rep: repHost };
   }
 
   /** Values of each sequence feature's output (or gradient) for `batch`, features in order. */
@@ -927,16 +932,27 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const gin = devGrad ? undefined : await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
     // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
     // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
-    const updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => {
-      const u = repIds[k]!;
-      return { table: rt, ids: u.uq.values, grads: sums ? sums.rep[k]! : gradOver(u, rt, 0) };
-    }), counters, S);
+    // (the device path's flat sync keeps the gradients in device memory: device-replica-sync.ts)
+    let updIds: Map<number, { ids: BigInt64Array; grads: Float32Array } | DeviceRowGrads>;
+    let repRows: DeviceArray | undefined;
+    if (sums && !L.hier) {
+      const local = repTables.map((rt, k) => ({ table: rt, ids: repIds[k]!.uq.values, at: sums.repAt[k]! }));
+      ({ rows: updIds, grads: repRows } = await syncReplicatedOnDevice(L, g, bw, local, sums.rep, counters, this.deviceScratch!));
+    } else {
+      const hostSums = sums ? await this.readSums(sums.rep, sums.repAt, repTables, repIds) : undefined;
+      updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => {
+        const u = repIds[k]!;
+        return { table: rt, ids: u.uq.values, grads: hostSums ? hostSums[k]! : gradOver(u, rt, 0) };
+      }), counters, S);
+    }
     // 4. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
     const lengths = own.lengths.slice();
     const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
+    // the device path's synced rows: where each update feature's gradients start in repRows
+    const devRows: (number | undefined)[] = L.localFeatures.map(() => undefined);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
     const pooledGrad = S.f32(devGrad ? 0 : Btot * L.localPooledDim);
     // node tier: sum the node's contributions per row (source order), then sync across nodes
@@ -994,7 +1010,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         lengths[i * Btot] = updCounts[i] = src.ids.length;
         idsParts.push(src.ids);
         if (own.weights) wParts.push(new Float32Array(src.ids.length).fill(1));
-        seqGrads[i] = src.grads;
+        if ('at' in src) devRows[i] = src.at;
+        else seqGrads[i] = src.grads;
       } else if (lf.pooling === 'none') seqGrads[i] = new Float32Array(0);
     });
     if (own.weights) wAll = concat(wParts, Float32Array);
@@ -1002,7 +1019,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
     const res = devGrad
       ? await this.live().backwardDevice(
-          upd, devGrad.pooled.native, (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads)).native)
+          upd, devGrad.pooled.native,
+          (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads, repRows ? { array: repRows, at: devRows } : undefined)).native)
       : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step

@@ -172,6 +172,11 @@ describe('the sharded runtime in device memory', () => {
         plan: (): ShardPlan => S.makePlan(lib, 4, 2, { variant: 'A,Bt,C,D,E', hierarchical: true, wire: { forward: 'fp16', backward: 'bf16' } }),
       },
       { w: W, rpn: W, what: 'sequence outputs of rb and ub tables (pooling none) beside pooled ones', plan: (): ShardPlan => S.makePlan(lib, W, W, { variant: 'A,Bt,C,F,G' }) },
+      // one node: the dp table's and the replicated tiers' rows are synced in device memory, on a 16-bit wire
+      {
+        w: W, rpn: W, tol: 1.6e-2, what: 'bf16 outputs and fp16 gradients on the wire, a dp table and replicated tiers synced in device memory',
+        plan: (): ShardPlan => S.makePlan(lib, W, W, { variant: 'A,Bt,C,D,E', wire: { forward: 'bf16', backward: 'fp16' } }),
+      },
       { w: 4, rpn: 2, what: 'every table of the scenario (sequences, node tiers), hierarchical protocol', plan: (): ShardPlan => S.makePlan(lib, 4, 2, { hierarchical: true }) },
       { w: W, rpn: W, disk: true, what: 'disk-backed shards', plan: (): ShardPlan => S.makePlan(lib, W, W, { variant: 'A,Bt,C' }) },
     ];
