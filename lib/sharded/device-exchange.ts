@@ -359,8 +359,8 @@ async function sequenceGradientsOut(a: DeviceBackwardArgs, send: DeviceArray): P
  * The update batch's sequence gradients in device memory (features back to back, in order; `updIds`: each
  * local feature's ids in the update batch): ub and rb sequence features'
  * from the received message (each source's rows at its first id), the others' (the synced sums of dp
- * tables, replicated and node tiers) copied from `dev` (rows of each feature from dev.at[i]) or written from
- * the host arrays in `host`; zero elsewhere.
+ * tables, replicated and node tiers) copied from the device arrays in `dev` or written from the host
+ * arrays in `host`; zero elsewhere.
  */
 export async function ownerSequenceGradients(
   a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own' | 'wire'>,
@@ -368,7 +368,7 @@ export async function ownerSequenceGradients(
   idOff: readonly (readonly number[])[],
   recv: DeviceArray,
   host: readonly (Float32Array | null)[],
-  dev?: { array: DeviceArray; at: readonly (number | undefined)[] },
+  dev: readonly ({ array: DeviceArray; at: number } | undefined)[],
 ): Promise<DeviceArray> {
   const { L } = a;
   const seqAt = sequenceOffsets(L, (i) => updIds[i]!);
@@ -381,14 +381,13 @@ export async function ownerSequenceGradients(
       if (sl.seg.kind !== 'node' && lf.pooling === 'none') unpack.add(sl.at, lf.dim, seqAt.at[sl.feature]! + idOff[sl.feature]![sl.src]! * lf.dim, lf.dim, sl.rows, lf.dim, false);
     }
   unpack.run(a.scratch, recv, sg);
-  if (dev) {
+  L.localFeatures.forEach((lf, i) => {
+    const d = dev[i];
+    if (!d) return;
     const rows = new Blocks();
-    L.localFeatures.forEach((lf, i) => {
-      const at = dev.at[i];
-      if (at !== undefined) rows.add(at, lf.dim, seqAt.at[i]!, lf.dim, updIds[i]!, lf.dim, false);
-    });
-    rows.run(a.scratch, dev.array, sg);
-  }
+    rows.add(d.at, lf.dim, seqAt.at[i]!, lf.dim, updIds[i]!, lf.dim, false);
+    rows.run(a.scratch, d.array, sg);
+  });
   await Promise.all(
     L.localFeatures.map((lf, i) => {
       const h = host[i];

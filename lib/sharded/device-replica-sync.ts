@@ -7,10 +7,10 @@
 // memory, for the engine's update to read where it is.
 import type { DeviceArray } from '../device-array.js';
 import { concat, wireBytes } from './arrays.js';
-import type { Wire } from './exchange-ops.js';
+import { exchangeOps, type Wire } from './exchange-ops.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout, TableRt } from './local-layout.js';
-import { Blocks, message, type DeviceScratch } from './device-scratch.js';
+import { Blocks, RowSums, message, type DeviceScratch } from './device-scratch.js';
 
 /** One table's rows after the sync: their ids (host, ranks in order) and fp32 gradients from `at` of the result's array. */
 export interface DeviceRowGrads {
@@ -96,3 +96,247 @@ export async function syncReplicatedOnDevice(
   unpack.run(scratch, recv, grads);
   return { grads, rows };
 }
+
+/** Rows on the device: their ids (host) and their fp32 values, `ids.length` rows of the table's width from `at` of `arr`. */
+interface DevRows {
+  ids: BigInt64Array;
+  arr: DeviceArray;
+  at: number;
+  /** how the values are stored: 'fp32', or the wire dtype of a received message */
+  kind: Wire;
+}
+
+/**
+ * replica-sync.ts's exchangeRows in device memory: counts first (uncounted metadata, host), then one
+ * message per peer — every table's ids, then every table's rows in the wire dtype — with allToAllDevice.
+ * `send(d)` gives the rows for rank d, one per table (null: none). Returns per source rank its rows per
+ * table (ids read back; values left in the received message).
+ */
+async function exchangeRowsOnDevice(
+  g: ProcessGroup, wire: Wire, dims: readonly number[], peer: (d: number) => boolean, send: (d: number) => readonly (DevRows | null)[],
+  counters: TrafficCounters, scratch: DeviceScratch, name: string,
+): Promise<DevRows[][]> {
+  const W = g.size, T = dims.length, idw = 8 / wireBytes(wire);
+  const meta = new Float64Array(W * T), mC: number[] = [], lists: (readonly (DevRows | null)[])[] = [];
+  for (let d = 0; d < W; d++) {
+    const l = peer(d) ? send(d) : [];
+    lists.push(l);
+    mC.push(peer(d) ? T : 0);
+    l.forEach((x, k) => (meta[d * T + k] = x?.ids.length ?? 0));
+  }
+  const packed = new Float64Array(mC.reduce((a, b) => a + b, 0));
+  for (let d = 0, o = 0; d < W; o += mC[d]!, d++) packed.set(meta.subarray(d * T, d * T + mC[d]!), o);
+  const mIn = await g.allToAllV(packed, mC, { uncounted: true, recvCounts: mC });
+  const inCount = (p: number, k: number, mo: number) => (mIn.counts[p]! > 0 ? mIn.data[mo + k]! : 0);
+  // the send message: per peer, its ids then its rows, in wire elements
+  const sendSize: number[] = [];
+  for (let d = 0; d < W; d++) sendSize.push(lists[d]!.reduce((a, x, k) => a + (x ? x.ids.length * (idw + dims[k]!) : 0), 0));
+  const sendMsg = message(scratch, `${name}Send`, sendSize.reduce((a, b) => a + b, 0), wire);
+  const byKind = new Map<DeviceArray, { blocks: Blocks; kind: Wire }>();
+  const copy = (from: DevRows, at: number, dim: number) => {
+    let e = byKind.get(from.arr);
+    if (!e) byKind.set(from.arr, (e = { blocks: new Blocks(from.kind, wire), kind: from.kind }));
+    e.blocks.add(from.at, dim, at, dim, from.ids.length, dim, false);
+  };
+  const idParts: { ids: BigInt64Array; at: number }[] = [];
+  for (let d = 0, base = 0; d < W; base += sendSize[d]!, d++) {
+    const l = lists[d]!;
+    const ids = concat(l.flatMap((x) => (x ? [x.ids] : [])), BigInt64Array);
+    if (ids.length > 0) idParts.push({ ids, at: base });
+    let at = base + ids.length * idw;
+    l.forEach((x, k) => {
+      if (!x || x.ids.length === 0) return;
+      copy(x, at, dims[k]!);
+      at += x.ids.length * dims[k]!;
+    });
+  }
+  for (const p of idParts) await sendMsg.write(idElements(p.ids, wire), p.at);
+  for (const [arr, e] of byKind) e.blocks.run(scratch, arr, sendMsg);
+  // what arrives: per source, its ids then its rows
+  const recvSize: number[] = [];
+  for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) {
+    let e = 0;
+    dims.forEach((dim, k) => (e += inCount(p, k, mo) * (idw + dim)));
+    recvSize.push(e);
+  }
+  const recvMsg = message(scratch, `${name}Recv`, recvSize.reduce((a, b) => a + b, 0), wire);
+  await g.allToAllDevice(sendMsg, sendSize, recvMsg, { recvCounts: recvSize, counters });
+  const out: DevRows[][] = [];
+  for (let p = 0, mo = 0, base = 0; p < W; base += recvSize[p]!, mo += mIn.counts[p]!, p++) {
+    const nIds = dims.reduce((a, _, k) => a + inCount(p, k, mo), 0);
+    const ids = new BigInt64Array(nIds);
+    if (nIds > 0) await recvMsg.readInto(idElements(ids, wire), base);
+    const rows: DevRows[] = [];
+    let io = 0, at = base + nIds * idw;
+    dims.forEach((dim, k) => {
+      const n = inCount(p, k, mo);
+      rows.push({ ids: ids.subarray(io, io + n), arr: recvMsg, at, kind: wire });
+      io += n;
+      at += n * dim;
+    });
+    out.push(rows);
+  }
+  g.release(mIn.data);
+  return out;
+}
+
+/**
+ * Lists of rows of one table (width `dim`) summed per distinct id, lists in order (sumByRow of
+ * replica-sync.ts: distinct ids ordered by (id mod m, id), each one's rows in list order, from 0.0f), into
+ * fp32 rows of `into` from `at`; with `round`, the sums rounded to the wire dtype and back (what travels,
+ * and the holder's own copy, hold wire values). Returns the distinct ids and the first of each residue.
+ */
+async function sumRowsOnDevice(
+  lists: readonly DevRows[], dim: number, m: number, wire: Wire, round: boolean, into: DeviceArray, at: number, scratch: DeviceScratch, name: string,
+): Promise<{ ids: BigInt64Array; start: number[] }> {
+  const ids = concat(lists.map((l) => l.ids), BigInt64Array);
+  const uq = exchangeOps().unique(ids, m);
+  const start = [0];
+  for (let j = 0; j < m; j++) start.push(start[j]! + uq.counts[j]!);
+  // every list's rows as fp32, back to back, then one sum per distinct id
+  const flat = scratch.get(`${name}In`, ids.length * dim);
+  gatherRows(lists, dim, flat, 0, scratch);
+  const sums = new RowSums();
+  // one id per bag: id i reads row i of `flat`, scale 1 (sumByRow's gradUnique)
+  sums.add(flat, dim, uq.inverse, uq.values.length, dim, into, at, [{ lengths: new Int32Array(ids.length).fill(1), weights: null, fullLen: null, mean: false, seqPos: null, col: 0 }]);
+  await sums.run(scratch);
+  if (round && wire !== 'fp32' && uq.values.length > 0) {
+    const n = uq.values.length * dim;
+    const w = message(scratch, `${name}Round`, n, wire);
+    const to = new Blocks('fp32', wire), back = new Blocks(wire, 'fp32');
+    to.add(at, n, 0, n, 1, n, false);
+    back.add(0, n, at, n, 1, n, false);
+    to.run(scratch, into, w);
+    back.run(scratch, w, into);
+  }
+  return { ids: uq.values, start };
+}
+
+/** Rows of the lists, in list order, as one fp32 block per table of `out` (from `at`); returns their ids. */
+function gatherRows(lists: readonly DevRows[], dim: number, out: DeviceArray, at: number, scratch: DeviceScratch): BigInt64Array {
+  const byArr = new Map<DeviceArray, Blocks>();
+  let o = 0;
+  for (const l of lists) {
+    let b = byArr.get(l.arr);
+    if (!b) byArr.set(l.arr, (b = new Blocks(l.kind, 'fp32')));
+    b.add(l.at, dim, at + o * dim, dim, l.ids.length, dim, false);
+    o += l.ids.length;
+  }
+  for (const [arr, b] of byArr) b.run(scratch, arr, out);
+  return concat(lists.map((l) => l.ids), BigInt64Array);
+}
+
+/**
+ * dp tables and replicated tiers, hierarchical protocol, in device memory: replica-sync.ts's
+ * syncReplicatedHier step by step (to the row's holder in the node, node sums, rail-aligned across nodes,
+ * global sums, back to every rank of the node), every value rounded to the wire dtype whenever it
+ * travels and for the holder's own copy, with the same collectives and bytes. Returns, per plan table
+ * index, every distinct row once with its global sum (fp32 in the returned array).
+ */
+export async function syncReplicatedHierOnDevice(
+  L: LocalLayout, g: ProcessGroup, wire: Wire, local: readonly { table: TableRt; ids: BigInt64Array; at: number }[], sums: DeviceArray,
+  counters: TrafficCounters, scratch: DeviceScratch,
+): Promise<{ grads: DeviceArray; rows: Map<number, DeviceRowGrads> }> {
+  const rpn = L.rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn, nodes = L.W / rpn;
+  const rows = new Map<number, DeviceRowGrads>();
+  const dims = local.map((x) => x.table.table.dim);
+  const inNode = (d: number) => L.nodeOf(d) === node;
+  const layout = (n: readonly number[]) => {
+    const at: number[] = [];
+    let t = 0;
+    n.forEach((x, k) => (at.push(t), (t += x * dims[k]!)));
+    return { at, total: t };
+  };
+  // 1. this rank's rows ordered by the local index of their holder, rounded as they travel
+  const mineAt = layout(local.map((x) => x.ids.length));
+  const mineArr = scratch.get('hierMine', mineAt.total);
+  const mine: { ids: BigInt64Array; start: number[] }[] = [];
+  for (const [k, x] of local.entries())
+    mine.push(await sumRowsOnDevice([{ ids: x.ids, arr: sums, at: x.at, kind: 'fp32' }], dims[k]!, rpn, wire, false, mineArr, mineAt.at[k]!, scratch, 'hierMineSum'));
+  const atHolder = await exchangeRowsOnDevice(g, wire, dims, inNode, (d) => mine.map((m, k) => {
+    const a = m.start[d % rpn]!, b = m.start[(d % rpn) + 1]!;
+    return { ids: m.ids.subarray(a, b), arr: mineArr, at: mineAt.at[k]! + a * dims[k]!, kind: 'fp32' };
+  }), counters, scratch, 'hierHolder');
+  // 2. the node sums of this rank's rows (rounded: they travel, and this rank keeps its own)
+  const reduce = async (lists: (k: number) => DevRows[], name: string): Promise<DevRows[]> => {
+    const n = dims.map((_, k) => lists(k).reduce((a, l) => a + l.ids.length, 0));
+    const lay = layout(n), arr = scratch.get(name, lay.total);
+    const out: DevRows[] = [];
+    for (let k = 0; k < dims.length; k++) {
+      const r = await sumRowsOnDevice(lists(k), dims[k]!, 1, wire, true, arr, lay.at[k]!, scratch, `${name}Sum`);
+      out.push({ ids: r.ids, arr, at: lay.at[k]!, kind: 'fp32' });
+    }
+    return out;
+  };
+  const nodeSum = await reduce((k) => Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!), 'hierNode');
+  // 3. rail-aligned across nodes
+  const rail = await exchangeRowsOnDevice(g, wire, dims, (d) => d % rpn === slot && !inNode(d), () => nodeSum, counters, scratch, 'hierRail');
+  // 4. the global sums, nodes in order
+  const globalSum = await reduce((k) => Array.from({ length: nodes }, (_, m) => (m === node ? nodeSum[k]! : rail[m * rpn + slot]![k]!)), 'hierGlobal');
+  // 5. to every rank of the node
+  const all = await exchangeRowsOnDevice(g, wire, dims, inNode, () => globalSum, counters, scratch, 'hierAll');
+  const n = dims.map((_, k) => Array.from({ length: rpn }, (_, q) => all[node * rpn + q]![k]!.ids.length).reduce((a, b) => a + b, 0));
+  const lay = layout(n), grads = scratch.get('hierResult', lay.total);
+  local.forEach((x, k) => {
+    const ids = gatherRows(Array.from({ length: rpn }, (_, q) => all[node * rpn + q]![k]!), dims[k]!, grads, lay.at[k]!, scratch);
+    rows.set(x.table.index, { ids, at: lay.at[k]! });
+  });
+  return { grads, rows };
+}
+
+/**
+ * Node tiers in device memory: replica-sync.ts's syncNodeTiers with `parts` (per table, the rows this
+ * rank's node asked this rank for and their gradients, in received messages) summed per row on the
+ * device (rounded to the wire dtype), exchanged with the same holder on every other node, and every
+ * node's list laid out in node order for the rows this rank holds.
+ */
+export async function syncNodeTiersOnDevice(
+  L: LocalLayout, g: ProcessGroup, wire: Wire, parts: ReadonlyMap<number, DevRows[]>, counters: TrafficCounters, scratch: DeviceScratch,
+): Promise<{ grads: DeviceArray; rows: Map<number, DeviceRowGrads> }> {
+  const W = L.W, rpn = L.rpn, r = L.rank;
+  const rows = new Map<number, DeviceRowGrads>();
+  const nodeTables = L.tables.filter((rt) => rt.N > 0);
+  const dims = nodeTables.map((rt) => rt.table.dim);
+  let total = 0;
+  const sumAt = nodeTables.map((rt, k) => {
+    const a = total;
+    total += (parts.get(rt.index) ?? []).reduce((n, l) => n + l.ids.length, 0) * dims[k]!;
+    return a;
+  });
+  const sumArr = scratch.get('nodeTierSums', total);
+  const sums: (DevRows | null)[] = [];
+  for (const [k, rt] of nodeTables.entries()) {
+    const np = parts.get(rt.index);
+    if (!np) {
+      sums.push(null);
+      continue;
+    }
+    const s = await sumRowsOnDevice(np, dims[k]!, 1, wire, true, sumArr, sumAt[k]!, scratch, 'nodeTierSum');
+    sums.push({ ids: s.ids, arr: sumArr, at: sumAt[k]!, kind: 'fp32' });
+  }
+  const nodes = W / rpn, myNode = L.nodeOf(r);
+  const fromPeer = nodes > 1 ? await exchangeRowsOnDevice(g, wire, dims, (d) => d % rpn === r % rpn && L.nodeOf(d) !== myNode, () => sums, counters, scratch, 'nodeTierRail') : [];
+  const lists = nodeTables.map((rt, k) => {
+    if (L.nodeRowsHeld(rt, r) === 0) return [];
+    const out: DevRows[] = [];
+    for (let m = 0; m < nodes; m++) {
+      const src = m === myNode ? sums[k] : fromPeer[m * rpn + (r % rpn)]![k]!;
+      if (src && src.ids.length > 0) out.push(src);
+    }
+    return out;
+  });
+  let outTotal = 0;
+  const outAt = lists.map((l, k) => {
+    const a = outTotal;
+    outTotal += l.reduce((n, x) => n + x.ids.length, 0) * dims[k]!;
+    return a;
+  });
+  const grads = scratch.get('nodeTierResult', outTotal);
+  nodeTables.forEach((rt, k) => {
+    if (L.nodeRowsHeld(rt, r) === 0) return;
+    rows.set(rt.index, { ids: gatherRows(lists[k]!, dims[k]!, grads, outAt[k]!, scratch), at: outAt[k]! });
+  });
+  return { grads, rows };
+}
+
+export type { DevRows };

@@ -36,7 +36,7 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
 import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
-import { exchangeOps, wireArray, type Wire } from './exchange-ops.js';
+import { exchangeOps, type Wire } from './exchange-ops.js';
 import { loadAddon } from '../native.js';
 import type { GroupAddon } from './binding.js';
 import { LocalLayout, type LocalTable, type TableRt } from './local-layout.js';
@@ -54,7 +54,7 @@ import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
 import { Blocks, RowSums } from './device-scratch.js';
-import { syncReplicatedOnDevice, type DeviceRowGrads } from './device-replica-sync.js';
+import { syncNodeTiersOnDevice, syncReplicatedHierOnDevice, syncReplicatedOnDevice, type DeviceRowGrads, type DevRows } from './device-replica-sync.js';
 import { featureLayout, nodeLayout, ubLayout } from './device-layout.js';
 import { DeviceScratch, deviceExchangeBlocker, divideMeans, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
 
@@ -815,14 +815,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return { ub, node, rep, repAt };
   }
 
-  /** Rows of device gradient sums read into host arrays (the hierarchical replica sync exchanges host arrays). */
-  private readSums(rep: DeviceArray, repAt: readonly number[], repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<Float32Array[]> {
-    return Promise.all(repIds.map(async (u, k) => {
-      const out = this.scratch.f32(u.uq.values.length * repTables[k]!.table.dim);
-      if (out.length > 0) await rep.readInto(out, repAt[k]!);
-      return out;
-    }));
-  }
 
   /** Values of each sequence feature's output (or gradient) for `batch`, features in order. */
   private sequenceSizes(batch: JaggedBatch): Map<string, number> {
@@ -933,48 +925,46 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
     // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
     // (the device path's flat sync keeps the gradients in device memory: device-replica-sync.ts)
+    // (the device path keeps the gradients in device memory: device-replica-sync.ts)
     let updIds: Map<number, { ids: BigInt64Array; grads: Float32Array } | DeviceRowGrads>;
     let repRows: DeviceArray | undefined;
-    if (sums && !L.hier) {
+    if (sums) {
       const local = repTables.map((rt, k) => ({ table: rt, ids: repIds[k]!.uq.values, at: sums.repAt[k]! }));
-      ({ rows: updIds, grads: repRows } = await syncReplicatedOnDevice(L, g, bw, local, sums.rep, counters, this.deviceScratch!));
-    } else {
-      const hostSums = sums ? await this.readSums(sums.rep, sums.repAt, repTables, repIds) : undefined;
-      updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => {
-        const u = repIds[k]!;
-        return { table: rt, ids: u.uq.values, grads: hostSums ? hostSums[k]! : gradOver(u, rt, 0) };
-      }), counters, S);
-    }
+      ({ rows: updIds, grads: repRows } = await (L.hier ? syncReplicatedHierOnDevice : syncReplicatedOnDevice)(L, g, bw, local, sums.rep, counters, this.deviceScratch!));
+    } else
+      updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => ({ table: rt, ids: repIds[k]!.uq.values, grads: gradOver(repIds[k]!, rt, 0) })), counters, S);
     // 4. owner side: the update batch (one optimizer step for everything this rank holds)
     const F = L.localFeatures.length, Btot = ctx.Btot;
     const own = ctx.owner;
     const lengths = own.lengths.slice();
     const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
     const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
-    // the device path's synced rows: where each update feature's gradients start in repRows
-    const devRows: (number | undefined)[] = L.localFeatures.map(() => undefined);
+    // the device path's synced rows: where each update feature's gradients are in device memory
+    const devRows: ({ array: DeviceArray; at: number } | undefined)[] = L.localFeatures.map(() => undefined);
     // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
     const pooledGrad = S.f32(devGrad ? 0 : Btot * L.localPooledDim);
-    // node tier: sum the node's contributions per row (source order), then sync across nodes
+    // node tier: sum the node's contributions per row (source order), then sync across nodes (the device
+    // path: their rows where they arrived, in the gradient message)
     const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    // the received gradients, slot by slot of the owner schedule (the device path laid them out already,
-    // but for the node tiers' rows, which the node-tier sync takes from host memory)
+    const nodeRows = new Map<number, DevRows[]>();
+    // the received gradients, slot by slot of the owner schedule (the device path laid them out already)
     if (gin || devGrad) for (let p = 0; p < W; p++)
       for (const sl of ctx.own.slots[p]!) {
         const s = sl.seg, src = sl.src;
         if (s.kind === 'node') {
+          const ids = ctx.recv[src]!.entries[sl.entry]!.ids;
+          if (devGrad) {
+            let nr = nodeRows.get(s.t);
+            if (!nr) nodeRows.set(s.t, (nr = []));
+            nr.push({ ids, arr: devGrad.recv, at: sl.at, kind: bw });
+            continue;
+          }
           const dim = L.tables[s.t]!.table.dim;
           const gr = S.f32(sl.rows * dim);
-          if (gin) K.unpack(gin.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
-          else if (gr.length > 0) {
-            // the device path's message, read back as wire values
-            const w = wireArray(bw, gr.length);
-            await devGrad!.recv.readInto(w, sl.at);
-            K.unpack(w, 0, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
-          }
+          K.unpack(gin!.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
           let np = nodeParts.get(s.t);
           if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
-          np.ids.push(ctx.recv[src]!.entries[sl.entry]!.ids);
+          np.ids.push(ids);
           np.grads.push(gr);
           continue;
         }
@@ -986,7 +976,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
           K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![src]!, 0, false);
         }
       }
-    const nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);
+    let nodeUpd: Map<number, { ids: BigInt64Array; grads: Float32Array } | DeviceRowGrads>, nodeTierRows: DeviceArray | undefined;
+    if (devGrad) ({ rows: nodeUpd, grads: nodeTierRows } = await syncNodeTiersOnDevice(L, g, bw, nodeRows, counters, this.deviceScratch!));
+    else nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);
     // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
     let wAll: Float32Array | undefined = own.weights;
     let io = 0;
@@ -1010,7 +1002,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
         lengths[i * Btot] = updCounts[i] = src.ids.length;
         idsParts.push(src.ids);
         if (own.weights) wParts.push(new Float32Array(src.ids.length).fill(1));
-        if ('at' in src) devRows[i] = src.at;
+        if ('at' in src) devRows[i] = { array: (lf.kind === 'upd' ? repRows : nodeTierRows)!, at: src.at };
         else seqGrads[i] = src.grads;
       } else if (lf.pooling === 'none') seqGrads[i] = new Float32Array(0);
     });
@@ -1020,7 +1012,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const res = devGrad
       ? await this.live().backwardDevice(
           upd, devGrad.pooled.native,
-          (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads, repRows ? { array: repRows, at: devRows } : undefined)).native)
+          (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads, devRows)).native)
       : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
     // everything received this step has been copied out: give the buffers back for the next step
