@@ -132,11 +132,12 @@ async function exchangeRowsOnDevice(
   const sendSize: number[] = [];
   for (let d = 0; d < W; d++) sendSize.push(lists[d]!.reduce((a, x, k) => a + (x ? x.ids.length * (idw + dims[k]!) : 0), 0));
   const sendMsg = message(scratch, `${name}Send`, sendSize.reduce((a, b) => a + b, 0), wire);
-  const byKind = new Map<DeviceArray, { blocks: Blocks; kind: Wire }>();
+  // the rows packed from wherever they are (fp32 sums, or a message received in the wire dtype), by array
+  const byArr = new Map<DeviceArray, Blocks>();
   const copy = (from: DevRows, at: number, dim: number) => {
-    let e = byKind.get(from.arr);
-    if (!e) byKind.set(from.arr, (e = { blocks: new Blocks(from.kind, wire), kind: from.kind }));
-    e.blocks.add(from.at, dim, at, dim, from.ids.length, dim, false);
+    let b = byArr.get(from.arr);
+    if (!b) byArr.set(from.arr, (b = new Blocks(from.kind, wire)));
+    b.add(from.at, dim, at, dim, from.ids.length, dim, false);
   };
   const idParts: { ids: BigInt64Array; at: number }[] = [];
   for (let d = 0, base = 0; d < W; base += sendSize[d]!, d++) {
@@ -151,7 +152,7 @@ async function exchangeRowsOnDevice(
     });
   }
   for (const p of idParts) await sendMsg.write(idElements(p.ids, wire), p.at);
-  for (const [arr, e] of byKind) e.blocks.run(scratch, arr, sendMsg);
+  for (const [arr, b] of byArr) b.run(scratch, arr, sendMsg);
   // what arrives: per source, its ids then its rows
   const recvSize: number[] = [];
   for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) {
