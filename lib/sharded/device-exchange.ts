@@ -4,11 +4,11 @@
 // message between device buffers, and the requester adds the partial sums, and pools or places the rows,
 // into its outputs there; under the hierarchical protocol the relays reduce, pass on and sum in device
 // memory too. The backward sends the gradients back the same way and hands the engine its gradients in
-// device memory. Host memory is touched at the caller's boundary (the outputs read back after the
-// forward, their gradients written before the backward) and for what the host computes anyway: the index
-// lists of the routing (positions, inverse indices, bag offsets), the ub and node-tier rows' gradient
-// sums, and the syncs of dp tables and hot tiers (host arrays; an owner reads its node-tier rows'
-// gradients back for the node-tier sync). Packing, unpacking, pooling and placing follow the host path's
+// device memory. Host memory is touched at the caller's boundary (the outputs read back after forward(),
+// not after forwardOnDevice(); host gradients written once) and for what the host computes anyway: the
+// index lists of the routing (positions, inverse indices, bag offsets) and the ids; the per-row gradient
+// sums (device-scratch.ts RowSums) and the replica and node-tier syncs (device-replica-sync.ts) run in
+// device memory too. Packing, unpacking, pooling and placing follow the host path's
 // slots (schedule.ts) and order with the kernels of native/cuda/exchange_kernels.h, so every value is
 // bitwise the host path's (disk-backed shards included: their caches live in the engine's device memory).
 // Plans with dynamic tables run the host path, which issues the same collectives in the same order, so a

@@ -1,10 +1,12 @@
-// device-replica-sync.ts — the flat protocol's sync of dp tables and replicated hot tiers on the device path
-// (replica-sync.ts's syncReplicated, same collectives, same bytes): every rank's row ids and their gradient
-// sums all-gathered in one message whose gradient part never leaves device memory. The ids travel in the
-// same message (their bytes as wire elements) and are read back, since the host assembles the update batch;
-// the gradients are rounded to the wire dtype and back on the device with the host's conversions, and land
-// in one device array, every rank's rows of a table in rank order — what syncReplicated returns in host
-// memory, for the engine's update to read where it is.
+// device-replica-sync.ts — the syncs of dp tables, replicated hot tiers and node tiers on the device path,
+// with replica-sync.ts's collectives and bytes: each exchange's counts go through the host (uncounted
+// metadata), then one device message per peer carries its row ids (their bytes as wire elements) and
+// their gradient rows in the wire dtype. The ids are read back, since the host assembles the update batch
+// and the next step's row lists; the gradients never leave device memory: summed per row there
+// (RowSums, in the host's order), rounded to the wire dtype and back wherever the host path rounds them,
+// and laid out for the engine's update to read where they are. Flat protocol: one all-gather
+// (syncReplicatedOnDevice); hierarchical: the node-mate, rail and node steps (syncReplicatedHierOnDevice);
+// node tiers: one rail exchange (syncNodeTiersOnDevice).
 import type { DeviceArray } from '../device-array.js';
 import { concat, wireBytes } from './arrays.js';
 import { exchangeOps, type Wire } from './exchange-ops.js';
