@@ -46,6 +46,15 @@ const FUSED = /\b(fma|mad)(\.rn|\.rz|\.rm|\.rp)?(\.ftz)?(\.sat)?\.f32\b/g;
 const INEXACT = /\.approx\b|\.ftz\b/g;
 const count = (s: string, re: RegExp) => (s.match(re) ?? []).length;
 
+/** No kernel of `ks` fuses or approximates; each op of `ops` appears in `text` as its own rounded instruction. */
+function expectRounded(text: string, ks: Map<string, string>, ops: readonly RegExp[]): void {
+  for (const [name, body] of ks) {
+    expect(count(body, FUSED), name).toBe(0);
+    expect(count(body, INEXACT), name).toBe(0);
+  }
+  for (const op of ops) expect(count(text, op), String(op)).toBeGreaterThan(0);
+}
+
 if (!hasNvcc) console.log('test/cuda/ptx-numerics: nvcc is not on PATH, nothing to compile');
 
 describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)', () => {
@@ -65,15 +74,8 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
       const text = ptx(join(packageRoot, 'native', 'cuda', f));
       const ks = entries(text);
       expect(ks.size).toBeGreaterThan(f === 'forward.cu' ? 5 : 6);
-      for (const [name, body] of ks) {
-        expect(count(body, FUSED), name).toBe(0);
-        expect(count(body, INEXACT), name).toBe(0);
-      }
       // the math is there, as separately rounded instructions
-      expect(count(text, /mul\.rn\.f32/g)).toBeGreaterThan(0);
-      expect(count(text, /add\.rn\.f32/g)).toBeGreaterThan(0);
-      expect(count(text, /div\.rn\.f32/g)).toBeGreaterThan(0);
-      if (f === 'backward.cu') expect(count(text, /sqrt\.rn\.f32/g)).toBeGreaterThan(0);
+      expectRounded(text, ks, [/mul\.rn\.f32/g, /add\.rn\.f32/g, /div\.rn\.f32/g, ...(f === 'backward.cu' ? [/sqrt\.rn\.f32/g] : [])]);
     });
   }
 
@@ -81,13 +83,7 @@ describe.runIf(hasNvcc)('fp32 instructions of the CUDA kernels (PTX, compute_90)
     const text = ptx(join(packageRoot, 'native', 'cuda', 'exchange_kernels.cu'));
     const ks = entries(text);
     expect(ks.size).toBe(5);
-    for (const [name, body] of ks) {
-      expect(count(body, FUSED), name).toBe(0);
-      expect(count(body, INEXACT), name).toBe(0);
-    }
-    expect(count(text, /mul\.rn\.f32/g)).toBeGreaterThan(0);
-    expect(count(text, /add\.rn\.f32/g)).toBeGreaterThan(0);
-    expect(count(text, /div\.rn\.f32/g)).toBeGreaterThan(0);
+    expectRounded(text, ks, [/mul\.rn\.f32/g, /add\.rn\.f32/g, /div\.rn\.f32/g]);
   });
 
   it('rows.cu: only init_kernel (normal init, host-computed in practice) holds fma; none approximates', slow, () => {
