@@ -457,17 +457,14 @@ export class EmbeddingCollection extends EngineOwner {
     if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
     for (const key of Object.keys(options))
       if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
+    // device gradients (checked there), or host arrays per sequence feature
     const device = this.deviceGradients(out.batch, grads);
-    if (device) {
-      const p = this.pending.get(out);
-      const own = p !== undefined && p.batch === out.batch;
-      return { device, dynamic: undefined, native: own ? p.native : this.nativeBatch(out.batch), prepared: own ? p.prepared : undefined, pooled: null, seq: [], consume: own && options.keepOutput !== true };
-    }
     const host = grads as Gradients;
-    const seq = this.featureInfo.map((f) => (f.pooling === 'none' ? host.sequences?.[f.name] ?? null : null));
-    for (const name of Object.keys(host.sequences ?? {}))
-      if (!this.sequenceFeatures.includes(name))
-        throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
+    const seq = device ? [] : this.featureInfo.map((f) => (f.pooling === 'none' ? host.sequences?.[f.name] ?? null : null));
+    if (!device)
+      for (const name of Object.keys(host.sequences ?? {}))
+        if (!this.sequenceFeatures.includes(name))
+          throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
     // the output exactly as this collection's forward returned it (same batch): reuse its prepared batch
     const p = this.pending.get(out);
     const own = p !== undefined && p.batch === out.batch;
@@ -478,11 +475,11 @@ export class EmbeddingCollection extends EngineOwner {
       this.checkFresh(p.dynamic);
     }
     return {
-      device: undefined,
+      device,
       dynamic: own ? p.dynamic : undefined,
       native: own ? p.native : this.nativeBatch(out.batch),
       prepared: own ? p.prepared : undefined,
-      pooled: host.pooled ?? null,
+      pooled: device ? null : host.pooled ?? null,
       seq,
       consume: own && options.keepOutput !== true,
     };
