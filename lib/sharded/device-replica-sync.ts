@@ -42,60 +42,26 @@ export async function syncReplicatedOnDevice(
   scratch: DeviceScratch,
 ): Promise<{ grads: DeviceArray; rows: Map<number, DeviceRowGrads> }> {
   const W = L.W, T = local.length;
-  const rows = new Map<number, DeviceRowGrads>();
-  const cnt = local.map((x) => x.ids.length);
-  const c = await g.allGather(Float64Array.from(cnt), { uncounted: true, recvCounts: new Array(W).fill(T) });
-  const n = (p: number, k: number) => c.data[p * T + k]!;
+  const dims = local.map((x) => x.table.table.dim);
+  const c = await g.allGather(Float64Array.from(local.map((x) => x.ids.length)), { uncounted: true, recvCounts: new Array(W).fill(T) });
+  const counts = (p: number) => dims.map((_, k) => c.data[p * T + k]!);
   // every rank's message in wire elements: its ids (8 bytes each), then its gradient rows, tables in order
-  const idw = 8 / wireBytes(wire);
-  const size: number[] = [], base: number[] = [];
-  let total = 0;
-  for (let p = 0; p < W; p++) {
-    let e = 0;
-    local.forEach((x, k) => (e += n(p, k) * (idw + x.table.table.dim)));
-    base.push(total), size.push(e), (total += e);
-  }
-  const idsOf = (p: number) => local.reduce((a, _, k) => a + n(p, k), 0);
+  const size = Array.from({ length: W }, (_, p) => partSize(counts(p), dims, wire));
   const send = message(scratch, 'repSyncSend', size[L.rank]!, wire);
-  const myIds = concat(local.map((x) => x.ids), BigInt64Array);
-  if (myIds.length > 0) await send.write(idElements(myIds, wire), 0);
-  const pack = new Blocks('fp32', wire);
-  let at = myIds.length * idw;
-  for (const x of local) {
-    const dim = x.table.table.dim;
-    pack.add(x.at, dim, at, dim, x.ids.length, dim, false);
-    at += x.ids.length * dim;
-  }
-  pack.run(scratch, sums, send);
-  const recv = message(scratch, 'repSyncRecv', total, wire);
+  const blocks = new Map<DeviceArray, Blocks>();
+  await writePart(send, 0, local.map((x) => ({ ids: x.ids, arr: sums, at: x.at, kind: 'fp32' })), dims, wire, blocks);
+  runBlocks(blocks, scratch, send);
+  const recv = message(scratch, 'repSyncRecv', size.reduce((a, b) => a + b, 0), wire);
   await g.allGatherDevice(send, size[L.rank]!, recv, { recvCounts: size, counters });
   // per table: every rank's rows in rank order, the gradients back to fp32 on the device
-  const tableAt: number[] = [];
-  let outTotal = 0;
-  local.forEach((x, k) => {
-    let m = 0;
-    for (let p = 0; p < W; p++) m += n(p, k);
-    tableAt.push(outTotal);
-    outTotal += m * x.table.table.dim;
-    rows.set(x.table.index, { ids: new BigInt64Array(m), at: tableAt[k]! });
-  });
-  const grads = scratch.get('repSyncGrads', outTotal);
-  const unpack = new Blocks(wire, 'fp32');
-  const filled = local.map(() => 0);
-  for (let p = 0; p < W; p++) {
-    const ids = new BigInt64Array(idsOf(p));
-    if (ids.length > 0) await recv.readInto(idElements(ids, wire), base[p]!);
-    let io = 0, go = base[p]! + ids.length * idw;
-    local.forEach((x, k) => {
-      const m = n(p, k), dim = x.table.table.dim, r = rows.get(x.table.index)!;
-      r.ids.set(ids.subarray(io, io + m), filled[k]!);
-      unpack.add(go, dim, tableAt[k]! + filled[k]! * dim, dim, m, dim, false);
-      filled[k]! += m;
-      io += m;
-      go += m * dim;
-    });
-  }
-  unpack.run(scratch, recv, grads);
+  const parts: DevRows[][] = [];
+  for (let p = 0, base = 0; p < W; base += size[p]!, p++) parts.push(await readPart(recv, base, counts(p), dims, wire));
+  const at: number[] = [];
+  let total = 0;
+  dims.forEach((dim, k) => (at.push(total), (total += parts.reduce((a, x) => a + x[k]!.ids.length, 0) * dim)));
+  const grads = scratch.get('repSyncGrads', total);
+  const rows = new Map<number, DeviceRowGrads>();
+  local.forEach((x, k) => rows.set(x.table.index, { ids: gatherRows(parts.map((r) => r[k]!), dims[k]!, grads, at[k]!, scratch), at: at[k]! }));
   return { grads, rows };
 }
 
@@ -118,69 +84,69 @@ async function exchangeRowsOnDevice(
   g: ProcessGroup, wire: Wire, dims: readonly number[], peer: (d: number) => boolean, send: (d: number) => readonly (DevRows | null)[],
   counters: TrafficCounters, scratch: DeviceScratch, name: string,
 ): Promise<DevRows[][]> {
-  const W = g.size, T = dims.length, idw = 8 / wireBytes(wire);
-  const meta = new Float64Array(W * T), mC: number[] = [], lists: (readonly (DevRows | null)[])[] = [];
-  for (let d = 0; d < W; d++) {
-    const l = peer(d) ? send(d) : [];
-    lists.push(l);
-    mC.push(peer(d) ? T : 0);
-    l.forEach((x, k) => (meta[d * T + k] = x?.ids.length ?? 0));
-  }
-  const packed = new Float64Array(mC.reduce((a, b) => a + b, 0));
-  for (let d = 0, o = 0; d < W; o += mC[d]!, d++) packed.set(meta.subarray(d * T, d * T + mC[d]!), o);
-  const mIn = await g.allToAllV(packed, mC, { uncounted: true, recvCounts: mC });
-  const inCount = (p: number, k: number, mo: number) => (mIn.counts[p]! > 0 ? mIn.data[mo + k]! : 0);
+  const W = g.size, T = dims.length;
+  const lists = Array.from({ length: W }, (_, d) => (peer(d) ? send(d) : []));
+  // counts per peer and table (uncounted metadata)
+  const mC = lists.map((_, d) => (peer(d) ? T : 0));
+  const meta = concat(lists.filter((_, d) => peer(d)).map((l) => Float64Array.from(dims, (_, k) => l[k]?.ids.length ?? 0)), Float64Array);
+  const mIn = await g.allToAllV(meta, mC, { uncounted: true, recvCounts: mC });
+  const inCounts: number[][] = [];
+  for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) inCounts.push(dims.map((_, k) => (mIn.counts[p]! > 0 ? mIn.data[mo + k]! : 0)));
+  g.release(mIn.data);
   // the send message: per peer, its ids then its rows, in wire elements
-  const sendSize: number[] = [];
-  for (let d = 0; d < W; d++) sendSize.push(lists[d]!.reduce((a, x, k) => a + (x ? x.ids.length * (idw + dims[k]!) : 0), 0));
+  const sendSize = lists.map((l) => partSize(dims.map((_, k) => l[k]?.ids.length ?? 0), dims, wire));
   const sendMsg = message(scratch, `${name}Send`, sendSize.reduce((a, b) => a + b, 0), wire);
-  // the rows packed from wherever they are (fp32 sums, or a message received in the wire dtype), by array
-  const byArr = new Map<DeviceArray, Blocks>();
-  const copy = (from: DevRows, at: number, dim: number) => {
-    let b = byArr.get(from.arr);
-    if (!b) byArr.set(from.arr, (b = new Blocks(from.kind, wire)));
-    b.add(from.at, dim, at, dim, from.ids.length, dim, false);
-  };
-  const idParts: { ids: BigInt64Array; at: number }[] = [];
-  for (let d = 0, base = 0; d < W; base += sendSize[d]!, d++) {
-    const l = lists[d]!;
-    const ids = concat(l.flatMap((x) => (x ? [x.ids] : [])), BigInt64Array);
-    if (ids.length > 0) idParts.push({ ids, at: base });
-    let at = base + ids.length * idw;
-    l.forEach((x, k) => {
-      if (!x || x.ids.length === 0) return;
-      copy(x, at, dims[k]!);
-      at += x.ids.length * dims[k]!;
-    });
-  }
-  for (const p of idParts) await sendMsg.write(idElements(p.ids, wire), p.at);
-  for (const [arr, b] of byArr) b.run(scratch, arr, sendMsg);
+  const blocks = new Map<DeviceArray, Blocks>();
+  for (let d = 0, base = 0; d < W; base += sendSize[d]!, d++) await writePart(sendMsg, base, lists[d]!, dims, wire, blocks);
+  runBlocks(blocks, scratch, sendMsg);
   // what arrives: per source, its ids then its rows
-  const recvSize: number[] = [];
-  for (let p = 0, mo = 0; p < W; mo += mIn.counts[p]!, p++) {
-    let e = 0;
-    dims.forEach((dim, k) => (e += inCount(p, k, mo) * (idw + dim)));
-    recvSize.push(e);
-  }
+  const recvSize = inCounts.map((n) => partSize(n, dims, wire));
   const recvMsg = message(scratch, `${name}Recv`, recvSize.reduce((a, b) => a + b, 0), wire);
   await g.allToAllDevice(sendMsg, sendSize, recvMsg, { recvCounts: recvSize, counters });
   const out: DevRows[][] = [];
-  for (let p = 0, mo = 0, base = 0; p < W; base += recvSize[p]!, mo += mIn.counts[p]!, p++) {
-    const nIds = dims.reduce((a, _, k) => a + inCount(p, k, mo), 0);
-    const ids = new BigInt64Array(nIds);
-    if (nIds > 0) await recvMsg.readInto(idElements(ids, wire), base);
-    const rows: DevRows[] = [];
-    let io = 0, at = base + nIds * idw;
-    dims.forEach((dim, k) => {
-      const n = inCount(p, k, mo);
-      rows.push({ ids: ids.subarray(io, io + n), arr: recvMsg, at, kind: wire });
-      io += n;
-      at += n * dim;
-    });
-    out.push(rows);
-  }
-  g.release(mIn.data);
+  for (let p = 0, base = 0; p < W; base += recvSize[p]!, p++) out.push(await readPart(recvMsg, base, inCounts[p]!, dims, wire));
   return out;
+}
+
+/** Wire elements of one peer's part of a message: `n[k]` ids (8 bytes each) and rows of dims[k] per table. */
+function partSize(n: readonly number[], dims: readonly number[], wire: Wire): number {
+  const idw = 8 / wireBytes(wire);
+  return n.reduce((a, x, k) => a + x * (idw + dims[k]!), 0);
+}
+
+/**
+ * One peer's part of a message from `base`: every table's ids (written now), then every table's rows in
+ * the wire dtype (their copies added to `blocks`, one list per source array, for runBlocks).
+ */
+async function writePart(msg: DeviceArray, base: number, rows: readonly (DevRows | null)[], dims: readonly number[], wire: Wire, blocks: Map<DeviceArray, Blocks>): Promise<void> {
+  const ids = concat(rows.flatMap((x) => (x ? [x.ids] : [])), BigInt64Array);
+  if (ids.length > 0) await msg.write(idElements(ids, wire), base);
+  let at = base + (ids.length * 8) / wireBytes(wire);
+  rows.forEach((x, k) => {
+    if (!x || x.ids.length === 0) return;
+    let b = blocks.get(x.arr);
+    if (!b) blocks.set(x.arr, (b = new Blocks(x.kind, wire)));
+    b.add(x.at, dims[k]!, at, dims[k]!, x.ids.length, dims[k]!, false);
+    at += x.ids.length * dims[k]!;
+  });
+}
+
+function runBlocks(blocks: ReadonlyMap<DeviceArray, Blocks>, scratch: DeviceScratch, dst: DeviceArray): void {
+  for (const [src, b] of blocks) b.run(scratch, src, dst);
+}
+
+/** One source's part of a received message from `base` (`n[k]` rows per table): its ids read back, its rows left in `msg`. */
+async function readPart(msg: DeviceArray, base: number, n: readonly number[], dims: readonly number[], wire: Wire): Promise<DevRows[]> {
+  const ids = new BigInt64Array(n.reduce((a, b) => a + b, 0));
+  if (ids.length > 0) await msg.readInto(idElements(ids, wire), base);
+  const rows: DevRows[] = [];
+  let io = 0, at = base + (ids.length * 8) / wireBytes(wire);
+  dims.forEach((dim, k) => {
+    rows.push({ ids: ids.subarray(io, io + n[k]!), arr: msg, at, kind: wire });
+    io += n[k]!;
+    at += n[k]! * dim;
+  });
+  return rows;
 }
 
 /**
@@ -225,7 +191,7 @@ function gatherRows(lists: readonly DevRows[], dim: number, out: DeviceArray, at
     b.add(l.at, dim, at + o * dim, dim, l.ids.length, dim, false);
     o += l.ids.length;
   }
-  for (const [arr, b] of byArr) b.run(scratch, arr, out);
+  runBlocks(byArr, scratch, out);
   return concat(lists.map((l) => l.ids), BigInt64Array);
 }
 
