@@ -48,6 +48,7 @@ inline DenseModelSpec read_dense_spec(Napi::Env env, Napi::Object c) {
 struct SparseArg {
   Napi::Float32Array host;
   DeviceBuffer dev;
+  Napi::Value array;  // the DeviceArray the device buffer came from (kept alive by the call)
   bool onDevice = false;
   float* ptr() const { return onDevice ? static_cast<float*>(dev.ptr) : host.IsEmpty() ? nullptr : const_cast<Napi::Float32Array&>(host).Data(); }
 };
@@ -62,6 +63,7 @@ inline SparseArg read_sparse(Napi::Env env, Napi::Value v, const std::string& fi
       throw_error(env, "INVALID_ARGUMENT", field + " is on cuda:" + std::to_string(a.dev.device) + ", the model on cuda:" + std::to_string(device));
     if (a.dev.count != n)
       throw_error(env, "LENGTH_MISMATCH", field + " has " + std::to_string(a.dev.count) + " elements; expected " + std::to_string(n));
+    a.array = v;
     a.onDevice = true;
     return a;
   }

@@ -80,9 +80,9 @@ class ForwardBottomWorker : public ModelWorker<Wrap> {
 
 // Keeps a call's sparse argument alive until it settles: the JS array or object, and a device buffer's memory.
 template <class Worker>
-void keep_sparse(Worker* w, const dense_model_args::SparseArg& a, Napi::Value v) {
+void keep_sparse(Worker* w, const dense_model_args::SparseArg& a) {
   if (!a.host.IsEmpty()) w->Keep(a.host);
-  if (a.onDevice) w->Keep(v);
+  if (a.onDevice) w->Keep(a.array);
 }
 
 template <class Wrap>
@@ -178,7 +178,7 @@ Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
   self->claim(env);
   auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse, in.B);
   w->Keep(in.dense);
-  keep_sparse(w, in.sparse, info[1]);
+  keep_sparse(w, in.sparse);
   return w->Start();
 }
 
@@ -193,9 +193,8 @@ Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
                                             a.logits.IsEmpty() ? nullptr : a.logits.Data(), a.bottomReady);
   w->Keep(a.in.dense);
   w->Keep(a.labels);
-  keep_sparse(w, a.in.sparse, info[1]);
-  if (a.sparseGrad.onDevice) w->Keep(info[4].As<Napi::Object>().Get("sparseGrad"));
-  else if (!a.sparseGrad.host.IsEmpty()) w->Keep(a.sparseGrad.host);
+  keep_sparse(w, a.in.sparse);
+  keep_sparse(w, a.sparseGrad);
   if (!a.logits.IsEmpty()) w->Keep(a.logits);
   return w->Start();
 }
