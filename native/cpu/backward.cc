@@ -4,15 +4,17 @@
 //      range-checking raw ids on the way, then reject non-finite gradients (or skip the step:
 //      core/gradients.h) — all before anything changes;
 //   2. group each row's contributions in id order: by owner partition (collections of at most 2^28
-//      rows: count per partition, one stable scatter, then an in-cache counting sort per partition
-//      that also lists the touched rows) or, for larger collections, by a stable radix sort of
-//      (key, position) pairs;
+//      rows: count per partition, one stable scatter of (key, id, bag), then an in-cache counting sort
+//      per partition that finds the rows with one contribution and lists the others) or, for larger
+//      collections, by a stable radix sort of (key, position) pairs;
 //   3. sum each row's contributions in that fixed order in fp32 (gradient rows prefetched ahead), then
 //      apply ONE optimizer update per row with the shared host-device rules of core/optim.h, rows in
 //      ascending order, the weights and state of the rows kRowAhead rows (partitioned) or
-//      contributions (sorted) ahead prefetched.
-// Both groupings add the same values in the same order, so results are bitwise the same whatever the
-// grouping, the thread count or the ISA copy.
+//      contributions (sorted) ahead prefetched; with partitions, the rows with one contribution after
+//      the others, in id order (their gradient rows read in order, weights kSingleAhead ahead).
+// Every grouping adds the same values in the same order (a row's one contribution is 0 + g · scale, as
+// in a run of one), so results are bitwise the same whatever the grouping, the thread count or the ISA
+// copy.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -33,6 +35,17 @@
 
 namespace embshard {
 
+namespace cpu {
+// Where the gradient rows of one batch slot (feature) are.
+struct GradSource {
+  const float* base;  // pooled: pooledGrad + the feature's column; sequence: the feature's gradient
+  int64_t stride;     // pooled: pooledDim per sample; sequence: dim per id
+  int64_t begin;      // the slot's first id
+  Pooling pooling;
+  uint32_t dim;       // the table's width
+};
+}  // namespace cpu
+
 namespace {
 
 constexpr int64_t kRowAhead = 12;   // rows (sorted positions) ahead for weight/state prefetch
@@ -48,14 +61,7 @@ struct RowTarget {
   DType dtype;
 };
 
-// Where the gradient rows of one batch slot (feature) are.
-struct GradSource {
-  const float* base;  // pooled: pooledGrad + the feature's column; sequence: the feature's gradient
-  int64_t stride;     // pooled: pooledDim per sample; sequence: dim per id
-  int64_t begin;      // the slot's first id
-  Pooling pooling;
-  uint32_t dim;       // the table's width
-};
+using cpu::GradSource;
 
 // The contributions in sorted order, as the update stream reads them: grad(j) and scale(j) of sorted
 // position j (and key(j), for the sorted path, whose runs are found by comparing keys). Two layouts:
@@ -148,6 +154,12 @@ inline void accumulate(const UpdateArgs<Src>& a, float* acc, int64_t j, int64_t 
 inline void prefetch_target(const RowTarget& t, uint64_t key) {
   cpu::prefetch_lines<1, 0>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
   if (t.statePerRow) cpu::prefetch_lines<1, 0>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
+}
+
+// The same with the T2 hint (prefetcht2), measured best for rows updated in id order.
+inline void prefetch_target_t2(const RowTarget& t, uint64_t key) {
+  cpu::prefetch_lines<0, 1>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
+  if (t.statePerRow) cpu::prefetch_lines<0, 1>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
 }
 
 // The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
@@ -355,6 +367,8 @@ constexpr int kMaxPartitionBits = 12;
 constexpr int kMaxRangeBits = 16;
 
 using cpu::Contribution;
+using cpu::PartitionEntry;
+using cpu::SingleContribution;
 
 // Pass A over bags [lo, hi): keys[i] for every id, counts per partition.
 int64_t count_range(const PreparedBatch& b, const SlotRows* slot, uint32_t* keys, uint32_t* count, int shift, int64_t lo, int64_t hi) {
@@ -364,34 +378,41 @@ int64_t count_range(const PreparedBatch& b, const SlotRows* slot, uint32_t* keys
   });
 }
 
-// Pass B over bags [lo, hi): each contribution to out[cursor[its partition]++].
-void scatter_bags(const PreparedBatch& b, const GradSource* grad, const uint32_t* keys, uint32_t* cursor, Contribution* out,
-                  int shift, int64_t lo, int64_t hi) {
+// Pass B over bags [lo, hi): each id to out[cursor[its partition]++].
+void scatter_ids(const PreparedBatch& b, const uint32_t* keys, uint32_t* cursor, PartitionEntry* out, int shift, int64_t lo, int64_t hi) {
   const int64_t* off = b.offsets.data();
-  for (int64_t bag = lo; bag < hi; ++bag) {
-    const GradSource& g = grad[bag / b.B];
-    for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
-      Contribution& c = out[cursor[keys[i] >> shift]++];
-      c.key = keys[i];
-      gradient_of(b, g, bag, i, &c.g, &c.scale);
-    }
-  }
+  for (int64_t bag = lo; bag < hi; ++bag)
+    for (int64_t i = off[bag]; i < off[bag + 1]; ++i)
+      out[cursor[keys[i] >> shift]++] = PartitionEntry{keys[i], static_cast<uint32_t>(i), static_cast<uint32_t>(bag)};
 }
 
 struct PartitionArgs {
-  const Contribution* c;
+  const PartitionEntry* e;
   const uint32_t* partStart;  // [partitions + 1]
   int shift;
+  const PreparedBatch* b;
+  const GradSource* grad;     // per batch slot
+  uint8_t* single;            // per id, written here: whether its row has no other contribution
   const uint64_t* tableEnd;   // per table: its first key past the end
   const RowTarget* target;    // per table
   cpu::UpdateContext uctx;
   bool sr;                    // stochastic rounding
 };
 
-// Copies the contributions of partitions [pLo, pHi) into s.sorted sorted by row, stably (each row's
-// contributions stay in id order): a counting sort per partition over its 2^shift rows, whose counters
-// and touched-row bitmap stay in cache. Row u of the result (ascending) is s.rows[u], its contributions
-// s.sorted[s.runStart[u], s.runStart[u + 1]). Returns the number of rows.
+inline Contribution contribution_of(const PartitionArgs& a, const PartitionEntry& e) {
+  Contribution c;
+  c.key = e.key;
+  gradient_of(*a.b, a.grad[e.bag / static_cast<uint32_t>(a.b->B)], e.bag, e.pos, &c.g, &c.scale);
+  return c;
+}
+
+constexpr uint32_t kSingleRow = 0xffffffffu;  // pos[] mark of a row with one contribution
+
+// Marks the ids of partitions [pLo, pHi) whose row has no other contribution (a.single) and copies the
+// contributions of the other rows into s.sorted sorted by row, stably (each row's contributions stay in
+// id order): a counting sort per partition over its 2^shift rows, whose counters and touched-row bitmap
+// stay in cache. Row u of the result (ascending) is s.rows[u], its contributions
+// s.sorted[s.runStart[u], s.runStart[u + 1]). Returns the number of those rows.
 inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s, int64_t pLo, int64_t pHi) {
   const uint32_t words = ((uint32_t(1) << a.shift) + 63) / 64;
   uint64_t* __restrict seen = s.seen.data();  // all clear between partitions
@@ -403,16 +424,12 @@ inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s
   for (int64_t p = pLo; p < pHi; ++p) {
     const uint32_t begin = a.partStart[p], end = a.partStart[p + 1];
     if (end - begin <= 1) {
-      if (end > begin) {
-        rows[u] = a.c[begin].key;
-        runStart[u++] = o;
-        out[o++] = a.c[begin];
-      }
+      if (end > begin) a.single[a.e[begin].pos] = 1;
       continue;
     }
     const uint32_t base = static_cast<uint32_t>(uint64_t(p) << a.shift);
     for (uint32_t j = begin; j < end; ++j) {
-      const uint32_t local = a.c[j].key - base;
+      const uint32_t local = a.e[j].key - base;
       const uint64_t bit = uint64_t(1) << (local & 63);
       if (!(seen[local >> 6] & bit)) {
         seen[local >> 6] |= bit;
@@ -425,6 +442,10 @@ inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s
       for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
         const uint32_t local = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
         const uint32_t n = pos[local];
+        if (n == 1) {
+          pos[local] = kSingleRow;
+          continue;
+        }
         rows[u] = base + local;
         runStart[u++] = o;
         pos[local] = o;
@@ -432,7 +453,12 @@ inline uint32_t sort_partitions(const PartitionArgs& a, cpu::PartitionScratch& s
       }
       seen[w] = 0;
     }
-    for (uint32_t j = begin; j < end; ++j) out[pos[a.c[j].key - base]++] = a.c[j];
+    for (uint32_t j = begin; j < end; ++j) {
+      const PartitionEntry e = a.e[j];
+      uint32_t& slot = pos[e.key - base];
+      a.single[e.pos] = slot == kSingleRow;
+      if (slot != kSingleRow) out[slot++] = contribution_of(a, e);
+    }
   }
   runStart[u] = o;
   return u;
@@ -468,6 +494,76 @@ EMBSHARD_CPU_KERNEL int64_t update_partitions(const PartitionArgs& a, cpu::Parti
     update_one(a.uctx, a.sr, t, key - t.rowBase, acc, key);
   }
   return U;
+}
+
+// ---- rows with one contribution ----
+// Most rows a batch touches get one contribution when ids are spread (uniform ids: over nine in ten).
+// Their updates need no grouping: they run in id order, bag by bag, so the gradient rows are read in
+// order (a bag's ids share its row) and the weights at random, which costs the memory system no more
+// than ascending rows; only the rows with several contributions take the partitioned stream above.
+
+constexpr int64_t kSingleAhead = 16;  // contributions ahead for weight/state prefetch
+constexpr int64_t kSingleBags = 512;  // bags per list (their contributions stay in cache)
+
+struct SingleArgs {
+  const PreparedBatch* b;
+  const GradSource* grad;     // per batch slot
+  const uint32_t* slotTable;  // per batch slot: its table
+  const uint32_t* keys;       // per id
+  const uint8_t* single;      // per id
+  const RowTarget* target;    // per table
+  cpu::UpdateContext uctx;
+  bool sr;
+};
+
+// acc = 0 + g · scale: the sum of a run of one contribution, as accumulate_run adds it.
+template <uint32_t D>
+inline void single_sum(float* __restrict acc, const float* __restrict g, float scale, uint32_t dim) {
+  const uint32_t width = D ? D : dim;
+  for (uint32_t c = 0; c < width; ++c) acc[c] = 0.0f + g[c] * scale;
+}
+
+// The compiled kernel (see cpu/isa.h): the single contributions of bags [lo, hi), listed kSingleBags
+// bags at a time in id order, then each row updated once, the weights and state of the rows
+// kSingleAhead contributions ahead prefetched. Returns the number of rows.
+EMBSHARD_CPU_KERNEL int64_t update_singles(const SingleArgs& a, cpu::PartitionScratch& s, int64_t lo, int64_t hi) {
+  const PreparedBatch& b = *a.b;
+  const int64_t* off = b.offsets.data();
+  SingleContribution* __restrict list = s.single.data();
+  float* acc = s.acc.data();
+  int64_t rows = 0;
+  for (int64_t b0 = lo; b0 < hi; b0 += kSingleBags) {
+    const int64_t b1 = std::min(hi, b0 + kSingleBags);
+    int64_t n = 0;
+    for (int64_t bag = b0; bag < b1; ++bag) {
+      const int64_t slot = bag / b.B;
+      const GradSource& g = a.grad[slot];
+      const uint32_t table = a.slotTable[slot];
+      for (int64_t i = off[bag]; i < off[bag + 1]; ++i) {
+        SingleContribution& c = list[n];
+        c.key = a.keys[i];
+        c.table = table;
+        gradient_of(b, g, bag, i, &c.g, &c.scale);
+        n += a.single[i];
+      }
+    }
+    for (int64_t j = 0; j < std::min(kSingleAhead, n); ++j) prefetch_target_t2(a.target[list[j].table], list[j].key);
+    for (int64_t j = 0; j < n; ++j) {
+      if (j + kSingleAhead < n) prefetch_target_t2(a.target[list[j + kSingleAhead].table], list[j + kSingleAhead].key);
+      const SingleContribution& c = list[j];
+      const RowTarget& t = a.target[c.table];
+      switch (t.dim) {
+        case 16: single_sum<16>(acc, c.g, c.scale, t.dim); break;
+        case 32: single_sum<32>(acc, c.g, c.scale, t.dim); break;
+        case 64: single_sum<64>(acc, c.g, c.scale, t.dim); break;
+        case 128: single_sum<128>(acc, c.g, c.scale, t.dim); break;
+        default: single_sum<0>(acc, c.g, c.scale, t.dim); break;
+      }
+      update_one(a.uctx, a.sr, t, c.key - t.rowBase, acc, c.key);
+    }
+    rows += n;
+  }
+  return rows;
 }
 
 }  // namespace
@@ -550,16 +646,18 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
       }
     }
     partStart_[parts] = sum;
-    contrib_.resize(N);
+    entries_.resize(N);
+    single_.resize(N);
     parallel_for(chunks, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t c = lo; c < hi; ++c) {
         auto [bl, bh] = bagsOf(c);
-        scatter_bags(b, grad.data(), keys32_.data(), &counts_[static_cast<size_t>(c * parts)], contrib_.data(), shift, bl, bh);
+        scatter_ids(b, keys32_.data(), &counts_[static_cast<size_t>(c * parts)], entries_.data(), shift, bl, bh);
       }
     });
     timer.mark("partition");
-    const int64_t U = partitioned_update(shift, parts);
-    timer.mark("update");
+    std::vector<uint32_t> slotTable(F);
+    for (int32_t s = 0; s < F; ++s) slotTable[s] = spec_.features[b.feature[s]].table;
+    const int64_t U = partitioned_update(b, grad.data(), slotTable.data(), shift, parts, timer);
     ++step_;
     return BackwardResult{false, U};
   }
@@ -596,14 +694,15 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
 
 // One exact update per touched row of each partition. Work chunks are runs of whole partitions of about
 // kChunkContributions contributions (their sorted copy stays in cache), taken by threads in turn.
-int64_t CpuEngine::partitioned_update(int shift, int64_t parts) {
+int64_t CpuEngine::partitioned_update(const PreparedBatch& b, const GradSource* grad, const uint32_t* slotTable, int shift,
+                                      int64_t parts, PhaseTimer& timer) {
   std::vector<uint64_t> tableEnd;
   std::vector<RowTarget> target;
   cpu::UpdateContext u;
   uint32_t maxDim;
   update_targets(*this, tableEnd, target, u, maxDim);
-  const PartitionArgs args{contrib_.data(), partStart_.data(), shift, tableEnd.data(), target.data(), u,
-                           spec_.optimizer.stochasticRounding};
+  const PartitionArgs args{entries_.data(), partStart_.data(), shift,       &b, grad, single_.data(),
+                           tableEnd.data(),  target.data(),     u,           spec_.optimizer.stochasticRounding};
   const int threads = pool_threads();
   // chunk k takes the partitions whose first contribution lies in [N·k / chunks, N·(k+1) / chunks); the
   // last also takes the empty partitions that start at N
@@ -628,6 +727,14 @@ int64_t CpuEngine::partitioned_update(int shift, int64_t parts) {
     if (s.runStart.size() < size_t(most) + 1) s.runStart.resize(size_t(most) + 1);
     if (s.acc.size() < maxDim) s.acc.resize(maxDim);
   }
+  // the single contributions' lists: at most the ids of kSingleBags bags
+  const int64_t nBags = static_cast<int64_t>(b.F) * b.B;
+  const int64_t singleChunks = (nBags + kSingleBags - 1) / kSingleBags;
+  int64_t listMost = 0;
+  for (int64_t k = 0; k < singleChunks; ++k)
+    listMost = std::max(listMost, b.offsets[std::min(nBags, (k + 1) * kSingleBags)] - b.offsets[k * kSingleBags]);
+  for (cpu::PartitionScratch& s : partScratch_)
+    if (s.single.size() < static_cast<size_t>(listMost)) s.single.resize(static_cast<size_t>(listMost));
   std::atomic<int64_t> next{0}, rows{0};
   parallel_threads([&](int t) {
     cpu::PartitionScratch& s = partScratch_[t];
@@ -637,6 +744,22 @@ int64_t CpuEngine::partitioned_update(int shift, int64_t parts) {
       rows.fetch_add(update_partitions(args, s, chunkPart[k], chunkPart[k + 1]), std::memory_order_relaxed);
     }
   });
+  timer.mark("several");
+  const SingleArgs single{&b, grad, slotTable, keys32_.data(), single_.data(), target.data(), u, spec_.optimizer.stochasticRounding};
+  // runs of whole lists, several per thread, taken in turn
+  constexpr int64_t kListsPerTask = 8;
+  const int64_t tasks = (singleChunks + kListsPerTask - 1) / kListsPerTask;
+  next = 0;
+  parallel_threads([&](int t) {
+    cpu::PartitionScratch& s = partScratch_[t];
+    for (;;) {
+      const int64_t k = next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= tasks) return;
+      rows.fetch_add(update_singles(single, s, k * kListsPerTask * kSingleBags, std::min(nBags, (k + 1) * kListsPerTask * kSingleBags)),
+                     std::memory_order_relaxed);
+    }
+  });
+  timer.mark("single");
   return rows.load();
 }
 

@@ -19,6 +19,24 @@ struct Contribution {
   const float* g;  // gradient row
 };
 
+struct GradSource;  // where one batch slot's gradient rows are (backward.cc)
+
+// One id as the owner-partitioned backward scatters it into its row's partition.
+struct PartitionEntry {
+  uint32_t key;  // global row
+  uint32_t pos;  // id position in the batch
+  uint32_t bag;
+};
+
+// The one contribution to a row no other id of the batch touches, with the row's table (such rows are
+// updated in id order, so their tables are not found from sorted keys).
+struct SingleContribution {
+  uint32_t key;    // global row
+  uint32_t table;
+  float scale;     // pooling scale
+  const float* g;  // gradient row
+};
+
 // One thread's scratch for the owner-partitioned backward (backward.cc), kept between calls.
 struct PartitionScratch {
   std::vector<uint64_t> seen;          // bitmap of the partition's rows touched (clear between partitions)
@@ -27,6 +45,7 @@ struct PartitionScratch {
   std::vector<uint32_t> rows;          // the chunk's touched rows, ascending
   std::vector<uint32_t> runStart;      // each one's first contribution in `sorted` (one past the last at the end)
   std::vector<float> acc;              // one row's summed gradient (widest row)
+  std::vector<SingleContribution> single;  // a run of bags' single contributions, in id order
 };
 }  // namespace cpu
 
@@ -56,7 +75,8 @@ class CpuEngine : public Engine {
   void initialize_tables();
   // backward.cc: one update per unique row, contributions grouped by owner partition (collections of
   // at most 2^28 rows) or by a radix sort
-  int64_t partitioned_update(int shift, int64_t parts);
+  int64_t partitioned_update(const PreparedBatch& b, const cpu::GradSource* grad, const uint32_t* slotTable, int shift, int64_t parts,
+                             PhaseTimer& timer);
   template <typename Key>
   int64_t sorted_update(Key* keys, Key* tmpKeys, int64_t N, int bits, PhaseTimer& timer);
 
@@ -70,7 +90,8 @@ class CpuEngine : public Engine {
   std::vector<float> gscale_;                // its scale (weight, 1/len for mean)
   std::vector<uint32_t> counts_;             // per (bag chunk, partition): ids, then write cursors
   std::vector<uint32_t> partStart_;          // first contribution of each partition
-  std::vector<cpu::Contribution> contrib_;       // contributions grouped by partition, in id order
+  std::vector<uint8_t> single_;              // per id: 1 when no other id of the batch touches its row
+  std::vector<cpu::PartitionEntry> entries_; // ids grouped by partition, in id order
   std::vector<cpu::PartitionScratch> partScratch_;  // per pool thread
   HostArena gradCopy_;                       // the batch's gradient rows, slot by slot, on huge pages
 };
