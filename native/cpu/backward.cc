@@ -692,8 +692,10 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   return BackwardResult{false, U};
 }
 
-// One exact update per touched row of each partition. Work chunks are runs of whole partitions of about
-// kChunkContributions contributions (their sorted copy stays in cache), taken by threads in turn.
+// One exact update per touched row: first the rows with several contributions, partition by partition
+// (work chunks are runs of whole partitions of about kChunkContributions contributions, whose sorted
+// copy stays in cache, taken by threads in turn), then the rows with one, in id order (runs of bags
+// taken by threads in turn). The two sets of rows are disjoint.
 int64_t CpuEngine::partitioned_update(const PreparedBatch& b, const GradSource* grad, const uint32_t* slotTable, int shift,
                                       int64_t parts, PhaseTimer& timer) {
   std::vector<uint64_t> tableEnd;
@@ -701,8 +703,8 @@ int64_t CpuEngine::partitioned_update(const PreparedBatch& b, const GradSource* 
   cpu::UpdateContext u;
   uint32_t maxDim;
   update_targets(*this, tableEnd, target, u, maxDim);
-  const PartitionArgs args{entries_.data(), partStart_.data(), shift,       &b, grad, single_.data(),
-                           tableEnd.data(),  target.data(),     u,           spec_.optimizer.stochasticRounding};
+  const PartitionArgs args{entries_.data(), partStart_.data(), shift, &b, grad, single_.data(), tableEnd.data(), target.data(), u,
+                           spec_.optimizer.stochasticRounding};
   const int threads = pool_threads();
   // chunk k takes the partitions whose first contribution lies in [N·k / chunks, N·(k+1) / chunks); the
   // last also takes the empty partitions that start at N
