@@ -140,26 +140,16 @@ inline void accumulate_run(const UpdateArgs<Src>& a, float* __restrict acc, int6
 
 template <typename Src>
 inline void accumulate(const UpdateArgs<Src>& a, float* acc, int64_t j, int64_t end, uint32_t dim) {
-  switch (dim) {
-    case 16: accumulate_run<16>(a, acc, j, end, dim); break;
-    case 32: accumulate_run<32>(a, acc, j, end, dim); break;
-    case 64: accumulate_run<64>(a, acc, j, end, dim); break;
-    case 128: accumulate_run<128>(a, acc, j, end, dim); break;
-    default: accumulate_run<0>(a, acc, j, end, dim); break;
-  }
+  cpu::with_row_width(dim, [&](auto D) { accumulate_run<D>(a, acc, j, end, dim); });
 }
 
-// Prefetches the weights and state of global row `key` (in table `t`) for writing, non-temporal hint
-// (measured best for the update's read-modify-write).
+// Prefetches the weights and state of global row `key` (in table `t`), as cpu::prefetch_lines<RW, Hint>.
+// Measured best: <1, 0> (for writing, non-temporal hint) for rows updated in ascending order, <0, 1>
+// (for reading, T2 hint: prefetcht2) for rows updated in id order.
+template <int RW, int Hint>
 inline void prefetch_target(const RowTarget& t, uint64_t key) {
-  cpu::prefetch_lines<1, 0>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
-  if (t.statePerRow) cpu::prefetch_lines<1, 0>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
-}
-
-// The same with the T2 hint (prefetcht2), measured best for rows updated in id order.
-inline void prefetch_target_t2(const RowTarget& t, uint64_t key) {
-  cpu::prefetch_lines<0, 1>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
-  if (t.statePerRow) cpu::prefetch_lines<0, 1>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
+  cpu::prefetch_lines<RW, Hint>(t.weights + (key - t.rowBase) * t.rowBytes, t.rowBytes);
+  if (t.statePerRow) cpu::prefetch_lines<RW, Hint>(t.state + (key - t.rowBase) * t.statePerRow, t.statePerRow * 4);
 }
 
 // The runs of equal keys that start at sorted positions [lo, hi) (a run may end past hi): sum each
@@ -182,7 +172,7 @@ inline int64_t update_runs_impl(const UpdateArgs<Src>& a, float* __restrict acc,
       const uint64_t k2 = a.src.key(j + kRowAhead);
       size_t t2 = tbl;
       while (k2 >= a.tableEnd[t2]) ++t2;
-      prefetch_target(a.target[t2], k2);
+      prefetch_target<1, 0>(a.target[t2], k2);
     }
     int64_t end = j + 1;
     while (end < a.N && a.src.key(end) == key) ++end;
@@ -480,12 +470,12 @@ EMBSHARD_CPU_KERNEL int64_t update_partitions(const PartitionArgs& a, cpu::Parti
   ahead = tbl;
   for (int64_t r = 0; r < std::min<int64_t>(kRowAhead, U); ++r) {
     while (rows[r] >= a.tableEnd[ahead]) ++ahead;
-    prefetch_target(a.target[ahead], rows[r]);
+    prefetch_target<1, 0>(a.target[ahead], rows[r]);
   }
   for (int64_t r = 0; r < U; ++r) {
     if (r + kRowAhead < U) {
       while (rows[r + kRowAhead] >= a.tableEnd[ahead]) ++ahead;
-      prefetch_target(a.target[ahead], rows[r + kRowAhead]);
+      prefetch_target<1, 0>(a.target[ahead], rows[r + kRowAhead]);
     }
     const uint64_t key = rows[r];
     while (key >= a.tableEnd[tbl]) ++tbl;
@@ -547,18 +537,12 @@ EMBSHARD_CPU_KERNEL int64_t update_singles(const SingleArgs& a, cpu::PartitionSc
         n += a.single[i];
       }
     }
-    for (int64_t j = 0; j < std::min(kSingleAhead, n); ++j) prefetch_target_t2(a.target[list[j].table], list[j].key);
+    for (int64_t j = 0; j < std::min(kSingleAhead, n); ++j) prefetch_target<0, 1>(a.target[list[j].table], list[j].key);
     for (int64_t j = 0; j < n; ++j) {
-      if (j + kSingleAhead < n) prefetch_target_t2(a.target[list[j + kSingleAhead].table], list[j + kSingleAhead].key);
+      if (j + kSingleAhead < n) prefetch_target<0, 1>(a.target[list[j + kSingleAhead].table], list[j + kSingleAhead].key);
       const SingleContribution& c = list[j];
       const RowTarget& t = a.target[c.table];
-      switch (t.dim) {
-        case 16: single_sum<16>(acc, c.g, c.scale, t.dim); break;
-        case 32: single_sum<32>(acc, c.g, c.scale, t.dim); break;
-        case 64: single_sum<64>(acc, c.g, c.scale, t.dim); break;
-        case 128: single_sum<128>(acc, c.g, c.scale, t.dim); break;
-        default: single_sum<0>(acc, c.g, c.scale, t.dim); break;
-      }
+      cpu::with_row_width(t.dim, [&](auto D) { single_sum<D>(acc, c.g, c.scale, t.dim); });
       update_one(a.uctx, a.sr, t, c.key - t.rowBase, acc, c.key);
     }
     rows += n;

@@ -2,6 +2,7 @@
 // an fp32 accumulator, convert a row to fp32, prefetch a row. Plain loops the compiler vectorises.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "core/half.h"
 #include "core/types.h"
@@ -35,6 +36,19 @@ inline void acc_row_w(float* __restrict acc, const uint8_t* __restrict row, uint
 template <DType DT>
 inline void copy_row(float* __restrict out, const uint8_t* __restrict row, uint32_t dim) {
   for (uint32_t c = 0; c < dim; ++c) out[c] = ld<DT>(row, c);
+}
+
+// fn(std::integral_constant<uint32_t, D>{}) with D = dim for the widths the loops have fixed-width
+// copies of (16, 32, 64, 128), D = 0 (width taken at run time) for any other.
+template <typename Fn>
+inline void with_row_width(uint32_t dim, Fn&& fn) {
+  switch (dim) {
+    case 16: fn(std::integral_constant<uint32_t, 16>{}); break;
+    case 32: fn(std::integral_constant<uint32_t, 32>{}); break;
+    case 64: fn(std::integral_constant<uint32_t, 64>{}); break;
+    case 128: fn(std::integral_constant<uint32_t, 128>{}); break;
+    default: fn(std::integral_constant<uint32_t, 0>{}); break;
+  }
 }
 
 // Prefetches every cache line of [p, p + bytes): RW 0 = for reading, 1 = for writing; Hint is the
