@@ -241,6 +241,16 @@ Napi::Value GradUnique(const Napi::CallbackInfo& info) {
   });
 }
 
+// The `need` elements of the typed array `arr` from element `at` on (the index argument atArg);
+// INVALID_ARGUMENT when it holds fewer, typed_array's check of its type.
+template <typename T>
+T* array_from(Napi::Env env, const Napi::Value& arr, napi_typedarray_type type, const char* what, const Napi::Value& atArg,
+              const char* atWhat, int64_t need) {
+  const int64_t at = int_arg(env, atArg, atWhat);
+  if (at + need > static_cast<int64_t>(arr.As<Napi::TypedArray>().ElementLength())) bad(env, std::string(what) + " too short");
+  return typed_array<T>(env, arr, type, what, 0) + at;
+}
+
 // gradTerms(lengths, weights|null, fullLen|null, mean, seqPos|null, row: Int32Array, rowAt, scale: Float32Array, scaleAt) -> ids:
 // each id's gradient row and scale written from row[rowAt] and scale[scaleAt] (shard::grad_terms); returns
 // how many ids the bags hold
@@ -256,13 +266,9 @@ Napi::Value GradTerms(const Napi::CallbackInfo& info) {
     const bool mean = info[3].ToBoolean().Value();
     if (mean && !fullLen) bad(env, "gradTerms: mean pooling needs the full bag lengths");
     const int32_t* seqPos = typed_array<int32_t>(env, info[4], napi_int32_array, "gradTerms: seqPos", n, true);
-    const int64_t rowAt = int_arg(env, info[6], "gradTerms: rowAt"), scaleAt = int_arg(env, info[8], "gradTerms: scaleAt");
-    const int64_t rowLen = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
-    const int64_t scaleLen = static_cast<int64_t>(info[7].As<Napi::TypedArray>().ElementLength());
-    if (rowAt < 0 || scaleAt < 0 || rowAt + n > rowLen || scaleAt + n > scaleLen) bad(env, "gradTerms: row / scale too short");
-    int32_t* row = typed_array<int32_t>(env, info[5], napi_int32_array, "gradTerms: row", 0);
-    float* scale = typed_array<float>(env, info[7], napi_float32_array, "gradTerms: scale", 0);
-    shard::grad_terms(lengths, B, weights, fullLen, mean, seqPos, row + rowAt, scale + scaleAt);
+    int32_t* row = array_from<int32_t>(env, info[5], napi_int32_array, "gradTerms: row", info[6], "gradTerms: rowAt", n);
+    float* scale = array_from<float>(env, info[7], napi_float32_array, "gradTerms: scale", info[8], "gradTerms: scaleAt", n);
+    shard::grad_terms(lengths, B, weights, fullLen, mean, seqPos, row, scale);
     return Napi::Number::New(env, static_cast<double>(n));
   });
 }
@@ -277,13 +283,9 @@ Napi::Value GroupRows(const Napi::CallbackInfo& info) {
     const int32_t* inverse = typed_array<int32_t>(env, info[0], napi_int32_array, "groupRows: inverse", n);
     const int64_t U = int_arg(env, info[1], "groupRows: U");
     check_inverse(env, inverse, n, U);
-    const int64_t startAt = int_arg(env, info[3], "groupRows: startAt"), orderAt = int_arg(env, info[5], "groupRows: orderAt");
-    const int64_t startLen = static_cast<int64_t>(info[2].As<Napi::TypedArray>().ElementLength());
-    const int64_t orderLen = static_cast<int64_t>(info[4].As<Napi::TypedArray>().ElementLength());
-    if (startAt < 0 || orderAt < 0 || startAt + U + 1 > startLen || orderAt + n > orderLen) bad(env, "groupRows: start / order too short");
-    int32_t* start = typed_array<int32_t>(env, info[2], napi_int32_array, "groupRows: start", 0);
-    int32_t* order = typed_array<int32_t>(env, info[4], napi_int32_array, "groupRows: order", 0);
-    shard::group_rows(inverse, n, U, start + startAt, order + orderAt);
+    int32_t* start = array_from<int32_t>(env, info[2], napi_int32_array, "groupRows: start", info[3], "groupRows: startAt", U + 1);
+    int32_t* order = array_from<int32_t>(env, info[4], napi_int32_array, "groupRows: order", info[5], "groupRows: orderAt", n);
+    shard::group_rows(inverse, n, U, start, order);
     return env.Undefined();
   });
 }
