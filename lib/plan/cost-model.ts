@@ -28,6 +28,15 @@ export interface CostContext {
   flatReplicaSync?: boolean;
 }
 
+/**
+ * Rows one holder sends across nodes in the rail all-reduce of node sums (docs/wire-protocol.md), and
+ * receives alike: its node's `uNode` rows but those homed on its own node, then the global sums of the
+ * `U / nodes` rows homed there to each other node.
+ */
+function railAllReduceBytes(uNode: number, U: number, nodes: number): number {
+  return ((uNode + U) * (nodes - 1)) / nodes;
+}
+
 /** Adds the expected Load of one table under `layout` to `out`. */
 export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext, out: Load): void {
   const { topo, batchSize: B, wire } = ctx;
@@ -47,14 +56,16 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
       out.allToOne(SYNC, new Float64Array(W).fill(u * rowGrad), true, true);
       return U;
     }
-    // each local index holds 1/rpn of the rows: the ranks' rows in, the node sums across, the global sums out
+    // each local index holds 1/rpn of the rows: the ranks' rows in, the node sums all-reduced across nodes
+    // (to each row's home node, the global sums back), the global sums out
     const uNode = am.expectedDistinct(rpn * N, a, b);
+    const across = railAllReduceBytes(uNode / rpn, U / rpn, nodes) * rowGrad;
     for (let r = 0; r < W; r++) {
       out.add(metric(SYNC, LOCAL), r, ((u + U) / rpn) * rowGrad);
       out.add(metric(SYNC, SENT_INTRA), r, (((u + U) * (rpn - 1)) / rpn) * rowGrad);
       out.add(metric(SYNC, RECV_INTRA), r, (((u + U) * (rpn - 1)) / rpn) * rowGrad);
-      out.add(metric(SYNC, SENT_INTER), r, ((uNode * (nodes - 1)) / rpn) * rowGrad);
-      out.add(metric(SYNC, RECV_INTER), r, ((uNode * (nodes - 1)) / rpn) * rowGrad);
+      out.add(metric(SYNC, SENT_INTER), r, across);
+      out.add(metric(SYNC, RECV_INTER), r, across);
     }
     return U;
   };
@@ -87,7 +98,7 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
     addIntra(FWD_IN, u * ID_BYTES);
     addIntra(FWD_OUT, u * dim * fw);
     addIntra(BWD, u * dim * bw);
-    const zs = uNode * (ID_BYTES + dim * bw) * (nodes - 1);
+    const zs = railAllReduceBytes(uNode, U, nodes) * (ID_BYTES + dim * bw);
     for (let r = 0; r < W; r++) {
       out.add(metric(SYNC, SENT_INTER), r, zs);
       out.add(metric(SYNC, RECV_INTER), r, zs);

@@ -142,10 +142,36 @@ function perResidue(u: Float64Array, rpn: number): Float64Array {
 }
 
 /**
+ * The rail all-reduce of node sums across nodes (docs/wire-protocol.md): `perNode[n]` = node n's distinct
+ * rows, synced as keys k = row − `first` (the row itself, or its index in a node tier). Key k is held by
+ * local index k mod rpn; each node's rows go to that holder on their home node ⌊(k mod W) / rpn⌋, and each
+ * home sends the global sums of its rows (every node's rows) to the other nodes.
+ */
+function measureRailAllReduce(load: Load, perNode: readonly Float64Array[], all: Float64Array, first: number, rowGrad: number, rpn: number): void {
+  const nodes = perNode.length, W = nodes * rpn;
+  // rows per (holder j, home m), at j * nodes + m
+  const byHome = (u: Float64Array) => {
+    const c = new Float64Array(rpn * nodes);
+    for (let i = 0; i < u.length; i++) {
+      const k = (u[i]! - first) % W;
+      c[(k % rpn) * nodes + Math.floor(k / rpn)]++;
+    }
+    return c;
+  };
+  for (let n = 0; n < nodes; n++) {
+    const c = byHome(perNode[n]!);
+    for (let j = 0; j < rpn; j++) for (let m = 0; m < nodes; m++) if (m !== n) load.msg(SYNC, n * rpn + j, m * rpn + j, c[j * nodes + m]! * rowGrad);
+  }
+  const h = byHome(all);
+  for (let j = 0; j < rpn; j++)
+    for (let m = 0; m < nodes; m++) for (let n = 0; n < nodes; n++) if (n !== m) load.msg(SYNC, m * rpn + j, n * rpn + j, h[j * nodes + m]! * rowGrad);
+}
+
+/**
  * The gradient sync of a dp table or a replicated tier (docs/wire-protocol.md), given every rank's distinct
  * rows: flat, an all-gather of every rank's rows; hierarchical, each row to the rank of its node with its
- * local index (row mod rpn), the node sums rail-aligned to every other node, the global sums to every rank
- * of the node. Returns the number of distinct rows over all ranks.
+ * local index (row mod rpn), the node sums all-reduced rail-aligned across nodes, the global sums to every
+ * rank of the node. Returns the number of distinct rows over all ranks.
  */
 function measureReplicaSync(load: Load, rows: readonly Float64Array[], rowGrad: number, rpn: number, nodes: number, hier: boolean): number {
   const W = rows.length;
@@ -158,14 +184,11 @@ function measureReplicaSync(load: Load, rows: readonly Float64Array[], rowGrad: 
     const c = perResidue(rows[r]!, rpn), base = r - (r % rpn);
     for (let j = 0; j < rpn; j++) load.msg(SYNC, r, base + j, c[j]! * rowGrad);
   }
+  const perNode = Array.from({ length: nodes }, (_, n) => uniqueOf(concatSorted(rows.slice(n * rpn, (n + 1) * rpn))));
+  measureRailAllReduce(load, perNode, all, 0, rowGrad, rpn);
   const cAll = perResidue(all, rpn);
-  for (let n = 0; n < nodes; n++) {
-    const c = perResidue(uniqueOf(concatSorted(rows.slice(n * rpn, (n + 1) * rpn))), rpn);
-    for (let j = 0; j < rpn; j++) {
-      for (let m = 0; m < nodes; m++) if (m !== n) load.msg(SYNC, n * rpn + j, m * rpn + j, c[j]! * rowGrad);
-      for (let k = 0; k < rpn; k++) load.msg(SYNC, n * rpn + j, n * rpn + k, cAll[j]! * rowGrad);
-    }
-  }
+  for (let n = 0; n < nodes; n++)
+    for (let j = 0; j < rpn; j++) for (let k = 0; k < rpn; k++) load.msg(SYNC, n * rpn + j, n * rpn + k, cAll[j]! * rowGrad);
   return all.length;
 }
 
@@ -200,17 +223,10 @@ function measureTable(t: Table, l: TableLayout, ids: RankTableIds[], load: Load,
         addFullRowHbm(t, d, cnt[j]!, 0, load);
       }
     }
-    // node replicas: the owner of local slot j in node n all-gathers its node's distinct rows to its peers
-    const perNode: Float64Array[] = [];
-    for (let n = 0; n < nodes; n++) {
-      const u = uniqueOf(concatSorted(nodeUniq[n]!));
-      perNode.push(u);
-      const cnt = new Float64Array(rpn);
-      for (let i = 0; i < u.length; i++) cnt[(u[i]! - R) % rpn]++;
-      for (let j = 0; j < rpn; j++)
-        for (let m = 0; m < nodes; m++) if (m !== n) load.msg(SYNC, n * rpn + j, m * rpn + j, cnt[j]! * rowGrad);
-    }
+    // node replicas: the holders of local slot j all-reduce their nodes' row sums rail-aligned
+    const perNode = Array.from({ length: nodes }, (_, n) => uniqueOf(concatSorted(nodeUniq[n]!)));
     const all = uniqueOf(concatSorted(perNode));
+    if (nodes > 1) measureRailAllReduce(load, perNode, all, R, rowGrad, rpn);
     const cntAll = new Float64Array(rpn);
     for (let i = 0; i < all.length; i++) cntAll[(all[i]! - R) % rpn]++;
     for (let r = 0; r < W; r++) addFullRowHbm(t, r, 0, cntAll[r % rpn]!, load);

@@ -5,8 +5,8 @@
 // and the next step's row lists; the gradients never leave device memory: summed per row there
 // (RowSums, in the host's order), rounded to the wire dtype and back wherever the host path rounds them,
 // and laid out for the engine's update to read where they are. Flat protocol: one all-gather
-// (syncReplicatedOnDevice); hierarchical: the node-mate, rail and node steps (syncReplicatedHierOnDevice);
-// node tiers: one rail exchange (syncNodeTiersOnDevice).
+// (syncReplicatedOnDevice); hierarchical: the node-mate, rail all-reduce and node steps
+// (syncReplicatedHierOnDevice); node tiers: the rail all-reduce (syncNodeTiersOnDevice).
 import type { DeviceArray } from '../device-array.js';
 import { concat, wireBytes } from './arrays.js';
 import { exchangeOps, type Wire } from './exchange-ops.js';
@@ -195,6 +195,61 @@ function gatherRows(lists: readonly DevRows[], dim: number, out: DeviceArray, at
   return concat(lists.map((l) => l.ids), BigInt64Array);
 }
 
+/** Per table, `lists(k)` summed per row (sumRowsOnDevice, rounded) into one array of `name`; each result's rows ordered by (id mod m, id), `start` the first of each residue. */
+async function sumTables(dims: readonly number[], lists: (k: number) => DevRows[], m: number, wire: Wire, scratch: DeviceScratch, name: string): Promise<(DevRows & { start: number[] })[]> {
+  const n = dims.map((_, k) => lists(k).reduce((a, l) => a + l.ids.length, 0));
+  const at: number[] = [];
+  let total = 0;
+  n.forEach((x, k) => (at.push(total), (total += x * dims[k]!)));
+  const arr = scratch.get(name, total);
+  const out: (DevRows & { start: number[] })[] = [];
+  for (let k = 0; k < dims.length; k++) {
+    const r = await sumRowsOnDevice(lists(k), dims[k]!, m, wire, true, arr, at[k]!, scratch, `${name}Sum`);
+    out.push({ ids: r.ids, arr, at: at[k]!, kind: 'fp32', start: r.start });
+  }
+  return out;
+}
+
+/**
+ * replica-sync.ts's railAllReduce in device memory: `nodeSum` per table this rank's node sums grouped by
+ * home node (`home[m]` = the first row homed on node m; null: none); each node's sums to the rail peer on
+ * their home node, summed there per row, nodes in order (rounded), and every home's global sums to the
+ * rail peers on the other nodes. Returns per table the global sums of every row any node touched (fp32,
+ * homes in order), with the same collectives and bytes as the host.
+ */
+async function railAllReduceOnDevice(
+  L: LocalLayout, g: ProcessGroup, wire: Wire, dims: readonly number[], nodeSum: readonly ((DevRows & { home: number[] }) | null)[],
+  counters: TrafficCounters, scratch: DeviceScratch, name: string,
+): Promise<DevRows[]> {
+  const rpn = L.rpn, nodes = L.W / rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn;
+  const rail = (d: number) => d % rpn === slot && L.nodeOf(d) !== node;
+  const share = (k: number, m: number): DevRows | null => {
+    const s = nodeSum[k];
+    if (!s) return null;
+    const a = s.home[m]!, b = s.home[m + 1]!;
+    return { ids: s.ids.subarray(a, b), arr: s.arr, at: s.at + a * dims[k]!, kind: s.kind };
+  };
+  const toHome = await exchangeRowsOnDevice(g, wire, dims, rail, (d) => dims.map((_, k) => share(k, L.nodeOf(d))), counters, scratch, `${name}ToHome`);
+  const homeSum = await sumTables(dims, (k) => {
+    const lists: DevRows[] = [];
+    for (let m = 0; m < nodes; m++) {
+      const x = m === node ? share(k, m) : toHome[m * rpn + slot]![k]!;
+      if (x && x.ids.length > 0) lists.push(x);
+    }
+    return lists;
+  }, 1, wire, scratch, `${name}Home`);
+  const fromHome = await exchangeRowsOnDevice(g, wire, dims, rail, () => homeSum, counters, scratch, `${name}FromHome`);
+  const lists = dims.map((_, k) => Array.from({ length: nodes }, (_, m) => (m === node ? homeSum[k]! : fromHome[m * rpn + slot]![k]!)));
+  let total = 0;
+  const at = lists.map((l, k) => {
+    const a = total;
+    total += l.reduce((n, x) => n + x.ids.length, 0) * dims[k]!;
+    return a;
+  });
+  const arr = scratch.get(`${name}Global`, total);
+  return lists.map((l, k) => ({ ids: gatherRows(l, dims[k]!, arr, at[k]!, scratch), arr, at: at[k]!, kind: 'fp32' }));
+}
+
 /**
  * dp tables and replicated tiers, hierarchical protocol, in device memory: replica-sync.ts's
  * syncReplicatedHier step by step (to the row's holder in the node, node sums, rail-aligned across nodes,
@@ -206,7 +261,7 @@ export async function syncReplicatedHierOnDevice(
   L: LocalLayout, g: ProcessGroup, wire: Wire, local: readonly { table: TableRt; ids: BigInt64Array; at: number }[], sums: DeviceArray,
   counters: TrafficCounters, scratch: DeviceScratch,
 ): Promise<{ grads: DeviceArray; rows: Map<number, DeviceRowGrads> }> {
-  const rpn = L.rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn, nodes = L.W / rpn;
+  const rpn = L.rpn, node = L.nodeOf(L.rank), nodes = L.W / rpn;
   const rows = new Map<number, DeviceRowGrads>();
   const dims = local.map((x) => x.table.table.dim);
   const inNode = (d: number) => L.nodeOf(d) === node;
@@ -226,22 +281,12 @@ export async function syncReplicatedHierOnDevice(
     const a = m.start[d % rpn]!, b = m.start[(d % rpn) + 1]!;
     return { ids: m.ids.subarray(a, b), arr: mineArr, at: mineAt.at[k]! + a * dims[k]!, kind: 'fp32' };
   }), counters, scratch, 'hierHolder');
-  // 2. the node sums of this rank's rows (rounded: they travel, and this rank keeps its own)
-  const reduce = async (lists: (k: number) => DevRows[], name: string): Promise<DevRows[]> => {
-    const n = dims.map((_, k) => lists(k).reduce((a, l) => a + l.ids.length, 0));
-    const lay = layout(n), arr = scratch.get(name, lay.total);
-    const out: DevRows[] = [];
-    for (let k = 0; k < dims.length; k++) {
-      const r = await sumRowsOnDevice(lists(k), dims[k]!, 1, wire, true, arr, lay.at[k]!, scratch, `${name}Sum`);
-      out.push({ ids: r.ids, arr, at: lay.at[k]!, kind: 'fp32' });
-    }
-    return out;
-  };
-  const nodeSum = await reduce((k) => Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!), 'hierNode');
-  // 3. rail-aligned across nodes
-  const rail = await exchangeRowsOnDevice(g, wire, dims, (d) => d % rpn === slot && !inNode(d), () => nodeSum, counters, scratch, 'hierRail');
-  // 4. the global sums, nodes in order
-  const globalSum = await reduce((k) => Array.from({ length: nodes }, (_, m) => (m === node ? nodeSum[k]! : rail[m * rpn + slot]![k]!)), 'hierGlobal');
+  // 2. the node sums of this rank's rows (rounded: they travel, and this rank keeps its own), by home
+  //    node: row x's is ⌊(x mod W) / rpn⌋
+  const nodeSum = (await sumTables(dims, (k) => Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!), L.W, wire, scratch, 'hierNode'))
+    .map((x) => ({ ...x, home: Array.from({ length: nodes + 1 }, (_, m) => x.start[m * rpn]!) }));
+  // 3.–4. the global sums, reduced at each row's home node and shared rail-aligned
+  const globalSum = await railAllReduceOnDevice(L, g, wire, dims, nodeSum, counters, scratch, 'hierRail');
   // 5. to every rank of the node
   const all = await exchangeRowsOnDevice(g, wire, dims, inNode, () => globalSum, counters, scratch, 'hierAll');
   const n = dims.map((_, k) => Array.from({ length: rpn }, (_, q) => all[node * rpn + q]![k]!.ids.length).reduce((a, b) => a + b, 0));
@@ -256,8 +301,8 @@ export async function syncReplicatedHierOnDevice(
 /**
  * Node tiers in device memory: replica-sync.ts's syncNodeTiers with `parts` (per table, the rows this
  * rank's node asked this rank for and their gradients, in received messages) summed per row on the
- * device (rounded to the wire dtype), exchanged with the same holder on every other node, and every
- * node's list laid out in node order for the rows this rank holds.
+ * device (rounded to the wire dtype), all-reduced with the holders of the same rows on the other nodes
+ * (railAllReduceOnDevice), and the global sums laid out for the rows this rank holds.
  */
 export async function syncNodeTiersOnDevice(
   L: LocalLayout, g: ProcessGroup, wire: Wire, parts: ReadonlyMap<number, DevRows[]>, counters: TrafficCounters, scratch: DeviceScratch,
@@ -273,26 +318,22 @@ export async function syncNodeTiersOnDevice(
     return a;
   });
   const sumArr = scratch.get('nodeTierSums', total);
-  const sums: (DevRows | null)[] = [];
+  // ids are the holder's own tier slots: slot h is summed on node h mod nodes (replica-sync.ts)
+  const nodes = W / rpn;
+  const sums: ((DevRows & { home: number[] }) | null)[] = [];
   for (const [k, rt] of nodeTables.entries()) {
     const np = parts.get(rt.index);
     if (!np) {
       sums.push(null);
       continue;
     }
-    const s = await sumRowsOnDevice(np, dims[k]!, 1, wire, true, sumArr, sumAt[k]!, scratch, 'nodeTierSum');
-    sums.push({ ids: s.ids, arr: sumArr, at: sumAt[k]!, kind: 'fp32' });
+    const s = await sumRowsOnDevice(np, dims[k]!, nodes, wire, true, sumArr, sumAt[k]!, scratch, 'nodeTierSum');
+    sums.push({ ids: s.ids, arr: sumArr, at: sumAt[k]!, kind: 'fp32', home: s.start });
   }
-  const nodes = W / rpn, myNode = L.nodeOf(r);
-  const fromPeer = nodes > 1 ? await exchangeRowsOnDevice(g, wire, dims, (d) => d % rpn === r % rpn && L.nodeOf(d) !== myNode, () => sums, counters, scratch, 'nodeTierRail') : [];
+  const global: readonly (DevRows | null)[] = nodes > 1 ? await railAllReduceOnDevice(L, g, wire, dims, sums, counters, scratch, 'nodeTierRail') : sums;
   const lists = nodeTables.map((rt, k) => {
-    if (L.nodeRowsHeld(rt, r) === 0) return [];
-    const out: DevRows[] = [];
-    for (let m = 0; m < nodes; m++) {
-      const src = m === myNode ? sums[k] : fromPeer[m * rpn + (r % rpn)]![k]!;
-      if (src && src.ids.length > 0) out.push(src);
-    }
-    return out;
+    const x = global[k];
+    return L.nodeRowsHeld(rt, r) === 0 || !x || x.ids.length === 0 ? [] : [x];
   });
   let outTotal = 0;
   const outAt = lists.map((l, k) => {

@@ -1,8 +1,9 @@
 // replica-sync.ts — what keeps replicas identical in the backward: the gradients of dp tables and of
 // replicated hot tiers (flat protocol: all-gathered from every rank, every rank then sums them in rank
-// order; hierarchical protocol: summed per row inside the node, the node sums exchanged rail-aligned
-// across nodes and summed in node order, the result all-gathered inside the node), and the node tiers'
-// node-summed gradients exchanged with the holder of the same rows on every other node
+// order; hierarchical protocol: summed per row inside the node, the node sums all-reduced rail-aligned
+// across nodes (each row summed at its home node, nodes in order, and the sums shared), the result
+// all-gathered inside the node), and the node tiers' node-summed gradients all-reduced the same way with
+// the holders of the same rows on the other nodes
 // (docs/wire-protocol.md: dp tables, hot-row tiers, Messages). Each exchange is a count exchange
 // (uncounted metadata) and one message of ids and gradient rows.
 import type { ProcessGroup, TrafficCounters } from './group.js';
@@ -52,6 +53,63 @@ function sumByRow(ids: BigInt64Array, grads: Float32Array, dim: number, m: numbe
   const sums = new Float32Array(uq.values.length * dim);
   K.gradUnique(grads, dim, 0, dim, uq.inverse, new Int32Array(ids.length).fill(1), null, null, false, null, sums);
   return { ids: uq.values, sums, perResidue: uq.counts };
+}
+
+/** One table's row lists summed per row (sources in order), ordered by (row mod m, row), with the first row of each residue; rounded to the wire dtype. */
+interface SummedRows extends WireRows {
+  start: number[];
+}
+
+function reduceRows(lists: readonly WireRows[], dim: number, bw: Wire, m: number): SummedRows {
+  const x = fromWire(lists, dim, bw);
+  const s = sumByRow(x.ids, x.grads, dim, m);
+  return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dim, bw), start: residueStarts(s.perResidue) };
+}
+
+function residueStarts(perResidue: Float64Array): number[] {
+  const start = [0];
+  for (let j = 0; j < perResidue.length; j++) start.push(start[j]! + perResidue[j]!);
+  return start;
+}
+
+/** Rows grouped by the node they are summed on (railAllReduce): home[m] = the first row of node m, home[nodes] = all. */
+interface ByHome extends WireRows {
+  home: number[];
+}
+
+function sliceRows(x: WireRows, dim: number, a: number, b: number): WireRows {
+  return { ids: x.ids.subarray(a, b), wire: x.wire.subarray(a * dim, b * dim) as WireArray };
+}
+
+/**
+ * The rail all-reduce of node sums across nodes (docs/wire-protocol.md): `nodeSum` holds per table this
+ * rank's node sums grouped by home node, `home[m]` the first row homed on node m (null: none). 1. each
+ * node's sums to the rail peer on their home node; 2. the home sums every node's sums per row, nodes in
+ * order, rounded to the wire dtype (the global sum); 3. every home's global sums to the rail peers on the
+ * other nodes. Returns per table the global sum of every row any node touched, homes in order, rows
+ * ascending within a home: the same values on every node.
+ */
+async function railAllReduce(L: LocalLayout, g: ProcessGroup, bw: Wire, dims: readonly number[], nodeSum: readonly (ByHome | null)[], counters: TrafficCounters): Promise<WireRows[]> {
+  const rpn = L.rpn, nodes = L.W / rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn;
+  const rail = (d: number) => d % rpn === slot && L.nodeOf(d) !== node;
+  const share = (k: number, m: number): WireRows | null => {
+    const s = nodeSum[k];
+    return s ? sliceRows(s, dims[k]!, s.home[m]!, s.home[m + 1]!) : null;
+  };
+  const toHome = await exchangeRows(g, bw, dims, rail, (d) => dims.map((_, k) => share(k, L.nodeOf(d))), counters);
+  const homeSum = dims.map((dim, k) => {
+    const lists: WireRows[] = [];
+    for (let m = 0; m < nodes; m++) {
+      const x = m === node ? share(k, m) : toHome[m * rpn + slot]![k]!;
+      if (x && x.ids.length > 0) lists.push(x);
+    }
+    return reduceRows(lists, dim, bw, 1);
+  });
+  const fromHome = await exchangeRows(g, bw, dims, rail, () => homeSum, counters);
+  return dims.map((_, k) => {
+    const lists = Array.from({ length: nodes }, (_, m) => (m === node ? homeSum[k]! : fromHome[m * rpn + slot]![k]!));
+    return { ids: concat(lists.map((x) => x.ids), BigInt64Array), wire: concatWire(lists.map((x) => x.wire), bw) };
+  });
 }
 
 /**
@@ -171,14 +229,15 @@ export async function syncReplicated(L: LocalLayout, g: ProcessGroup, bw: Wire, 
  * `syncReplicated`. Row `i` of a table belongs to local index `i mod ranksPerNode`:
  *  1. every rank sends its rows to the rank of its node with their local index;
  *  2. that rank sums them per row, local ranks in order (the node sum);
- *  3. exchanges the node sums with the rank of the same local index on every other node (rail-aligned);
- *  4. sums every node's sums per row, nodes in order (the global sum; the same on every node);
- *  5. and sends the global sums to every rank of its node.
+ *  3. sends each node sum to the rank of the same local index on the row's home node (rail-aligned),
+ *     which sums every node's sums per row, nodes in order (the global sum);
+ *  4. the homes send the global sums to the ranks of the same local index on the other nodes (railAllReduce);
+ *  5. and every holder sends the global sums to every rank of its node.
  * Every value is rounded to the wire dtype each time it travels, its holder's own copy included, so every
  * replica applies the same sums. Returns, per table, every distinct row once with its global sum.
  */
 export async function syncReplicatedHier(L: LocalLayout, g: ProcessGroup, bw: Wire, local: { table: TableRt; ids: BigInt64Array; grads: Float32Array }[], counters: TrafficCounters, scratch?: ScratchPool): Promise<RowGrads> {
-  const rpn = L.rpn, node = L.nodeOf(L.rank), slot = L.rank % rpn, nodes = L.W / rpn;
+  const rpn = L.rpn, node = L.nodeOf(L.rank);
   const out: RowGrads = new Map();
   if (local.length === 0) return out;
   const dims = local.map((x) => x.table.table.dim);
@@ -186,26 +245,16 @@ export async function syncReplicatedHier(L: LocalLayout, g: ProcessGroup, bw: Wi
   // 1. this rank's rows, by local index of their holder
   const mine = local.map((x, k) => {
     const s = sumByRow(x.ids, x.grads, dims[k]!, rpn);
-    const wire = toWire(s.sums, s.ids.length, dims[k]!, bw);
-    const start = [0];
-    for (let j = 0; j < rpn; j++) start.push(start[j]! + s.perResidue[j]!);
-    return { ids: s.ids, wire, start };
+    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw), start: residueStarts(s.perResidue) };
   });
-  const atHolder = await exchangeRows(g, bw, dims, inNode, (d) => mine.map((m, k) => {
-    const a = m.start[d % rpn]!, b = m.start[(d % rpn) + 1]!;
-    return { ids: m.ids.subarray(a, b), wire: m.wire.subarray(a * dims[k]!, b * dims[k]!) as WireArray };
-  }), counters);
-  // 2. the node sums of this rank's rows
-  const reduce = (lists: (k: number) => WireRows[]): WireRows[] => dims.map((dim, k) => {
-    const x = fromWire(lists(k), dim, bw);
-    const s = sumByRow(x.ids, x.grads, dim, 1);
-    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dim, bw) };
+  const atHolder = await exchangeRows(g, bw, dims, inNode, (d) => mine.map((m, k) => sliceRows(m, dims[k]!, m.start[d % rpn]!, m.start[(d % rpn) + 1]!)), counters);
+  // 2. the node sums of this rank's rows, by home node: row x's is ⌊(x mod W) / rpn⌋
+  const nodeSum = dims.map((dim, k): ByHome => {
+    const s = reduceRows(Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!), dim, bw, L.W);
+    return { ...s, home: Array.from({ length: L.W / rpn + 1 }, (_, m) => s.start[m * rpn]!) };
   });
-  const nodeSum = reduce((k) => Array.from({ length: rpn }, (_, q) => atHolder[node * rpn + q]![k]!));
-  // 3. rail-aligned across nodes
-  const rail = await exchangeRows(g, bw, dims, (d) => d % rpn === slot && !inNode(d), () => nodeSum, counters);
-  // 4. the global sums, nodes in order
-  const globalSum = reduce((k) => Array.from({ length: nodes }, (_, m) => (m === node ? nodeSum[k]! : rail[m * rpn + slot]![k]!)));
+  // 3.–4. the global sums, reduced at each row's home node and shared rail-aligned
+  const globalSum = await railAllReduce(L, g, bw, dims, nodeSum, counters);
   // 5. to every rank of the node
   const all = await exchangeRows(g, bw, dims, inNode, () => globalSum, counters);
   local.forEach((x, k) => out.set(x.table.index, fromWire(Array.from({ length: rpn }, (_, q) => all[node * rpn + q]![k]!), dims[k]!, bw, scratch)));
@@ -214,9 +263,9 @@ export async function syncReplicatedHier(L: LocalLayout, g: ProcessGroup, bw: Wi
 
 /**
  * Node tiers: `parts` holds, per table, the rows this rank's node asked this rank for and their gradients
- * (source order). Sums them per row (rounded to the wire dtype, so every node's replica sums identical
- * inputs), exchanges the sums with the same holder on every other node, and returns per table every
- * node's list in node order, for the rows this rank holds.
+ * (source order). Sums them per row (the node sums, rounded to the wire dtype), all-reduces them with the
+ * holders of the same rows on the other nodes (railAllReduce), and returns per table the global sum of
+ * every row any node touched, for the rows this rank holds.
  */
 export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, parts: Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>, counters: TrafficCounters): Promise<RowGrads> {
   const W = L.W, rpn = L.rpn, r = L.rank;
@@ -224,24 +273,19 @@ export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, p
   const nodeTables = L.tables.filter((rt) => rt.N > 0);
   if (nodeTables.length === 0) return out;
   const dims = nodeTables.map((rt) => rt.table.dim);
-  const sums: (WireRows | null)[] = nodeTables.map((rt, k) => {
+  // ids are the holder's own tier slots: slot h (tier row h × rpn + local index) is summed on node h mod nodes
+  const sums: (ByHome | null)[] = nodeTables.map((rt, k) => {
     const np = parts.get(rt.index);
     if (!np) return null;
-    const s = sumByRow(concat(np.ids, BigInt64Array), concat(np.grads, Float32Array), dims[k]!, 1);
-    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw) };
+    const s = sumByRow(concat(np.ids, BigInt64Array), concat(np.grads, Float32Array), dims[k]!, W / rpn);
+    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw), home: residueStarts(s.perResidue) };
   });
-  const nodes = W / rpn, myNode = L.nodeOf(r);
-  // with the holder of the same rows (same local index) on every other node
-  const fromPeer = nodes > 1 ? await exchangeRows(g, bw, dims, (d) => d % rpn === r % rpn && L.nodeOf(d) !== myNode, () => sums, counters) : [];
-  // per table: every node's list in node order (this node's own sums included)
+  // with the holders of the same rows (same local index) on the other nodes: each row's global sum
+  const global: (WireRows | null)[] = W / rpn > 1 ? await railAllReduce(L, g, bw, dims, sums, counters) : sums;
   nodeTables.forEach((rt, k) => {
-    if (L.nodeRowsHeld(rt, r) === 0) return;
-    const lists: WireRows[] = [];
-    for (let m = 0; m < nodes; m++) {
-      const src = m === myNode ? sums[k] : fromPeer[m * rpn + (r % rpn)]![k]!;
-      if (src && src.ids.length > 0) lists.push(src);
-    }
-    out.set(rt.index, fromWire(lists, dims[k]!, bw));
+    const x = global[k];
+    if (L.nodeRowsHeld(rt, r) === 0 || !x || x.ids.length === 0) return;
+    out.set(rt.index, fromWire([x], dims[k]!, bw));
   });
   return out;
 }

@@ -252,23 +252,29 @@ export function bruteForceTraffic(plan: ShardPlan, batches: JaggedBatch[]): Rank
         }
     // hierarchical replicated rows: each node's rows (summed) from their holder to the holder with the same
     // local index on every other node; then every row touched anywhere from its holder to every rank of each node
-    if (hier) {
+    // across nodes, each synced key k (a replicated row, or a node-tier row's index in the tier) is summed
+    // by local index k mod rpn of its home node ⌊(k mod W) / rpn⌋: every node that touched it sends its node
+    // sum there, and the home sends the global sum to every other node
+    const railAllReduce = (touched: Map<number, Set<number>>, keyOf: (x: number) => number) => {
       const everywhere = new Set<number>();
-      for (const [node, ids] of replicaTouched)
+      const home = (k: number) => Math.floor((k % W) / rpn);
+      for (const [node, ids] of touched)
         for (const x of ids) {
-          everywhere.add(x);
-          for (let m = 0; m < W / rpn; m++) if (m !== node) send('backward', node * rpn + (x % rpn), m * rpn + (x % rpn), grad);
+          const k = keyOf(x);
+          everywhere.add(k);
+          if (home(k) !== node) send('backward', node * rpn + (k % rpn), home(k) * rpn + (k % rpn), grad);
         }
+      for (const k of everywhere)
+        for (let m = 0; m < W / rpn; m++) if (m !== home(k)) send('backward', home(k) * rpn + (k % rpn), m * rpn + (k % rpn), grad);
+      return everywhere;
+    };
+    if (hier) {
+      const everywhere = railAllReduce(replicaTouched, (x) => x);
       for (const x of everywhere)
         for (let m = 0; m < W / rpn; m++) for (let k = 0; k < rpn; k++) send('backward', m * rpn + (x % rpn), m * rpn + k, grad);
     }
-    // node-tier replicas: each holder all-gathers its node's touched rows to the same local rank of every other node
-    for (const [node, ids] of nodeTouched) {
-      const perLocal = new Map<number, number>();
-      for (const id of ids) perLocal.set((id - R) % rpn, (perLocal.get((id - R) % rpn) ?? 0) + 1);
-      for (const [j, cnt] of perLocal)
-        for (let m = 0; m < W / rpn; m++) if (m !== node) send('backward', node * rpn + j, m * rpn + j, cnt * grad);
-    }
+    // node-tier replicas: the holders of the same tier rows on every node all-reduce their nodes' sums
+    railAllReduce(nodeTouched, (id) => id - R);
   }
   return out;
 }

@@ -125,8 +125,9 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
         // forward: segment counts, ids + lengths + weights in one message, outputs
         expect({ a2a: c1[r]!.a2a - c0[r]!.a2a, ag: c1[r]!.ag - c0[r]!.ag }).toEqual({ a2a: 3, ag: 0 });
         // backward: gradients; dp / replicated rows: counts + one all-gather of ids and gradients;
-        // node tiers across the two nodes: counts + one all-to-all of ids and gradients
-        expect({ a2a: c2[r]!.a2a - c1[r]!.a2a, ag: c2[r]!.ag - c1[r]!.ag }).toEqual({ a2a: 3, ag: 2 });
+        // node tiers across the two nodes, the rail all-reduce: node sums to their home node, then global
+        // sums from it, each as counts + one all-to-all of ids and gradients
+        expect({ a2a: c2[r]!.a2a - c1[r]!.a2a, ag: c2[r]!.ag - c1[r]!.ag }).toEqual({ a2a: 5, ag: 2 });
       }
     } finally {
       close();
