@@ -121,6 +121,13 @@ void set_pool_threads(int n) { pool().resize(n <= 0 ? default_threads() : n); }
 
 void parallel_threads(const std::function<void(int)>& fn) { pool().run(fn); }
 
+void parallel_tasks(int64_t n, const std::function<void(int, int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  parallel_threads([&](int t) {
+    for (int64_t k = next.fetch_add(1, std::memory_order_relaxed); k < n; k = next.fetch_add(1, std::memory_order_relaxed)) fn(t, k);
+  });
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);

@@ -14,6 +14,10 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 // Runs fn(t) for t in [0, threads()) with one call per pool thread (for per-thread histograms).
 void parallel_threads(const std::function<void(int)>& fn);
 
+// Runs fn(t, k) for every task k in [0, n), the pool threads taking tasks in turn; t is the thread that
+// runs it (for per-thread scratch). Results must not depend on which thread runs which task.
+void parallel_tasks(int64_t n, const std::function<void(int, int64_t)>& fn);
+
 int pool_threads();
 void set_pool_threads(int n);  // 0 = hardware concurrency
 

@@ -721,29 +721,18 @@ int64_t CpuEngine::partitioned_update(const PreparedBatch& b, const GradSource* 
     listMost = std::max(listMost, b.offsets[std::min(nBags, (k + 1) * kSingleBags)] - b.offsets[k * kSingleBags]);
   for (cpu::PartitionScratch& s : partScratch_)
     if (s.single.size() < static_cast<size_t>(listMost)) s.single.resize(static_cast<size_t>(listMost));
-  std::atomic<int64_t> next{0}, rows{0};
-  parallel_threads([&](int t) {
-    cpu::PartitionScratch& s = partScratch_[t];
-    for (;;) {
-      const int64_t k = next.fetch_add(1, std::memory_order_relaxed);
-      if (k >= chunks) return;
-      rows.fetch_add(update_partitions(args, s, chunkPart[k], chunkPart[k + 1]), std::memory_order_relaxed);
-    }
+  std::atomic<int64_t> rows{0};
+  parallel_tasks(chunks, [&](int t, int64_t k) {
+    rows.fetch_add(update_partitions(args, partScratch_[t], chunkPart[k], chunkPart[k + 1]), std::memory_order_relaxed);
   });
   timer.mark("several");
   const SingleArgs single{&b, grad, slotTable, keys32_.data(), single_.data(), target.data(), u, spec_.optimizer.stochasticRounding};
   // runs of whole lists, several per thread, taken in turn
   constexpr int64_t kListsPerTask = 8;
   const int64_t tasks = (singleChunks + kListsPerTask - 1) / kListsPerTask;
-  next = 0;
-  parallel_threads([&](int t) {
-    cpu::PartitionScratch& s = partScratch_[t];
-    for (;;) {
-      const int64_t k = next.fetch_add(1, std::memory_order_relaxed);
-      if (k >= tasks) return;
-      rows.fetch_add(update_singles(single, s, k * kListsPerTask * kSingleBags, std::min(nBags, (k + 1) * kListsPerTask * kSingleBags)),
-                     std::memory_order_relaxed);
-    }
+  parallel_tasks(tasks, [&](int t, int64_t k) {
+    rows.fetch_add(update_singles(single, partScratch_[t], k * kListsPerTask * kSingleBags, std::min(nBags, (k + 1) * kListsPerTask * kSingleBags)),
+                   std::memory_order_relaxed);
   });
   timer.mark("single");
   return rows.load();
