@@ -46,24 +46,24 @@ function fromWire(lists: readonly WireRows[], dim: number, bw: Wire, scratch?: S
   return { ids, grads };
 }
 
-/** Each distinct row's gradient sum, in input order; rows ordered by (row mod m, row) with their count per residue. */
-function sumByRow(ids: BigInt64Array, grads: Float32Array, dim: number, m: number): { ids: BigInt64Array; sums: Float32Array; perResidue: Float64Array } {
-  const K = exchangeOps();
-  const uq = K.unique(ids, m);
-  const sums = new Float32Array(uq.values.length * dim);
-  K.gradUnique(grads, dim, 0, dim, uq.inverse, new Int32Array(ids.length).fill(1), null, null, false, null, sums);
-  return { ids: uq.values, sums, perResidue: uq.counts };
-}
-
-/** One table's row lists summed per row (sources in order), ordered by (row mod m, row), with the first row of each residue; rounded to the wire dtype. */
+/** One table's rows summed per row, ordered by (row mod m, row), with the first row of each residue; rounded to the wire dtype. */
 interface SummedRows extends WireRows {
   start: number[];
 }
 
+/** Each distinct row's gradient sum (its rows in input order, from 0), as SummedRows. */
+function sumByRow(ids: BigInt64Array, grads: Float32Array, dim: number, bw: Wire, m: number): SummedRows {
+  const K = exchangeOps();
+  const uq = K.unique(ids, m);
+  const sums = new Float32Array(uq.values.length * dim);
+  K.gradUnique(grads, dim, 0, dim, uq.inverse, new Int32Array(ids.length).fill(1), null, null, false, null, sums);
+  return { ids: uq.values, wire: toWire(sums, uq.values.length, dim, bw), start: residueStarts(uq.counts) };
+}
+
+/** Lists of one table's rows (sources in order) summed per row. */
 function reduceRows(lists: readonly WireRows[], dim: number, bw: Wire, m: number): SummedRows {
   const x = fromWire(lists, dim, bw);
-  const s = sumByRow(x.ids, x.grads, dim, m);
-  return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dim, bw), start: residueStarts(s.perResidue) };
+  return sumByRow(x.ids, x.grads, dim, bw, m);
 }
 
 function residueStarts(perResidue: Float64Array): number[] {
@@ -243,10 +243,7 @@ export async function syncReplicatedHier(L: LocalLayout, g: ProcessGroup, bw: Wi
   const dims = local.map((x) => x.table.table.dim);
   const inNode = (d: number) => L.nodeOf(d) === node;
   // 1. this rank's rows, by local index of their holder
-  const mine = local.map((x, k) => {
-    const s = sumByRow(x.ids, x.grads, dims[k]!, rpn);
-    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw), start: residueStarts(s.perResidue) };
-  });
+  const mine = local.map((x, k) => sumByRow(x.ids, x.grads, dims[k]!, bw, rpn));
   const atHolder = await exchangeRows(g, bw, dims, inNode, (d) => mine.map((m, k) => sliceRows(m, dims[k]!, m.start[d % rpn]!, m.start[(d % rpn) + 1]!)), counters);
   // 2. the node sums of this rank's rows, by home node: row x's is ⌊(x mod W) / rpn⌋
   const nodeSum = dims.map((dim, k): ByHome => {
@@ -277,8 +274,8 @@ export async function syncNodeTiers(L: LocalLayout, g: ProcessGroup, bw: Wire, p
   const sums: (ByHome | null)[] = nodeTables.map((rt, k) => {
     const np = parts.get(rt.index);
     if (!np) return null;
-    const s = sumByRow(concat(np.ids, BigInt64Array), concat(np.grads, Float32Array), dims[k]!, W / rpn);
-    return { ids: s.ids, wire: toWire(s.sums, s.ids.length, dims[k]!, bw), home: residueStarts(s.perResidue) };
+    const s = sumByRow(concat(np.ids, BigInt64Array), concat(np.grads, Float32Array), dims[k]!, bw, W / rpn);
+    return { ...s, home: s.start };
   });
   // with the holders of the same rows (same local index) on the other nodes: each row's global sum
   const global: (WireRows | null)[] = W / rpn > 1 ? await railAllReduce(L, g, bw, dims, sums, counters) : sums;
