@@ -16,12 +16,11 @@
 import { DeviceArray } from '../device-array.js';
 import type { NativeBatch, NativeEngine } from '../binding.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
-import type { ProcessGroup, TrafficCounters } from './group.js';
+import type { ProcessGroup } from './group.js';
 import type { LocalLayout } from './local-layout.js';
-import { part, type SegView, type UniqT } from './routing.js';
-import { unionIndex, type RelayUnion } from './relay.js';
-import type { Schedule } from './schedule.js';
-import type { Wire } from './exchange-ops.js';
+import { part, type UniqT } from './routing.js';
+import { unionIndex } from './relay.js';
+import type { HostOutputs, MeanColumns, StepArgs } from './step-args.js';
 import { concat } from './arrays.js';
 import { featureLayout, nodeLayout, PerRequester, sequenceOffsets, ubLayout, unionLayout } from './device-layout.js';
 import { relayBackward, relayForward } from './device-relay.js';
@@ -48,30 +47,9 @@ export function deviceExchangeBlocker(
   return undefined;
 }
 
-/** What both phases of a device step work from: the layout, the group, the step's routing and its schedules. */
-export interface DeviceStepArgs {
-  L: LocalLayout;
-  /** the wire dtype of the phase's messages */
-  wire: Wire;
-  group: ProcessGroup;
+/** What both phases of a device step work from: the step (step-args.ts) and the device path's buffers. */
+export interface DeviceStepArgs extends StepArgs {
   scratch: DeviceScratch;
-  B: number;
-  segs: Map<string, SegView>;
-  ub: readonly UniqT[][];
-  /** node tiers: the distinct ids of each table's tier, grouped by the node-mate holding them */
-  node: ReadonlyMap<number, UniqT>;
-  /** the owner batch's bags and where each source's bags start in it */
-  Btot: number;
-  Boff: readonly number[];
-  own: Schedule;
-  req: Schedule;
-  /** hierarchical protocol: what this rank passes on as a relay, what relays pass on to it, the row groups it relays */
-  rsend: Schedule;
-  rrecv: Schedule;
-  unions: readonly RelayUnion[];
-  /** every source's batch size (the bags of a requester this rank relays for) */
-  bags: readonly number[];
-  counters: TrafficCounters;
 }
 
 export interface DeviceForwardArgs extends DeviceStepArgs {
@@ -86,24 +64,11 @@ export interface DeviceForwardArgs extends DeviceStepArgs {
   out: HostOutputs | DeviceOutputArrays;
 }
 
-/** This rank's outputs in host memory: pooled [B × pooledDim], and per sequence feature of the plan (in order) its values. */
-export interface HostOutputs {
-  pooled: Float32Array;
-  seqOut: ReadonlyMap<string, Float32Array>;
-}
-
 /** This rank's outputs left in device memory: pooled [B × pooledDim], the sequence features' values back to back in plan order (`sizes` of them each). */
 export interface DeviceOutputArrays {
   pooled: DeviceArray;
   sequences: DeviceArray;
   sizes: ReadonlyMap<string, number>;
-}
-
-/** Columns col … col + dim − 1 of the pooled output hold a mean feature whose bags have these lengths. */
-export interface MeanColumns {
-  col: number;
-  dim: number;
-  lengths: Int32Array;
 }
 
 /** The forward from the engine call on: outputs packed, exchanged, added up and pooled in device memory, then read into host arrays (or left in device arrays). */

@@ -11,12 +11,13 @@
 // that reduce rb partial sums and deduplicate ub ids per node (relay slots of schedule.ts, relay.ts).
 // Wire values travel as fp32, fp16 or bf16 (comm.forward / comm.backward). The stages live beside it:
 // routing.ts (ids by range, dedup), input-exchange.ts (ids to the owners), owner.ts (the engine batch),
-// schedule.ts (the slots of the output and gradient messages), replica-sync.ts (dp / tier syncs),
+// schedule.ts (the slots of the output and gradient messages), host-exchange.ts (the output and gradient
+// exchanges in host memory), update-batch.ts (the optimizer step's batch), replica-sync.ts (dp / tier syncs),
 // row-access.ts (rows by global id), reshard.ts (checkpoints), row-remap.ts (a plan's hot-id remap: ids
 // become rows before routing and in row access), dynamic-shards.ts (dynamic tables: sharded by id hash,
 // each row shard with its own id map; the owner batch's raw ids become slots before the engine call),
-// device-exchange.ts (a CUDA engine over an NCCL group on its GPU: outputs, messages and gradients stay
-// in device memory).
+// device-exchange.ts and device-backward.ts (a CUDA engine over an NCCL group on its GPU: outputs,
+// messages and gradients stay in device memory).
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { EmbshardError } from '../errors.js';
@@ -39,24 +40,23 @@ import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js
 import { exchangeOps, type Wire } from './exchange-ops.js';
 import { loadAddon } from '../native.js';
 import type { GroupAddon } from './binding.js';
-import { LocalLayout, type LocalTable, type TableRt } from './local-layout.js';
+import { LocalLayout, type LocalTable } from './local-layout.js';
 import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
-import { inverseOf, unionIndex, unionOf, type RelayUnion } from './relay.js';
+import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
-import { concat } from './arrays.js';
-import { syncNodeTiers, syncReplicated, syncReplicatedHier } from './replica-sync.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
 import { cellWidth, checkCells, readCells, writeCells, type CellKind } from './row-access.js';
 import { loadSharded, savedPlan, saveSharded } from './reshard.js';
 import { RowRemaps } from './row-remap.js';
 import { ScratchPool } from './scratch.js';
-import { Blocks, RowSums } from './device-scratch.js';
-import { syncNodeTiersOnDevice, syncReplicatedHierOnDevice, syncReplicatedOnDevice, type DeviceRowGrads, type DevRows } from './device-replica-sync.js';
-import { featureLayout, nodeLayout, ubLayout } from './device-layout.js';
-import { DeviceScratch, deviceExchangeBlocker, divideMeans, forwardOnDevice, gradientsOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays, type DeviceStepArgs, type HostOutputs, type MeanColumns } from './device-exchange.js';
+import { DeviceScratch, deviceExchangeBlocker, forwardOnDevice, ownerSequenceGradients, type DeviceOpsAddon, type DeviceOutputArrays } from './device-exchange.js';
+import { backwardOnDevice, type DeviceGradArrays } from './device-backward.js';
+import { gradientsOnHost, outputsOnHost } from './host-exchange.js';
+import type { HostOutputs, MeanColumns, StepArgs } from './step-args.js';
+import { updateBatch } from './update-batch.js';
 
 export interface ShardedConfig {
   /** default { type: 'sgd', lr: 0.01 } */
@@ -150,12 +150,6 @@ interface Prepared {
   recv: Promise<InputResult>;
   /** the forward's byte counters, from its input exchange on */
   counters: TrafficCounters;
-}
-
-/** Device gradients of a backward, checked (lib/device-outputs.ts): the pooled and the sequence gradients back to back. */
-interface DeviceGradArrays {
-  pooled: DeviceArray;
-  sequences: DeviceArray;
 }
 
 const STEP = Symbol('embshard.sharded.step');
@@ -569,7 +563,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
-    const K = exchangeOps();
     const L = this.layout, g = this.group;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
@@ -604,12 +597,12 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const sizes = this.sequenceSizes(batch);
     const target = onDevice ? this.deviceTarget(B * P, sizes) : hostTarget(B * P, sizes);
     try {
+      const means = this.meanColumns(batch);
       if (this.deviceScratch)
-        await forwardOnDevice({ ...this.deviceArgs(step, this.wire.forward, counters), engine: e, owner: step.owner, featIds: step.featIds, idOff: step.idOff, means: this.meanColumns(batch), out: target });
+        await forwardOnDevice({ ...this.stepArgs(step, this.wire.forward, counters), scratch: this.deviceScratch, engine: e, owner: step.owner, featIds: step.featIds, idOff: step.idOff, means, out: target });
       else {
-        const { pooled, seqOut } = target as HostOutputs;
-        await this.outputsOnHost(step, rawOwner, counters, pooled, seqOut);
-        for (const m of this.meanColumns(batch)) K.divideBags(pooled, this.pooledDim, m.col, m.dim, m.lengths);
+        const looked = dyn ? (out: NativeForwardResult) => this.dynamic!.addDefaults(dyn, rawOwner, out) : undefined;
+        await outputsOnHost({ ...this.stepArgs(step, this.wire.forward, counters), scratch: this.scratch, engine: e, owner: step.owner, idOff: step.idOff, means, out: target as HostOutputs, ...(looked ? { looked } : {}) });
       }
     } catch (err) {
       if (onDevice) this.deviceOutputs!.give(target.pooled as DeviceArray, (target as DeviceOutputArrays).sequences);
@@ -631,111 +624,14 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return out;
   }
 
-  // The host path of steps 5–6: one engine forward into host buffers, the outputs packed for their
-  // sources and exchanged, this rank's outputs assembled into `pooled` and `seqOut` (relays, pooling).
-  private async outputsOnHost(step: StepCtx, rawOwner: NativeBatch, counters: TrafficCounters, pooled: Float32Array, seqOut: ReadonlyMap<string, Float32Array>): Promise<void> {
-    const K = exchangeOps(), S = this.scratch;
-    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, P = this.pooledDim, e = this.live();
-    const { B, segs, ub, node, recv, Boff, own, req, rsend, rrecv, unions, dyn } = step;
-    const engineOut = L.localFeatures.some((f) => f.kind !== 'idle' && f.kind !== 'upd' && f.kind !== 'nodeupd') ? await e.forward(step.owner) : null;
-    if (dyn && engineOut) await this.dynamic!.addDefaults(dyn, rawOwner, engineOut);
-    const ownerOut = engineOut, localOut = engineOut;
-    // outputs back to every source, slot by slot of the owner schedule
-    const fw = this.wire.forward;
-    const outBuf = S.wire(fw, own.total);
-    for (let p = 0; p < W; p++)
-      for (const sl of own.slots[p]!) {
-        const f = L.localFeatures[sl.feature]!, cols = sl.c1 - sl.c0;
-        if (f.pooling !== 'none') K.pack(ownerOut!.pooled, L.localPooledDim, null, Boff[sl.src]!, sl.rows, f.col, f.col + cols, fw, outBuf, sl.at);
-        else K.pack(ownerOut!.sequences[sl.feature]!, cols, null, step.idOff[sl.feature]![sl.src]!, sl.rows, 0, cols, fw, outBuf, sl.at);
-      }
-    const back = await g.allToAllV(outBuf, own.sizes, { recvCounts: req.sizes, counters });
-    // this rank's outputs
-    if (localOut) {
-      for (const lf of L.localFeatures) {
-        if (lf.kind !== 'loc') continue;
-        const rt = L.tables[lf.t]!, k = rt.features.indexOf(lf.f!), dim = rt.table.dim;
-        const li = L.localFeatures.indexOf(lf);
-        if (lf.pooling !== 'none') {
-          const blk = S.f32(B * dim);
-          K.pack(localOut.pooled, L.localPooledDim, null, 0, B, lf.col, lf.col + dim, 'fp32', blk, 0);
-          K.unpack(blk, 0, 'fp32', B, dim, pooled, P, null, 0, rt.pooledCol[k]!, true);
-        } else {
-          const p0 = part(segs.get(lf.f!)!, 0, B);
-          K.unpack(localOut.sequences[li]!, 0, 'fp32', p0.n, dim, seqOut.get(lf.f!)!, dim, p0.pos, 0, 0, false);
-        }
-      }
-    }
-    // the engine's outputs are copied out (packed for the owners, or into this rank's own outputs): its
-    // buffers go back to the addon's pool for the next forward
-    if (engineOut) e.releaseOutputs([engineOut.pooled, ...engineOut.sequences.filter((x): x is Float32Array => x !== null)]);
-    const nodeRows = new Map<number, Float32Array>();
-    for (const [t, u] of node) nodeRows.set(t, S.f32(u.uq.values.length * L.tables[t]!.table.dim));
-    const ubRows = ub.map((groups, t) => groups.map((u) => S.f32(u.uq.values.length * L.tables[t]!.table.dim)));
-    // hierarchical: as a relay, the partial sums of requesters on other nodes (reduced here, in owner
-    // order) and the rows of the ub row groups this rank relays
-    const reduced = new Map<number, Float32Array>();
-    const unionRows = unions.map((u) => S.f32(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
-    for (let d = 0; d < W; d++)
-      for (const sl of req.slots[d]!) {
-        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim, cols = sl.c1 - sl.c0;
-        if (sl.src !== L.rank) {
-          let red = reduced.get(sl.src);
-          if (!red) reduced.set(sl.src, (red = S.f32(recv[sl.src]!.B * P)));
-          if (s.kind === 'rb') K.unpack(back.data, sl.at, fw, sl.rows, cols, red, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
-        } else if (s.kind === 'node') K.unpack(back.data, sl.at, fw, sl.rows, dim, nodeRows.get(s.t)!, dim, null, node.get(s.t)!.starts[d % rpn]!, 0, false);
-        else if (s.kind === 'ub') {
-          const dst = L.relaysTo(d) ? unionRows[unionIndex(unions, s.t, s.g)]! : ubRows[s.t]![s.g]!;
-          K.unpack(back.data, sl.at, fw, sl.rows, cols, dst, dim, null, 0, sl.c0, false);
-        }
-        else if (rt.pooling !== 'none') K.unpack(back.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
-        else K.unpack(back.data, sl.at, fw, sl.rows, cols, seqOut.get(s.f)!, dim, part(segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.c0, false);
-      }
-    g.release(back.data);
-    // hierarchical: relays pass on the node-reduced rb vectors and the relayed ub rows (relay slots)
-    if (L.hier) {
-      const relayBuf = S.wire(fw, rsend.total);
-      for (let q = 0; q < W; q++)
-        for (const sl of rsend.slots[q]!) {
-          const s = sl.seg, rt = L.tables[s.t]!;
-          if (s.kind === 'rb') {
-            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
-            K.pack(reduced.get(q) ?? S.f32(sl.rows * P), P, null, 0, sl.rows, col + sl.c0, col + sl.c1, fw, relayBuf, sl.at);
-          } else if (s.kind === 'ub') {
-            const k = unionIndex(unions, s.t, s.g), u = unions[k]!;
-            K.pack(unionRows[k]!, rt.table.dim, inverseOf(u, q), 0, sl.rows, sl.c0, sl.c1, fw, relayBuf, sl.at);
-          }
-        }
-      const passed = await g.allToAllV(relayBuf, rsend.sizes, { recvCounts: rrecv.sizes, counters });
-      for (let a = 0; a < W; a++)
-        for (const sl of rrecv.slots[a]!) {
-          const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-          if (s.kind === 'rb') K.unpack(passed.data, sl.at, fw, sl.rows, cols, pooled, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, true);
-          else if (s.kind === 'ub') K.unpack(passed.data, sl.at, fw, sl.rows, cols, ubRows[s.t]![s.g]!, rt.table.dim, null, 0, sl.c0, false);
-        }
-      g.release(passed.data);
-    }
-    const poolFrom = (rows: Float32Array, u: UniqT, rt: (typeof L.tables)[number], s: number) => {
-      rt.features.forEach((f, k) => {
-        const p = part(segs.get(f)!, s, B);
-        const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
-        if (rt.pooling !== 'none') K.poolUnique(rows, rt.table.dim, inv, p.lengths, p.weights, pooled, P, rt.pooledCol[k]!, null);
-        else K.poolUnique(rows, rt.table.dim, inv, p.lengths, null, seqOut.get(f)!, rt.table.dim, 0, p.pos);
-      });
-    };
-    for (const [t, u] of node) poolFrom(nodeRows.get(t)!, u, L.tables[t]!, 1);
-    ub.forEach((groups, t) => groups.forEach((u, gi) => poolFrom(ubRows[t]![gi]!, u, L.tables[t]!, 2 + gi)));
-  }
-
-  // What a step's device path works from (device-exchange.ts): its routing and schedules, in `wire` values.
-  private deviceArgs(ctx: StepCtx, wire: Wire, counters: TrafficCounters): DeviceStepArgs {
+  // What both paths of a step's phase work from (step-args.ts): its routing and schedules, in `wire` values.
+  private stepArgs(ctx: StepCtx, wire: Wire, counters: TrafficCounters): StepArgs {
     return {
-      L: this.layout, wire, group: this.group, scratch: this.deviceScratch!, B: ctx.B, segs: ctx.segs, ub: ctx.ub, node: ctx.node, Btot: ctx.Btot, Boff: ctx.Boff,
+      L: this.layout, wire, group: this.group, B: ctx.B, segs: ctx.segs, ub: ctx.ub, node: ctx.node, Btot: ctx.Btot, Boff: ctx.Boff,
       own: ctx.own, req: ctx.req, rsend: ctx.rsend, rrecv: ctx.rrecv, unions: ctx.unions, bags: ctx.recv.map((x) => x.B), counters,
     };
   }
 
-  // Mean pooling: every mean table's columns divided by the bag lengths (after all partial sums are in).
   /** forwardOnDevice's output arrays (pooled values, the sequence values back to back in `sizes` order). */
   private deviceTarget(pooled: number, sizes: Map<string, number>): DeviceOutputArrays {
     const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
@@ -753,69 +649,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return out;
   }
 
-  /**
-   * The device path's gradients in device memory: the pooled gradient (G; the caller's DeviceArray, or the
-   * host array written once), the same with the rb mean columns divided by their bag lengths (Gs, what goes
-   * out to rb owners), and the sequence gradients back to back (seq, each feature from seqAt).
-   */
-  private async deviceGradInputs(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<{ G: DeviceArray; Gs: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }> {
-    const S = this.deviceScratch!, B = ctx.B, P = this.pooledDim;
-    const so = featureLayout(this.sequenceSizes(ctx.batch));
-    let G: DeviceArray, seq: DeviceArray;
-    if (grads.pooled instanceof DeviceArray) ({ pooled: G, sequences: seq } = grads as DeviceGradArrays);
-    else {
-      const h = grads as Gradients;
-      G = S.get('grad', B * P);
-      if (B * P > 0) await G.write(h.pooled!.subarray(0, B * P), 0);
-      seq = S.get('seqGrad', so.total);
-      await Promise.all(this.sequenceFeatures.map((f) => (h.sequences![f]!.length > 0 ? seq.write(h.sequences![f]!, so.at.get(f)!) : undefined)));
-    }
-    const means = this.meanColumns(ctx.batch, 'rb');
-    let Gs = G;
-    if (means.length > 0 && B * P > 0) {
-      Gs = S.get('gradDivided', B * P);
-      const copy = new Blocks();
-      copy.add(0, B * P, 0, B * P, 1, B * P, false);
-      copy.run(S, G, Gs);
-      await divideMeans(S, Gs, P, B, means);
-    }
-    return { G, Gs, seq, seqAt: so.at };
-  }
-
-  /**
-   * The device path's per-row gradient sums, each row's contributions in id order as the host's gradUnique
-   * adds them (RowSums): every ub row group's (laid out by ubLayout), every node tier's (nodeLayout), and
-   * the replicated rows' of `repTables` (for the replica syncs).
-   */
-  private async gradientSumsOnDevice(ctx: StepCtx, dev: { G: DeviceArray; seq: DeviceArray; seqAt: Map<string, number> }, repTables: readonly TableRt[], repIds: readonly UniqT[]): Promise<{ ub: DeviceArray; node: DeviceArray; rep: DeviceArray; repAt: number[] }> {
-    const S = this.deviceScratch!, L = this.layout, B = ctx.B, P = this.pooledDim;
-    const sums = new RowSums();
-    const job = (u: UniqT, rt: TableRt, s: number, dst: DeviceArray, dstAt: number) => {
-      const pooled = rt.pooling !== 'none';
-      sums.add(pooled ? dev.G : dev.seq, pooled ? P : rt.table.dim, u.uq.inverse, u.uq.values.length, rt.table.dim, dst, dstAt, rt.features.map((f, k) => {
-        const p = part(ctx.segs.get(f)!, s, B);
-        return pooled
-          ? { lengths: p.lengths, weights: p.weights, fullLen: ctx.batch.feature(f).lengths, mean: rt.pooling === 'mean', seqPos: null, col: rt.pooledCol[k]! }
-          : { lengths: p.lengths, weights: null, fullLen: null, mean: false, seqPos: p.pos, col: dev.seqAt.get(f)! };
-      }));
-    };
-    const ubAt = ubLayout(L, ctx.ub), nodeAt = nodeLayout(L, ctx.node);
-    const ub = S.get('ubGrad', ubAt.total), node = S.get('nodeGrad', nodeAt.total);
-    ctx.ub.forEach((groups, t) => groups.forEach((u, gi) => job(u, L.tables[t]!, 2 + gi, ub, ubAt.at[t]![gi]!)));
-    for (const [t, u] of ctx.node) job(u, L.tables[t]!, 1, node, nodeAt.at.get(t)!);
-    const repAt: number[] = [];
-    let repTotal = 0;
-    repIds.forEach((u, k) => {
-      repAt.push(repTotal);
-      repTotal += u.uq.values.length * repTables[k]!.table.dim;
-    });
-    const rep = S.get('repGrad', repTotal);
-    repIds.forEach((u, k) => job(u, repTables[k]!, 0, rep, repAt[k]!));
-    await sums.run(S);
-    return { ub, node, rep, repAt };
-  }
-
-
   /** Values of each sequence feature's output (or gradient) for `batch`, features in order. */
   private sequenceSizes(batch: JaggedBatch): Map<string, number> {
     return new Map(this.sequenceFeatures.map((f) => [f, batch.feature(f).ids.length * this.dimOf(f)]));
@@ -831,192 +664,34 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   private async backwardPhase(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<BackwardResult> {
-    const K = exchangeOps(), S = this.scratch;
-    const L = this.layout, g = this.group, W = L.W, rpn = L.rpn, B = ctx.B;
+    const L = this.layout;
     const counters = zeroTraffic();
-    const bw = this.wire.backward;
-    const P = this.pooledDim;
-    // the device path keeps the gradients in device memory (device-exchange.ts); the host path reads host arrays
-    const dev = this.deviceScratch ? await this.deviceGradInputs(ctx, grads) : undefined;
-    const host = grads as Gradients;
-    const G = (dev ? undefined : host.pooled) ?? new Float32Array(0);
-    const seqG = (f: string) => host.sequences![f]!;
-    // rb pooled gradients go out pre-divided by the full bag length for mean pooling
-    let Gs = G;
-    if (!dev)
-      for (const m of this.meanColumns(ctx.batch, 'rb')) {
-        if (Gs === G) Gs = S.copyOf(G);
-        K.divideBags(Gs, P, m.col, m.dim, m.lengths);
-      }
-    const gradOver = (u: UniqT, rt: (typeof L.tables)[number], s: number): Float32Array => {
-      const dim = rt.table.dim;
-      const out = S.f32(u.uq.values.length * dim);
-      rt.features.forEach((f, k) => {
-        const p = part(ctx.segs.get(f)!, s, B);
-        const inv = u.uq.inverse.subarray(u.featOff[k]!, u.featOff[k + 1]!);
-        if (rt.pooling !== 'none') K.gradUnique(G, P, rt.pooledCol[k]!, dim, inv, p.lengths, p.weights, ctx.batch.feature(f).lengths, rt.pooling === 'mean', null, out);
-        else K.gradUnique(seqG(f), dim, 0, dim, inv, p.lengths, null, null, false, p.pos, out);
+    const args = this.stepArgs(ctx, this.wire.backward, counters);
+    // dp tables and replicated tiers: this rank's distinct rows of each, whose gradients the syncs carry
+    const replicated = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0).map((rt) => ({ table: rt, rows: uniqOver(ctx.segs, rt, 0, 1, ctx.B) }));
+    const rbMeans = this.meanColumns(ctx.batch, 'rb');
+    const step = { batch: ctx.batch, rbMeans, recv: ctx.recv, replicated };
+    let res: BackwardResult;
+    if (this.deviceScratch) {
+      // the device path keeps the gradients in device memory (device-backward.ts)
+      const dev = await backwardOnDevice({ ...args, ...step, scratch: this.deviceScratch, grads, sequenceSizes: this.sequenceSizes(ctx.batch) });
+      const upd = updateBatch(L, ctx.owner, ctx.featIds, ctx.Btot, dev.replicated, dev.node);
+      const seq = await ownerSequenceGradients({ L, wire: args.wire, scratch: this.deviceScratch, own: ctx.own }, upd.counts, ctx.idOff, dev.exchanged.recv, [], upd.synced);
+      res = await this.live().backwardDevice(upd.batch, dev.exchanged.pooled.native, seq.native);
+    } else {
+      const host = await gradientsOnHost({ ...args, ...step, scratch: this.scratch, grads: grads as Gradients, idOff: ctx.idOff, featIds: ctx.featIds });
+      const upd = updateBatch(L, ctx.owner, ctx.featIds, ctx.Btot, host.replicated, host.node);
+      // every sequence-shaped feature's gradient rows: as received (rb sequences, ub rows), the synced
+      // rows' sums, or none (zero for ub rows no source asked for)
+      const seqGrads = L.localFeatures.map((lf, i) => {
+        if (lf.kind === 'ub') return host.sequences[i] ?? this.scratch.f32(upd.counts[i]! * lf.dim);
+        if (upd.synced[i]) return upd.synced[i]!.grads;
+        if (lf.pooling === 'none') return host.sequences[i] ?? new Float32Array(0);
+        return host.sequences[i] ?? null;
       });
-      return out;
-    };
-    const nodeGrad = new Map<number, Float32Array>();
-    if (!dev) for (const [t, u] of ctx.node) nodeGrad.set(t, gradOver(u, L.tables[t]!, 1));
-    const ubGrad = dev ? [] : ctx.ub.map((groups, t) => groups.map((u, gi) => gradOver(u, L.tables[t]!, 2 + gi)));
-    const repTables = L.tables.filter((rt) => rt.cluster === 'dp' || rt.R > 0);
-    const repIds = repTables.map((rt) => uniqOver(ctx.segs, rt, 0, 1, B));
-    // the device path's gradient sums of ub row groups, node tiers and replicated rows, in device memory (the
-    // replicated rows' read back for the replica syncs)
-    const sums = dev ? await this.gradientSumsOnDevice(ctx, dev, repTables, repIds) : undefined;
-    // 1. hierarchical: gradients to the relays first (the relay slots reversed): rb bag gradients once per
-    // other node, ub row gradients to the node's relay, which sums them per distinct row in source order
-    const relayed = new Map<number, Float32Array>();
-    const unionGrad = ctx.unions.map((u) => S.f32(u.uq.values.length * L.tables[u.rs.t]!.table.dim));
-    // (the device path runs this step in device memory: gradientsOnDevice)
-    if (L.hier && !this.deviceScratch) {
-      const toRelays = S.wire(bw, ctx.rrecv.total);
-      for (let a = 0; a < W; a++)
-        for (const sl of ctx.rrecv.slots[a]!) {
-          const s = sl.seg, rt = L.tables[s.t]!;
-          if (s.kind === 'rb') {
-            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
-            K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, toRelays, sl.at);
-          } else if (s.kind === 'ub') K.pack(ubGrad[s.t]![s.g]!, rt.table.dim, null, 0, sl.rows, sl.c0, sl.c1, bw, toRelays, sl.at);
-        }
-      const atRelay = await g.allToAllV(toRelays, ctx.rrecv.sizes, { recvCounts: ctx.rsend.sizes, counters });
-      for (let q = 0; q < W; q++)
-        for (const sl of ctx.rsend.slots[q]!) {
-          const s = sl.seg, rt = L.tables[s.t]!, cols = sl.c1 - sl.c0;
-          if (s.kind === 'rb') {
-            let gq = relayed.get(q);
-            if (!gq) relayed.set(q, (gq = S.f32(ctx.recv[q]!.B * P)));
-            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, gq, P, null, 0, rt.pooledCol[rt.features.indexOf(s.f)]! + sl.c0, false);
-          } else if (s.kind === 'ub') {
-            const k = unionIndex(ctx.unions, s.t, s.g), u = ctx.unions[k]!;
-            K.unpack(atRelay.data, sl.at, bw, sl.rows, cols, unionGrad[k]!, rt.table.dim, inverseOf(u, q), 0, sl.c0, true);
-          }
-        }
-      g.release(atRelay.data);
+      res = await this.live().backward(upd.batch, host.pooled, seqGrads);
     }
-    // 2. gradients to the owners, slot by slot of the requester schedule (the forward output's layout):
-    // in device memory on the device path (device-exchange.ts), whose result is the engine's pooled gradient
-    const devGrad = dev && sums
-      ? await gradientsOnDevice({ ...this.deviceArgs(ctx, bw, counters), grad: dev.Gs, ubGrad: sums.ub, nodeGrad: sums.node, seqGrad: dev.seq, seqAt: dev.seqAt })
-      : undefined;
-    const sendBuf = S.wire(bw, devGrad ? 0 : ctx.req.total);
-    if (!devGrad) for (let d = 0; d < W; d++)
-      for (const sl of ctx.req.slots[d]!) {
-        const s = sl.seg, rt = L.tables[s.t]!, dim = rt.table.dim;
-        if (sl.src !== L.rank) {
-          // a requester this rank relays for: its bag gradients, sliced to the owner's shard
-          if (s.kind === 'rb') {
-            const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
-            K.pack(relayed.get(sl.src)!, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
-          }
-        } else if (s.kind === 'node') K.pack(nodeGrad.get(s.t)!, dim, null, ctx.node.get(s.t)!.starts[d % rpn]!, sl.rows, 0, dim, bw, sendBuf, sl.at);
-        else if (s.kind === 'ub') {
-          const src = L.relaysTo(d) ? unionGrad[unionIndex(ctx.unions, s.t, s.g)]! : ubGrad[s.t]![s.g]!;
-          K.pack(src, dim, null, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
-        } else if (rt.pooling !== 'none') {
-          const col = rt.pooledCol[rt.features.indexOf(s.f)]!;
-          K.pack(Gs, P, null, 0, sl.rows, col + sl.c0, col + sl.c1, bw, sendBuf, sl.at);
-        } else K.pack(seqG(s.f), dim, part(ctx.segs.get(s.f)!, 2 + s.g, B).pos, 0, sl.rows, sl.c0, sl.c1, bw, sendBuf, sl.at);
-      }
-    const gin = devGrad ? undefined : await g.allToAllV(sendBuf, ctx.req.sizes, { recvCounts: ctx.own.sizes, counters });
-    // 3. dp tables and replicated tiers: this rank's per-row gradient sums, all-gathered (flat) or summed
-    // within the node, then across nodes rail-aligned (hierarchical) (replica-sync.ts)
-    // (the device path's flat sync keeps the gradients in device memory: device-replica-sync.ts)
-    // (the device path keeps the gradients in device memory: device-replica-sync.ts)
-    let updIds: Map<number, { ids: BigInt64Array; grads: Float32Array } | DeviceRowGrads>;
-    let repRows: DeviceArray | undefined;
-    if (sums) {
-      const local = repTables.map((rt, k) => ({ table: rt, ids: repIds[k]!.uq.values, at: sums.repAt[k]! }));
-      ({ rows: updIds, grads: repRows } = await (L.hier ? syncReplicatedHierOnDevice : syncReplicatedOnDevice)(L, g, bw, local, sums.rep, counters, this.deviceScratch!));
-    } else
-      updIds = await (L.hier ? syncReplicatedHier : syncReplicated)(L, g, bw, repTables.map((rt, k) => ({ table: rt, ids: repIds[k]!.uq.values, grads: gradOver(repIds[k]!, rt, 0) })), counters, S);
-    // 4. owner side: the update batch (one optimizer step for everything this rank holds)
-    const F = L.localFeatures.length, Btot = ctx.Btot;
-    const own = ctx.owner;
-    const lengths = own.lengths.slice();
-    const idsParts: BigInt64Array[] = [], wParts: Float32Array[] = [];
-    const seqGrads: (Float32Array | null)[] = L.localFeatures.map(() => null);
-    // the device path's synced rows: where each update feature's gradients are in device memory
-    const devRows: ({ array: DeviceArray; at: number } | undefined)[] = L.localFeatures.map(() => undefined);
-    // (an empty array, not null, when there are no pooled local features: the engine keeps its arguments alive)
-    const pooledGrad = S.f32(devGrad ? 0 : Btot * L.localPooledDim);
-    // node tier: sum the node's contributions per row (source order), then sync across nodes (the device
-    // path: their rows where they arrived, in the gradient message)
-    const nodeParts = new Map<number, { ids: BigInt64Array[]; grads: Float32Array[] }>();
-    const nodeRows = new Map<number, DevRows[]>();
-    // the received gradients, slot by slot of the owner schedule (the device path laid them out already)
-    if (gin || devGrad) for (let p = 0; p < W; p++)
-      for (const sl of ctx.own.slots[p]!) {
-        const s = sl.seg, src = sl.src;
-        if (s.kind === 'node') {
-          const ids = ctx.recv[src]!.entries[sl.entry]!.ids;
-          if (devGrad) {
-            let nr = nodeRows.get(s.t);
-            if (!nr) nodeRows.set(s.t, (nr = []));
-            nr.push({ ids, arr: devGrad.recv, at: sl.at, kind: bw });
-            continue;
-          }
-          const dim = L.tables[s.t]!.table.dim;
-          const gr = S.f32(sl.rows * dim);
-          K.unpack(gin!.data, sl.at, bw, sl.rows, dim, gr, dim, null, 0, 0, false);
-          let np = nodeParts.get(s.t);
-          if (!np) nodeParts.set(s.t, (np = { ids: [], grads: [] }));
-          np.ids.push(ids);
-          np.grads.push(gr);
-          continue;
-        }
-        if (!gin) continue;
-        const lfi = sl.feature, lf = L.localFeatures[lfi]!;
-        if (lf.pooling !== 'none') K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, pooledGrad, L.localPooledDim, null, ctx.Boff[src]!, lf.col, false);
-        else {
-          if (!seqGrads[lfi]) seqGrads[lfi] = S.f32(ctx.featIds[lfi]! * lf.dim);
-          K.unpack(gin.data, sl.at, bw, sl.rows, lf.dim, seqGrads[lfi]!, lf.dim, null, ctx.idOff[lfi]![src]!, 0, false);
-        }
-      }
-    let nodeUpd: Map<number, { ids: BigInt64Array; grads: Float32Array } | DeviceRowGrads>, nodeTierRows: DeviceArray | undefined;
-    if (devGrad) ({ rows: nodeUpd, grads: nodeTierRows } = await syncNodeTiersOnDevice(L, g, bw, nodeRows, counters, this.deviceScratch!));
-    else nodeUpd = await syncNodeTiers(L, g, bw, nodeParts, counters);
-    // assemble the update batch: rb / ub as in the forward; upd / nodeupd with the gathered lists; loc and node@u empty
-    let wAll: Float32Array | undefined = own.weights;
-    let io = 0;
-    const updCounts: number[] = []; // ids of each local feature in the update batch
-    L.localFeatures.forEach((lf, i) => {
-      const n = ctx.featIds[i]!;
-      updCounts.push(0);
-      const ownIds = own.ids.subarray(io, io + n) as BigInt64Array;
-      const ownW = own.weights ? own.weights.subarray(io, io + n) : null;
-      io += n;
-      if (lf.kind === 'rb' || lf.kind === 'ub') {
-        updCounts[i] = n;
-        idsParts.push(ownIds);
-        if (ownW) wParts.push(ownW);
-        if (lf.kind === 'ub' && !seqGrads[i]) seqGrads[i] = S.f32(n * lf.dim);
-        return;
-      }
-      lengths.fill(0, i * Btot, (i + 1) * Btot);
-      const src = lf.kind === 'upd' ? updIds.get(lf.t) : lf.kind === 'nodeupd' ? nodeUpd.get(lf.t) : undefined;
-      if (src && src.ids.length > 0) {
-        lengths[i * Btot] = updCounts[i] = src.ids.length;
-        idsParts.push(src.ids);
-        if (own.weights) wParts.push(new Float32Array(src.ids.length).fill(1));
-        if ('at' in src) devRows[i] = { array: (lf.kind === 'upd' ? repRows : nodeTierRows)!, at: src.at };
-        else seqGrads[i] = src.grads;
-      } else if (lf.pooling === 'none') seqGrads[i] = new Float32Array(0);
-    });
-    if (own.weights) wAll = concat(wParts, Float32Array);
-    const upd: NativeBatch = { batchSize: Btot, features: own.features, lengths, ids: concat(idsParts, BigInt64Array), ...(wAll ? { weights: wAll } : {}) };
-    for (let i = 0; i < F; i++) if (L.localFeatures[i]!.pooling === 'none' && !seqGrads[i]) seqGrads[i] = new Float32Array(0);
-    const res = devGrad
-      ? await this.live().backwardDevice(
-          upd, devGrad.pooled.native,
-          (await ownerSequenceGradients({ L, wire: bw, scratch: this.deviceScratch!, own: ctx.own }, updCounts, ctx.idOff, devGrad.recv, seqGrads, devRows)).native)
-      : await this.live().backward(upd, pooledGrad, seqGrads);
     if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
-    // everything received this step has been copied out: give the buffers back for the next step
-    if (gin) g.release(gin.data);
     this.traffic.backward = counters;
     return res;
   }
