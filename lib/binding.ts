@@ -106,6 +106,8 @@ export interface NativeEngine {
   loadPayload(path: string, bytes: number, crc32c: number): Promise<void>;
   /** CUDA engines: device time of the last forward / backward kernels (staging excluded); null on CPU. */
   kernelTimes(): { forwardMs: number; backwardMs: number } | null;
+  /** CPU engines: the host phases of the last backward in ms, in order; null elsewhere or before one. */
+  backwardPhases(): Record<string, number> | null;
   /** detaches each output array this engine's addon made and recycles its memory; returns how many */
   releaseOutputs(arrays: Float32Array[]): number;
   /** Collections with disk-backed tables: stage a batch's rows ahead of its step; write dirty rows back. */

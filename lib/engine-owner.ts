@@ -52,6 +52,16 @@ export abstract class EngineOwner {
     return this.live().kernelTimes();
   }
 
+  /**
+   * CPU: the phases of this engine's last backward in ms, in the order they ran — 'copy+finite' (the
+   * gradient rows copied and checked), 'keys', 'partition', 'several' (rows with several contributions:
+   * grouped and updated), 'single' (rows with one); for collections over 2^28 rows 'copy+finite', 'keys',
+   * 'sort', 'update'. Null on other engines and before the first backward.
+   */
+  backwardPhases(): Record<string, number> | null {
+    return this.live().backwardPhases();
+  }
+
   /** Frees native memory now; any later use raises EmbshardError DISPOSED. */
   dispose(): void {
     const e = this.engine;

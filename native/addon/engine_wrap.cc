@@ -322,7 +322,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
          InstanceMethod<&EngineWrap::ReadRows>("readRows"), InstanceMethod<&EngineWrap::WriteRows>("writeRows"),
          InstanceMethod<&EngineWrap::ReadState>("readState"), InstanceMethod<&EngineWrap::WriteState>("writeState"),
          InstanceMethod<&EngineWrap::SavePayload>("savePayload"), InstanceMethod<&EngineWrap::LoadPayload>("loadPayload"),
-         InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::ReleaseOutputs>("releaseOutputs"),
+         InstanceMethod<&EngineWrap::KernelTimes>("kernelTimes"), InstanceMethod<&EngineWrap::BackwardPhases>("backwardPhases"), InstanceMethod<&EngineWrap::ReleaseOutputs>("releaseOutputs"),
          InstanceMethod<&EngineWrap::Prefetch>("prefetch"), InstanceMethod<&EngineWrap::Flush>("flush"),
          InstanceMethod<&EngineWrap::StorageStats>("storageStats"),
          InstanceMethod<&EngineWrap::Dispose>("dispose")});
@@ -500,6 +500,19 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
     Napi::Object o = Napi::Object::New(env);
     o.Set("forwardMs", t.forwardMs);
     o.Set("backwardMs", t.backwardMs);
+    return o;
+  }
+
+  // The host phases of the last backward in ms, in order ({ phase: ms }; null when the engine times none
+  // or has not run one), for benchmarks.
+  Napi::Value BackwardPhases(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Guarded& g = live(env);
+    std::lock_guard<std::mutex> lk(g.mu);
+    const PhaseTimes p = g.engine->backward_phases();
+    if (p.n == 0) return env.Null();
+    Napi::Object o = Napi::Object::New(env);
+    for (int k = 0; k < p.n; ++k) o.Set(p.name[k], p.ms[k]);
     return o;
   }
 

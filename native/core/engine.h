@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "core/host_device.h"
 #include "core/pooling.h"
+#include "core/profile.h"
 #include "core/types.h"
 
 namespace embshard {
@@ -51,6 +52,8 @@ class Engine {
   virtual std::string device() const = 0;
   virtual EngineCapabilities capabilities() const = 0;
   virtual KernelTimes kernel_times() const { return {}; }
+  // The host phases of the last backward (engines that time them; none elsewhere).
+  virtual PhaseTimes backward_phases() const { return {}; }
   const CollectionSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
   int64_t step() const { return step_; }

@@ -557,7 +557,7 @@ BackwardResult CpuEngine::backward(const PreparedBatch& b, const float* pooledGr
   const int32_t F = b.F;
   const int64_t N = b.numIds();
 
-  PhaseTimer timer("cpu backward");
+  PhaseTimer timer("cpu backward", &backwardPhases_);
   if (N > int64_t(0xffffffff) || static_cast<int64_t>(F) * B > int64_t(0xffffffff))
     fail("INVALID_SIZE", "a batch may hold at most 2^32 - 1 ids and 2^32 - 1 bags");
 

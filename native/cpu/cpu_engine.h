@@ -55,6 +55,7 @@ class CpuEngine : public Engine {
   std::string device() const override { return "cpu"; }
   // Forward and backward resolve raw ids themselves, in their own pass over the ids.
   EngineCapabilities capabilities() const override { return EngineCapabilities{/*resolvesIds=*/true, /*kernelTimes=*/false}; }
+  PhaseTimes backward_phases() const override { return backwardPhases_; }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
@@ -94,6 +95,7 @@ class CpuEngine : public Engine {
   std::vector<cpu::PartitionEntry> entries_; // ids grouped by partition, in id order
   std::vector<cpu::PartitionScratch> partScratch_;  // per pool thread
   HostArena gradCopy_;                       // the batch's gradient rows, slot by slot, on huge pages
+  PhaseTimes backwardPhases_;                // the last backward's phases (backward_phases)
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CollectionSpec& spec, const Layout& layout, bool initialize);

@@ -31,6 +31,7 @@ class DiskEngine : public Engine {
                               /*outputsOnDevice=*/inner_->capabilities().outputsOnDevice};
   }
   KernelTimes kernel_times() const override { return inner_->kernel_times(); }
+  PhaseTimes backward_phases() const override { return inner_->backward_phases(); }
 
   void forward(const PreparedBatch& b, float* pooled, float* const* seq) override;
   BackwardResult backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad) override;
