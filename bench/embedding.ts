@@ -6,7 +6,8 @@
 // each case's byte floor; ratios are the form of the project's performance goals (no absolute claims). Two loops per case: the
 // release path (forward outputs handed back with release(out); the step keeps its output through
 // backward and releases it after) and the default path (nothing released by hand: backward consumes
-// its output), whose forward and step are reported beside the release path's.
+// its output), whose forward and step are reported beside the release path's. On the CPU a third table
+// splits the backward into its phases (backwardPhases()) beside its read-modify-write floor.
 import { EmbeddingCollection, JaggedBatch, backends } from '../lib/index.js';
 import type { OptimizerConfig } from '../lib/index.js';
 import { stateWidth } from '../lib/config.js';
@@ -130,6 +131,7 @@ for (const dist of dists) {
     // that never calls release(): backward consumes its output) step in turn, so both see the same
     // machine; each one's forward is timed inside its step
     let unique = 0;
+    const phaseRuns: Record<string, number>[] = [];
     const releaseFwd: number[] = [], defaultFwd: number[] = [], releaseStep: number[] = [], defaultStep: number[] = [];
     for (let i = 0; i < ITERS + 2; i++) {
       const warm = i < 2;
@@ -143,6 +145,8 @@ for (const dist of dists) {
           unique = r.uniqueRows;
           const k = ec.kernelTimes();
           if (k && !warm) kernelStep.push(k.forwardMs + k.backwardMs);
+          const ph = ec.backwardPhases();
+          if (ph && !warm) phaseRuns.push(ph);
         } else {
           await ec.backward(out, { pooled: grad });
         }
@@ -177,6 +181,8 @@ for (const dist of dists) {
       if (peakGBps) row.kernelForwardOverPeak = (row.kernelForwardGBps as number) / peakGBps;
     }
     if (kernelStep.length) row.kernelStepMs = median(kernelStep);
+    // the CPU backward's phases (release path), each the median over the timed steps
+    if (phaseRuns.length) row.backwardPhasesMs = Object.fromEntries(Object.keys(phaseRuns[0]!).map((k) => [k, median(phaseRuns.map((p) => p[k] ?? 0))]));
     results.push(row);
     console.error(
       `${row.ids} ${opt.type}: forward ${fwdMs.toFixed(1)} ms, step ${stepMs.toFixed(1)} ms (${(stepMs / fwdMs).toFixed(2)}×); ` +
@@ -200,6 +206,7 @@ for (const r of results) {
   const updateFloorMs = rmwBytes / (probe.updateGBps * 1e9) * 1e3;
   r.forwardOverProbe = fwdFloorMs / (r.forwardMs as number);
   r.stepFloorOverForwardFloor = (fwdFloorMs + updateFloorMs) / fwdFloorMs;
+  r.updateFloorMs = updateFloorMs;
   r.backwardOverUpdateFloor = ((r.stepMs as number) - (r.forwardMs as number)) / updateFloorMs;
   r.gradReadFloorMs = gathered / (probe.gradGatherGBps * 1e9) * 1e3;
   r.gradReadOverUpdateFloor = (r.gradReadFloorMs as number) / updateFloorMs;
@@ -210,6 +217,26 @@ for (const r of results) {
 const targets = { forwardOverProbe: 0.8, backwardOverFloorUniform: 1.5, backwardOverFloorZipf: 3, defaultOverRelease: 1.1 };
 const bwdTarget = (r: Record<string, unknown>): string =>
   `≤ ${r.ids === 'uniform' ? targets.backwardOverFloorUniform : targets.backwardOverFloorZipf}×`;
+// Where the CPU backward's time goes: its phases (backwardPhases(), medians over the release path's
+// steps) in ms and, for scale, the read-modify-write floor of the same case.
+function phaseTable(): string[] {
+  const rows = results.filter((r) => r.backwardPhasesMs);
+  if (rows.length === 0) return [];
+  const names = Object.keys(rows[0]!.backwardPhasesMs as Record<string, number>);
+  return [
+    '',
+    `Backward phases (ms, medians over the release path's steps; EmbeddingCollection.backwardPhases()): the gradient rows copied and checked, ids turned into row keys, contributions partitioned by row range, rows with several contributions grouped and updated, rows with one updated; beside them the sum and the read-modify-write floor of the case${probe ? '' : ' (no probe: none)'}.`,
+    '',
+    table(
+      ['ids', 'optimizer', ...names, 'sum', ...(probe ? ['rmw floor', 'sum / floor'] : [])],
+      rows.map((r) => {
+        const ph = r.backwardPhasesMs as Record<string, number>;
+        const sum = names.reduce((a, k) => a + (ph[k] ?? 0), 0);
+        return [r.ids as string, r.optimizer as string, ...names.map((k) => ph[k] ?? 0), sum, ...(probe ? [r.updateFloorMs as number, sum / (r.updateFloorMs as number)] : [])];
+      }),
+    ),
+  ];
+}
 const md = [
   `# Embedding engine bench (${device}${quick ? ', quick' : ''})`,
   '',
@@ -252,5 +279,6 @@ const md = [
       r.defaultStepOverRelease as number,
     ]),
   ),
+  ...phaseTable(),
 ].join('\n');
 writeResults(cuda ? 'embedding-cuda' : 'embedding', { machine: machine(), device, config: { T, ROWS, DIM, B, L, ITERS }, probe, probeRuns, peakGBps, targets, results }, md);
