@@ -324,17 +324,15 @@ async function sequenceGradientsOut(a: DeviceBackwardArgs, send: DeviceArray): P
  * The update batch's sequence gradients in device memory (features back to back, in order; `updIds`: each
  * local feature's ids in the update batch): ub and rb sequence features'
  * from the received message (each source's rows at its first id), the others' (the synced sums of dp
- * tables, replicated and node tiers) copied from the device arrays in `dev` or written from the host
- * arrays in `host`; zero elsewhere.
+ * tables, replicated and node tiers) copied from the device arrays in `dev`; zero elsewhere.
  */
-export async function ownerSequenceGradients(
+export function ownerSequenceGradients(
   a: Pick<DeviceBackwardArgs, 'L' | 'scratch' | 'own' | 'wire'>,
   updIds: readonly number[],
   idOff: readonly (readonly number[])[],
   recv: DeviceArray,
-  host: readonly (Float32Array | null)[],
   dev: readonly ({ array: DeviceArray; at: number } | undefined)[],
-): Promise<DeviceArray> {
+): DeviceArray {
   const { L } = a;
   const seqAt = sequenceOffsets(L, (i) => updIds[i]!);
   const sg = a.scratch.get('ownerSeqGrad', seqAt.total);
@@ -353,11 +351,5 @@ export async function ownerSequenceGradients(
     rows.add(d.at, lf.dim, seqAt.at[i]!, lf.dim, updIds[i]!, lf.dim, false);
     rows.run(a.scratch, d.array, sg);
   });
-  await Promise.all(
-    L.localFeatures.map((lf, i) => {
-      const h = host[i];
-      return lf.kind !== 'ub' && lf.kind !== 'rb' && lf.pooling === 'none' && h && h.length > 0 ? sg.write(h, seqAt.at[i]!) : undefined;
-    }),
-  );
   return sg;
 }

@@ -676,7 +676,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       // the device path keeps the gradients in device memory (device-backward.ts)
       const dev = await backwardOnDevice({ ...args, ...step, scratch: this.deviceScratch, grads, sequenceSizes: this.sequenceSizes(ctx.batch) });
       const upd = updateBatch(L, ctx.owner, ctx.featIds, ctx.Btot, dev.replicated, dev.node);
-      const seq = await ownerSequenceGradients({ L, wire: args.wire, scratch: this.deviceScratch, own: ctx.own }, upd.counts, ctx.idOff, dev.exchanged.recv, [], upd.synced);
+      const seq = ownerSequenceGradients({ L, wire: args.wire, scratch: this.deviceScratch, own: ctx.own }, upd.counts, ctx.idOff, dev.exchanged.recv, upd.synced);
       res = await this.live().backwardDevice(upd.batch, dev.exchanged.pooled.native, seq.native);
     } else {
       const host = await gradientsOnHost({ ...args, ...step, scratch: this.scratch, grads: grads as Gradients, idOff: ctx.idOff, featIds: ctx.featIds });
