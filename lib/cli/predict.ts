@@ -1,5 +1,5 @@
 // predict.ts — `embshard predict --checkpoint <dir> --data <source> --out <file>`: scores every sample of
-// a source with a saved model and streams one click probability per sample, in source order, to a CSV
+// a source (or its first --samples N; synthetic data, which never ends, needs them) with a saved model and streams one click probability per sample, in source order, to a CSV
 // file (header `probability`) or, when the file ends in .arrow, an Arrow IPC file (one Float32 column
 // `probability`, one RecordBatch per batch). A progress bar goes to stderr when it is a terminal.
 import { createWriteStream, type WriteStream } from 'node:fs';
@@ -9,14 +9,15 @@ import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { Trainer } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
-import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
+import { DATA_SPEC_FORMS, isEndlessSpec, openDataSpec } from './sources.js';
 import { progressLine } from './progress.js';
 import { intArg, parseArgs, runCommand } from './command.js';
 
 export const PREDICT_USAGE = `usage: embshard predict --checkpoint <dir> --data <source> --out <file.csv|file.arrow>
-                        [--batch 4096] [--max-rows N] [--threads N] [--quiet]
+                        [--samples N] [--batch 4096] [--max-rows N] [--threads N] [--quiet]
   --data: ${DATA_SPEC_FORMS}
-Writes one click probability per sample of --data, in order: CSV (header 'probability') or, for a name
+Writes one click probability per sample of --data (its first N with --samples N; synthetic data never
+ends and needs --samples), in order: CSV (header 'probability') or, for a name
 ending in .arrow, an Arrow IPC file with one Float32 column 'probability'. Raw categorical values are
 hashed into the checkpoint's tables as it was trained; the data's features must be the model's.`;
 
@@ -26,6 +27,7 @@ interface Args {
   out?: string;
   batch: number;
   maxRows?: number;
+  samples?: number;
   threads?: number;
   quiet: boolean;
 }
@@ -40,6 +42,7 @@ function parse(argv: string[]): Args | string {
       case '--out': a.out = v; break;
       case '--batch': a.batch = int(); break;
       case '--max-rows': a.maxRows = int(); break;
+      case '--samples': a.samples = int(); break;
       case '--threads': a.threads = int(); break;
       default: return `unknown option '${k}'`;
     }
@@ -49,6 +52,7 @@ function parse(argv: string[]): Args | string {
   if (!a.checkpoint) return '--checkpoint is required';
   if (!a.data) return '--data is required';
   if (!a.out) return '--out is required';
+  if (a.samples === undefined && isEndlessSpec(a.data)) return '--data synthetic never ends: give --samples N';
   return a;
 }
 
@@ -129,17 +133,21 @@ async function predict(a: Args): Promise<number> {
     checkData(inputs, d.source.features, d.tableRows);
     const file = createWriteStream(a.out!);
     const sink = a.out!.endsWith('.arrow') ? arrowSink(file) : csvSink(file);
-    const total = (d.source as { numSamples?: number }).numSamples;
+    const known = (d.source as { numSamples?: number }).numSamples;
+    const total = a.samples === undefined ? known : Math.min(a.samples, known ?? Infinity);
     const tty = process.stderr.isTTY === true && !a.quiet;
     const t0 = performance.now();
     let n = 0, lastDraw = 0;
-    // the next batch's forward runs while this one is written
+    // the next batch's forward runs while this one is written; the batch that reaches --samples is the
+    // last, cut to the samples still wanted
     let pending: Promise<Float32Array> | undefined;
     for await (const b of d.source) {
-      const next = trainer.predict(b);
+      const take = Math.min(b.size, (a.samples ?? Infinity) - n);
+      const next = trainer.predict(b).then((p) => (take < p.length ? p.subarray(0, take) : p));
       if (pending) await sink.write(await pending);
       pending = next;
-      n += b.size;
+      n += take;
+      if (n === a.samples) break;
       const now = performance.now();
       if (tty && now - lastDraw > 100) {
         process.stderr.write(`\r${progressLine(n, total, (now - t0) / 1000, 'samples')}`);

@@ -49,11 +49,20 @@ function rowsList(o: OpenSpecOptions, n: number, what: string): number[] {
   return [...r];
 }
 
+/** The kind of a data spec (what precedes its first ':'), and its argument. */
+function splitSpec(spec: string): { kind: string; arg: string } {
+  const colon = spec.indexOf(':');
+  return colon < 0 ? { kind: spec, arg: '' } : { kind: spec.slice(0, colon), arg: spec.slice(colon + 1) };
+}
+
+/** Whether a data spec names a source without an end (synthetic data): it has no epochs and no last sample. */
+export function isEndlessSpec(spec: string): boolean {
+  return splitSpec(spec).kind === 'synthetic';
+}
+
 /** Opens one data spec (see DATA_SPEC_FORMS) as this rank's share of it. */
 export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<OpenedSource> {
-  const colon = spec.indexOf(':');
-  const kind = colon < 0 ? spec : spec.slice(0, colon);
-  const arg = colon < 0 ? '' : spec.slice(colon + 1);
+  const { kind, arg } = splitSpec(spec);
   const B = o.batch, rank = o.rank ?? 0, world = o.world ?? 1;
   const splitNote = world > 1 ? ` (batch j to rank j mod ${world})` : '';
   if (kind === 'synthetic') {

@@ -6,7 +6,7 @@ import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
-import { openDataSpec } from './sources.js';
+import { isEndlessSpec, openDataSpec } from './sources.js';
 import { fmtRate } from './progress.js';
 import { runCommand } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
@@ -53,7 +53,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   their share of N live in files under <dir> behind RAM caches; sharded: N per rank, each
                   rank's shards in its own files)
 Trains with a progress line on stderr (samples/s, loss, AUC) and prints a summary. Synthetic data is
-drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
+endless (train it for --steps, not --epochs) and drawn from a planted model, whose own AUC on the evaluation samples is the best reachable and is reported.
 AUC is measured on held-out samples only: synthetic data holds out its own; file sources need
 --eval-data or --eval-split (without either, a file run reports no AUC). Evaluation runs every
 --eval-every steps and at the end; the summary names the samples evaluated.`;
@@ -194,6 +194,7 @@ function parse(argv: string[]): Args | string {
   if (!a.data) return '--data is required';
   if ((a.storageDir === undefined) !== (a.cacheBytes === undefined)) return '--storage disk:<dir> and --cache-bytes N go together';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
+  if (a.epochs !== undefined && isEndlessSpec(a.data)) return '--epochs needs a finite source; synthetic data never ends: give --steps N';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
   if (a.schedule === 'herald' && a.plan !== undefined) return '--schedule herald places rows itself; it takes no --plan';

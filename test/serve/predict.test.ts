@@ -1,12 +1,14 @@
 // predict.test.ts — Trainer.predict: the probabilities evaluate() scores (and the logloss a naive formula
 // gives from them), no update, labels not needed; checkpoints carry the model's inputs and are verified
-// on load; `embshard predict` writes CSV and Arrow files equal to Trainer.predict on the same samples.
+// on load; `embshard predict` writes CSV and Arrow files equal to Trainer.predict on the same samples, all
+// of them or the first --samples N (which endless synthetic data requires).
 import { describe, it, expect, vi, afterEach, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tableFromIPC } from 'apache-arrow';
 import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
+import { SyntheticSource } from '../../lib/data/synthetic.js';
 import { embeddingsFor } from '../../lib/train/embeddings.js';
 import { Trainer } from '../../lib/train/trainer.js';
 import { runPredict } from '../../lib/cli/predict.js';
@@ -106,9 +108,46 @@ describe('Trainer.predict', () => {
     const table = tableFromIPC(readFileSync(arrow));
     expect(table.numRows).toBe(150);
     expect(Float32Array.from(table.getChild('probability')!.toArray() as Float32Array)).toEqual(Float32Array.from(want));
+    // --samples N: the first N samples only, the batch that reaches N cut (100 = 64 + 36)
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--batch', '64', '--samples', '100'])).toBe(0);
+    const first = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(first[0]).toBe('probability');
+    expect(Float32Array.from(first.slice(1).map(Number))).toEqual(Float32Array.from(want.slice(0, 100)));
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', arrow, '--batch', '64', '--samples', '128'])).toBe(0);
+    expect(Float32Array.from(tableFromIPC(readFileSync(arrow)).getChild('probability')!.toArray() as Float32Array)).toEqual(Float32Array.from(want.slice(0, 128)));
+    // more samples than the source holds: all of them
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--batch', '64', '--samples', '1000'])).toBe(0);
+    expect(readFileSync(csv, 'utf8').trim().split('\n').length).toBe(151);
     vi.spyOn(console, 'error').mockImplementation(() => undefined);
     expect(await runPredict(['--checkpoint', join(dir, 'nope'), '--data', `criteo-tsv:${file}`, '--out', csv])).toBe(1);
     expect(await runPredict(['--checkpoint', ck, '--out', csv])).toBe(2);
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--samples', '0'])).toBe(2);
+    t.embeddings.dispose?.();
+  }, 60_000);
+
+  it('embshard predict on synthetic data (which never ends) needs --samples and stops there', async () => {
+    const opts = { batchSize: 100, preset: 'criteo-kaggle' as const, seed: 0, rank: 0, worldSize: 1, maxRows: ROWS };
+    const src = new SyntheticSource(opts);
+    const emb = embeddingsFor(src.features, src.tableRows, { dim: 4, optimizer: { type: 'adagrad', lr: 0.1 }, seed: 5 });
+    const t = new Trainer({ model: { denseIn: 13, bottom: [8, 4], top: [8, 1], numSparse: 26, embDim: 4, interaction: 'dot' }, embeddings: emb, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 5 });
+    const ck = join(dir, 'ck-synthetic');
+    await t.save(ck);
+    // the oracle: the first 250 samples of the same synthetic stream, scored by the model
+    const want: number[] = [];
+    for await (const b of src) {
+      want.push(...(await t.predict(b)));
+      if (want.length >= 250) break;
+    }
+    await src.close?.();
+    const err = vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    const csv = join(dir, 'synthetic.csv');
+    expect(await runPredict(['--checkpoint', ck, '--data', 'synthetic', '--max-rows', String(ROWS), '--out', csv])).toBe(2);
+    expect(err.mock.calls.flat().join(' ')).toMatch(/synthetic never ends: give --samples N/);
+    expect(await runPredict(['--checkpoint', ck, '--data', 'synthetic', '--max-rows', String(ROWS), '--out', csv, '--batch', '100', '--samples', '250'])).toBe(0);
+    const lines = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(lines.length).toBe(251);
+    expect(Float32Array.from(lines.slice(1).map(Number))).toEqual(Float32Array.from(want.slice(0, 250)));
     t.embeddings.dispose?.();
   }, 60_000);
 });

@@ -69,6 +69,10 @@ describe('embshard train', () => {
     expect(c.err.join('')).toMatch(/--steps must be an integer/);
     vi.restoreAllMocks();
     c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--epochs', '1'])).toBe(2);
+    expect(c.err.join('')).toMatch(/--epochs needs a finite source; synthetic data never ends/);
+    vi.restoreAllMocks();
+    c = capture();
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'parquet:x', '--steps', '1'])).toBe(1);
     expect(c.err.join('')).toMatch(/INVALID_ARGUMENT/);
     vi.restoreAllMocks();
