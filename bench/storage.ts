@@ -130,10 +130,15 @@ const md = [
   table(
     ['Zipf', 'cache', 'steps/s disk', 'steps/s memory', 'disk / memory', 'hit rate', 'read / step', 'written / step', 'disk MB/s ÷ probe'],
     rows.map((r) => [
-      String(r.zipf), `${(r.cacheFraction as number) * 100}%`, r.error ? 'batch does not fit' : (r.stepsPerSec as number), r.memoryStepsPerSec as number,
-      r.error ? '-' : (r.ratio as number), r.hitRate as number, `${((r.readBytesPerStep as number) / 1024).toFixed(0)} KiB`,
-      `${((r.writtenBytesPerStep as number) / 1024).toFixed(0)} KiB`,
-      r.error ? '-' : ((((r.readBytesPerStep as number) + (r.writtenBytesPerStep as number)) * (r.stepsPerSec as number)) / probe),
+      String(r.zipf), `${(r.cacheFraction as number) * 100}%`,
+      // a batch that does not fit stops the run: no rate, hit rate or bytes to report
+      ...(r.error
+        ? ['batch does not fit', '-', '-', '-', '-', '-', '-']
+        : [
+            r.stepsPerSec as number, r.memoryStepsPerSec as number, r.ratio as number, r.hitRate as number,
+            `${((r.readBytesPerStep as number) / 1024).toFixed(0)} KiB`, `${((r.writtenBytesPerStep as number) / 1024).toFixed(0)} KiB`,
+            (((r.readBytesPerStep as number) + (r.writtenBytesPerStep as number)) * (r.stepsPerSec as number)) / probe,
+          ]),
     ]),
   ),
 ].join('\n');

@@ -112,6 +112,10 @@ export function topologyPreset(preset: string, opts: TopologyOptions): Topology 
   }
   const p = (HARDWARE_PRESETS as Record<string, (typeof HARDWARE_PRESETS)['dgx-h100']>)[preset];
   if (!p) bad('INVALID_CONFIG', 'preset', `unknown preset '${preset}' (known: ${PRESET_NAMES.join(', ')})`);
+  if (opts.ranksPerNode === undefined && worldSize > p.ranksPerNode && worldSize % p.ranksPerNode !== 0) {
+    const fits = Array.from({ length: p.ranksPerNode - 1 }, (_, i) => p.ranksPerNode - 1 - i).filter((d) => d > 1 && worldSize % d === 0);
+    bad('INVALID_CONFIG', 'worldSize', `${worldSize} ranks do not fill whole ${preset} nodes of ${p.ranksPerNode} GPUs; give ranksPerNode (--ranks-per-node)${fits.length ? `, e.g. ${fits.join(' or ')}` : ''}`);
+  }
   return normalizeTopology({
     name: p.name,
     worldSize,

@@ -16,6 +16,7 @@ CacheGeometry cache_geometry(uint64_t cacheBytes, uint64_t slotDataBytes, uint64
   g.ways = std::min(kMaxWays, maxSlots);
   g.sets = std::min(maxSlots / g.ways, (rows + g.ways - 1) / g.ways);
   g.slots = g.sets * g.ways;
+  g.whole = g.slots >= rows;
   return g;
 }
 
@@ -23,7 +24,7 @@ RowCache::RowCache(CacheGeometry g, Policy p)
     : g_(g), policy_(p), tag_(g.slots, kEmptySlot), meta_(g.slots), demand_(g.sets, 0) {}
 
 int64_t RowCache::find(uint64_t row) const {
-  const uint64_t base = (row % g_.sets) * g_.ways;
+  const uint64_t base = set_of(row) * g_.ways;
   for (uint64_t w = 0; w < g_.ways; ++w)
     if (tag_[base + w] == row) return static_cast<int64_t>(base + w);
   return -1;
@@ -32,11 +33,11 @@ int64_t RowCache::find(uint64_t row) const {
 int64_t RowCache::overflowing_set(const uint64_t* rows, int64_t n, uint64_t* need) {
   int64_t bad = -1;
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t s = rows[i] % g_.sets;
+    const uint64_t s = set_of(rows[i]);
     if (++demand_[s] > g_.ways && bad < 0) bad = static_cast<int64_t>(s);
   }
   if (bad >= 0) *need = demand_[bad];
-  for (int64_t i = 0; i < n; ++i) demand_[rows[i] % g_.sets] = 0;
+  for (int64_t i = 0; i < n; ++i) demand_[set_of(rows[i])] = 0;
   return bad;
 }
 
@@ -71,7 +72,7 @@ void RowCache::plan(const uint64_t* rows, int64_t n, bool respectPins, CachePlan
   size_t kept = 0;
   for (size_t m = 0; m < out.miss.size(); ++m) {
     const uint32_t i = out.miss[m];
-    const uint64_t base = (rows[i] % g_.sets) * g_.ways;
+    const uint64_t base = set_of(rows[i]) * g_.ways;
     int64_t best = -1;
     for (uint64_t w = 0; w < g_.ways; ++w) {
       const uint64_t s = base + w;

@@ -1,13 +1,19 @@
 // row_cache.h — the bookkeeping of a disk-backed table's RAM cache: which row each slot holds, which
 // slots are dirty, and the eviction policy. Slots form `sets` sets of `ways` ways; row r may live only
-// in set r % sets. Per batch (one call of plan): every row of the batch gets a slot; a miss takes, in
+// in set set_of(r). Per batch (one call of plan): every row of the batch gets a slot; a miss takes, in
 // its set, an empty way if there is one, else the way the policy ranks lowest among those the batch
 // does not use (LRU: least recently used batch; LFU: fewest batches used in, then least recent), ties
 // to the lowest way. The data (rows and state) lives elsewhere (the CPU engine's arenas); this class
 // holds none, so it is tested against a naive model of the same rules.
+// Unless the cache covers the whole table, a row's set is its SplitMix64 mix (core/rng.h, salted) scaled
+// to [0, sets), not `r % sets`: ids with structure (a stride or an affine scatter sharing a factor with
+// `sets`) would crowd a few sets and overflow them at a small fraction of the cache; hashed, they spread
+// as random ids do.
 #pragma once
 #include <cstdint>
 #include <vector>
+
+#include "core/rng.h"
 
 namespace embshard::storage {
 
@@ -16,10 +22,20 @@ enum class Policy : uint8_t { LRU = 0, LFU = 1 };
 // Bytes of bookkeeping per slot (tag, last use, use count, pin, flags), counted against cacheBytes.
 constexpr uint64_t kSlotMetaBytes = 32;
 constexpr uint64_t kMaxWays = 16;
+constexpr uint64_t kCacheSetSalt = 0x4341434845534554ull;  // "CACHESET"
 
 struct CacheGeometry {
   uint64_t slots = 0, ways = 0, sets = 0;
+  bool whole = false;  // the slots cover every row of the table
 };
+
+// The set of `row`: ⌊row / ways⌋ when the cache covers the whole table (each set then holds its own
+// `ways` rows and nothing is ever evicted), else ⌊mix64(row XOR salt) · sets / 2^64⌋.
+inline uint64_t cache_set_of(uint64_t row, const CacheGeometry& g) {
+  if (g.whole) return row / g.ways;
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(mix64(row ^ kCacheSetSalt)) * g.sets) >> 64);
+}
+
 // The most slots of slotDataBytes + kSlotMetaBytes that fit in cacheBytes (never more than a multiple of
 // `ways` covering the table's rows); INVALID_CONFIG naming storage.cacheBytes when not even one fits.
 CacheGeometry cache_geometry(uint64_t cacheBytes, uint64_t slotDataBytes, uint64_t rows, const char* table);
@@ -58,12 +74,13 @@ class RowCache {
   uint64_t tag(int64_t slot) const { return tag_[slot]; }
 
  private:
+  uint64_t set_of(uint64_t row) const { return cache_set_of(row, g_); }
   bool pinned(uint64_t s) const { return pinEpoch_ != 0 && meta_[s].pin == pinEpoch_; }
   // true when slot a ranks below slot b for eviction
   bool colder(uint64_t a, uint64_t b) const;
   // Starts loading the tags of row's set (the way scan of a later find).
   void prefetch_set(uint64_t row) const {
-    const uint64_t* t = tag_.data() + (row % g_.sets) * g_.ways;
+    const uint64_t* t = tag_.data() + set_of(row) * g_.ways;
     __builtin_prefetch(t);
     __builtin_prefetch(t + 8);
   }

@@ -7,6 +7,7 @@ import { BASELINES } from '../../lib/plan/baselines.js';
 import { estimatePlan } from '../../lib/plan/cost-model.js';
 import { baselinePlan, planShards, planShardsReport } from '../../lib/plan/planner.js';
 import { ShardPlan, type PlanJSON } from '../../lib/plan/shard-plan.js';
+import { topologyPreset } from '../../lib/plan/topology.js';
 import type { TableSpec, Topology } from '../../lib/plan/types.js';
 import { Rng } from '../../lib/random/rng.js';
 import { randomTables, smallTopology } from './helpers.js';
@@ -204,6 +205,16 @@ describe('planShards', () => {
     // just fits: planned within the limits
     const ok = planShards([{ name: 'fits', rows: 7_000, dim: 64 }], topo, { batchSize: 4 });
     expect(Math.max(...ok.memoryPerRank())).toBeLessThanOrEqual(1e6);
+  });
+
+  it('a hardware preset over ranks that fill no whole number of its nodes: INVALID_CONFIG naming worldSize and the ranksPerNode that fit', () => {
+    expect(() => topologyPreset('dgx-h100', { worldSize: 12 })).toThrow(
+      expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/^worldSize: 12 ranks do not fill whole dgx-h100 nodes of 8 GPUs; give ranksPerNode .*e\.g\. 6 or 4 or 3 or 2$/) }),
+    );
+    expect(() => topologyPreset('dgx-h100', { worldSize: 13 })).toThrow(expect.objectContaining({ message: expect.not.stringContaining('e.g.') }));
+    expect(topologyPreset('dgx-h100', { worldSize: 12, ranksPerNode: 4 }).ranksPerNode).toBe(4);
+    expect(topologyPreset('dgx-h100', { worldSize: 16 }).ranksPerNode).toBe(8);
+    expect(topologyPreset('dgx-h100', { worldSize: 4 }).ranksPerNode).toBe(4);
   });
 
   it('rejects a bad batch size and wire dtype', () => {

@@ -33,7 +33,7 @@ const CASES: Case[] = [
     name: 'adagrad fp16 mean + a memory table, Zipf 1.05, LFU',
     optimizer: { type: 'adagrad', lr: 0.05 },
     tables: [{ name: 'a', rows: 4000, dim: 16, dtype: 'fp16', pooling: 'mean' }, { name: 'm', rows: 50, dim: 4 }],
-    disk: { 0: 51200 },
+    disk: { 0: 38400 },
     alpha: 1.05,
     policy: 'lfu',
   },
