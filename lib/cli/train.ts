@@ -461,9 +461,32 @@ async function train(a: Args): Promise<number> {
   }
 }
 
+/**
+ * A plan file's tables must be the data's: one table per feature of the data, of the data's rows (a
+ * plan made for the full cardinalities would otherwise allocate them for a capped run's ids), and no
+ * other features. Dynamic tables take any ids.
+ */
+function checkPlanFitsData(plan: ShardPlan, a: Args, data: Data): void {
+  const features = data.train.features;
+  const cap = a.maxRows !== undefined ? ` (--max-rows ${a.maxRows})` : '';
+  features.forEach((f, i) => {
+    const t = plan.tables.find((x) => x.features.includes(f));
+    if (!t) throw new EmbshardError('UNKNOWN_FEATURE', `--plan '${a.plan}' has no table for the data's feature '${f}'`);
+    if (!t.dynamic && t.rows !== data.tableRows[i])
+      throw new EmbshardError('INVALID_ARGUMENT', `--plan '${a.plan}': table '${t.name}' (feature '${f}') has ${t.rows.toLocaleString()} rows; the data's has ${data.tableRows[i]!.toLocaleString()}${cap}`);
+  });
+  for (const t of plan.tables)
+    for (const f of t.features)
+      if (!features.includes(f)) throw new EmbshardError('UNKNOWN_FEATURE', `--plan '${a.plan}': table '${t.name}' has feature '${f}', which the data lacks`);
+}
+
 /** The plan every rank trains with: --plan <file>, or planned on rank 0 for this CPU topology and broadcast. */
 async function sharedPlan(a: Args, group: ProcessGroup, data: Data, dim: number): Promise<ShardPlan> {
-  if (a.plan !== undefined && a.plan !== 'auto') return ShardPlan.fromJSON(readFileSync(a.plan, 'utf8'));
+  if (a.plan !== undefined && a.plan !== 'auto') {
+    const plan = ShardPlan.fromJSON(readFileSync(a.plan, 'utf8'));
+    checkPlanFitsData(plan, a, data);
+    return plan;
+  }
   let json = new Uint8Array(0);
   if (group.rank === 0) {
     const tables = data.train.features.map((f, i): PlanTableSpec =>

@@ -6,6 +6,9 @@ import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runTrain } from '../../lib/cli/train.js';
+import { SyntheticSource } from '../../lib/data/synthetic.js';
+import { planShards } from '../../lib/plan/planner.js';
+import { topologyPreset } from '../../lib/plan/topology.js';
 import { capture } from '../train/capture.js';
 
 afterEach(() => vi.restoreAllMocks());
@@ -54,6 +57,39 @@ describe('embshard train', () => {
       const text = c.out.join('\n');
       expect(text).toMatch(/trained 6 steps, 80 samples/); // 40 good lines → batches of 16, 16, 8; two epochs
       expect(text).toMatch(/2 malformed lines skipped of 42/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('--plan <file>: its tables must be the data\'s (rows after --max-rows, features both ways)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-cli-'));
+    try {
+      const src = new SyntheticSource({ batchSize: 1, preset: 'criteo-kaggle', maxRows: 500 });
+      const tables = src.features.map((f, i) => ({ name: f, rows: src.tableRows[i]!, dim: 4, features: [f] }));
+      await src.close?.();
+      const write = (name: string, t: typeof tables) => {
+        const file = join(dir, name);
+        writeFileSync(file, JSON.stringify(planShards(t, topologyPreset('dgx-h100', { worldSize: 1 }), { batchSize: 64 }).toJSON()));
+        return file;
+      };
+      const good = write('good.json', tables), short = write('short.json', tables.slice(0, 25));
+      const run = (plan: string, maxRows: string) =>
+        runTrain(['--model', 'custom', '--bottom', '13-8-4', '--top', '8-1', '--data', 'synthetic', '--max-rows', maxRows, '--steps', '2', '--batch', '64', '--eval-batches', '0', '--plan', plan, '--quiet']);
+      let c = capture();
+      expect(await run(good, '500'), c.err.join('')).toBe(0);
+      vi.restoreAllMocks();
+      c = capture();
+      expect(await run(good, '400')).toBe(1);
+      expect(c.err.join('')).toMatch(/INVALID_ARGUMENT: --plan '.*good\.json': table 'cat_\d+' \(feature 'cat_\d+'\) has 500 rows; the data's has 400 \(--max-rows 400\)/);
+      vi.restoreAllMocks();
+      c = capture();
+      expect(await run(short, '500')).toBe(1);
+      expect(c.err.join('')).toMatch(/UNKNOWN_FEATURE: --plan '.*short\.json' has no table for the data's feature 'cat_25'/);
+      vi.restoreAllMocks();
+      c = capture();
+      expect(await run(write('extra.json', [...tables, { name: 'extra', rows: 10, dim: 4, features: ['extra'] }]), '500')).toBe(1);
+      expect(c.err.join('')).toMatch(/UNKNOWN_FEATURE: --plan '.*extra\.json': table 'extra' has feature 'extra', which the data lacks/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
