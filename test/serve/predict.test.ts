@@ -12,6 +12,7 @@ import { SyntheticSource } from '../../lib/data/synthetic.js';
 import { embeddingsFor } from '../../lib/train/embeddings.js';
 import { Trainer } from '../../lib/train/trainer.js';
 import { runPredict } from '../../lib/cli/predict.js';
+import { runTrain } from '../../lib/cli/train.js';
 import type { Batch } from '../../lib/data/types.js';
 import type { EmbeddingCollection } from '../../lib/collection.js';
 import { writeCriteoTsv } from './fixture.js';
@@ -122,6 +123,30 @@ describe('Trainer.predict', () => {
     expect(await runPredict(['--checkpoint', join(dir, 'nope'), '--data', `criteo-tsv:${file}`, '--out', csv])).toBe(1);
     expect(await runPredict(['--checkpoint', ck, '--out', csv])).toBe(2);
     expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--samples', '0'])).toBe(2);
+    t.embeddings.dispose?.();
+  }, 60_000);
+
+  it('a model trained by embshard train on dynamic tables saves its inputs; embshard predict scores with it', async () => {
+    const ck = join(dir, 'ck-dynamic');
+    vi.spyOn(console, 'log').mockImplementation(() => undefined);
+    vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    const err = vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    const rc = await runTrain(['--model', 'custom', '--bottom', '13-8-4', '--top', '8-1', '--data', 'synthetic', '--dynamic-capacity', '512',
+      '--steps', '3', '--batch', '64', '--eval-batches', '0', '--save', ck, '--quiet']);
+    expect(rc, err.mock.calls.flat().join(' ')).toBe(0);
+    const t = await Trainer.load(ck);
+    const src = new SyntheticSource({ batchSize: 50, preset: 'criteo-kaggle', seed: 0, rank: 0, worldSize: 1 });
+    expect(t.inputs).toEqual({ sparse: [...src.features], numDense: 13, tableRows: [...src.tableRows], hash: 'modulo' });
+    const want: number[] = [];
+    for await (const b of src) {
+      want.push(...(await t.predict(b)));
+      if (want.length >= 100) break;
+    }
+    await src.close?.();
+    const csv = join(dir, 'dynamic.csv');
+    expect(await runPredict(['--checkpoint', ck, '--data', 'synthetic', '--out', csv, '--batch', '50', '--samples', '100']), err.mock.calls.flat().join(' ')).toBe(0);
+    const lines = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(Float32Array.from(lines.slice(1).map(Number))).toEqual(Float32Array.from(want));
     t.embeddings.dispose?.();
   }, 60_000);
 
