@@ -3,7 +3,7 @@
 // File sources are read by a worker thread (or prefetched) and split between ranks as lib/train/rank-split.ts
 // describes; torchrec binary days split by row range themselves.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { tableFromIPC } from 'apache-arrow';
+import { tableFromIPC, type Table } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
 import { arrowSource, prefetch, workerSource, type BatchSource, type SourceSpec, type SyntheticPreset } from '../data/index.js';
 import type { SyntheticOptions } from '../data/synthetic.js';
@@ -60,6 +60,15 @@ export function isEndlessSpec(spec: string): boolean {
   return splitSpec(spec).kind === 'synthetic';
 }
 
+/** An Arrow IPC file (or stream) as a table; a file that is not one is INVALID_ARGUMENT naming it. */
+function readArrowFile(path: string): Table {
+  try {
+    return tableFromIPC(readFileSync(path));
+  } catch (e) {
+    throw new EmbshardError('INVALID_ARGUMENT', `arrow:${path}: not an Arrow IPC file or stream (${(e as Error).message})`);
+  }
+}
+
 /** Opens one data spec (see DATA_SPEC_FORMS) as this rank's share of it. */
 export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<OpenedSource> {
   const { kind, arg } = splitSpec(spec);
@@ -93,7 +102,7 @@ export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<Op
   }
   if (kind === 'arrow') {
     if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `arrow:<file>: '${arg}' does not exist`);
-    const table = tableFromIPC(readFileSync(arg));
+    const table = readArrowFile(arg);
     const src = arrowSource(table, { maxBatchSize: B });
     const source = Object.assign(prefetch(rankSplit(src, rank, world), { depth: o.prefetch }), world === 1 ? { numSamples: table.numRows } : {});
     const rows = o.tableRows ?? o.maxRows;

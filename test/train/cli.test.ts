@@ -115,5 +115,16 @@ describe('embshard train', () => {
     c = capture();
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--plan', 'no-such-plan.json'])).toBe(1);
     expect(c.err.join('')).toMatch(/INVALID_ARGUMENT.*--plan/);
+    vi.restoreAllMocks();
+    // a file that is not Arrow IPC: a typed error naming it, not the reader's own
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-cli-'));
+    try {
+      writeFileSync(join(dir, 'x.arrow'), Buffer.from(Array.from({ length: 1000 }, (_, i) => (i * 37) & 255)));
+      c = capture();
+      expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', `arrow:${join(dir, 'x.arrow')}`, '--steps', '1', '--table-rows', '10'])).toBe(1);
+      expect(c.err.join('')).toMatch(/INVALID_ARGUMENT: arrow:.*x\.arrow: not an Arrow IPC file or stream/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
