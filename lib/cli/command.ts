@@ -20,6 +20,13 @@ export async function runCommand<A extends object>(name: string, usage: string, 
       console.error(`embshard ${name}: ${e.code}: ${e.message}`);
       return 1;
     }
+    // an operating-system failure on a path the user named (an --out in a missing folder, a file
+    // without permission): one line, as IO_ERROR, rather than Node's error object
+    const sys = e as NodeJS.ErrnoException;
+    if (e instanceof Error && typeof sys.syscall === 'string' && typeof sys.code === 'string') {
+      console.error(`embshard ${name}: IO_ERROR: ${sys.syscall}${typeof sys.path === 'string' ? ` '${sys.path}'` : ''} failed (${sys.code})`);
+      return 1;
+    }
     throw e;
   }
 }

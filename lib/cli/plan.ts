@@ -4,7 +4,7 @@
 // binary by lib/cli/main.ts.
 import { writeFileSync } from 'node:fs';
 import type { JaggedBatch } from '../batch.js';
-import { EmbshardError, isEmbshardError } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { planShardsReport } from '../plan/planner.js';
 import { profileAccess, withProfiledAccess } from '../plan/profile.js';
 import type { TableSpec } from '../plan/types.js';
@@ -12,6 +12,7 @@ import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
 import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
 import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
+import { runCommand } from './command.js';
 
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
@@ -127,41 +128,28 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
 }
 
 /** Runs `embshard plan`; returns the process exit code (0 ok, 1 planning error, 2 usage error). */
-export async function runPlan(argv: string[]): Promise<number> {
-  const a = parse(argv);
-  if (a === 'help') {
-    console.log(PLAN_USAGE);
-    return 0;
+export function runPlan(argv: string[]): Promise<number> {
+  return runCommand('plan', PLAN_USAGE, parse(argv), plan);
+}
+
+async function plan(a: Args): Promise<number> {
+  const w = workload(a.model!);
+  const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
+  const tables = a.profile ? await profiledTables(w.tables, a, w.name) : w.tables;
+  const meta = { model: w.name, ...(a.profile ? { profile: a.profile } : {}) };
+  const r = planShardsReport(tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta });
+  console.log(r.plan.explain({ title: `${w.name} (${w.description})` }));
+  console.log('');
+  console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);
+  for (const b of r.baselines)
+    console.log(`  ${b.name.padEnd(15)} ${b.time === null ? `does not fit (${b.reason})` : `${(b.time * 1e3).toFixed(3)} ms  (embshard ${(b.time / r.time).toFixed(2)}× faster)`}`);
+  if (a.out) {
+    writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
+    console.log(`wrote ${a.out}`);
   }
-  if (typeof a === 'string') {
-    console.error(`embshard plan: ${a}\n${PLAN_USAGE}`);
-    return 2;
+  if (a.svg) {
+    writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
+    console.log(`wrote ${a.svg}`);
   }
-  try {
-    const w = workload(a.model!);
-    const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
-    const tables = a.profile ? await profiledTables(w.tables, a, w.name) : w.tables;
-    const meta = { model: w.name, ...(a.profile ? { profile: a.profile } : {}) };
-    const r = planShardsReport(tables, topo, { batchSize: a.batch, ...(a.timeBudgetMs ? { timeBudgetMs: a.timeBudgetMs } : {}), meta });
-    console.log(r.plan.explain({ title: `${w.name} (${w.description})` }));
-    console.log('');
-    console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);
-    for (const b of r.baselines)
-      console.log(`  ${b.name.padEnd(15)} ${b.time === null ? `does not fit (${b.reason})` : `${(b.time * 1e3).toFixed(3)} ms  (embshard ${(b.time / r.time).toFixed(2)}× faster)`}`);
-    if (a.out) {
-      writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
-      console.log(`wrote ${a.out}`);
-    }
-    if (a.svg) {
-      writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
-      console.log(`wrote ${a.svg}`);
-    }
-    return 0;
-  } catch (e) {
-    if (isEmbshardError(e)) {
-      console.error(`embshard plan: ${e.code}: ${e.message}`);
-      return 1;
-    }
-    throw e;
-  }
+  return 0;
 }

@@ -2,7 +2,7 @@
 // a source (or its first --samples N; synthetic data, which never ends, needs them) with a saved model and streams one click probability per sample, in source order, to a CSV
 // file (header `probability`) or, when the file ends in .arrow, an Arrow IPC file (one Float32 column
 // `probability`, one RecordBatch per batch). A progress bar goes to stderr when it is a terminal.
-import { createWriteStream, type WriteStream } from 'node:fs';
+import { createWriteStream, openSync, type WriteStream } from 'node:fs';
 import { once } from 'node:events';
 import { Field, Float32, RecordBatch, RecordBatchFileWriter, Schema, Struct, makeData } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
@@ -62,7 +62,21 @@ interface Sink {
   close(): Promise<void>;
 }
 
+/**
+ * The output file, opened now so that a path that cannot be written fails here (IO_ERROR through
+ * runCommand) rather than as a stream's unhandled 'error' event; a later write error is kept and thrown
+ * by the next write (a wait for 'drain' or 'finish' rejects with it).
+ */
+function openOutput(path: string): WriteStream {
+  const file = createWriteStream(path, { fd: openSync(path, 'w') });
+  file.on('error', (e) => failed.set(file, e));
+  return file;
+}
+const failed = new WeakMap<WriteStream, Error>();
+
 async function writeChunk(file: WriteStream, chunk: string | Uint8Array): Promise<void> {
+  const e = failed.get(file);
+  if (e) throw e;
   if (!file.write(chunk)) await once(file, 'drain');
 }
 
@@ -90,10 +104,13 @@ function arrowSink(file: WriteStream): Sink {
     file.on('finish', resolve);
     file.on('error', reject);
   });
+  done.catch(() => undefined); // awaited in close(); until then write() throws a kept error itself
   writer.toNodeStream().pipe(file);
   let wrote = false;
   return {
     async write(p) {
+      const e = failed.get(file);
+      if (e) throw e;
       const col = makeData({ type: new Float32(), length: p.length, data: p });
       writer.write(new RecordBatch(schema, makeData({ type: new Struct([field]), length: p.length, children: [col], nullCount: 0 })));
       wrote = true;
@@ -131,7 +148,7 @@ async function predict(a: Args): Promise<number> {
     const d = await openDataSpec(a.data!, { batch: a.batch, maxRows: a.maxRows, tableRows: inputs.tableRows, seed: 0, prefetch: 4 });
     close = () => d.source.close?.() ?? Promise.resolve();
     checkData(inputs, d.source.features, d.tableRows);
-    const file = createWriteStream(a.out!);
+    const file = openOutput(a.out!);
     const sink = a.out!.endsWith('.arrow') ? arrowSink(file) : csvSink(file);
     const known = (d.source as { numSamples?: number }).numSamples;
     const total = a.samples === undefined ? known : Math.min(a.samples, known ?? Infinity);

@@ -40,6 +40,12 @@ describe('embshard plan', () => {
     // 510 tables of 114.6B parameters cannot fit on one GPU
     expect(await runPlan(['--model', 't510', '--gpus', '1'])).toBe(1);
     expect(err.mock.calls.map((c) => String(c[0])).join('\n')).toContain('PLAN_INFEASIBLE');
+    // an --out / --svg the system cannot write: 1 with one IO_ERROR line naming the path
+    vi.spyOn(console, 'log').mockImplementation(() => {});
+    err.mockClear();
+    const missing = join(tmp.dir, 'no-such-folder', 'plan.svg');
+    expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '2', '--time-budget-ms', '200', '--svg', missing])).toBe(1);
+    expect(err.mock.calls.map((c) => String(c[0]))).toEqual([`embshard plan: IO_ERROR: open '${missing}' failed (ENOENT)`]);
   });
 
   it('--profile criteo-tsv:<file> plans from the ids measured there: each table\'s most frequent ids are its hot ids', async () => {

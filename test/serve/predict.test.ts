@@ -123,6 +123,12 @@ describe('Trainer.predict', () => {
     expect(await runPredict(['--checkpoint', join(dir, 'nope'), '--data', `criteo-tsv:${file}`, '--out', csv])).toBe(1);
     expect(await runPredict(['--checkpoint', ck, '--out', csv])).toBe(2);
     expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--samples', '0'])).toBe(2);
+    // an --out in a missing folder: 1 with one IO_ERROR line, no stream error left unhandled
+    const err = vi.spyOn(console, 'error').mockImplementation(() => undefined);
+    err.mockClear();
+    const missing = join(dir, 'no-such-folder', 'p.csv');
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', missing])).toBe(1);
+    expect(err.mock.calls.map((c) => String(c[0]))).toEqual([`embshard predict: IO_ERROR: open '${missing}' failed (ENOENT)`]);
     t.embeddings.dispose?.();
   }, 60_000);
 
