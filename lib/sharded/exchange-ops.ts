@@ -43,6 +43,8 @@ export interface ExchangeOps {
   bagOffsets(lengths: Int32Array, out: Int32Array, at: number): void;
   /** a dynamic table's raw ids as distinct row-space keys (lib/plan/dynamic-keys.ts) */
   hashKeys(ids: BigInt64Array, capacity: number): Float64Array;
+  /** whether every value is finite (no NaN or ±Inf) */
+  allFinite(a: Float32Array): boolean;
   /** a zeroed Float32Array in a buffer of the addon's output pool (a forward's outputs; back with the addon's releaseBuffers) */
   outputArray(n: number): Float32Array;
   initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;

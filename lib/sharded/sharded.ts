@@ -659,12 +659,34 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- backward
+  /** Whether this rank's gradients (host arrays, or device arrays on the device path) are all finite. */
+  private gradientsFinite(ctx: StepCtx, grads: Gradients | DeviceGradArrays): boolean {
+    const P = ctx.B * this.pooledDim;
+    if (grads.pooled instanceof DeviceArray) {
+      const dev = grads as DeviceGradArrays, addon = this.deviceScratch!.addon;
+      const seq = [...this.sequenceSizes(ctx.batch).values()].reduce((a, b) => a + b, 0);
+      return (P === 0 || addon.allFiniteDevice(dev.pooled.native, P)) && (seq === 0 || addon.allFiniteDevice(dev.sequences.native, seq));
+    }
+    const K = exchangeOps(), host = grads as Gradients;
+    return (host.pooled === undefined || K.allFinite(host.pooled.subarray(0, P))) && Object.values(host.sequences ?? {}).every((g) => K.allFinite(g));
+  }
+
   private backwardStep(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<BackwardResult> {
     return this.inPhase(() => this.backwardPhase(ctx, grads));
   }
 
   private async backwardPhase(ctx: StepCtx, grads: Gradients | DeviceGradArrays): Promise<BackwardResult> {
     const L = this.layout;
+    // NaN / Inf on any rank: the step changes nothing on any rank (each owner only sees the gradients of
+    // its own rows, so without agreeing one could update while another rejects)
+    const finite = this.gradientsFinite(ctx, grads);
+    const anyBad = await this.group.allReduce(Float32Array.of(finite ? 0 : 1), 'max', { uncounted: true });
+    if (anyBad[0] !== 0) {
+      const where = finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf';
+      if (this.config.optimizer.nonFinite !== 'skip') throw new EmbshardError('NON_FINITE_GRADIENT', `${where}; no table was changed on any rank`);
+      if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
+      return { skipped: true, uniqueRows: 0 };
+    }
     const counters = zeroTraffic();
     const args = this.stepArgs(ctx, this.wire.backward, counters);
     // dp tables and replicated tiers: this rank's distinct rows of each, whose gradients the syncs carry

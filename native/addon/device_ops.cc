@@ -16,7 +16,8 @@
 //   sumDeviceRows({ src, stride, meta, startAt, orderAt, rowAt, colAt, ids, scales, scalesAt, rows, dim, dst, dstAt }):
 //     the gradient sums of `rows` distinct rows into dst (rows of dim from dstAt): cuda::sum_rows over the
 //     int32 lists in `meta` (starts, rows + 1 of them; order, row and col, `ids` each) and f32 `scales`;
-//     the runtime built the lists from its own routing, so every term reads inside src (as poolDeviceRows).
+//     the runtime built the lists from its own routing, so every term reads inside src (as poolDeviceRows);
+//   allFiniteDevice(buffer, count): whether the buffer's first `count` f32 values are finite.
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
@@ -180,12 +181,25 @@ Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
   });
 }
 
+// allFiniteDevice(buffer, count): whether the first `count` f32 values of a device buffer are finite
+Napi::Value AllFiniteDevice(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const DeviceBuffer b = read_device_buffer(env, info[0], "allFiniteDevice: buffer");
+    const int64_t n = int_arg(env, info[1], "allFiniteDevice: count");
+    if (b.type != comm::ElemType::F32) throw_error(env, "INVALID_ARGUMENT", "allFiniteDevice: the buffer holds f32");
+    if (n > b.count) throw_error(env, "LENGTH_MISMATCH", "allFiniteDevice: count exceeds the buffer");
+    return Napi::Boolean::New(env, cuda::all_finite(b.device, static_cast<const float*>(b.ptr), n));
+  });
+}
+
 void Init(Napi::Env env, Napi::Object exports) {
   exports.Set("copyDeviceBlocks", Napi::Function::New(env, CopyDeviceBlocks, "copyDeviceBlocks"));
   exports.Set("indexDeviceRows", Napi::Function::New(env, IndexDeviceRows, "indexDeviceRows"));
   exports.Set("poolDeviceRows", Napi::Function::New(env, PoolDeviceRows, "poolDeviceRows"));
   exports.Set("divideDeviceBags", Napi::Function::New(env, DivideDeviceBags, "divideDeviceBags"));
   exports.Set("sumDeviceRows", Napi::Function::New(env, SumDeviceRows, "sumDeviceRows"));
+  exports.Set("allFiniteDevice", Napi::Function::New(env, AllFiniteDevice, "allFiniteDevice"));
 }
 
 Part part("device_ops", &Init);

@@ -320,6 +320,17 @@ Napi::Value BagOffsets(const Napi::CallbackInfo& info) {
   });
 }
 
+// allFinite(a: Float32Array): whether every value is finite
+Napi::Value AllFinite(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "allFinite: a must be a Float32Array");
+    const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
+    const float* a = typed_array<float>(env, info[0], napi_float32_array, "allFinite: a", n);
+    return Napi::Boolean::New(env, shard::all_finite(a, n));
+  });
+}
+
 // initSlice(kind: 'uniform'|'normal'|'constant', a, b, seed, table, dim, r0, nRows, c0, c1, out: Float32Array)
 Napi::Value InitSlice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -379,6 +390,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("poolUnique", Napi::Function::New(env, PoolUnique, "poolUnique"));
   o.Set("gradUnique", Napi::Function::New(env, GradUnique, "gradUnique"));
   o.Set("divideBags", Napi::Function::New(env, DivideBags, "divideBags"));
+  o.Set("allFinite", Napi::Function::New(env, AllFinite, "allFinite"));
   o.Set("gradTerms", Napi::Function::New(env, GradTerms, "gradTerms"));
   o.Set("groupRows", Napi::Function::New(env, GroupRows, "groupRows"));
   o.Set("bagOffsets", Napi::Function::New(env, BagOffsets, "bagOffsets"));

@@ -11,6 +11,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/exchange_kernels.h"
 #include "cuda/kernel_launch.h"
+#include "cuda/kernels.h"
 
 namespace embshard::cuda {
 
@@ -110,6 +111,26 @@ void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim,
   EMB_LAUNCH(divide_bags_kernel, grid_for(items), kBlock, 0, 0, m, stride, col, dim, lengths, B);
   EMB_CUDA_CHECK_LAUNCH();
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+bool all_finite(int device, const float* p, int64_t n) {
+  if (n == 0) return true;
+  EMB_CUDA_CHECK(cudaSetDevice(device));
+  uint32_t* flag = nullptr;
+  EMB_CUDA_CHECK(cudaMalloc(&flag, sizeof(uint32_t)));
+  uint32_t bad = 0;
+  const cudaError_t e = [&] {
+    cudaError_t r = cudaMemset(flag, 0, sizeof(uint32_t));
+    if (r == cudaSuccess) {
+      launch_nonfinite(p, n, flag, 0);
+      r = cudaGetLastError();
+    }
+    if (r == cudaSuccess) r = cudaMemcpy(&bad, flag, sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    return r;
+  }();
+  cudaFree(flag);
+  EMB_CUDA_CHECK(e);
+  return bad == 0;
 }
 
 void sum_rows(int device, const float* src, int64_t stride, const int32_t* start, const int32_t* order, const int32_t* row, const int32_t* col,

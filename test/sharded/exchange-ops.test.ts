@@ -43,6 +43,22 @@ describe('shard kernels', () => {
     expect(() => K.segment(Int32Array.from([1]), Int32Array.from([2]), null, bounds, 'f')).toThrow(expect.objectContaining({ code: 'LENGTH_MISMATCH' }));
   });
 
+  it('allFinite: false exactly when some value is NaN or ±Inf (subnormals, zeros and the largest floats are finite)', () => {
+    const r = rng(3);
+    for (const n of [0, 1, 7, 4096, 4097, 10_001]) {
+      const a = Float32Array.from({ length: n }, () => (r() - 0.5) * 1e30);
+      if (n > 2) a.set([3.4028234663852886e38, -1.401298464324817e-45, -0], n - 3);
+      expect(K.allFinite(a)).toBe(a.every(Number.isFinite));
+      for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY])
+        for (const at of n > 0 ? [0, n >> 1, n - 1] : []) {
+          const b = a.slice();
+          b[at] = bad;
+          expect(K.allFinite(b), `${bad} at ${at} of ${n}`).toBe(false);
+          expect(K.allFinite(b.subarray(0, at))).toBe(true);
+        }
+    }
+  });
+
   it('unique: distinct ids ordered by (id mod m, id), inverse, per-residue counts', () => {
     const ids = BigInt64Array.from([5n, 2n, 5n, 9n, 4n, 2n, 7n]);
     const u = K.unique(ids, 3);

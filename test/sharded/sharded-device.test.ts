@@ -226,6 +226,45 @@ describe('the sharded runtime in device memory', () => {
         }
       });
 
+    it('a NaN in one rank\'s gradients, host or device arrays: every rank rejects the step, no table changes, the next step trains', async () => {
+      const plan = mixedPlan(W, W, false);
+      const { boot, g } = await ncclGroups();
+      const ranks = g.map((x) => new ShardedEmbeddingCollection(plan, x, cfgOf(x)));
+      try {
+        expect(ranks.map((x) => x.exchangeMemory)).toEqual(new Array(W).fill('device'));
+        const tables = async () => {
+          const m = new Map<string, Float32Array>();
+          for (const t of plan.tables) m.set(t.name, (await Promise.all(ranks.map((sc) => gatherTable(sc, t.name))))[0]!.weights);
+          return m;
+        };
+        const before = await tables();
+        for (const handoff of [false, true]) {
+          const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0, { B: 5 + r, weighted: true }));
+          const o = handoff ? await Promise.all(ranks.map((sc, r) => sc.forwardOnDevice(batches[r]))) : await Promise.all(ranks.map((sc, r) => sc.forward(batches[r])));
+          const views = handoff ? await Promise.all(o.map((x, r) => hostView(ranks[r]!, x as DeviceForwardOutput))) : o;
+          const host = views.map((x, r) => S.gradsFor(x, r, 0));
+          // Inf in column 0 of a bag of rank 1's feature h1 whose ids all lie in rows [20, 36): only the
+          // shard of those rows' columns [0, 3) (rank 0) receives it, not ranks 1 and 2
+          const h = batches[1].feature('h1');
+          let bag = -1;
+          for (let i = 0, at = 0; i < h.lengths.length && bag < 0; at += h.lengths[i]!, i++)
+            if (h.lengths[i]! > 0 && Array.from(h.ids.subarray(at, at + h.lengths[i]!), Number).every((x) => x >= 20)) bag = i;
+          expect(bag).toBeGreaterThanOrEqual(0);
+          host[1].pooled[bag * ranks[1]!.pooledDim + ranks[1]!.featureInfo.find((f) => f.name === 'h1')!.offset] = Number.POSITIVE_INFINITY;
+          const grads = handoff ? await Promise.all(ranks.map((sc, r) => onDevice(sc, host[r]))) : host;
+          const res = await Promise.allSettled(ranks.map((sc, r) => sc.backward(o[r]!, grads[r]!)));
+          expect(res.map((x) => x.status === 'rejected' && (x.reason as { code?: string }).code)).toEqual(new Array(W).fill('NON_FINITE_GRADIENT'));
+          if (handoff) for (const x of grads as { pooled: DeviceArray; sequences: DeviceArray }[]) x.pooled.free(), x.sequences.free();
+          expect(await tables()).toEqual(before);
+        }
+        const after = await train(ranks, plan, 1);
+        expect([...after.tables.values()].some((t, i) => !t.weights.every((v, k) => v === [...before.values()][i]![k]))).toBe(true);
+      } finally {
+        ranks.forEach((x) => x.dispose());
+        [...g, ...boot].forEach((x) => x.close());
+      }
+    });
+
     it('plans with dynamic tables run through host memory over NCCL, saying why, bitwise as over the in-process group', async () => {
       const spec = { dyn: 'rb' as const, pooling: 'sum' as const, capacity: 64, seqCapacity: 32 };
       const plan = D.makePlan(W, spec);
