@@ -4,13 +4,15 @@
 // reads what every source asked it for. The counts tell each side the size of everything that follows, so
 // no payload exchange needs a count phase. Under the hierarchical protocol the relays' gather step
 // (relay.ts) comes first, and a relay sends a ub holder on another node its node's distinct ids.
+import { EmbshardError } from '../errors.js';
 import { concat } from './arrays.js';
 import { exchangeOps } from './exchange-ops.js';
 import { fuse, PartReader } from './fused.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout, Segment } from './local-layout.js';
 import { gatherRelayIds, unionOf, type RelayUnion } from './relay.js';
-import { part, type Routed } from './routing.js';
+import { part } from './routing.js';
+import { agreeOnStatus, statusOf, type RoutedOrRejected } from './step-status.js';
 
 /** What one source asked this rank for. */
 export interface Received {
@@ -28,12 +30,25 @@ export interface InputResult {
 }
 
 /** Sends this rank's routed ids to their owners (through the relays where the protocol says so). */
-export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Routed, B: number, weighted: boolean, counters: TrafficCounters): Promise<InputResult> {
+export async function exchangeInput(L: LocalLayout, g: ProcessGroup, x: RoutedOrRejected, B: number, weighted: boolean, counters: TrafficCounters): Promise<InputResult> {
   const K = exchangeOps();
   const W = L.W, r = L.rank, rpn = L.rpn;
-  const { segs, ub, node } = routed;
-  // 1. hierarchical: the node's distinct ids of every ub row group gather on its relay
-  const unions = L.hier ? await gatherRelayIds(L, g, ub, counters) : [];
+  // 1. hierarchical: the node's distinct ids of every ub row group gather on its relay (its counts carry
+  // every rank's status to every rank)
+  const unions = L.hier ? await gatherRelayIds(L, g, x, counters) : [];
+  if (x instanceof EmbshardError) {
+    // flat protocol: the status rides in the metadata as a negative batch size, each destination's counts zero
+    const meta = Array.from({ length: W }, (_, d) => {
+      const m = new Float64Array(2 + L.segments(r, d).length + L.relayedInput(r, d).length);
+      m[0] = -statusOf(x);
+      return m;
+    });
+    const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length + L.relayedInput(p, r).length);
+    const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), { uncounted: true, recvCounts: expMeta });
+    g.release(metaIn.data);
+    throw x;
+  }
+  const { segs, ub, node } = x;
   // 2. input messages, one per destination: the segment counts (metadata: every segment of L.segments,
   // then those the destination relays), then one message carrying the ids, the rb bags' lengths and the
   // weights of L.sendList (hierarchical: pooled rb segments for another node go to the rail peer there)
@@ -72,6 +87,7 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, routed: Rou
     }
   }
   g.release(metaIn.data);
+  agreeOnStatus(x, (p) => (info[p]!.B < 0 ? -info[p]!.B : 0), W);
   const countIn = (p: number, s: Segment) => info[p]!.count.get(s) ?? info[p]!.relayed.get(s)!;
   // the segment counts say what every source sends next, so the payload exchanges skip their count phase
   const sent = fuse(input);

@@ -9,7 +9,8 @@ import { exchangeOps, type Uniq } from './exchange-ops.js';
 import { fuse, PartReader } from './fused.js';
 import type { ProcessGroup, TrafficCounters } from './group.js';
 import type { LocalLayout, RelaySeg } from './local-layout.js';
-import type { UniqT } from './routing.js';
+import { EmbshardError } from '../errors.js';
+import { agreeOnStatus, statusOf, type RoutedOrRejected } from './step-status.js';
 
 /** One row group this rank relays: its node's distinct ids, and where each node-mate's ids sit in them. */
 export interface RelayUnion {
@@ -38,27 +39,38 @@ export function inverseOf(u: RelayUnion, q: number): Int32Array {
   return u.uq.inverse.subarray(u.off[q]!, u.off[q]! + u.count[q]!);
 }
 
-/** The gather step: this rank's distinct ub ids to the node-mates that relay them; returns the row groups this rank relays. */
-export async function gatherRelayIds(L: LocalLayout, g: ProcessGroup, ub: readonly UniqT[][], counters: TrafficCounters): Promise<RelayUnion[]> {
+/**
+ * The gather step: this rank's distinct ub ids to the node-mates that relay them; returns the row groups
+ * this rank relays. Its counts, the step's first exchange under the hierarchical protocol, start with
+ * this rank's status (input-exchange.ts statusOf) for every rank: a rejected batch ends the step there.
+ */
+export async function gatherRelayIds(L: LocalLayout, g: ProcessGroup, x: RoutedOrRejected, counters: TrafficCounters): Promise<RelayUnion[]> {
   const W = L.W, base = L.nodeOf(L.rank) * L.rpn;
   const mine = L.relaySegs(L.rank);
+  const status = statusOf(x);
   const meta: Float64Array[] = [], parts: BigInt64Array[][] = [];
   for (let a = 0; a < W; a++) {
     const segs = L.nodeOf(a) === L.nodeOf(L.rank) ? L.relaySegs(a) : [];
-    const ids = segs.map((rs) => ub[rs.t]![rs.g]!.uq.values);
-    meta.push(Float64Array.from(ids, (x) => x.length));
+    const ids = x instanceof EmbshardError ? segs.map(() => new BigInt64Array(0)) : segs.map((rs) => x.ub[rs.t]![rs.g]!.uq.values);
+    meta.push(Float64Array.from([status, ...ids.map((v) => v.length)]));
     parts.push([concat(ids, BigInt64Array)]);
   }
+  const inNode = (q: number) => q >= base && q < base + L.rpn;
   const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), {
     uncounted: true,
-    recvCounts: Array.from({ length: W }, (_, q) => (q >= base && q < base + L.rpn ? mine.length : 0)),
+    recvCounts: Array.from({ length: W }, (_, q) => 1 + (inNode(q) ? mine.length : 0)),
   });
-  const perSrc = Array.from({ length: W }, (_, q) => (q >= base && q < base + L.rpn ? Array.from(metaIn.data.subarray((q - base) * mine.length, (q - base + 1) * mine.length)) : []));
+  // source q's counts start at offset(q): every earlier source sent 1 value, and node-mates their counts
+  const offset = (q: number) => q + Math.max(0, Math.min(q, base + L.rpn) - base) * mine.length;
+  const statuses = Array.from({ length: W }, (_, q) => metaIn.data[offset(q)]!);
+  const perSrc = Array.from({ length: W }, (_, q) => (inNode(q) ? Array.from(metaIn.data.subarray(offset(q) + 1, offset(q) + 1 + mine.length)) : []));
+  g.release(metaIn.data);
+  agreeOnStatus(x, (q) => statuses[q]!, W);
   const sent = fuse(parts);
   const got = await g.allToAllV(sent.bytes, sent.counts, { recvCounts: perSrc.map((c) => c.reduce((a, b) => a + b, 0) * 8), counters });
   const reader = new PartReader(got.data);
   const byQ = perSrc.map((c) => c.map((n) => reader.take(BigInt64Array, n)));
-  g.release(metaIn.data, got.data);
+  g.release(got.data);
   return mine.map((rs, k) => {
     const off: number[] = [], count: number[] = [], ids: BigInt64Array[] = [];
     let n = 0;

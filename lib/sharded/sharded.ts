@@ -45,6 +45,7 @@ import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
+import type { RoutedOrRejected } from './step-status.js';
 import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
@@ -146,7 +147,7 @@ interface StepCtx {
 
 interface Prepared {
   batch: JaggedBatch;
-  routed: Routed;
+  routed: RoutedOrRejected;
   recv: Promise<InputResult>;
   /** the forward's byte counters, from its input exchange on */
   counters: TrafficCounters;
@@ -423,6 +424,16 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return 2;
   }
 
+  /** The batch's routing, or the typed error that rejects it (step-status.ts: the first exchange tells every rank). */
+  private routeOrReject(batch: JaggedBatch): RoutedOrRejected {
+    try {
+      return route(this.layout, this.remaps.rowsOf(batch));
+    } catch (e) {
+      if (e instanceof EmbshardError) return e;
+      throw e;
+    }
+  }
+
   private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
     const planFeatures = new Set(this.featureInfo.map((f) => f.name));
@@ -466,7 +477,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (this.prepared) throw new EmbshardError('INVALID_ARGUMENT', 'a prepared batch is already waiting for its forward()');
     this.live();
     this.checkBatch(batch);
-    const routed = route(this.layout, this.remaps.rowsOf(batch));
+    const routed = this.routeOrReject(batch);
     const counters = zeroTraffic();
     // queued like every call of this collection, so every rank issues the collectives in the same order;
     // the calls queued after it (the current backward) wait for it, the caller's own compute does not
@@ -568,9 +579,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     const weighted = batch.weights !== undefined;
     const counters = pre?.counters ?? zeroTraffic();
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
-    const { segs, ub, node } = pre?.routed ?? route(L, this.remaps.rowsOf(batch));
+    // (a batch that fails routing still takes part in the first exchange, which ends the step on every rank)
+    const routed = pre?.routed ?? this.routeOrReject(batch);
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
-    const { recv, unions } = await (pre ? g.clock.wait(pre.recv) : exchangeInput(L, g, { segs, ub, node }, B, weighted, counters));
+    const { recv, unions } = await (pre ? g.clock.wait(pre.recv) : exchangeInput(L, g, routed, B, weighted, counters));
+    const { segs, ub, node } = routed as Routed; // a rejected batch threw in the exchange
     const Boff: number[] = [];
     let Btot = 0;
     for (const x of recv) Boff.push(Btot), (Btot += x.B);

@@ -283,3 +283,32 @@ describe('a NaN or Inf in one rank\'s gradients', () => {
         }
       });
 });
+
+describe('a batch one rank rejects (an id out of range)', () => {
+  for (const hierarchical of [false, true])
+    for (const prepared of [false, true])
+      it(`ends the step on every rank with its code, nothing changed (${hierarchical ? 'hierarchical' : 'flat'}${prepared ? ', through prepare()' : ''}), and training goes on`, async () => {
+        const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 }, hierarchical);
+        try {
+          await stepBoth(ranks, oracle, plan, 0);
+          const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 1));
+          const b2 = batches[2]!, ids = BigInt64Array.from(b2.ids as BigInt64Array);
+          ids[0] = 1_000_000n;
+          batches[2] = JaggedBatch.fromLengths({ features: b2.features, batchSize: b2.batchSize, lengths: b2.lengths, ids, ...(b2.weights ? { weights: b2.weights } : {}) });
+          if (prepared) await Promise.all(ranks.map((sc, r) => sc.prepare(batches[r]!)));
+          const res = await Promise.allSettled(ranks.map((sc, r) => sc.forward(batches[r]!)));
+          expect(res.map((x) => x.status === 'rejected' && (x.reason as { code?: string }).code)).toEqual(new Array(W).fill('ID_OUT_OF_RANGE'));
+          expect(String((res[2] as PromiseRejectedResult).reason.message)).toMatch(/id 1000000 is outside/);
+          expect(String((res[0] as PromiseRejectedResult).reason.message)).toBe('rank 2 rejected its batch (ID_OUT_OF_RANGE); the step changed nothing on any rank');
+          // the groups are whole: the next step runs on every rank and still equals one collection
+          await stepBoth(ranks, oracle, plan, 2);
+          for (const t of plan.tables) {
+            const all = Array.from({ length: t.rows }, (_, i) => i);
+            const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
+            for (let r = 0; r < W; r++) expect(S.relErr(got[r], oracle.readRows(t.name, all)), `${t.name} on rank ${r}`).toBeLessThanOrEqual(1e-5);
+          }
+        } finally {
+          close();
+        }
+      });
+});
