@@ -20,7 +20,7 @@
 // messages and gradients stay in device memory).
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { EmbshardError } from '../errors.js';
+import { EmbshardError, ErrorCodes } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
 import { EngineOwner } from '../engine-owner.js';
@@ -154,6 +154,8 @@ interface Prepared {
 }
 
 const STEP = Symbol('embshard.sharded.step');
+/** The backward agreement's status of NaN / Inf gradients (below every 1 + error-code index: a rejection wins). */
+const NON_FINITE_STATUS = 0.5;
 type Out = (ShardedForwardOutput | DeviceForwardOutput) & { [STEP]?: StepCtx };
 
 
@@ -410,9 +412,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * BACKEND_UNAVAILABLE (with `exchangeMemoryReason`) where the exchanges run in host memory.
    */
   forwardOnDevice(batch: JaggedBatch): Promise<DeviceForwardOutput> {
-    if (!this.outputsOnDevice)
-      throw new EmbshardError('BACKEND_UNAVAILABLE', `forwardOnDevice: this rank's exchanges run in host memory (${this.exchangeMemoryReason})`);
-    return this.startForward(batch, {}, true) as Promise<DeviceForwardOutput>;
+    return this.rejecting(() => {
+      if (!this.outputsOnDevice)
+        throw new EmbshardError('BACKEND_UNAVAILABLE', `forwardOnDevice: this rank's exchanges run in host memory (${this.exchangeMemoryReason})`);
+      return this.startForward(batch, {}, true) as Promise<DeviceForwardOutput>;
+    });
   }
 
   /** A device output's arrays back to the pool, once; returns how many went back. */
@@ -427,6 +431,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   /** The batch's routing, or the typed error that rejects it (step-status.ts: the first exchange tells every rank). */
   private routeOrReject(batch: JaggedBatch): RoutedOrRejected {
     try {
+      this.checkFeatures(batch);
       return route(this.layout, this.remaps.rowsOf(batch));
     } catch (e) {
       if (e instanceof EmbshardError) return e;
@@ -436,6 +441,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
 
   private checkBatch(batch: JaggedBatch): void {
     if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'expected a JaggedBatch (JaggedBatch.fromLengths)');
+  }
+
+  private checkFeatures(batch: JaggedBatch): void {
     const planFeatures = new Set(this.featureInfo.map((f) => f.name));
     for (const f of batch.features) if (!planFeatures.has(f)) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has feature '${f}', which no table of the plan reads`);
     for (const f of planFeatures) if (!batch.features.includes(f)) throw new EmbshardError('MISSING_FEATURE', `the batch lacks feature '${f}'`);
@@ -446,7 +454,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * tables: `admit: false` (evaluation) admits no ids; ids a shard does not hold read its sink.
    */
   forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<ShardedForwardOutput> {
-    return this.startForward(batch, options, false) as Promise<ShardedForwardOutput>;
+    return this.rejecting(() => this.startForward(batch, options, false) as Promise<ShardedForwardOutput>);
   }
 
   private startForward(batch: JaggedBatch, options: ForwardOptions, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
@@ -488,6 +496,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
 
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
   backward(out: ShardedForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
+    return this.rejecting(() => this.startBackward(out, grads, options));
+  }
+
+  private startBackward(out: ShardedForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions): Promise<BackwardResult> {
     const ctx = (out as Out)?.[STEP];
     if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
@@ -495,12 +507,26 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // same on every rank) may have evicted them
     if (ctx.seq !== this.admitSeq)
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
+    this.checkBackwardOptions(options);
+    try {
+      return this.checkedBackward(out, ctx, grads, options);
+    } catch (e) {
+      // gradients this rank cannot use: it still joins the backward's agreement (backwardPhase), so every
+      // rank ends the step with this code and nothing changed
+      if (!(e instanceof EmbshardError)) throw e;
+      return this.enqueue(async () => {
+        await this.agreeOnGradients(1 + ErrorCodes.indexOf(e.code));
+        throw e;
+      });
+    }
+  }
+
+  private checkedBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients | DeviceGradients, options: BackwardOptions): Promise<BackwardResult> {
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     const B = ctx.B;
     const sizes = [...this.sequenceSizes(ctx.batch).values()];
     const dev = deviceGradients(grads, { pooled: B * this.pooledDim, sequences: sizes.reduce((a, b) => a + b, 0) }, this.device, (this.deviceOutputs ??= new DeviceOutputs(this.device)));
     if (dev) {
-      this.checkBackwardOptions(options);
       ctx.used = true;
       // the device path reads them where they are; the host path reads them into host arrays first
       return this.enqueue(async () => this.finishBackward(out, ctx, this.deviceScratch ? dev : await this.hostGradients(dev, B, sizes), options));
@@ -517,7 +543,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
     for (const name of Object.keys(grads.sequences ?? {}))
       if (!this.sequenceFeatures.includes(name)) throw new EmbshardError('UNKNOWN_FEATURE', `'${name}' is not a sequence feature of this collection`);
-    this.checkBackwardOptions(options);
     ctx.used = true;
     const hostGrads = grads;
     return this.enqueue(async () => this.finishBackward(out, ctx, hostGrads, options));
@@ -530,7 +555,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   private async finishBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients | DeviceGradArrays, options: BackwardOptions): Promise<BackwardResult> {
-    const r = await this.backwardStep(ctx, grads);
+    let r: BackwardResult;
+    try {
+      r = await this.backwardStep(ctx, grads);
+    } catch (e) {
+      ctx.used = false; // nothing changed: the output may go through backward again, as with EmbeddingCollection
+      throw e;
+    }
     // consumed: the output's buffers go back to the pool for the next forward (unless kept)
     if (options.keepOutput !== true) {
       if (out.pooled instanceof DeviceArray) this.returnDeviceOutput(ctx);
@@ -672,6 +703,20 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- backward
+  /**
+   * The backward's first collective: every rank's status (0; NON_FINITE_STATUS for NaN / Inf gradients; 1 +
+   * an error code's index for gradients the rank rejected) in one uncounted all-reduce (max). True when
+   * every rank may go on; false when some rank's gradients are not finite (and none rejected) or this rank
+   * rejected its own; another rank's rejection throws its code here.
+   */
+  private async agreeOnGradients(status: number): Promise<boolean> {
+    const all = (await this.group.allReduce(Float32Array.of(status), 'max', { uncounted: true }))[0]!;
+    if (all === 0) return true;
+    if (all === NON_FINITE_STATUS || status > NON_FINITE_STATUS) return false; // the latter: the caller throws its own error
+    const code = ErrorCodes[all - 1] ?? 'INTERNAL';
+    throw new EmbshardError(code, `another rank rejected its gradients (${code}); the step changed nothing on any rank`);
+  }
+
   /** Whether this rank's gradients (host arrays, or device arrays on the device path) are all finite. */
   private gradientsFinite(ctx: StepCtx, grads: Gradients | DeviceGradArrays): boolean {
     const P = ctx.B * this.pooledDim;
@@ -693,10 +738,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // NaN / Inf on any rank: the step changes nothing on any rank (each owner only sees the gradients of
     // its own rows, so without agreeing one could update while another rejects)
     const finite = this.gradientsFinite(ctx, grads);
-    const anyBad = await this.group.allReduce(Float32Array.of(finite ? 0 : 1), 'max', { uncounted: true });
-    if (anyBad[0] !== 0) {
-      const where = finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf';
-      if (this.config.optimizer.nonFinite !== 'skip') throw new EmbshardError('NON_FINITE_GRADIENT', `${where}; no table was changed on any rank`);
+    if (!(await this.agreeOnGradients(finite ? 0 : NON_FINITE_STATUS))) {
+      if (this.config.optimizer.nonFinite !== 'skip')
+        throw new EmbshardError('NON_FINITE_GRADIENT', `${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
       if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
       return { skipped: true, uniqueRows: 0 };
     }

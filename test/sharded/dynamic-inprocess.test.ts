@@ -189,7 +189,7 @@ describe('stale forward outputs', () => {
       expect(ranks[0]!.stats()).toEqual([]);
       const a = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 0))));
       const b = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 1))));
-      for (let r = 0; r < W; r++) expect(() => ranks[r]!.backward(a[r]!, S.gradsFor(a[r], r, 0))).toThrow(/stale forward output/);
+      for (let r = 0; r < W; r++) await expect(ranks[r]!.backward(a[r]!, S.gradsFor(a[r], r, 0))).rejects.toThrow(/stale forward output/);
       await Promise.all(ranks.map((sc, r) => sc.backward(b[r]!, S.gradsFor(b[r], r, 1))));
       // evaluation forwards admit nothing, so they leave a training output fresh
       const c = await Promise.all(ranks.map((sc, r) => sc.forward(localBatch(pool, r, 2))));

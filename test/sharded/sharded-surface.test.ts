@@ -170,7 +170,7 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     const { plan, ranks, close } = setup({ type: 'sgd', lr: 0.1 });
     try {
       ranks.forEach((sc, r) => sc.prepare(S.localBatch(lib, plan, r, 0)));
-      expect(() => ranks[0]!.forward(S.localBatch(lib, plan, 0, 0))).toThrow(/prepare/);
+      await expect(ranks[0]!.forward(S.localBatch(lib, plan, 0, 0))).rejects.toThrow(/prepare/);
       expect(() => ranks[0]!.prepare(S.localBatch(lib, plan, 0, 1))).toThrow(/already waiting/);
     } finally {
       close();
@@ -211,10 +211,10 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
       const released = await Promise.all(ranks.map((sc, r) => sc.release(outs[r]!)));
       expect(released[0]).toBe(1 + oracle.sequenceFeatures.length);
       expect(outs[0]!.pooled.length).toBe(0);
-      expect(() => ranks[0]!.backward(outs[0]!, grads[0]!)).toThrow(/already been through backward/);
+      await expect(ranks[0]!.backward(outs[0]!, grads[0]!)).rejects.toThrow(/already been through backward/);
       // backward options are checked like EmbeddingCollection's (before anything is exchanged)
       const more = await Promise.all(ranks.map((sc, r) => sc.forward(S.localBatch(lib, plan, r, 2))));
-      expect(() => ranks[0]!.backward(more[0]!, S.gradsFor(more[0]!, 0, 2), { keepOutput: true, extra: 1 } as never)).toThrow(/unknown field 'extra'/);
+      await expect(ranks[0]!.backward(more[0]!, S.gradsFor(more[0]!, 0, 2), { keepOutput: true, extra: 1 } as never)).rejects.toThrow(/unknown field 'extra'/);
       await Promise.all(ranks.map((sc, r) => sc.release(more[r]!)));
       await Promise.all(ranks.map((sc) => sc.save(join(dir, 'ck'), { note: 'surface' })));
       const back = await EmbeddingCollection.load(join(dir, 'ck'));
@@ -311,4 +311,60 @@ describe('a batch one rank rejects (an id out of range)', () => {
           close();
         }
       });
+});
+
+describe('gradients or a batch one rank cannot use', () => {
+  it('a gradient of the wrong size on one rank: every backward rejects with its code, nothing changed; the same outputs then step with good gradients', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'adam', lr: 0.01 });
+    try {
+      await stepBoth(ranks, oracle, plan, 0);
+      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 1));
+      const outs = await Promise.all(ranks.map((sc, r) => sc.forward(batches[r]!)));
+      const gout = await oracle.forward(S.globalBatch(lib, batches));
+      const grads = outs.map((o, r) => S.gradsFor(o, r, 1));
+      const short = { ...grads[1]!, pooled: grads[1]!.pooled.subarray(1) };
+      const res = await Promise.allSettled(ranks.map((sc, r) => sc.backward(outs[r]!, r === 1 ? short : grads[r]!, { keepOutput: true })));
+      expect(res.map((x) => x.status === 'rejected' && (x.reason as { code?: string }).code)).toEqual(new Array(W).fill('GRAD_SIZE_MISMATCH'));
+      expect(String((res[0] as PromiseRejectedResult).reason.message)).toBe('another rank rejected its gradients (GRAD_SIZE_MISMATCH); the step changed nothing on any rank');
+      expect(String((res[1] as PromiseRejectedResult).reason.message)).toMatch(/^grads\.pooled must be a Float32Array/);
+      // nothing changed, and the outputs are still theirs to step with
+      await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, grads[r]!)));
+      await oracle.backward(gout, S.concatGrads(grads, oracle.sequenceFeatures));
+      for (const t of plan.tables) {
+        const all = Array.from({ length: t.rows }, (_, i) => i);
+        const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
+        const st = await Promise.all(ranks.map((sc) => sc.readState(t.name, all)));
+        for (let r = 0; r < W; r++) {
+          expect(S.relErr(got[r], oracle.readRows(t.name, all)), `${t.name} on rank ${r}`).toBeLessThanOrEqual(1e-5);
+          expect(S.relErr(st[r], oracle.readState(t.name, all)), `${t.name} state on rank ${r}`).toBeLessThanOrEqual(1e-5);
+        }
+      }
+    } finally {
+      close();
+    }
+  });
+
+  it('a batch that lacks a feature on one rank: every forward rejects with MISSING_FEATURE; the next step trains', async () => {
+    const { plan, ranks, oracle, close } = setup({ type: 'sgd', lr: 0.1 });
+    try {
+      const batches = ranks.map((_, r) => S.localBatch(lib, plan, r, 0));
+      const b3 = batches[3]!, f0 = b3.features[0]!, B = b3.batchSize;
+      const keep = b3.features.slice(1);
+      const ids = BigInt64Array.from(keep.flatMap((f) => Array.from(b3.feature(f).ids as BigInt64Array)));
+      const lengths = Int32Array.from(keep.flatMap((f) => Array.from(b3.feature(f).lengths)));
+      expect(lengths.length).toBe(keep.length * B);
+      const lacking = JaggedBatch.fromLengths({ features: keep, batchSize: B, lengths, ids });
+      const res = await Promise.allSettled(ranks.map((sc, r) => sc.forward(r === 3 ? lacking : batches[r]!)));
+      expect(res.map((x) => x.status === 'rejected' && (x.reason as { code?: string }).code)).toEqual(new Array(W).fill('MISSING_FEATURE'));
+      expect(String((res[3] as PromiseRejectedResult).reason.message)).toContain(`'${f0}'`);
+      await stepBoth(ranks, oracle, plan, 1);
+      for (const t of plan.tables) {
+        const all = Array.from({ length: t.rows }, (_, i) => i);
+        const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all)));
+        for (let r = 0; r < W; r++) expect(S.relErr(got[r], oracle.readRows(t.name, all))).toBeLessThanOrEqual(1e-5);
+      }
+    } finally {
+      close();
+    }
+  });
 });
