@@ -128,7 +128,7 @@ bool all_finite(int device, const float* p, int64_t n) {
     if (r == cudaSuccess) r = cudaMemcpy(&bad, flag, sizeof(uint32_t), cudaMemcpyDeviceToHost);
     return r;
   }();
-  cudaFree(flag);
+  (void)cudaFree(flag);  // cleanup; an error of the calls above is reported next
   EMB_CUDA_CHECK(e);
   return bad == 0;
 }
