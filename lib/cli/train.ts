@@ -308,10 +308,12 @@ async function train(a: Args): Promise<number> {
     const lr = a.lr ?? preset?.optimizer.lr ?? 0.01;
     const embLr = a.embLr ?? preset?.embeddingLr ?? lr;
     const schedule = { warmupSteps: a.warmup, decayStartStep: a.decayStart, decaySteps: a.decaySteps };
-    // what the model takes as input, saved with its checkpoints for predict and serve: the data's
-    // features, dense width and table rows (the row space of its ids, also for dynamic tables, whose
-    // ids are any value), values hashed into rows by the readers' rule
-    const inputs: ModelInputs = { sparse: [...data.train.features], numDense: spec.denseIn, tableRows: [...data.tableRows], hash: 'modulo' };
+    // what the model takes as input, saved with its checkpoints for predict and serve. The Trainer derives
+    // it from tables of rows; dynamic tables (any id is a key; their tables, planned or not, follow the
+    // data's feature order) get it from the data: its features, dense width and row space, values hashed
+    // into rows by the readers' rule
+    const inputs: ModelInputs | undefined =
+      a.dynamicCapacity !== undefined ? { sparse: [...data.train.features], numDense: spec.denseIn, tableRows: [...data.tableRows], hash: 'modulo' } : undefined;
     let trainer: Trainer;
     let planNote = '';
     if (a.dynamicCapacity !== undefined && (herald || (a.plan !== undefined && a.plan !== 'auto')))
@@ -326,7 +328,7 @@ async function train(a: Args): Promise<number> {
       });
       planNote = `, Herald scheduling over ${group!.size} rank(s) (${cacheRows.toLocaleString()} cache rows per table)`;
       trainer = new Trainer({
-        model: spec, embeddings: emb, group, inputs, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
+        model: spec, embeddings: emb, group, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
       });
     } else if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
@@ -336,7 +338,7 @@ async function train(a: Args): Promise<number> {
         ? { embeddings: new ShardedEmbeddingCollection(plan, group, { optimizer: { type: optType, lr: embLr }, seed: a.seed, ...(a.device !== 'cpu' ? { device: a.device } : {}), storage }) }
         : { plan, embeddingOptimizer: { type: optType, lr: embLr } };
       trainer = new Trainer({
-        model: spec, ...sharded, group, inputs, optimizer: { type: optType, lr }, seed: a.seed, device: a.device, schedule,
+        model: spec, ...sharded, group, ...(inputs ? { inputs } : {}), optimizer: { type: optType, lr }, seed: a.seed, device: a.device, schedule,
         ...(a.precision ? { precision: a.precision } : {}),
       });
     } else {
@@ -345,7 +347,7 @@ async function train(a: Args): Promise<number> {
         ...(a.dynamicCapacity !== undefined ? { dynamicCapacity: a.dynamicCapacity } : {}),
       });
       trainer = new Trainer({
-        model: spec, embeddings: emb, inputs, optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
+        model: spec, embeddings: emb, ...(inputs ? { inputs } : {}), optimizer: { type: optType, lr }, seed: a.seed, schedule, device: a.device, ...(a.precision ? { precision: a.precision } : {}),
       });
     }
     const emb = trainer.embeddings;

@@ -79,6 +79,10 @@ describe('embshard train', () => {
       let c = capture();
       expect(await run(good, '500'), c.err.join('')).toBe(0);
       vi.restoreAllMocks();
+      // the plan's tables in another order than the data's features: the same tables, it trains
+      c = capture();
+      expect(await run(write('reversed.json', [...tables].reverse()), '500'), c.err.join('')).toBe(0);
+      vi.restoreAllMocks();
       c = capture();
       expect(await run(good, '400')).toBe(1);
       expect(c.err.join('')).toMatch(/INVALID_ARGUMENT: --plan '.*good\.json': table 'cat_\d+' \(feature 'cat_\d+'\) has 500 rows; the data's has 400 \(--max-rows 400\)/);
