@@ -45,7 +45,7 @@ import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
-import type { RoutedOrRejected } from './step-status.js';
+import { agreeOnGradients, NON_FINITE_STATUS, type RoutedOrRejected } from './step-status.js';
 import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
@@ -154,8 +154,6 @@ interface Prepared {
 }
 
 const STEP = Symbol('embshard.sharded.step');
-/** The backward agreement's status of NaN / Inf gradients (below every 1 + error-code index: a rejection wins). */
-const NON_FINITE_STATUS = 0.5;
 type Out = (ShardedForwardOutput | DeviceForwardOutput) & { [STEP]?: StepCtx };
 
 
@@ -515,7 +513,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       // rank ends the step with this code and nothing changed
       if (!(e instanceof EmbshardError)) throw e;
       return this.enqueue(async () => {
-        await this.agreeOnGradients(1 + ErrorCodes.indexOf(e.code));
+        await agreeOnGradients(this.group, 1 + ErrorCodes.indexOf(e.code));
         throw e;
       });
     }
@@ -703,20 +701,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   // ---------------------------------------------------------------- backward
-  /**
-   * The backward's first collective: every rank's status (0; NON_FINITE_STATUS for NaN / Inf gradients; 1 +
-   * an error code's index for gradients the rank rejected) in one uncounted all-reduce (max). True when
-   * every rank may go on; false when some rank's gradients are not finite (and none rejected) or this rank
-   * rejected its own; another rank's rejection throws its code here.
-   */
-  private async agreeOnGradients(status: number): Promise<boolean> {
-    const all = (await this.group.allReduce(Float32Array.of(status), 'max', { uncounted: true }))[0]!;
-    if (all === 0) return true;
-    if (all === NON_FINITE_STATUS || status > NON_FINITE_STATUS) return false; // the latter: the caller throws its own error
-    const code = ErrorCodes[all - 1] ?? 'INTERNAL';
-    throw new EmbshardError(code, `another rank rejected its gradients (${code}); the step changed nothing on any rank`);
-  }
-
   /** Whether this rank's gradients (host arrays, or device arrays on the device path) are all finite. */
   private gradientsFinite(ctx: StepCtx, grads: Gradients | DeviceGradArrays): boolean {
     const P = ctx.B * this.pooledDim;
@@ -738,7 +722,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // NaN / Inf on any rank: the step changes nothing on any rank (each owner only sees the gradients of
     // its own rows, so without agreeing one could update while another rejects)
     const finite = this.gradientsFinite(ctx, grads);
-    if (!(await this.agreeOnGradients(finite ? 0 : NON_FINITE_STATUS))) {
+    if (!(await agreeOnGradients(this.group, finite ? 0 : NON_FINITE_STATUS))) {
       if (this.config.optimizer.nonFinite !== 'skip')
         throw new EmbshardError('NON_FINITE_GRADIENT', `${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
       if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);

@@ -2,8 +2,10 @@
 // of range, ...) still takes part in the step's first exchange, sending a status word in its uncounted
 // counts (the relays' id gather under the hierarchical protocol, the input metadata under the flat one)
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
-// changed, rather than the others waiting on exchanges the rejecting rank never joins.
+// changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
+// agreement (agreeOnGradients) does the same for gradients, before any of them moves.
 import { EmbshardError, ErrorCodes } from '../errors.js';
+import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
 
 /** A batch this rank rejected before its ids moved (the error routing raised), or its routed ids. */
@@ -23,4 +25,21 @@ export function agreeOnStatus(x: RoutedOrRejected, status: (p: number) => number
     const code = ErrorCodes[s - 1] ?? 'INTERNAL';
     throw new EmbshardError(code, `rank ${p} rejected its batch (${code}); the step changed nothing on any rank`);
   }
+}
+
+/** The backward agreement's status of NaN / Inf gradients (below every 1 + error-code index: a rejection wins). */
+export const NON_FINITE_STATUS = 0.5;
+
+/**
+ * A backward's first collective: every rank's status (0; NON_FINITE_STATUS for NaN / Inf gradients; 1 +
+ * an error code's index for gradients the rank rejected) in one uncounted all-reduce (max). True when
+ * every rank may go on; false when some rank's gradients are not finite (and none rejected) or this rank
+ * rejected its own (its caller throws its error); another rank's rejection throws its code here.
+ */
+export async function agreeOnGradients(group: ProcessGroup, status: number): Promise<boolean> {
+  const all = (await group.allReduce(Float32Array.of(status), 'max', { uncounted: true }))[0]!;
+  if (all === 0) return true;
+  if (all === NON_FINITE_STATUS || status > NON_FINITE_STATUS) return false;
+  const code = ErrorCodes[all - 1] ?? 'INTERNAL';
+  throw new EmbshardError(code, `another rank rejected its gradients (${code}); the step changed nothing on any rank`);
 }

@@ -131,3 +131,44 @@ describe('a rank that dies mid-step', () => {
     }
   });
 });
+
+describe('gradients one rank cannot use', () => {
+  for (const bad of ['nan', 'size'] as const)
+    it(`${bad === 'nan' ? 'NaN' : 'a wrong size'} on one rank: every rank rejects, nothing changes, the same outputs then step like one collection`, async () => {
+      const W = 2, B = 8, cfg = S.config({ type: 'adagrad', lr: 0.1 });
+      const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+      const ranks = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 8, batchSize: B }));
+      const oracle = new EmbeddingCollection(cfg);
+      try {
+        const gather = async () => {
+          const m = new Map<string, Float32Array>();
+          for (const t of oracle.tables) m.set(t.name, (await Promise.all(ranks.map((r) => r.gather(t.name))))[0]!.weights);
+          return m;
+        };
+        const global: JaggedBatch = S.globalBatch(lib, 0, W * B);
+        const locals = ranks.map((r) => r.assign(global));
+        const outs = await Promise.all(ranks.map((r, i) => r.forward(locals[i]!)));
+        const P = oracle.pooledDim;
+        const before = await gather();
+        const grads = outs.map((o) => S.gradsFor(0, o.samples, P) as Float32Array);
+        const broken = bad === 'nan' ? Object.assign(grads[1]!.slice(), { [3]: Number.NaN }) : grads[1]!.subarray(1);
+        const res = await Promise.allSettled(ranks.map((r, i) => r.backward(outs[i]!, { pooled: i === 1 ? broken : grads[i]! })));
+        const code = bad === 'nan' ? 'NON_FINITE_GRADIENT' : 'GRAD_SIZE_MISMATCH';
+        expect(res.map((x) => x.status === 'rejected' && (x.reason as { code?: string }).code)).toEqual([code, code]);
+        expect(await gather()).toEqual(before);
+        // the outputs are still theirs: good gradients now, and the tables are one collection's after the step
+        await Promise.all(ranks.map((r, i) => r.backward(outs[i]!, { pooled: grads[i]! })));
+        const go = await oracle.forward(global);
+        await oracle.backward(go, { pooled: S.gradsFor(0, Int32Array.from({ length: W * B }, (_, i) => i), P) });
+        const after = await gather();
+        for (const t of oracle.tables) {
+          const want = oracle.readRows(t.name, Int32Array.from({ length: t.rows }, (_, j) => j));
+          expect(S.relErr(after.get(t.name)!, want), t.name).toBeLessThan(1e-5);
+        }
+      } finally {
+        for (const r of ranks) r.dispose();
+        for (const g of groups) g.close();
+        oracle.dispose();
+      }
+    });
+});
