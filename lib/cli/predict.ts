@@ -64,19 +64,17 @@ interface Sink {
 
 /**
  * The output file, opened now so that a path that cannot be written fails here (IO_ERROR through
- * runCommand) rather than as a stream's unhandled 'error' event; a later write error is kept and thrown
- * by the next write (a wait for 'drain' or 'finish' rejects with it).
+ * runCommand) rather than as a stream's unhandled 'error' event; a later write error stays on the stream
+ * (`errored`) and is thrown by the next write (a wait for 'drain' or 'finish' rejects with it).
  */
 function openOutput(path: string): WriteStream {
   const file = createWriteStream(path, { fd: openSync(path, 'w') });
-  file.on('error', (e) => failed.set(file, e));
+  file.on('error', () => undefined); // kept as file.errored
   return file;
 }
-const failed = new WeakMap<WriteStream, Error>();
 
 async function writeChunk(file: WriteStream, chunk: string | Uint8Array): Promise<void> {
-  const e = failed.get(file);
-  if (e) throw e;
+  if (file.errored) throw file.errored;
   if (!file.write(chunk)) await once(file, 'drain');
 }
 
@@ -109,8 +107,7 @@ function arrowSink(file: WriteStream): Sink {
   let wrote = false;
   return {
     async write(p) {
-      const e = failed.get(file);
-      if (e) throw e;
+      if (file.errored) throw file.errored;
       const col = makeData({ type: new Float32(), length: p.length, data: p });
       writer.write(new RecordBatch(schema, makeData({ type: new Struct([field]), length: p.length, children: [col], nullCount: 0 })));
       wrote = true;

@@ -12,11 +12,11 @@ import { CallQueue } from '../call-queue.js';
 import { EmbeddingCollection } from '../collection.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
 import type { Batch } from '../data/types.js';
-import { EmbshardError, ErrorCodes } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnGradients, NON_FINITE_STATUS } from '../sharded/step-status.js';
+import { agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
@@ -232,13 +232,12 @@ export class HeraldEmbeddingCollection {
       // size or with NaN / Inf on one rank end the step on every rank, nothing changed
       const sizeOk = g instanceof Float32Array && g.length === B * this.pooledDim;
       const finite = sizeOk && exchangeOps().allFinite(g);
-      const go = await agreeOnGradients(this.group, !sizeOk ? 1 + ErrorCodes.indexOf('GRAD_SIZE_MISMATCH') : finite ? 0 : NON_FINITE_STATUS);
+      const go = await agreeOnGradients(this.group, !sizeOk ? rejectionStatus('GRAD_SIZE_MISMATCH') : finite ? 0 : NON_FINITE_STATUS);
       if (!sizeOk) throw new EmbshardError('GRAD_SIZE_MISMATCH', `herald: grads.pooled must be a Float32Array of ${B} × ${this.pooledDim} values`);
       if (!go) {
-        if (this.config.optimizer.nonFinite !== 'skip')
-          throw new EmbshardError('NON_FINITE_GRADIENT', `herald: ${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
+        const skipped = nonFiniteOutcome(finite, this.config.optimizer.nonFinite, 'herald: ');
         delete (out as Out)[STEP];
-        return { skipped: true, uniqueRows: 0 };
+        return skipped;
       }
       delete (out as Out)[STEP];
       const partial = this.partials(ctx, out.batch, g);

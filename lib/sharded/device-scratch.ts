@@ -21,8 +21,8 @@ export interface DeviceOpsAddon {
     src: object; stride: number; meta: object; startAt: number; orderAt: number; rowAt: number; colAt: number; ids: number; scales: object; scalesAt: number;
     rows: number; dim: number; dst: object; dstAt: number;
   }): void;
-  /** whether the first `count` f32 values of a device buffer are finite */
-  allFiniteDevice(buffer: object, count: number): boolean;
+  /** whether the first `count` f32 values of a device buffer are finite (flag: one i32 of scratch on its device) */
+  allFiniteDevice(buffer: object, count: number, flag: object): boolean;
 }
 
 /** Device arrays kept from step to step, grown as a step needs more (never shrunk), and the addon's kernels. */

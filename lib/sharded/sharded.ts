@@ -20,7 +20,7 @@
 // messages and gradients stay in device memory).
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { EmbshardError, ErrorCodes } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
 import { EngineOwner } from '../engine-owner.js';
@@ -45,7 +45,7 @@ import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
-import { agreeOnGradients, NON_FINITE_STATUS, type RoutedOrRejected } from './step-status.js';
+import { agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus, type RoutedOrRejected } from './step-status.js';
 import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
@@ -513,7 +513,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
       // rank ends the step with this code and nothing changed
       if (!(e instanceof EmbshardError)) throw e;
       return this.enqueue(async () => {
-        await agreeOnGradients(this.group, 1 + ErrorCodes.indexOf(e.code));
+        await agreeOnGradients(this.group, rejectionStatus(e.code));
         throw e;
       });
     }
@@ -707,7 +707,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     if (grads.pooled instanceof DeviceArray) {
       const dev = grads as DeviceGradArrays, addon = this.deviceScratch!.addon;
       const seq = [...this.sequenceSizes(ctx.batch).values()].reduce((a, b) => a + b, 0);
-      return (P === 0 || addon.allFiniteDevice(dev.pooled.native, P)) && (seq === 0 || addon.allFiniteDevice(dev.sequences.native, seq));
+      const flag = this.deviceScratch!.get('finiteFlag', 1, 'i32').native;
+      return (P === 0 || addon.allFiniteDevice(dev.pooled.native, P, flag)) && (seq === 0 || addon.allFiniteDevice(dev.sequences.native, seq, flag));
     }
     const K = exchangeOps(), host = grads as Gradients;
     return (host.pooled === undefined || K.allFinite(host.pooled.subarray(0, P))) && Object.values(host.sequences ?? {}).every((g) => K.allFinite(g));
@@ -723,10 +724,9 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // its own rows, so without agreeing one could update while another rejects)
     const finite = this.gradientsFinite(ctx, grads);
     if (!(await agreeOnGradients(this.group, finite ? 0 : NON_FINITE_STATUS))) {
-      if (this.config.optimizer.nonFinite !== 'skip')
-        throw new EmbshardError('NON_FINITE_GRADIENT', `${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
+      const skipped = nonFiniteOutcome(finite, this.config.optimizer.nonFinite);
       if (ctx.dyn) this.dynamic!.resetSinks(this.live(), ctx.dyn.sinks);
-      return { skipped: true, uniqueRows: 0 };
+      return skipped;
     }
     const counters = zeroTraffic();
     const args = this.stepArgs(ctx, this.wire.backward, counters);

@@ -4,16 +4,21 @@
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
 // agreement (agreeOnGradients) does the same for gradients, before any of them moves.
-import { EmbshardError, ErrorCodes } from '../errors.js';
+import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
 
 /** A batch this rank rejected before its ids moved (the error routing raised), or its routed ids. */
 export type RoutedOrRejected = Routed | EmbshardError;
 
-/** The status word of the first exchange: 0, or 1 + the index of the rejecting rank's error code. */
+/** The status of a rank that rejects its step's input with `code`: 1 + the code's index (0 is "go on"). */
+export function rejectionStatus(code: ErrorCode): number {
+  return 1 + ErrorCodes.indexOf(code);
+}
+
+/** The status word of the first exchange: 0, or the rejecting rank's rejectionStatus. */
 export function statusOf(x: RoutedOrRejected): number {
-  return x instanceof EmbshardError ? 1 + ErrorCodes.indexOf(x.code) : 0;
+  return x instanceof EmbshardError ? rejectionStatus(x.code) : 0;
 }
 
 /** Ends the step on a rank where some rank's status is not 0: its own error, or the lowest such rank's. */
@@ -42,4 +47,14 @@ export async function agreeOnGradients(group: ProcessGroup, status: number): Pro
   if (all === NON_FINITE_STATUS || status > NON_FINITE_STATUS) return false;
   const code = ErrorCodes[all - 1] ?? 'INTERNAL';
   throw new EmbshardError(code, `another rank rejected its gradients (${code}); the step changed nothing on any rank`);
+}
+
+/**
+ * The outcome of a backward whose ranks agreed that some rank's gradients hold NaN / Inf (`finite`: this
+ * rank's own do not): NON_FINITE_GRADIENT, or a skipped step under nonFinite 'skip'. Nothing has changed.
+ */
+export function nonFiniteOutcome(finite: boolean, nonFinite: 'error' | 'skip', what = ''): { skipped: true; uniqueRows: 0 } {
+  if (nonFinite !== 'skip')
+    throw new EmbshardError('NON_FINITE_GRADIENT', `${what}${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
+  return { skipped: true, uniqueRows: 0 };
 }

@@ -17,7 +17,8 @@
 //     the gradient sums of `rows` distinct rows into dst (rows of dim from dstAt): cuda::sum_rows over the
 //     int32 lists in `meta` (starts, rows + 1 of them; order, row and col, `ids` each) and f32 `scales`;
 //     the runtime built the lists from its own routing, so every term reads inside src (as poolDeviceRows);
-//   allFiniteDevice(buffer, count): whether the buffer's first `count` f32 values are finite.
+//   allFiniteDevice(buffer, count, flag): whether the buffer's first `count` f32 values are finite (flag: one
+//     i32 of scratch on its device).
 #if defined(EMBSHARD_WITH_CUDA)
 #include <napi.h>
 
@@ -181,15 +182,18 @@ Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
   });
 }
 
-// allFiniteDevice(buffer, count): whether the first `count` f32 values of a device buffer are finite
+// allFiniteDevice(buffer, count, flag): whether the first `count` f32 values of a device buffer are finite
+// (`flag`: an i32 buffer on the same device, the kernel's scratch)
 Napi::Value AllFiniteDevice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
     const DeviceBuffer b = read_device_buffer(env, info[0], "allFiniteDevice: buffer");
     const int64_t n = int_arg(env, info[1], "allFiniteDevice: count");
-    if (b.type != comm::ElemType::F32) throw_error(env, "INVALID_ARGUMENT", "allFiniteDevice: the buffer holds f32");
+    const DeviceBuffer flag = read_device_buffer(env, info[2], "allFiniteDevice: flag");
+    if (b.type != comm::ElemType::F32 || flag.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "allFiniteDevice: the buffer holds f32, the flag i32");
+    if (flag.device != b.device || flag.count < 1) throw_error(env, "INVALID_ARGUMENT", "allFiniteDevice: the flag must be one value on the buffer's device");
     if (n > b.count) throw_error(env, "LENGTH_MISMATCH", "allFiniteDevice: count exceeds the buffer");
-    return Napi::Boolean::New(env, cuda::all_finite(b.device, static_cast<const float*>(b.ptr), n));
+    return Napi::Boolean::New(env, cuda::all_finite(b.device, static_cast<const float*>(b.ptr), n, static_cast<uint32_t*>(flag.ptr)));
   });
 }
 

@@ -113,23 +113,14 @@ void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim,
   EMB_CUDA_CHECK(cudaStreamSynchronize(0));
 }
 
-bool all_finite(int device, const float* p, int64_t n) {
+bool all_finite(int device, const float* p, int64_t n, uint32_t* flag) {
   if (n == 0) return true;
   EMB_CUDA_CHECK(cudaSetDevice(device));
-  uint32_t* flag = nullptr;
-  EMB_CUDA_CHECK(cudaMalloc(&flag, sizeof(uint32_t)));
+  EMB_CUDA_CHECK(cudaMemset(flag, 0, sizeof(uint32_t)));
+  launch_nonfinite(p, n, flag, 0);
+  EMB_CUDA_CHECK_LAUNCH();
   uint32_t bad = 0;
-  const cudaError_t e = [&] {
-    cudaError_t r = cudaMemset(flag, 0, sizeof(uint32_t));
-    if (r == cudaSuccess) {
-      launch_nonfinite(p, n, flag, 0);
-      r = cudaGetLastError();
-    }
-    if (r == cudaSuccess) r = cudaMemcpy(&bad, flag, sizeof(uint32_t), cudaMemcpyDeviceToHost);
-    return r;
-  }();
-  (void)cudaFree(flag);  // cleanup; an error of the calls above is reported next
-  EMB_CUDA_CHECK(e);
+  EMB_CUDA_CHECK(cudaMemcpy(&bad, flag, sizeof(uint32_t), cudaMemcpyDeviceToHost));
   return bad == 0;
 }
 

@@ -46,9 +46,9 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
 // bag_mean(that value, lengths[b]) (core/pooling.h), c < dim. Waits for the kernel.
 void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
 
-// Whether all n values at p are finite (shard::all_finite's twin: the engine's non-finite kernel into a
-// flag, read back). Waits for the kernel.
-bool all_finite(int device, const float* p, int64_t n);
+// Whether all n values at p are finite (shard::all_finite's twin: the engine's non-finite kernel into
+// `flag`, one caller-kept uint32 in device memory, cleared first and read back). Waits for the kernel.
+bool all_finite(int device, const float* p, int64_t n, uint32_t* flag);
 
 // The gradient sum of each distinct row u < U, as shard::grad_unique adds it on the host: dst[u·dim + c] =
 // Σ over j = start[u] … start[u + 1] − 1, in order, of src[row[k]·stride + col[k] + c] · scale[k] with
