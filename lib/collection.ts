@@ -60,6 +60,26 @@ export interface BackwardOptions {
    * garbage-collected.
    */
   keepOutput?: boolean;
+  /**
+   * Ends the step with this error instead of applying the gradients: nothing changes and the output stays
+   * usable. On a sharded collection it is a rank's way out of a step whose own part failed (its dense
+   * model's loss is NaN, its batch's labels are out of range): the rank still joins the backward's first
+   * collective, and every other rank's backward then rejects too, naming the code, instead of waiting on
+   * it. The gradients are not read.
+   */
+  reject?: EmbshardError;
+}
+
+/** The backward options, checked: no unknown field, keepOutput a boolean, reject an EmbshardError. */
+export function checkBackwardOptions(options: unknown): BackwardOptions {
+  if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
+  for (const key of Object.keys(options))
+    if (key !== 'keepOutput' && key !== 'reject') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
+  const o = options as BackwardOptions;
+  if (o.keepOutput !== undefined && typeof o.keepOutput !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'backward options.keepOutput must be a boolean');
+  if (o.reject !== undefined && !(o.reject instanceof EmbshardError))
+    throw new EmbshardError('INVALID_ARGUMENT', 'backward options.reject must be an EmbshardError (the error that ends the step)');
+  return o;
 }
 
 export interface ForwardOptions {
@@ -453,10 +473,8 @@ export class EmbeddingCollection extends EngineOwner {
   private backwardArgs(out: ForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions) {
     if (!out || !(out.batch instanceof JaggedBatch))
       throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of forward()');
+    if (checkBackwardOptions(options).reject) throw options.reject; // the caller ends the step: nothing changes
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
-    if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
-    for (const key of Object.keys(options))
-      if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
     // device gradients (checked there), or host arrays per sequence feature
     const device = this.deviceGradients(out.batch, grads);
     const host = grads as Gradients;

@@ -9,7 +9,7 @@
 // on the global batch (equal up to the order of that sum; rows read by one rank only are bitwise equal).
 import { JaggedBatch } from '../batch.js';
 import { CallQueue } from '../call-queue.js';
-import { EmbeddingCollection } from '../collection.js';
+import { checkBackwardOptions, EmbeddingCollection, type BackwardOptions } from '../collection.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
 import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
@@ -222,10 +222,17 @@ export class HeraldEmbeddingCollection {
   }
 
   /** Gradients of this rank's pooled outputs: partial sums per row, one exchange to owners, one engine update per rank. */
-  backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }): Promise<{ skipped: boolean; uniqueRows: number }> {
+  backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }, options: Pick<BackwardOptions, 'reject'> = {}): Promise<{ skipped: boolean; uniqueRows: number }> {
     return this.calls.run(async () => {
       const ctx = (out as Out)[STEP];
       if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'herald: backward(out, grads) needs the output of forward()');
+      const reject = checkBackwardOptions(options).reject;
+      rejectUnknownFields(options, ['reject'], 'herald: backward options', 'INVALID_CONFIG');
+      if (reject) {
+        // this rank's caller ends the step: it still joins the agreement, so every rank rejects
+        await agreeOnGradients(this.group, rejectionStatus(reject.code));
+        throw reject;
+      }
       const g = grads.pooled;
       const B = out.batch.batchSize;
       // every rank agrees before any gradient moves (lib/sharded/step-status.ts): gradients of the wrong

@@ -27,7 +27,7 @@ import { EngineOwner } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
-import type { BackwardOptions, BackwardResult, FeatureInfo, ForwardOptions, Gradients, SequenceOutput } from '../collection.js';
+import { checkBackwardOptions, type BackwardOptions, type BackwardResult, type FeatureInfo, type ForwardOptions, type Gradients, type SequenceOutput } from '../collection.js';
 import { DeviceArray } from '../device-array.js';
 import { DeviceOutputs, deviceGradients, type DeviceForwardOutput, type DeviceGradients } from '../device-outputs.js';
 import type { DynamicStep } from '../storage/dynamic.js';
@@ -505,12 +505,13 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // same on every rank) may have evicted them
     if (ctx.seq !== this.admitSeq)
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: a later forward admitted ids into the dynamic tables; run forward() again');
-    this.checkBackwardOptions(options);
+    const reject = checkBackwardOptions(options).reject;
     try {
+      if (reject) throw reject;
       return this.checkedBackward(out, ctx, grads, options);
     } catch (e) {
-      // gradients this rank cannot use: it still joins the backward's agreement (backwardPhase), so every
-      // rank ends the step with this code and nothing changed
+      // gradients this rank cannot use (or its caller's `reject`): it still joins the backward's agreement
+      // (backwardPhase), so every rank ends the step with this code and nothing changed
       if (!(e instanceof EmbshardError)) throw e;
       return this.enqueue(async () => {
         await agreeOnGradients(this.group, rejectionStatus(e.code));
@@ -544,12 +545,6 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     ctx.used = true;
     const hostGrads = grads;
     return this.enqueue(async () => this.finishBackward(out, ctx, hostGrads, options));
-  }
-
-  private checkBackwardOptions(options: BackwardOptions): void {
-    if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'backward options must be an object');
-    for (const key of Object.keys(options))
-      if (key !== 'keepOutput') throw new EmbshardError('INVALID_CONFIG', `backward options: unknown field '${key}'`);
   }
 
   private async finishBackward(out: ShardedForwardOutput | DeviceForwardOutput, ctx: StepCtx, grads: Gradients | DeviceGradArrays, options: BackwardOptions): Promise<BackwardResult> {

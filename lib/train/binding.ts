@@ -130,6 +130,8 @@ export interface DenseOps {
   crossBackward(x0: Float32Array, dout: Float32Array, B: number, D: number, r: number, layers: CrossLayerArrays[], precision?: Precision): { dx0: Float32Array; layers: CrossLayerArrays[] };
   bce(z: Float32Array, y: Float32Array): { loss: number; dz: Float32Array };
   optimizerStep(config: NativeDenseOptimizer, t: number, params: Float32Array, grads: Float32Array, state: Float32Array): void;
+  /** The index of the first value of `a` outside [lo, hi] (NaN is outside every range; lo, hi finite), or -1. */
+  firstOutside(a: Float32Array, lo: number, hi: number): number;
 }
 
 export interface DenseAddon extends Addon {

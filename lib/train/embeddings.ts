@@ -38,7 +38,8 @@ export interface EmbeddingModule {
   readonly outputsOnDevice?: boolean;
   /** 'cpu' or 'cuda:N': where forwardOnDevice keeps its output; optional. */
   readonly device?: string;
-  backward(out: EmbeddingOutput, grads: { pooled?: Float32Array | DeviceArray }): Promise<{ skipped: boolean }>;
+  /** `reject`: end the step with this error, nothing changed (a sharded module: on every rank; see BackwardOptions). */
+  backward(out: EmbeddingOutput, grads: { pooled?: Float32Array | DeviceArray }, options?: { reject?: EmbshardError }): Promise<{ skipped: boolean }>;
   save(dir: string, extra?: Record<string, unknown>): Promise<void>;
   /**
    * Starts the table-independent work of the next forward (a sharded collection's id exchange); optional.

@@ -23,6 +23,11 @@ import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
 import type { JaggedBatch } from '../batch.js';
 import { CommClock } from '../sharded/comm-clock.js';
+import { exchangeOps } from '../sharded/exchange-ops.js';
+import { denseAddon } from './binding.js';
+
+/** The largest finite float32: dense features must lie within ±FLT_MAX. */
+const FLT_MAX = 3.4028234663852886e38;
 
 function clockOf(group: unknown): CommClock | undefined {
   const c = (group as { clock?: unknown } | undefined)?.clock;
@@ -281,12 +286,18 @@ export class Trainer {
   /**
    * One training step on a batch; resolves to its mean BCE loss (this rank's samples). `next` (optional): the batch of the following step, whose table-independent work
    * (a sharded collection's routing and id exchange, `prepare`) then overlaps this step's dense compute;
-   * the following call must be step(next). Every rank passes `next` or none alike.
+   * the following call must be step(next). Every rank passes `next` or none alike. A NaN / ±Inf dense
+   * feature or a label outside [0, 1] is INVALID_ARGUMENT; a loss or dense gradients that are not finite,
+   * NON_FINITE_GRADIENT; either way nothing changes, and with other ranks every rank rejects the step.
    */
   step(batch: Batch, next?: Batch): Promise<number> {
     this.checkBatch(batch);
     if (next !== undefined) this.checkBatch(next);
-    return this.enqueue(() => this.runStep(batch, next));
+    // a bad value ends the step before anything changes; with other ranks, after joining the step's
+    // collectives, so that every rank ends it (runStep)
+    const bad = this.valueError(batch);
+    if (bad && !this.collective) throw bad;
+    return this.enqueue(() => this.runStep(batch, next, bad));
   }
 
   /**
@@ -456,6 +467,23 @@ export class Trainer {
     return this.calls.run(fn);
   }
 
+  /**
+   * The error that rejects a well-shaped training batch for its values: a dense feature that is NaN or
+   * ±Inf (the ReLU of the bottom MLP would hide it from the loss while its weights' gradients turn NaN), a
+   * label outside [0, 1].
+   */
+  private valueError(b: Batch): EmbshardError | undefined {
+    const ops = denseAddon('cpu').denseOps;
+    const d = ops.firstOutside(b.dense, -FLT_MAX, FLT_MAX);
+    if (d >= 0) {
+      const n = this.dense.spec.denseIn;
+      return new EmbshardError('INVALID_ARGUMENT', `batch.dense[${d}] (sample ${Math.floor(d / n)}, dense feature ${d % n}) is ${b.dense[d]}: dense features must be finite`);
+    }
+    const l = ops.firstOutside(b.labels, 0, 1);
+    if (l >= 0) return new EmbshardError('INVALID_ARGUMENT', `batch.labels[${l}] is ${b.labels[l]}: labels must lie in [0, 1]`);
+    return undefined;
+  }
+
   private checkBatch(b: Batch | PredictBatch, labelled = true): void {
     if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
     const B = b.size, s = this.dense.spec;
@@ -468,7 +496,23 @@ export class Trainer {
       throw new EmbshardError('LENGTH_MISMATCH', `batch.sparse.batchSize (${b.sparse?.batchSize}) must equal batch.size (${B})`);
   }
 
-  private async runStep(b: Batch, next?: Batch): Promise<number> {
+  /**
+   * Whether a step is a collective (other ranks share the dense all-reduce or the embeddings' exchanges): a
+   * rank that must end a step then still joins its collectives, and ends it through the embedding
+   * backward's `reject`, so every rank ends it with nothing changed instead of waiting on that rank.
+   */
+  private get collective(): boolean {
+    const embGroup = (this.embeddings as { group?: { size?: unknown } }).group;
+    return (this.group?.size ?? 1) > 1 || (typeof embGroup?.size === 'number' && embGroup.size > 1);
+  }
+
+  /** NON_FINITE_GRADIENT for this step's loss or dense gradients (on the CPU, where they are in host memory), or undefined. */
+  private nonFinite(loss: number): EmbshardError | undefined {
+    const what = !Number.isFinite(loss) ? `the loss is ${loss}` : this.dense.device === 'cpu' && !exchangeOps().allFinite(this.dense.grads) ? 'the dense gradients contain NaN or Inf' : undefined;
+    return what ? new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: ${what}; nothing was updated`) : undefined;
+  }
+
+  private async runStep(b: Batch, next: Batch | undefined, reject: EmbshardError | undefined): Promise<number> {
     const t0 = performance.now();
     // Herald scheduling: the batch is global; this rank trains the samples its allocator gave it
     if (this.embeddings.localize) b = this.embeddings.localize(b);
@@ -494,7 +538,7 @@ export class Trainer {
     const c0 = clock.read();
     // with overlap the bottom MLP (it needs no embeddings) runs while the embeddings are looked up and exchanged
     const lookup = onGpu ? this.embeddings.forwardOnDevice!(b.sparse) : this.embeddings.forward(b.sparse);
-    const fwd = await Promise.allSettled([lookup, this.overlap ? this.dense.forwardBottom(b.dense, B) : undefined]);
+    const fwd = await Promise.allSettled([lookup, this.overlap && !reject ? this.dense.forwardBottom(b.dense, B) : undefined]);
     for (const x of fwd) if (x.status === 'rejected') throw x.reason;
     const out = (fwd[0] as PromiseFulfilledResult<EmbeddingOutput>).value;
     // the next batch's id exchange runs during the dense compute; it is waited for before the dense
@@ -503,9 +547,11 @@ export class Trainer {
     const prepared = next && this.overlap && emb.prepare ? CommClock.hidden(() => emb.prepare!(next.sparse)) : undefined;
     const t1 = performance.now();
     const c1 = clock.read();
-    const r = await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
+    // a rejected batch's dense pass is not run: the step only goes through its collectives
+    const r = reject ? { loss: NaN, forwardMs: 0 } : await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
     const t2 = performance.now();
-    if (!Number.isFinite(r.loss)) throw new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: the loss is ${r.loss}; nothing was updated`);
+    reject ??= this.nonFinite(r.loss);
+    if (reject && !this.collective) throw reject;
     // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
     let reduced: Promise<unknown> | undefined;
     // a GPU dense model on an NCCL group's device: reduced in place in device memory; otherwise on the host
@@ -522,10 +568,13 @@ export class Trainer {
     const t3 = performance.now();
     const c3 = clock.read();
     try {
-      await this.embeddings.backward(out, { pooled: sparseGrad });
+      // with `reject` every rank's backward rejects (the dense gradients just reduced are then not applied)
+      await this.embeddings.backward(out, { pooled: sparseGrad }, reject ? { reject } : undefined);
+      if (reject) throw reject; // a module that ignored `reject`: the dense update is not applied either
       if (this.embeddings.release) await this.embeddings.release(out);
     } catch (e) {
       await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer
+      await this.embeddings.release?.(out).catch(() => undefined);
       throw e;
     }
     const t4 = performance.now();

@@ -202,6 +202,14 @@ Napi::Value Bce(const Napi::CallbackInfo& info) {
   return a.loss_result(info.Env(), loss);
 }
 
+// firstOutside(a: Float32Array, lo, hi): the index of the first value outside [lo, hi] (NaN included), or -1
+Napi::Value FirstOutside(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Float32Array a = da::f32(env, info[0], "firstOutside: a", -1);
+  const double lo = da::number(env, info[1], "firstOutside: lo"), hi = da::number(env, info[2], "firstOutside: hi");
+  return Napi::Number::New(env, static_cast<double>(dense::first_outside(a.Data(), static_cast<int64_t>(a.ElementLength()), static_cast<float>(lo), static_cast<float>(hi))));
+}
+
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.
 Napi::Value OptimizerStep(const Napi::CallbackInfo& info) {
   oa::OptimizerStepArgs a = oa::read_optimizer_step(info);
@@ -224,6 +232,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("crossBackward", Napi::Function::New(env, CrossBackward));
   o.Set("bce", Napi::Function::New(env, Bce));
   o.Set("optimizerStep", Napi::Function::New(env, OptimizerStep));
+  o.Set("firstOutside", Napi::Function::New(env, FirstOutside));
   exports.Set("denseOps", o);
 }
 Part part("dense_ops", &Init);

@@ -319,6 +319,24 @@ describe('sigmoid + binary cross-entropy from logits', () => {
   });
 });
 
+describe("a step's input check: the first value outside a range", () => {
+  it('finds the first value outside [lo, hi] (NaN outside every range) as a linear scan does, in every chunk', () => {
+    const r = ref.rng(8);
+    const naive = (a: Float32Array, lo: number, hi: number) => a.findIndex((v) => !(v >= lo && v <= hi));
+    const FLT_MAX = 3.4028234663852886e38;
+    for (const n of [0, 1, 7, 4096, 4097, 10_000]) {
+      const a = ref.randArray(r, n, 0, 1);
+      expect(ops.firstOutside(a, 0, 1)).toBe(naive(a, 0, 1));
+      for (const [at, v] of [[n - 1, NaN], [Math.floor(n / 2), 1.0000001], [Math.floor(n / 3), -0], [5000, Infinity], [4096, -1e-30]] as const) {
+        if (at < 0 || at >= n) continue;
+        const b = Float32Array.from(a);
+        b[at] = v;
+        for (const [lo, hi] of [[0, 1], [-FLT_MAX, FLT_MAX]]) expect(ops.firstOutside(b, lo!, hi!)).toBe(naive(b, lo!, hi!));
+      }
+    }
+  });
+});
+
 describe('dense optimizers', () => {
   const r = ref.rng(7);
   const n = 50;
