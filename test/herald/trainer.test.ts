@@ -62,3 +62,43 @@ describe('Trainer with Herald scheduling vs one Trainer on the global batches', 
       }
     });
 });
+
+describe('Trainer with Herald scheduling: a global batch with a bad value', () => {
+  it('every rank rejects the step naming the value, nothing changes, and training goes on as if it never came', async () => {
+    const W = 2, B = 8;
+    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+    const tables = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 16, batchSize: B }));
+    const trainers = groups.map((g, r) => new Trainer({ model: spec, embeddings: tables[r]!, group: g, optimizer: { type: 'adagrad', lr: 0.05 } }));
+    const one = new Trainer({ model: spec, embeddings: new EmbeddingCollection(cfg), optimizer: { type: 'adagrad', lr: 0.05 } });
+    try {
+      const good = Array.from({ length: 4 }, (_, k) => batchOf(k, W * B));
+      const bad = batchOf(9, W * B);
+      bad.labels[5] = 2;
+      // the bad batch is scheduled as the next batch of step 1, like any other
+      const order = [good[0]!, good[1]!, bad, good[2]!, good[3]!];
+      const snap = async () => Promise.all(tables.map(async (h) => (await Promise.all(oneTables().map((t) => h.gather(t.name)))).map((g) => Array.from(g.weights))));
+      const oneTables = () => (one.embeddings as EmbeddingCollection).tables;
+      for (let k = 0; k < order.length; k++) {
+        if (k === 2) {
+          const before = [await snap(), trainers.map((t) => Array.from(t.dense.params))];
+          const res = await Promise.allSettled(trainers.map((t) => t.step(order[k]!, order[k + 1])));
+          for (const x of res) {
+            expect(x.status).toBe('rejected');
+            expect((x as PromiseRejectedResult).reason).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/batch\.labels\[5\] is 2: labels must lie in \[0, 1\]/) });
+          }
+          expect(trainers.map((t) => t.stepCount)).toEqual([2, 2]);
+          expect([await snap(), trainers.map((t) => Array.from(t.dense.params))]).toEqual(before);
+          continue;
+        }
+        const losses = await Promise.all(trainers.map((t) => t.step(order[k]!, order[k + 1])));
+        const want = await one.step(order[k]!);
+        expect(Math.abs(losses.reduce((a, b) => a + b, 0) / W - want)).toBeLessThan(1e-5);
+      }
+      for (const t of trainers) expect(S.relErr(t.dense.params, one.dense.params)).toBeLessThan(1e-4);
+    } finally {
+      tables.forEach((t) => t.dispose());
+      (one.embeddings as EmbeddingCollection).dispose();
+      groups.forEach((g) => g.close());
+    }
+  });
+});
