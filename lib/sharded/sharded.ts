@@ -492,6 +492,15 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     return recv.then(() => undefined, () => undefined); // a failure is surfaced by the forward that consumes it
   }
 
+  /**
+   * Drops the batch prepare() sent, so that the next forward may take any batch (it then exchanges its own
+   * ids). Not a collective, but every rank must drop alike, as after a step that failed on every rank (the
+   * Trainer drops the batch it prepared during such a step). Nothing happens when no batch is prepared.
+   */
+  discardPrepared(): void {
+    this.prepared = undefined;
+  }
+
   /** Applies the gradients of a forward output; every rank must call it (a collective). */
   backward(out: ShardedForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     return this.rejecting(() => this.startBackward(out, grads, options));

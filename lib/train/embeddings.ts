@@ -47,6 +47,12 @@ export interface EmbeddingModule {
    */
   prepare?(batch: JaggedBatch): Promise<void>;
   /**
+   * Drops the prepared batch, so that the next forward may take another (every rank alike: the Trainer
+   * calls it after a step that failed on every rank); optional, for modules whose prepare binds the next
+   * forward to its batch.
+   */
+  discardPrepared?(): void;
+  /**
    * Herald scheduling: this rank's share of a global training batch (the samples its allocator assigned,
    * dense data and labels following them); optional. Steps then take the global batch on every rank.
    */

@@ -150,6 +150,28 @@ describe('a training batch with bad values', () => {
   }
 });
 
+describe('after a step that failed on every rank', () => {
+  it('fit() can go on from any batch (the batch it had prepared is dropped), and evaluate() works', async () => {
+    const make = () => createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
+    const ranks = make(), oracle = make();
+    const data = [0, 1].map((r) => Array.from({ length: 6 }, (_, k) => batch(10 * k + r + 1)));
+    const bad = [0, 1].map((r) => spoiled(data[r]![2]!, 'labels', 1, r === 0 ? -1 : 0));
+    // fit looks one batch ahead: the bad step had prepared data[3], which the next fit skips
+    const res = await Promise.allSettled(ranks.map((t, r) => t.fit([data[r]![0]!, data[r]![1]!, bad[r]!, data[r]![3]!])));
+    expect(res.map((x) => x.status)).toEqual(['rejected', 'rejected']);
+    expect((res[0] as PromiseRejectedResult).reason.message).toMatch(/batch\.labels\[1\] is -1/);
+    const go = (ts: Trainer[], from: number[]) => Promise.all(ts.map((t, r) => t.fit(from.map((k) => data[r]![k]!))));
+    await go(oracle, [0, 1]);
+    const got = await go(ranks, [4, 5]);
+    await go(oracle, [4, 5]);
+    expect(got.map((x) => [x.steps, x.samples])).toEqual([[2, 2 * B], [2, 2 * B]]);
+    const held = (ts: Trainer[]) => Promise.all(ts.map((t, r) => t.evaluate([data[r]![3]!])));
+    expect(await held(ranks)).toEqual(await held(oracle));
+    const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
+    expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
+  }, 60_000);
+});
+
 describe("backward's reject option", () => {
   it('EmbeddingCollection: rejects with the given error, reads no gradient, changes nothing; the output goes through backward after', async () => {
     const emb = new EmbeddingCollection({ tables, optimizer: { type: 'sgd', lr: 0.5 }, seed: 1 });
