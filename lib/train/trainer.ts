@@ -217,6 +217,8 @@ export class Trainer {
   /** The group, when it all-reduces the dense gradients in device memory (NCCL, the dense model on its GPU). */
   private readonly deviceGroup: ProcessGroup | undefined;
   private sparseGrad = new Float32Array(0);
+  /** The next batch's exchange the running step started (prepare), until the step ends. */
+  private preparing: Promise<void> | undefined;
   /** the pooled-embedding gradients in device memory (handoff 'device'), reallocated when the batch size changes */
   private deviceSparseGrad: DeviceArray | undefined;
 
@@ -513,6 +515,22 @@ export class Trainer {
   }
 
   private async runStep(b: Batch, next: Batch | undefined, reject: EmbshardError | undefined): Promise<number> {
+    try {
+      return await this.trainStep(b, next, reject);
+    } catch (e) {
+      // the step failed (on every rank, when it was rejected): the batch prepared during it is dropped, so
+      // the next step may take any batch, that one included
+      if (this.preparing) {
+        await this.preparing;
+        this.embeddings.discardPrepared?.();
+      }
+      throw e;
+    } finally {
+      this.preparing = undefined;
+    }
+  }
+
+  private async trainStep(b: Batch, next: Batch | undefined, reject: EmbshardError | undefined): Promise<number> {
     const t0 = performance.now();
     // Herald scheduling: the batch is global; this rank trains the samples its allocator gave it
     if (this.embeddings.localize) b = this.embeddings.localize(b);
@@ -545,74 +563,65 @@ export class Trainer {
     // all-reduce is issued, so every rank issues its collectives in one order whatever the timing
     const emb = this.embeddings;
     const prepared = next && this.overlap && emb.prepare ? CommClock.hidden(() => emb.prepare!(next.sparse)) : undefined;
+    this.preparing = prepared;
+    const t1 = performance.now();
+    const c1 = clock.read();
+    // a rejected batch's dense pass is not run: the step only goes through its collectives
+    const r = reject ? { loss: NaN, forwardMs: 0 } : await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
+    const t2 = performance.now();
+    reject ??= this.nonFinite(r.loss);
+    if (reject && !this.collective) throw reject;
+    // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
+    let reduced: Promise<unknown> | undefined;
+    // a GPU dense model on an NCCL group's device: reduced in place in device memory; otherwise on the host
+    // (CPU: the live buffer; GPU: a host copy, written back after the sum)
+    const onDevice = world > 1 && this.deviceGroup ? this.dense.deviceGrads() : undefined;
+    const g = this.group && world > 1 && !onDevice ? this.dense.grads : undefined;
+    if (prepared) await clock.wait(prepared);
+    if (g || onDevice) {
+      const group = this.group!;
+      const start = () => clock.track(onDevice ? this.deviceGroup!.allReduceDevice(onDevice, 'sum') : group.allReduce(g!, 'sum'));
+      reduced = this.overlap ? CommClock.hidden(start) : start();
+      if (!this.overlap) await reduced;
+    }
+    const t3 = performance.now();
+    const c3 = clock.read();
     try {
-      const t1 = performance.now();
-      const c1 = clock.read();
-      // a rejected batch's dense pass is not run: the step only goes through its collectives
-      const r = reject ? { loss: NaN, forwardMs: 0 } : await this.dense.forwardBackward(b.dense, out.pooled, b.labels, B, { sparseGrad, gradScale: 1 / world, bottomReady: this.overlap });
-      const t2 = performance.now();
-      reject ??= this.nonFinite(r.loss);
-      if (reject && !this.collective) throw reject;
-      // the dense-gradient all-reduce: started here, awaited here (overlap off) or after the embedding backward
-      let reduced: Promise<unknown> | undefined;
-      // a GPU dense model on an NCCL group's device: reduced in place in device memory; otherwise on the host
-      // (CPU: the live buffer; GPU: a host copy, written back after the sum)
-      const onDevice = world > 1 && this.deviceGroup ? this.dense.deviceGrads() : undefined;
-      const g = this.group && world > 1 && !onDevice ? this.dense.grads : undefined;
-      if (prepared) await clock.wait(prepared);
-      if (g || onDevice) {
-        const group = this.group!;
-        const start = () => clock.track(onDevice ? this.deviceGroup!.allReduceDevice(onDevice, 'sum') : group.allReduce(g!, 'sum'));
-        reduced = this.overlap ? CommClock.hidden(start) : start();
-        if (!this.overlap) await reduced;
-      }
-      const t3 = performance.now();
-      const c3 = clock.read();
-      try {
-        // with `reject` every rank's backward rejects (the dense gradients just reduced are then not applied)
-        await this.embeddings.backward(out, { pooled: sparseGrad }, reject ? { reject } : undefined);
-        if (reject) throw reject; // a module that ignored `reject`: the dense update is not applied either
-        if (this.embeddings.release) await this.embeddings.release(out);
-      } catch (e) {
-        await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer
-        await this.embeddings.release?.(out).catch(() => undefined);
-        throw e;
-      }
-      const t4 = performance.now();
-      const c4 = clock.read();
-      if (reduced) {
-        await clock.wait(reduced);
-        if (g) this.dense.setGrads(g);
-      }
-      await this.dense.update(denseLr);
-      const t5 = performance.now();
-      this.steps += 1;
-      const c5 = clock.read();
-      // the parts are disjoint: the embedding phases without the time they were blocked on their exchanges
-      const times: StepTimes = {
-        embeddingForward: t1 - t0 - (c1.exposedMs - c0.exposedMs),
-        denseForward: r.forwardMs,
-        denseBackward: t3 - t1 - r.forwardMs - (c3.exposedMs - c1.exposedMs),
-        communication: c5.exposedMs - c0.exposedMs,
-        communicationTotal: c5.totalMs - c0.totalMs,
-        embeddingBackward: t4 - t3 - (c4.exposedMs - c3.exposedMs),
-        denseUpdate: t5 - t4 - (c5.exposedMs - c4.exposedMs),
-        total: t5 - t0,
-      };
-      this.lastTimes = times;
-      this.onMetrics?.({
-        step: this.steps, loss: r.loss, lrFactor: factor, denseLr, embeddingLr: embLr, batchSize: B,
-        samplesPerSec: (B * 1000) / Math.max(times.total, 1e-9), times,
-      });
-      return r.loss;
+      // with `reject` every rank's backward rejects (the dense gradients just reduced are then not applied)
+      await this.embeddings.backward(out, { pooled: sparseGrad }, reject ? { reject } : undefined);
+      if (reject) throw reject; // a module that ignored `reject`: the dense update is not applied either
+      if (this.embeddings.release) await this.embeddings.release(out);
     } catch (e) {
-      // the step failed (on every rank, when it was rejected): the batch prepared during it is dropped,
-      // so the next step may take any batch, that one included
-      if (prepared) {
-        await prepared;
-        emb.discardPrepared?.();
-      }
+      await reduced?.catch(() => undefined); // the all-reduce still owns the gradient buffer
+      await this.embeddings.release?.(out).catch(() => undefined);
       throw e;
     }
+    const t4 = performance.now();
+    const c4 = clock.read();
+    if (reduced) {
+      await clock.wait(reduced);
+      if (g) this.dense.setGrads(g);
+    }
+    await this.dense.update(denseLr);
+    const t5 = performance.now();
+    this.steps += 1;
+    const c5 = clock.read();
+    // the parts are disjoint: the embedding phases without the time they were blocked on their exchanges
+    const times: StepTimes = {
+      embeddingForward: t1 - t0 - (c1.exposedMs - c0.exposedMs),
+      denseForward: r.forwardMs,
+      denseBackward: t3 - t1 - r.forwardMs - (c3.exposedMs - c1.exposedMs),
+      communication: c5.exposedMs - c0.exposedMs,
+      communicationTotal: c5.totalMs - c0.totalMs,
+      embeddingBackward: t4 - t3 - (c4.exposedMs - c3.exposedMs),
+      denseUpdate: t5 - t4 - (c5.exposedMs - c4.exposedMs),
+      total: t5 - t0,
+    };
+    this.lastTimes = times;
+    this.onMetrics?.({
+      step: this.steps, loss: r.loss, lrFactor: factor, denseLr, embeddingLr: embLr, batchSize: B,
+      samplesPerSec: (B * 1000) / Math.max(times.total, 1e-9), times,
+    });
+    return r.loss;
   }
 }
