@@ -118,7 +118,10 @@ export interface TrainerOptions {
   /** GEMM precision of the dense model ('fp32' default, or 'bf16': bf16 inputs, fp32 accumulation and weights). */
   precision?: Precision;
   schedule?: LrSchedule;
-  /** Data-parallel dense model across ranks: gradients are averaged with group.allReduce (a ProcessGroup with `plan`). */
+  /**
+   * Data-parallel dense model across ranks: gradients are averaged with group.allReduce (a ProcessGroup
+   * with `plan`). Default: the group a sharded `embeddings` module runs over (its size when given).
+   */
   group?: GradientGroup | ProcessGroup;
   /** Called after every step (services: push to a metrics system; keep it cheap). */
   onMetrics?: (m: StepMetrics) => void;
@@ -266,10 +269,17 @@ export class Trainer {
     this.embeddingBaseLr = emb.learningRate;
     if (o.group !== undefined && (typeof o.group.allReduce !== 'function' || !Number.isSafeInteger(o.group.size) || o.group.size < 1))
       throw new EmbshardError('INVALID_CONFIG', 'group must have a positive integer `size` and an allReduce(data, op) method');
-    this.group = o.group;
-    this.clock = clockOf(o.group) ?? clockOf((emb as { group?: unknown }).group) ?? new CommClock();
+    // embeddings sharded over several ranks: the dense model is data parallel over the same ranks (their
+    // group, unless `group` is given), so that no rank trains a dense model of its own
+    const embGroup = (emb as { group?: unknown }).group;
+    const shardedOver = embGroup instanceof ProcessGroup && embGroup.size > 1 ? embGroup : undefined;
+    if (o.group !== undefined && shardedOver && o.group.size !== shardedOver.size)
+      throw new EmbshardError('INVALID_CONFIG', `group has ${o.group.size} ranks but the embeddings are sharded over ${shardedOver.size}`);
+    const group = o.group ?? shardedOver;
+    this.group = group;
+    this.clock = clockOf(group) ?? clockOf(embGroup) ?? new CommClock();
     this.deviceGroup =
-      o.group instanceof ProcessGroup && o.group.kind === 'nccl' && this.dense.device === `cuda:${o.group.cudaDevice}` ? o.group : undefined;
+      group instanceof ProcessGroup && group.kind === 'nccl' && this.dense.device === `cuda:${group.cudaDevice}` ? group : undefined;
     this.onMetrics = o.onMetrics;
     if (o.overlap !== undefined && typeof o.overlap !== 'boolean') throw new EmbshardError('INVALID_CONFIG', 'overlap must be a boolean');
     this.overlap = o.overlap ?? true;

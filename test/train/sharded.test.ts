@@ -179,6 +179,28 @@ describe('Trainer with a sharding plan', () => {
     }
   });
 
+  it('a sharded collection passed without `group`: the dense model is data parallel over its group, as with the group given', async () => {
+    const embOpt = { type: 'adagrad' as const, lr: 0.1 };
+    const run = async (giveGroup: boolean) => {
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      const ranks = groups.map(
+        (g) => new Trainer({ model: spec, embeddings: new ShardedEmbeddingCollection(plan, g, { optimizer: embOpt, seed: 3 }), ...(giveGroup ? { group: g } : {}), optimizer: { type: 'adagrad', lr: 0.05 }, seed: 3 }),
+      );
+      for (let step = 0; step < 3; step++) await Promise.all(ranks.map((t, r) => t.step(localBatch(r, step))));
+      for (const g of groups) g.close();
+      return ranks.map((t) => Buffer.from(t.dense.params.buffer));
+    };
+    const [without, given] = [await run(false), await run(true)];
+    expect(without[0]!.equals(without[1]!)).toBe(true); // one dense model on both ranks
+    expect(without[0]!.equals(given[0]!)).toBe(true);
+    // a group of another size than the collection's is refused
+    const groups = createInProcessGroups(W), three = createInProcessGroups(3);
+    expect(() => new Trainer({ model: spec, embeddings: new ShardedEmbeddingCollection(plan, groups[0]!, { optimizer: embOpt }), group: three[0]! })).toThrow(
+      expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group has 3 ranks but the embeddings are sharded over 2/) }),
+    );
+    for (const g of [...groups, ...three]) g.close();
+  });
+
   it('a plan without a group is refused with INVALID_CONFIG', () => {
     expect(() => new Trainer({ model: spec, plan })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group/) }));
   });
