@@ -276,6 +276,12 @@ export class Trainer {
     if (o.group !== undefined && shardedOver && o.group.size !== shardedOver.size)
       throw new EmbshardError('INVALID_CONFIG', `group has ${o.group.size} ranks but the embeddings are sharded over ${shardedOver.size}`);
     const group = o.group ?? shardedOver;
+    if (group && group.size > 1 && emb instanceof EmbeddingCollection)
+      throw new EmbshardError(
+        'INVALID_CONFIG',
+        `group has ${group.size} ranks but the embeddings are one process's tables (an EmbeddingCollection): every rank would train a copy of its own; ` +
+          'shard them over the group (a plan, a ShardedEmbeddingCollection or Herald; Trainer.load: loadEmbeddings)',
+      );
     this.group = group;
     this.clock = clockOf(group) ?? clockOf(embGroup) ?? new CommClock();
     this.deviceGroup =

@@ -201,6 +201,23 @@ describe('Trainer with a sharding plan', () => {
     for (const g of [...groups, ...three]) g.close();
   });
 
+  it('one process\'s tables (an EmbeddingCollection) with a group of several ranks are refused with INVALID_CONFIG', async () => {
+    const groups = createInProcessGroups(W);
+    const emb = () => new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'sgd', lr: 0.1 } }));
+    expect(() => new Trainer({ model: spec, embeddings: emb(), group: groups[0]! })).toThrow(
+      expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group has 2 ranks but the embeddings are one process's tables/) }),
+    );
+    // Trainer.load of a checkpoint with a group but without loadEmbeddings: the same
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-one-process-'));
+    try {
+      await new Trainer({ model: spec, embeddings: emb() }).save(join(dir, 'ck'));
+      await expect(Trainer.load(join(dir, 'ck'), { group: groups[0]! })).rejects.toMatchObject({ code: 'INVALID_CONFIG', message: expect.stringMatching(/loadEmbeddings/) });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      for (const g of groups) g.close();
+    }
+  });
+
   it('a plan without a group is refused with INVALID_CONFIG', () => {
     expect(() => new Trainer({ model: spec, plan })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group/) }));
   });
