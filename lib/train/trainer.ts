@@ -155,6 +155,13 @@ export interface FitStep {
   dataWaitMs: number;
 }
 
+export interface EvaluateOptions {
+  /** Evaluate at most this many batches (a non-negative integer, or Infinity: the default, until the source ends). */
+  maxBatches?: number;
+  /** Also return every sample's click probability. */
+  predictions?: boolean;
+}
+
 export interface FitOptions {
   /** Stop after this many steps (default: when the source ends). */
   steps?: number;
@@ -186,6 +193,7 @@ export interface TrainerLoadOptions {
 }
 
 const FIT_FIELDS = fieldsOf<FitOptions>({ steps: true, onStep: true, pauseAfter: true });
+const EVALUATE_FIELDS = fieldsOf<EvaluateOptions>({ maxBatches: true, predictions: true });
 const LOAD_FIELDS = fieldsOf<TrainerLoadOptions>({ group: true, onMetrics: true, loadEmbeddings: true, device: true, precision: true });
 const TRAINER_FIELDS = fieldsOf<TrainerOptions>({
   model: true, embeddings: true, plan: true, embeddingOptimizer: true, optimizer: true, device: true, seed: true, precision: true, schedule: true, group: true, onMetrics: true, inputs: true, overlap: true, handoff: true,
@@ -381,8 +389,18 @@ export class Trainer {
     });
   }
 
-  /** Forward passes over `batches` (no update): logloss and AUC of the model's predictions. */
-  evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: { maxBatches?: number; predictions?: boolean } = {}): Promise<EvalResult> {
+  /**
+   * Forward passes over `batches` (no update): logloss and AUC of the model's predictions. With sharded
+   * embeddings each forward is a collective: every rank evaluates as many batches (its own, or the same
+   * ones), and each gets the metrics of the samples it evaluated.
+   */
+  evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: EvaluateOptions = {}): Promise<EvalResult> {
+    rejectUnknownFields(options, EVALUATE_FIELDS, 'options');
+    const mb = options.maxBatches;
+    if (mb !== undefined && !(mb === Infinity || (Number.isSafeInteger(mb) && mb >= 0)))
+      throw new EmbshardError('INVALID_ARGUMENT', `evaluate: options.maxBatches must be a non-negative integer or Infinity (got ${String(mb)})`);
+    if (options.predictions !== undefined && typeof options.predictions !== 'boolean')
+      throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: options.predictions must be a boolean');
     return this.enqueue(async () => {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
       let n = 0, k = 0, pos = 0;

@@ -83,6 +83,7 @@ describe('the trainer and the dense model', () => {
     await rejects('initscale', () => embeddingsFor(['t'], [10], { dim: 4, initscale: 1 } as never));
     await rejects('options.devcie', () => Trainer.load(join(dir, 'nowhere'), { devcie: 'cpu' } as never));
     await rejects('options.step', () => new Trainer({ model: spec, embeddings: emb() }).fit([], { step: 2 } as never));
+    await rejects('options.maxBatch', () => new Trainer({ model: spec, embeddings: emb() }).evaluate([], { maxBatch: 2 } as never));
   });
 });
 

@@ -194,6 +194,9 @@ describe('evaluate', () => {
     expect(ev.logloss).toBeCloseTo(ll / z.length, 5);
     expect(ev.auc).toBeCloseTo(wins / pairs, 9);
     await expect(t.evaluate([])).rejects.toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    for (const maxBatches of [-1, 1.5, NaN, '2'])
+      expect(() => t.evaluate([], { maxBatches } as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('options.maxBatches') }));
+    expect(() => t.evaluate([], { predictions: 1 } as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('options.predictions') }));
   });
 });
 
