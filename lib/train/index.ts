@@ -1,6 +1,6 @@
 // index.ts — the training API: Trainer, DenseModel and presets, schedules, embedding helpers.
 export { Trainer } from './trainer.js';
-export type { TrainerOptions, TrainerLoadOptions, StepMetrics, StepTimes, EvalResult, GradientGroup, PredictBatch, FitOptions, FitResult, FitStep } from './trainer.js';
+export type { TrainerOptions, TrainerLoadOptions, StepMetrics, StepTimes, EvalResult, EvaluateOptions, GradientGroup, PredictBatch, FitOptions, FitResult, FitStep } from './trainer.js';
 export { resolveInputs } from './inputs.js';
 export type { ModelInputs } from './inputs.js';
 export { DenseModel, PRESETS, isPrecision, isPresetName, parseLayers, resolveDenseSpec } from './dense.js';
