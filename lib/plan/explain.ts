@@ -2,6 +2,7 @@
 // embedding-stage time by stage, memory, clusters), a per-rank table (memory, lookup bytes, comm out / in
 // intra / inter node, predicted time, shards) and a per-table table; planStats gives the same numbers
 // unformatted (for charts).
+import { EmbshardError } from '../errors.js';
 import { addExpectedTableLoad, estimatePlan } from './cost-model.js';
 import { addLayoutMemory } from './layout.js';
 import { HBM_BWD, HBM_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
@@ -122,6 +123,9 @@ const EXPLAIN_FIELDS = fieldsOf<ExplainOptions>({ title: true, maxRanks: true })
 
 export function explainPlan(plan: ShardPlan, opts: ExplainOptions = {}): string {
   rejectUnknownFields(opts, EXPLAIN_FIELDS);
+  if (opts.maxRanks !== undefined && !(Number.isSafeInteger(opts.maxRanks) && opts.maxRanks >= 0))
+    throw new EmbshardError('INVALID_ARGUMENT', `maxRanks must be a non-negative integer (got ${String(opts.maxRanks)})`);
+  if (opts.title !== undefined && typeof opts.title !== 'string') throw new EmbshardError('INVALID_ARGUMENT', 'title must be a string');
   const topo = plan.topology, W = topo.worldSize;
   const st = planStats(plan);
   const out: string[] = [];

@@ -88,6 +88,7 @@ export async function profileAccess(batches: readonly JaggedBatch[], tablesIn: r
   if (!Number.isSafeInteger(K) || K < 0) throw new EmbshardError('INVALID_CONFIG', `topK: must be a non-negative integer (got ${String(K)})`);
   if (!Number.isSafeInteger(minHits) || minHits < 1) throw new EmbshardError('INVALID_CONFIG', `minHits: must be a positive integer (got ${String(minHits)})`);
   if (typeof minCount !== 'number' || !(minCount >= 1)) throw new EmbshardError('INVALID_CONFIG', `minCount: must be a number ≥ 1 (got ${String(minCount)})`);
+  if (typeof smoothBelow !== 'number' || !(smoothBelow >= 0)) throw new EmbshardError('INVALID_CONFIG', `smoothBelow: must be a number ≥ 0 (got ${String(smoothBelow)})`);
   const native = (loadAddon() as unknown as PlacementAddon).placement;
   return Promise.all(
     tables.map(async (t) => {

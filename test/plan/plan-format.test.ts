@@ -68,6 +68,15 @@ describe('ShardPlan format', () => {
     expect(() => p.shardsOf('zz')).toThrow(expect.objectContaining({ code: 'UNKNOWN_TABLE' }));
   });
 
+  it('explain() prints the ranks asked for and names a bad option', () => {
+    const p = ShardPlan.fromJSON(JSON.stringify(base()));
+    expect(p.topology.worldSize).toBe(4);
+    expect(p.explain({ maxRanks: 1 })).toContain('... 3 more ranks');
+    expect(p.explain()).not.toContain('more ranks');
+    for (const maxRanks of [-1, 1.5, NaN]) expect(() => p.explain({ maxRanks })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('maxRanks') }));
+    expect(() => p.explain({ title: 3 as never })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('title') }));
+  });
+
   it('records the protocol: absent means flat (older plans), true round-trips, anything else is rejected', () => {
     const flat = ShardPlan.fromJSON(JSON.stringify(base()));
     expect(flat.hierarchical).toBe(false);

@@ -155,6 +155,12 @@ describe('profileAccess', () => {
     const b = JaggedBatch.fromLengths({ features: ['z', 'u'], batchSize: 1, lengths: Int32Array.from([1, 1]), ids: Int32Array.from([3, 1000]) });
     await expect(profileAccess([b], w.tables)).rejects.toMatchObject({ code: 'ID_OUT_OF_RANGE', message: expect.stringContaining("batches[0] feature 'u'") });
   });
+
+  it('names an option out of its range', async () => {
+    const b = JaggedBatch.fromLengths({ features: ['z', 'u'], batchSize: 1, lengths: Int32Array.from([1, 1]), ids: Int32Array.from([3, 1]) });
+    for (const [o, field] of [[{ topK: -1 }, 'topK'], [{ minHits: 0 }, 'minHits'], [{ minCount: 0.5 }, 'minCount'], [{ smoothBelow: -1 }, 'smoothBelow'], [{ smoothBelow: NaN }, 'smoothBelow']] as const)
+      await expect(profileAccess([b], w.tables, o)).rejects.toMatchObject({ code: 'INVALID_CONFIG', message: expect.stringMatching(new RegExp(`^${field}:`)) });
+  });
 });
 
 describe('Criteo feature names', () => {
