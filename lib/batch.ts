@@ -75,9 +75,15 @@ export class JaggedBatch {
       if (bags[f]?.length !== B) throw new EmbshardError('LENGTH_MISMATCH', `feature ${features[f]} has a different batch size`);
       for (let b = 0; b < B; b++) {
         const bag = bags[f]![b]!;
+        if (!Array.isArray(bag)) throw new EmbshardError('INVALID_ARGUMENT', `bags[${f}][${b}] must be an array of ids`);
+        if (weights && weights[f]?.[b]?.length !== bag.length)
+          throw new EmbshardError('LENGTH_MISMATCH', `weights[${f}][${b}] must hold one weight per id of bags[${f}][${b}] (${bag.length})`);
         lengths[f * B + b] = bag.length;
         for (let k = 0; k < bag.length; k++) {
-          all.push(BigInt(bag[k]!));
+          const id = bag[k]!;
+          if (typeof id === 'bigint') all.push(id);
+          else if (Number.isSafeInteger(id)) all.push(BigInt(id));
+          else throw new EmbshardError('INVALID_ARGUMENT', `bags[${f}][${b}][${k}] is ${String(id)}: ids must be integers`);
           if (weights) w.push(weights[f]![b]![k]!);
         }
       }

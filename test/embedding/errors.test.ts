@@ -144,6 +144,12 @@ describe('bad input is rejected before any state changes', () => {
     expect(bad(() => JaggedBatch.fromLengths({ features: ['a'], batchSize: 1, lengths: Int32Array.of(1), ids: new Float64Array(1) as never }))).toBe('UNSUPPORTED_DTYPE');
     expect(bad(() => JaggedBatch.fromLengths({ features: ['a', 'a'], batchSize: 1, lengths: Int32Array.of(1, 1), ids: new BigInt64Array(2) }))).toBe('DUPLICATE_FEATURE');
     expect(bad(() => JaggedBatch.fromLengths({ features: ['a'], batchSize: 0, lengths: new Int32Array(0), ids: new BigInt64Array(0) }))).toBe('INVALID_SIZE');
+    // fromBags: an id that is not an integer, a bag that is not an array, weights of another shape
+    for (const id of [NaN, 1.5, Infinity, 2 ** 60]) expect(bad(() => JaggedBatch.fromBags(['a'], [[[0, id]]]))).toBe('INVALID_ARGUMENT');
+    expect(() => JaggedBatch.fromBags(['a'], [[[0, 1.5]]])).toThrow('bags[0][0][1] is 1.5: ids must be integers');
+    expect(bad(() => JaggedBatch.fromBags(['a'], [[5 as never]]))).toBe('INVALID_ARGUMENT');
+    expect(bad(() => JaggedBatch.fromBags(['a'], [[[1, 2]]], [[[0.5]]]))).toBe('LENGTH_MISMATCH');
+    expect(JaggedBatch.fromBags(['a'], [[[1, 2n ** 40n]]], [[[0.5, 2]]]).ids).toEqual(BigInt64Array.of(1n, 2n ** 40n));
   });
 
   it('a disposed collection raises DISPOSED', async () => {
