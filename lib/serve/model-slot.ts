@@ -26,7 +26,7 @@ interface Entry {
 async function loadModel(checkpoint: string, version: number, device: string): Promise<LoadedModel> {
   const trainer = await Trainer.load(checkpoint, { device });
   if (!trainer.inputs) {
-    trainer.embeddings.dispose?.();
+    trainer.dispose();
     throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${checkpoint}' does not say what its model takes as input`);
   }
   return { trainer, inputs: trainer.inputs, checkpoint, version, steps: trainer.stepCount };
@@ -58,7 +58,7 @@ export class ModelSlot {
 
   private release(e: Entry): void {
     e.leases--;
-    if (e.retired && e.leases === 0) e.model.trainer.embeddings.dispose?.();
+    if (e.retired && e.leases === 0) e.model.trainer.dispose();
   }
 
   /**
@@ -71,7 +71,7 @@ export class ModelSlot {
       const model = await loadModel(checkpoint ?? old.model.checkpoint, old.model.version + 1, this.device);
       this.entry = { model, leases: 0, retired: false };
       old.retired = true;
-      if (old.leases === 0) old.model.trainer.embeddings.dispose?.();
+      if (old.leases === 0) old.model.trainer.dispose();
       return model;
     });
     this.reloading = run.catch(() => undefined);
@@ -81,7 +81,7 @@ export class ModelSlot {
   /** Disposes the current model (the server is closing; no lease may be outstanding). */
   close(): void {
     this.entry.retired = true;
-    if (this.entry.leases === 0) this.entry.model.trainer.embeddings.dispose?.();
+    if (this.entry.leases === 0) this.entry.model.trainer.dispose();
   }
 }
 

@@ -59,6 +59,8 @@ export interface NativeDenseModelCalls {
     options?: { sparseGrad?: Float32Array | NativeDeviceArray | null; logits?: Float32Array | null; gradScale?: number; bottomReady?: boolean },
   ): Promise<NativeForwardBackwardResult>;
   update(lr?: number): Promise<void>;
+  /** Frees the model's memory (GPU: device memory) now, or when the call in flight settles; later calls are DISPOSED. */
+  dispose(): void;
 }
 
 export interface NativeDenseModel extends NativeDenseModelCalls {

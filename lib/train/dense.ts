@@ -307,6 +307,17 @@ export class DenseModel {
     return this.native.update(lr);
   }
 
+  /**
+   * Frees the model's native memory (on a GPU its device memory: parameters, gradients, optimizer state
+   * and activations) now, or when the call in flight settles; any later call raises DISPOSED. Memory is
+   * otherwise freed only when the garbage collector finalizes the model, which a process reloading GPU
+   * models cannot wait for.
+   */
+  dispose(): void {
+    this.bottomFor = undefined;
+    this.native.dispose();
+  }
+
   /** A DeviceArray as the native object the GPU model reads; INVALID_ARGUMENT on the CPU model. */
   private sparseArg<T>(v: T | DeviceArray, field: string): T | NonNullable<DeviceArray['native']> {
     if (!(v instanceof DeviceArray)) return v;

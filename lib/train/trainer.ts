@@ -485,6 +485,15 @@ export class Trainer {
     return t;
   }
 
+  /**
+   * Frees the dense model's and the embeddings' native memory (on a GPU, device memory) now; a native call
+   * in flight finishes first. Any later call raises DISPOSED. A sharded module is disposed on this rank.
+   */
+  dispose(): void {
+    this.dense.dispose();
+    this.embeddings.dispose?.();
+  }
+
   // ---- internals ----
 
   /**

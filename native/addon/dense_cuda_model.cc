@@ -3,7 +3,8 @@
 // update as DenseModel (dense_model.cc). Parameters, gradients and optimizer state stay on the device;
 // read(which, dst) / write(which, src) copy a whole flat buffer between the device and a JS
 // Float32Array (synchronously), for checkpoints; deviceGrads() hands the gradients' device memory to the
-// NCCL group's allReduceDevice (device_buffer.h), with no host copy. One call at a time per model.
+// NCCL group's allReduceDevice (device_buffer.h), with no host copy. One call at a time per model;
+// dispose() gives the device memory back at once, or when the call in flight settles.
 #if defined(EMBSHARD_WITH_CUDA) && defined(EMBSHARD_WITH_CUBLAS)
 #include <napi.h>
 
@@ -60,7 +61,8 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
                                     InstanceMethod<&CudaDenseModelWrap::ForwardBottom>("forwardBottom"),
                                     InstanceMethod<&CudaDenseModelWrap::Forward>("forward"),
                                     InstanceMethod<&CudaDenseModelWrap::ForwardBackward>("forwardBackward"),
-                                    InstanceMethod<&CudaDenseModelWrap::Update>("update")});
+                                    InstanceMethod<&CudaDenseModelWrap::Update>("update"),
+                                    InstanceMethod<&CudaDenseModelWrap::Dispose>("dispose")});
     exports.Set("CudaDenseModel", f);
   }
 
@@ -74,39 +76,39 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
       throw_error(env, "BACKEND_UNAVAILABLE", "precision 'bf16' runs on the CPU only; the GPU dense model computes in fp32");
     int device = static_cast<int>(da::integer(env, c.Get("device"), "device", 0, 1023));
     bool init = c.Get("initialize").IsUndefined() || c.Get("initialize").ToBoolean().Value();
-    guard(env, [&] { model_ = std::make_unique<CudaDenseModel>(std::move(spec), device, init); });
+    guard(env, [&] { owned.reset(std::make_unique<CudaDenseModel>(std::move(spec), device, init)); });
   }
 
-  CudaDenseModel& model() { return *model_; }
-  const dense::DenseModel& layout() const { return model_->layout(); }
+  const dense::DenseModel& layout(Napi::Env env) const { return owned.live(env).layout(); }
   // the pooled embeddings and their gradients may be device buffers on the model's GPU (dense_workers.h)
   static constexpr bool kDeviceInputs = true;
-  int input_device() const { return model_->device(); }
+  int input_device(Napi::Env env) const { return owned.live(env).device(); }
   int64_t step = 0;
-  std::atomic<bool> busy{false};
+  dw::OwnedModel<CudaDenseModel> owned{"CudaDenseModel"};
 
-  void claim(Napi::Env env) { dw::claim_model(env, busy, "CudaDenseModel"); }
+  void claim(Napi::Env env) { owned.claim(env); }
 
  private:
-  Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout().sparse_width())); }
+  Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).sparse_width())); }
   Napi::Value InteractionWidth(const Napi::CallbackInfo& info) {
-    return Napi::Number::New(info.Env(), static_cast<double>(layout().interaction_width()));
+    return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).interaction_width()));
   }
-  Napi::Value ParamCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout().param_count())); }
-  Napi::Value StateCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout().state_count())); }
-  Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), model_->device()); }
+  Napi::Value ParamCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).param_count())); }
+  Napi::Value StateCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).state_count())); }
+  Napi::Value Device(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), input_device(info.Env())); }
   Napi::Value GetStep(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(step)); }
   void SetStep(const Napi::CallbackInfo& info, const Napi::Value& v) { step = da::integer(info.Env(), v, "step", 0, (1ll << 53)); }
-  Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), layout()); }
+  Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), layout(info.Env())); }
 
   // read(which, dst): device → dst (exactly the buffer's length); synchronous.
   Napi::Value Read(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Buffer b = read_buffer(env, info[0]);
-    auto dst = da::f32(env, info[1], "dst", model_->size(b));
+    CudaDenseModel& m = owned.live(env);
+    auto dst = da::f32(env, info[1], "dst", m.size(b));
     claim(env);
-    Release release{busy};
-    guard(env, [&] { model_->read(b, dst.Data()); });
+    Release release{owned.busy};
+    guard(env, [&] { m.read(b, dst.Data()); });
     return env.Undefined();
   }
 
@@ -114,17 +116,19 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   Napi::Value Write(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Buffer b = read_buffer(env, info[0]);
-    auto src = da::f32(env, info[1], "src", model_->size(b));
+    CudaDenseModel& m = owned.live(env);
+    auto src = da::f32(env, info[1], "src", m.size(b));
     claim(env);
-    Release release{busy};
-    guard(env, [&] { model_->write(b, src.Data()); });
+    Release release{owned.busy};
+    guard(env, [&] { m.write(b, src.Data()); });
     return env.Undefined();
   }
 
   // deviceGrads() -> { handle, device, count, owner }: the gradients in device memory (written by
   // forwardBackward, read by update), for an in-place device all-reduce.
   Napi::Value DeviceGrads(const Napi::CallbackInfo& info) {
-    DeviceBuffer b{model_->device_data(Buffer::Grads), model_->size(Buffer::Grads), comm::ElemType::F32, model_->device(), nullptr};
+    CudaDenseModel& m = owned.live(info.Env());
+    DeviceBuffer b{m.device_data(Buffer::Grads), m.size(Buffer::Grads), comm::ElemType::F32, m.device(), nullptr};
     return device_buffer_value(info.Env(), b, Value());
   }
 
@@ -133,8 +137,12 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
   // update(lr?) — applies the optimizer to the gradients on the device and advances `step`.
   Napi::Value Update(const Napi::CallbackInfo& info) { return dw::start_update(this, info); }
-
-  std::unique_ptr<CudaDenseModel> model_;
+  // dispose() — frees the model's device memory (now, or when the call in flight settles); any later
+  // call is DISPOSED.
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    owned.dispose();
+    return info.Env().Undefined();
+  }
 };
 
 void Init(Napi::Env env, Napi::Object exports) { CudaDenseModelWrap::Init(env, exports); }

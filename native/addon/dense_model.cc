@@ -1,7 +1,8 @@
 // dense_model.cc — the N-API class DenseModel: the whole dense model (dense/model.h) with its
 // parameters, gradients and optimizer state in JS-owned Float32Arrays (zero copies: the trainer
 // all-reduces `grads` and saves `params`/`state` in place). forward / forwardBackward / update run
-// off the event loop as promise workers; one call at a time per model.
+// off the event loop as promise workers; one call at a time per model; dispose() frees the model's
+// working memory (dense_workers.h OwnedModel).
 #include <napi.h>
 
 #include <atomic>
@@ -37,7 +38,8 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
                                     InstanceMethod<&DenseModelWrap::ForwardBottom>("forwardBottom"),
                                     InstanceMethod<&DenseModelWrap::Forward>("forward"),
                                     InstanceMethod<&DenseModelWrap::ForwardBackward>("forwardBackward"),
-                                    InstanceMethod<&DenseModelWrap::Update>("update")});
+                                    InstanceMethod<&DenseModelWrap::Update>("update"),
+                                    InstanceMethod<&DenseModelWrap::Dispose>("dispose")});
     exports.Set("DenseModel", f);
   }
 
@@ -47,49 +49,54 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
     Napi::Object c = info[0].As<Napi::Object>();
     DenseModelSpec spec = read_dense_spec(env, c);
     bool init = c.Get("initialize").IsUndefined() || c.Get("initialize").ToBoolean().Value();
-    guard(env, [&] { model_ = std::make_unique<DenseModel>(std::move(spec)); });
-    auto params = Napi::Float32Array::New(env, static_cast<size_t>(model_->param_count()));
-    auto grads = Napi::Float32Array::New(env, static_cast<size_t>(model_->param_count()));
-    auto state = Napi::Float32Array::New(env, static_cast<size_t>(model_->state_count()));
+    guard(env, [&] { owned.reset(std::make_unique<DenseModel>(std::move(spec))); });
+    DenseModel& m = owned.live(env);
+    auto params = Napi::Float32Array::New(env, static_cast<size_t>(m.param_count()));
+    auto grads = Napi::Float32Array::New(env, static_cast<size_t>(m.param_count()));
+    auto state = Napi::Float32Array::New(env, static_cast<size_t>(m.state_count()));
     params_ = Napi::Persistent(params);
     grads_ = Napi::Persistent(grads);
     state_ = Napi::Persistent(state);
-    model_->bind(params.Data(), grads.Data(), state.Data());
-    if (init) model_->initialize();
+    m.bind(params.Data(), grads.Data(), state.Data());
+    if (init) m.initialize();
   }
 
-  DenseModel& model() { return *model_; }
-  const DenseModel& layout() const { return *model_; }
+  const DenseModel& layout(Napi::Env env) const { return owned.live(env); }
   // host arrays only (dense_workers.h)
   static constexpr bool kDeviceInputs = false;
-  int input_device() const { return -1; }
+  int input_device(Napi::Env) const { return -1; }
   int64_t step = 0;
-  std::atomic<bool> busy{false};
+  dw::OwnedModel<DenseModel> owned{"DenseModel"};
 
   // Claims the model for one asynchronous call; INVALID_ARGUMENT while another is in flight.
-  void claim(Napi::Env env) { dw::claim_model(env, busy, "DenseModel"); }
+  void claim(Napi::Env env) { owned.claim(env); }
 
  private:
   Napi::Value Params(const Napi::CallbackInfo&) { return params_.Value(); }
   Napi::Value Grads(const Napi::CallbackInfo&) { return grads_.Value(); }
   Napi::Value State(const Napi::CallbackInfo&) { return state_.Value(); }
-  Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(model_->sparse_width())); }
+  Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).sparse_width())); }
   Napi::Value InteractionWidth(const Napi::CallbackInfo& info) {
-    return Napi::Number::New(info.Env(), static_cast<double>(model_->interaction_width()));
+    return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).interaction_width()));
   }
   Napi::Value GetStep(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(step)); }
   void SetStep(const Napi::CallbackInfo& info, const Napi::Value& v) {
     step = da::integer(info.Env(), v, "step", 0, (1ll << 53));
   }
-  Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), *model_); }
+  Napi::Value Tensors(const Napi::CallbackInfo& info) { return dw::tensors_value(info.Env(), layout(info.Env())); }
 
   Napi::Value ForwardBottom(const Napi::CallbackInfo& info) { return dw::start_forward_bottom(this, info); }
   Napi::Value Forward(const Napi::CallbackInfo& info) { return dw::start_forward(this, info); }
   Napi::Value ForwardBackward(const Napi::CallbackInfo& info) { return dw::start_forward_backward(this, info); }
   // update(lr?) — applies the optimizer to the current gradients and advances `step`.
   Napi::Value Update(const Napi::CallbackInfo& info) { return dw::start_update(this, info); }
+  // dispose() — frees the model's working memory (now, or when the call in flight settles); the
+  // params / grads / state arrays stay the caller's; any other later call is DISPOSED.
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    owned.dispose();
+    return info.Env().Undefined();
+  }
 
-  std::unique_ptr<DenseModel> model_;
   Napi::Reference<Napi::Float32Array> params_, grads_, state_;
 };
 

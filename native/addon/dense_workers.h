@@ -30,6 +30,41 @@ inline void claim_model(Napi::Env env, std::atomic<bool>& busy, const std::strin
     throw_error(env, "INVALID_ARGUMENT", cls + ": another forward/backward/update call is still in flight (await it first)");
 }
 
+// The native model a wrap owns, and its lifetime: one call at a time (claim), and dispose() freeing the
+// model (on a GPU, its device memory) at once or, with a call in flight, when that call settles; any use
+// after dispose() is DISPOSED. Everything here runs on the JS thread.
+template <class Model>
+class OwnedModel {
+ public:
+  explicit OwnedModel(const char* cls) : cls_(cls) {}
+  void reset(std::unique_ptr<Model> m) { model_ = std::move(m); }
+  Model& live(Napi::Env env) const {
+    if (!model_) throw_error(env, "DISPOSED", std::string(cls_) + ": used after dispose()");
+    return *model_;
+  }
+  // the model of a call claimed by claim() (workers, off the JS thread)
+  Model& claimed() { return *model_; }
+  void claim(Napi::Env env) {
+    live(env);
+    claim_model(env, busy, cls_);
+  }
+  void dispose() {
+    disposed_ = true;
+    if (!busy.load()) model_.reset();
+  }
+  // a claimed call has settled
+  void settled() {
+    busy.store(false);
+    if (disposed_) model_.reset();
+  }
+  std::atomic<bool> busy{false};
+
+ private:
+  const char* cls_;
+  std::unique_ptr<Model> model_;
+  bool disposed_ = false;
+};
+
 // The `tensors` accessor: [{ name, offset, size, shape }] of the model's flat parameter layout.
 inline Napi::Value tensors_value(Napi::Env env, const dense::DenseModel& m) {
   const auto& ts = m.tensors();
@@ -53,7 +88,7 @@ class ModelWorker : public PromiseWorker {
  public:
   ModelWorker(Napi::Env env, Wrap* w) : PromiseWorker(env), w_(w) { w->Ref(); }
   ~ModelWorker() override {
-    w_->busy.store(false);
+    w_->owned.settled();
     w_->Unref();
   }
 
@@ -65,7 +100,7 @@ template <class Wrap>
 class ForwardBottomWorker : public ModelWorker<Wrap> {
  public:
   ForwardBottomWorker(Napi::Env env, Wrap* w, const float* dense, int64_t B) : ModelWorker<Wrap>(env, w), dense_(dense), B_(B) {}
-  void Run() override { this->w_->model().forward_bottom(dense_, B_, &times_); }
+  void Run() override { this->w_->owned.claimed().forward_bottom(dense_, B_, &times_); }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
     o.Set("forwardMs", times_.forwardMs);
@@ -92,8 +127,8 @@ class ForwardWorker : public ModelWorker<Wrap> {
       : ModelWorker<Wrap>(env, w), dense_(dense), sparse_(sparse.ptr()), sparseDev_(sparse.onDevice), hold_(sparse.dev.hold), B_(B),
         logits_(static_cast<size_t>(B)) {}
   void Run() override {
-    if constexpr (Wrap::kDeviceInputs) this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_, false, {sparseDev_, false});
-    else this->w_->model().forward(dense_, sparse_, B_, logits_.data(), &times_);
+    if constexpr (Wrap::kDeviceInputs) this->w_->owned.claimed().forward(dense_, sparse_, B_, logits_.data(), &times_, false, {sparseDev_, false});
+    else this->w_->owned.claimed().forward(dense_, sparse_, B_, logits_.data(), &times_);
   }
   Napi::Value Result(Napi::Env env) override {
     auto out = Napi::Float32Array::New(env, logits_.size());
@@ -121,8 +156,8 @@ class ForwardBackwardWorker : public ModelWorker<Wrap> {
         holds_{sparse.dev.hold, sparseGrad.dev.hold} {}
   void Run() override {
     if constexpr (Wrap::kDeviceInputs)
-      loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_, {sparseDev_, gradDev_});
-    else loss_ = this->w_->model().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_);
+      loss_ = this->w_->owned.claimed().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_, {sparseDev_, gradDev_});
+    else loss_ = this->w_->owned.claimed().forward_backward(dense_, sparse_, labels_, B_, scale_, sg_, logits_, &times_, bottomReady_);
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object o = Napi::Object::New(env);
@@ -151,7 +186,7 @@ template <class Wrap>
 class UpdateWorker : public ModelWorker<Wrap> {
  public:
   UpdateWorker(Napi::Env env, Wrap* w, float lr, int64_t t) : ModelWorker<Wrap>(env, w), lr_(lr), t_(t) {}
-  void Run() override { this->w_->model().apply(lr_, t_); }
+  void Run() override { this->w_->owned.claimed().apply(lr_, t_); }
 
  private:
   float lr_;
@@ -163,7 +198,7 @@ class UpdateWorker : public ModelWorker<Wrap> {
 template <class Wrap>
 Napi::Value start_forward_bottom(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_model_args::Inputs in = dense_model_args::read_dense_input(env, self->layout(), info[0], info[1]);
+  dense_model_args::Inputs in = dense_model_args::read_dense_input(env, self->layout(env), info[0], info[1]);
   self->claim(env);
   auto* w = new ForwardBottomWorker<Wrap>(env, self, in.dense.Data(), in.B);
   w->Keep(in.dense);
@@ -174,7 +209,7 @@ Napi::Value start_forward_bottom(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(), info[0], info[1], info[2], self->input_device());
+  dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(env), info[0], info[1], info[2], self->input_device(env));
   self->claim(env);
   auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse, in.B);
   w->Keep(in.dense);
@@ -187,7 +222,7 @@ Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  dense_model_args::FbArgs a = dense_model_args::read_fb_args(env, self->layout(), info, self->input_device());
+  dense_model_args::FbArgs a = dense_model_args::read_fb_args(env, self->layout(env), info, self->input_device(env));
   self->claim(env);
   auto* w = new ForwardBackwardWorker<Wrap>(env, self, a.in.dense.Data(), a.in.sparse, a.labels.Data(), a.in.B, a.gradScale, a.sparseGrad,
                                             a.logits.IsEmpty() ? nullptr : a.logits.Data(), a.bottomReady);
@@ -203,7 +238,7 @@ Napi::Value start_forward_backward(Wrap* self, const Napi::CallbackInfo& info) {
 template <class Wrap>
 Napi::Value start_update(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  float lr = dense_model_args::read_lr(env, self->layout(), info[0]);
+  float lr = dense_model_args::read_lr(env, self->layout(env), info[0]);
   self->claim(env);
   self->step += 1;
   auto* w = new UpdateWorker<Wrap>(env, self, lr, self->step);

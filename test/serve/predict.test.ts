@@ -1,7 +1,8 @@
 // predict.test.ts — Trainer.predict: the probabilities evaluate() scores (and the logloss a naive formula
 // gives from them), no update, labels not needed; checkpoints carry the model's inputs and are verified
 // on load; `embshard predict` writes CSV and Arrow files equal to Trainer.predict on the same samples, all
-// of them or the first --samples N (which endless synthetic data requires).
+// of them or the first --samples N (which endless synthetic data requires); the server's model slot frees a
+// reloaded-away model, tables and dense model, once its last lease comes back.
 import { describe, it, expect, vi, afterEach, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +17,7 @@ import { runTrain } from '../../lib/cli/train.js';
 import type { Batch } from '../../lib/data/types.js';
 import type { EmbeddingCollection } from '../../lib/collection.js';
 import { writeCriteoTsv } from './fixture.js';
+import { ModelSlot } from '../../lib/serve/model-slot.js';
 
 let dir: string, file: string;
 const ROWS = 64;
@@ -180,5 +182,28 @@ describe('Trainer.predict', () => {
     expect(lines.length).toBe(251);
     expect(Float32Array.from(lines.slice(1).map(Number))).toEqual(Float32Array.from(want.slice(0, 250)));
     t.embeddings.dispose?.();
+  }, 60_000);
+});
+
+describe('the served model slot', () => {
+  it('frees a reloaded-away model (tables and dense model) only after its last lease comes back', async () => {
+    const t = await trained();
+    const [a, b] = [join(dir, 'slot-a'), join(dir, 'slot-b')];
+    await t.save(a);
+    await t.save(b);
+    t.dispose();
+    const slot = await ModelSlot.open(a);
+    const lease = slot.acquire();
+    const old = lease.model.trainer;
+    await slot.reload(b);
+    expect(slot.current.checkpoint).toBe(b);
+    expect((old.embeddings as EmbeddingCollection).disposed).toBe(false);
+    expect(old.dense.tensors.length).toBeGreaterThan(0); // still usable by the request that holds it
+    lease.release();
+    expect((old.embeddings as EmbeddingCollection).disposed).toBe(true);
+    expect(() => old.dense.tensors).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+    const now = slot.current.trainer;
+    slot.close();
+    expect(() => now.dense.tensors).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
   }, 60_000);
 });

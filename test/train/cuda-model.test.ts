@@ -234,3 +234,36 @@ describe.runIf(gpuModel)('the dense model on a GPU against the CPU dense model',
     }
   });
 });
+
+describe.runIf(gpuModel)('dispose() of a GPU dense model', () => {
+  it('returns its device memory at once: a model of 60% of the GPU can be built twice in a row; later calls are DISPOSED', async () => {
+    const total = cuda.devices![0]!.totalMemory;
+    // parameters + gradients + adagrad state: 12 bytes per parameter, nearly all in the first layer
+    const denseIn = 1000, width = Math.floor((0.6 * total) / 12 / denseIn);
+    const spec: DenseModelSpec = { denseIn, bottom: [width, 4], top: [4, 1], numSparse: 1, embDim: 4, interaction: 'concat' };
+    let m: DenseModel | undefined;
+    for (let k = 0; k < 2; k++) {
+      m = new DenseModel(spec, { device: 'cuda:0', optimizer: { type: 'adagrad', lr: 0.1 } });
+      expect(m.native.tensors[0]!.size).toBe(denseIn * width);
+      m.dispose();
+    }
+    expect(() => m!.params).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+    // more than the GPU holds: ALLOC_FAILED naming the device and the bytes
+    expect(() => new DenseModel({ ...spec, bottom: [2 * width, 4] }, { device: 'cuda:0', optimizer: { type: 'adagrad', lr: 0.1 } })).toThrow(
+      expect.objectContaining({ code: 'ALLOC_FAILED', message: expect.stringMatching(/^cuda:0: cannot allocate \d+ bytes for the dense model/) }),
+    );
+    expect(() => m!.forward(new Float32Array(denseIn), new Float32Array(4), 1)).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+  });
+
+  it('while a call is in flight: the call completes, then the memory goes back', async () => {
+    const spec = specs.dot!, B = 16;
+    const { dense, sparse, labels } = inputs(spec, B, 3);
+    const m = new DenseModel(spec, { device: 'cuda:0', seed: 2 });
+    const cpu = new DenseModel(spec, { seed: 2 });
+    const call = m.forwardBackward(dense, sparse, labels, B);
+    m.dispose();
+    const want = await cpu.forwardBackward(dense, sparse, labels, B);
+    expect((await call).loss).toBeCloseTo(want.loss, 5);
+    await expect(Promise.resolve().then(() => m.update())).rejects.toMatchObject({ code: 'DISPOSED' });
+  });
+});

@@ -5,6 +5,7 @@ import { describe, it, expect } from 'vitest';
 import { DenseModel, PRESETS, parseLayers, resolveDenseSpec, type DenseModelSpec } from '../../lib/train/dense.js';
 import { EmbshardError } from '../../lib/errors.js';
 import * as ref from './reference.js';
+import { Trainer, embeddingsFor } from '../../lib/train/index.js';
 
 const tiny: Record<string, DenseModelSpec> = {
   dot: { denseIn: 3, bottom: [5, 3], top: [4, 1], numSparse: 3, embDim: 3, interaction: 'dot' },
@@ -218,3 +219,25 @@ describe('input checks (before any state changes)', () => {
     expect(() => new DenseModel(spec, { device: 'cuda:0' })).toThrow(expect.objectContaining({ code: 'BACKEND_UNAVAILABLE' }));
   });
 });
+
+describe('dispose()', () => {
+  it('frees the model (after the call in flight, which completes); later calls are DISPOSED; the Trainer disposes both halves', async () => {
+    const spec: DenseModelSpec = { denseIn: 3, bottom: [5, 4], top: [6, 1], numSparse: 2, embDim: 4, interaction: 'dot' };
+    const B = 4, dense = Float32Array.from({ length: B * 3 }, (_, i) => i / 10), sparse = Float32Array.from({ length: B * 8 }, (_, i) => Math.sin(i));
+    const labels = Float32Array.of(0, 1, 1, 0);
+    const m = new DenseModel(spec, { seed: 1 }), twin = new DenseModel(spec, { seed: 1 });
+    const call = m.forwardBackward(dense, sparse, labels, B);
+    m.dispose();
+    expect((await call).loss).toBe((await twin.forwardBackward(dense, sparse, labels, B)).loss);
+    expect(() => m.forward(dense, sparse, B)).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+    expect(() => m.update()).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+    expect(() => m.tensors).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+    m.dispose(); // twice is harmless
+    const emb = embeddingsFor(['a', 'b'], [10, 10], { dim: 4 });
+    const t = new Trainer({ model: spec, embeddings: emb });
+    t.dispose();
+    expect(emb.disposed).toBe(true);
+    expect(() => t.dense.tensors).toThrow(expect.objectContaining({ code: 'DISPOSED' }));
+  });
+});
+

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "cuda/buffers.h"
 #include "cuda/cuda_check.h"
 #include "dense/cuda/launch.h"
 
@@ -37,7 +38,10 @@ class DevBuf {
       if (p_) (void)cudaFree(p_);
       p_ = nullptr;
       cap_ = 0;
-      EMB_CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(n) * sizeof(T)));
+      int device = 0;
+      EMB_CUDA_CHECK(cudaGetDevice(&device));  // the model's: every call selects it first
+      // out of memory: ALLOC_FAILED naming the device and the bytes
+      p_ = static_cast<T*>(::embshard::cuda::device_alloc(static_cast<uint64_t>(n) * sizeof(T), "the dense model", device));
       cap_ = n;
     }
     return p_;
