@@ -492,6 +492,8 @@ export class Trainer {
   dispose(): void {
     this.dense.dispose();
     this.embeddings.dispose?.();
+    this.deviceSparseGrad?.free();
+    this.deviceSparseGrad = undefined;
   }
 
   // ---- internals ----

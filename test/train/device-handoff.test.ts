@@ -187,7 +187,11 @@ describe.runIf(gpuDense)('device handoff on cuda:0', () => {
       const ids = Int32Array.from({ length: 40 }, (_, i) => i);
       expect(embDev.readRows(t, ids)).toEqual(embHost.readRows(t, ids));
     }
-    embDev.dispose();
-    embHost.dispose();
+    // dispose() frees both halves and the handoff's device gradient buffer; later steps are DISPOSED
+    for (const t of [tDev, tHost]) {
+      t.dispose();
+      await expect(t.step(src.batch(12))).rejects.toMatchObject({ code: 'DISPOSED' });
+    }
+    expect(embDev.disposed && embHost.disposed).toBe(true);
   });
 });
