@@ -350,13 +350,18 @@ export class Trainer {
       return r;
     };
     let cur = max > 0 ? await pull() : undefined;
+    // whether the last step prepared the batch it was given next (the step of that batch consumes it)
+    let prepared = false;
     try {
       while (cur && !cur.done) {
         const b = cur.value;
         const last = res.steps + 1 >= max;
         // look ahead unless this is the last step or onStep may use the trainer after it
         const ahead = !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
-        const loss = await this.step(b, ahead && !ahead.done ? ahead.value : undefined);
+        const next = ahead && !ahead.done ? ahead.value : undefined;
+        prepared = false;
+        const loss = await this.step(b, next);
+        prepared = next !== undefined;
         res.steps++;
         res.samples += b.size;
         res.dataWaitMs += wait;
@@ -365,6 +370,10 @@ export class Trainer {
         await options.onStep?.({ step: this.steps, loss, batch: b, dataWaitMs });
         cur = last ? undefined : (ahead ?? (await pull()));
       }
+    } catch (e) {
+      // onStep (or the source) failed after a step that prepared the next batch, which no step will take
+      if (prepared) this.embeddings.discardPrepared?.();
+      throw e;
     } finally {
       if (!ended) await it.return?.(); // stopped early (steps, an error): let the source close
     }

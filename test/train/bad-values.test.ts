@@ -172,6 +172,24 @@ describe('after a step that failed on every rank', () => {
   }, 60_000);
 });
 
+describe('fit() stopped by its onStep after a step that prepared the next batch', () => {
+  it('can go on from any batch (the prepared batch is dropped)', async () => {
+    const make = () => createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
+    const ranks = make(), oracle = make();
+    const data = [0, 1].map((r) => Array.from({ length: 5 }, (_, k) => batch(10 * k + r + 1)));
+    const down = new Error('the metrics service is down');
+    const res = await Promise.allSettled(ranks.map((t, r) => t.fit(data[r]!.slice(0, 3), { onStep: () => { throw down; } })));
+    expect(res.map((x) => (x as PromiseRejectedResult).reason)).toEqual([down, down]);
+    expect(ranks.map((t) => t.stepCount)).toEqual([1, 1]);
+    const go = (ts: Trainer[], from: number[]) => Promise.all(ts.map((t, r) => t.fit(from.map((k) => data[r]![k]!))));
+    await go(oracle, [0]);
+    await go(ranks, [3, 4]);
+    await go(oracle, [3, 4]);
+    const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
+    expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
+  }, 60_000);
+});
+
 describe("backward's reject option", () => {
   it('EmbeddingCollection: rejects with the given error, reads no gradient, changes nothing; the output goes through backward after', async () => {
     const emb = new EmbeddingCollection({ tables, optimizer: { type: 'sgd', lr: 0.5 }, seed: 1 });
