@@ -21,7 +21,7 @@ import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } fro
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
 import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
-import type { JaggedBatch } from '../batch.js';
+import { JaggedBatch } from '../batch.js';
 import { CommClock } from '../sharded/comm-clock.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import { denseAddon } from './binding.js';
@@ -314,16 +314,24 @@ export class Trainer {
    * (a sharded collection's routing and id exchange, `prepare`) then overlaps this step's dense compute;
    * the following call must be step(next). Every rank passes `next` or none alike. A NaN / ±Inf dense
    * feature or a label outside [0, 1] is INVALID_ARGUMENT; a loss or dense gradients that are not finite,
-   * NON_FINITE_GRADIENT; either way nothing changes, and with other ranks every rank rejects the step.
+   * NON_FINITE_GRADIENT; either way nothing changes. With other ranks every rank rejects such a step (and
+   * one whose batch has the wrong shapes on some rank), through the returned promise.
    */
   step(batch: Batch, next?: Batch): Promise<number> {
-    this.checkBatch(batch);
-    if (next !== undefined) this.checkBatch(next);
-    // a bad value ends the step before anything changes; with other ranks, after joining the step's
-    // collectives, so that every rank ends it (runStep)
-    const bad = this.valueError(batch);
-    if (bad && !this.collective) throw bad;
-    return this.enqueue(() => this.runStep(batch, next, bad));
+    if (!this.collective) {
+      // a bad batch ends the step before anything runs
+      this.checkBatch(batch);
+      if (next !== undefined) this.checkBatch(next);
+      const bad = this.valueError(batch);
+      if (bad) throw bad;
+      return this.enqueue(() => this.runStep(batch, next, undefined));
+    }
+    // with other ranks a step is a collective: a batch this rank cannot train (its shapes or its values)
+    // still goes through the step's collectives and ends it on every rank (runStep), the next batch is
+    // checked in its own step; only a batch with no ids to exchange is refused here, on this rank alone
+    this.checkSparse(batch);
+    if (next !== undefined) this.checkSparse(next);
+    return this.enqueue(() => this.runStep(batch, next, this.batchError(batch)));
   }
 
   /**
@@ -540,6 +548,23 @@ export class Trainer {
     return undefined;
   }
 
+  /** A batch's shapes, then its values, as the error that rejects it (undefined: it may be trained). */
+  private batchError(b: Batch): EmbshardError | undefined {
+    try {
+      this.checkBatch(b);
+    } catch (e) {
+      if (e instanceof EmbshardError) return e;
+      throw e;
+    }
+    return this.valueError(b);
+  }
+
+  /** What a rank needs to take part in a step's exchanges: a batch object with a JaggedBatch. */
+  private checkSparse(b: Batch): void {
+    if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
+    if (!(b.sparse instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'batch.sparse must be a JaggedBatch');
+  }
+
   private checkBatch(b: Batch | PredictBatch, labelled = true): void {
     if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
     const B = b.size, s = this.dense.spec;
@@ -591,7 +616,8 @@ export class Trainer {
     const factor = lrFactor(this.schedule, this.steps);
     const denseLr = this.denseBaseLr * factor, embLr = this.embeddingBaseLr * factor;
     this.embeddings.setLearningRate(embLr);
-    const B = b.size, world = this.group?.size ?? 1;
+    // a rejected batch's own size may be what is wrong with it: its ids' batch size sizes the step
+    const B = reject ? b.sparse.batchSize : b.size, world = this.group?.size ?? 1;
     const need = B * this.embeddings.pooledDim;
     const onGpu = this.handoff === 'device';
     let sparseGrad: Float32Array | DeviceArray;

@@ -1,8 +1,9 @@
 // bad-values.test.ts — a training batch whose values are bad (a NaN / ±Inf dense feature, a label outside
 // [0, 1]) or whose step turns non-finite (inputs near the float range overflow the loss) ends the step with
-// nothing changed: on one trainer before anything runs; on two ranks, where the bad batch is one rank's
-// only, on both ranks (the rank with the bad batch names the field, the other the code), after which both
-// go on training. The oracle of "nothing changed" is a run of the same trainers that never saw the bad
+// nothing changed: on one trainer before anything runs; on two ranks, where the bad batch (or one of the
+// wrong shape) is one rank's only, on both ranks (the rank with the bad batch names the field, the other
+// the code), after which both go on training, from any batch, also after fit() stopped at such a step or
+// in its onStep. The oracle of "nothing changed" is a run of the same trainers that never saw the bad
 // step: its dense weights, dense optimizer state and tables must be bitwise equal. Also the backward's
 // `reject` option on its own, for EmbeddingCollection and a sharded collection.
 import { describe, it, expect } from 'vitest';
@@ -117,10 +118,14 @@ describe('a training batch with bad values', () => {
       const make = () => createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, embeddingOptimizer: { type: 'adagrad', lr: 0.1 }, seed: 3, overlap }));
       const ranks = make(), oracle = make();
       const good = [0, 1, 2, 3].map((step) => [0, 1].map((r) => batch(100 * step + r + 1)));
-      // rank 0's two rejected steps: a NaN dense feature, then a loss that overflows (row 1 of table A
-      // pooled twice; rank 1's batches read row 2)
-      const bad = [[spoiled(good[2]![0]!, 'dense', 4, NaN), bagsOf(2)], [bagsOf(1), bagsOf(2)]];
-      const expected: [string, RegExp][] = [['INVALID_ARGUMENT', /batch\.dense\[4\] \(sample 1, dense feature 1\) is NaN/], ['NON_FINITE_GRADIENT', /^step 3: (the loss is NaN|the dense gradients contain NaN or Inf); nothing was updated/]];
+      // rank 0's rejected steps: a NaN dense feature, then a loss that overflows (row 1 of table A pooled
+      // twice; rank 1's batches read row 2), then a dense array of the wrong length
+      const bad = [[spoiled(good[2]![0]!, 'dense', 4, NaN), bagsOf(2)], [bagsOf(1), bagsOf(2)], [{ ...good[2]![0]!, dense: new Float32Array(5) }, bagsOf(2)]];
+      const expected: [string, RegExp][] = [
+        ['INVALID_ARGUMENT', /batch\.dense\[4\] \(sample 1, dense feature 1\) is NaN/],
+        ['NON_FINITE_GRADIENT', /^step 3: (the loss is NaN|the dense gradients contain NaN or Inf); nothing was updated/],
+        ['LENGTH_MISMATCH', /batch\.dense must be a Float32Array of size × 3 = 24 values/],
+      ];
       // step(batch, next) as fit() drives it: the next batch's ids travel during each step
       const order = (withBad: boolean) => [good[0]!, good[1]!, ...(withBad ? bad : []), good[2]!, good[3]!];
       const steps = (ts: Trainer[], list: Batch[][], k: number) => Promise.allSettled(ts.map((t, r) => t.step(list[k]![r]!, list[k + 1]?.[r])));
@@ -129,7 +134,7 @@ describe('a training batch with bad values', () => {
       const [rowA1] = await Promise.all(ranks.map((t) => (t.embeddings as ShardedEmbeddingCollection).readRows('A', [1])));
       await Promise.all(ranks.map((t) => (t.embeddings as ShardedEmbeddingCollection).writeRows('A', [1], new Float32Array(4).fill(2e38))));
       const before = await Promise.all(ranks.map(snapshot));
-      for (const k of [2, 3]) {
+      for (const k of [2, 3, 4]) {
         const res = await steps(ranks, list, k);
         expect(res.map((x) => x.status)).toEqual(['rejected', 'rejected']);
         const [e0, e1] = res.map((x) => (x as PromiseRejectedResult).reason as EmbshardError);
@@ -143,7 +148,7 @@ describe('a training batch with bad values', () => {
         expect(after.map((a, r) => a.equals(before[r]!))).toEqual([true, true]);
       }
       await Promise.all(ranks.map((t) => (t.embeddings as ShardedEmbeddingCollection).writeRows('A', [1], rowA1!)));
-      for (const k of [4, 5]) expect(await steps(ranks, list, k)).toEqual(await steps(oracle, want, k - 2));
+      for (const k of [5, 6]) expect(await steps(ranks, list, k)).toEqual(await steps(oracle, want, k - 3));
       const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
       expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
     }, 60_000);
