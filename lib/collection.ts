@@ -88,6 +88,24 @@ export interface ForwardOptions {
    * false (evaluation, prediction): ids without a row read zero and nothing changes.
    */
   admit?: boolean;
+  /**
+   * Ends the call with this error instead of looking the batch up: nothing changes. On a sharded
+   * collection the rank still takes part in the forward's first exchange, carrying the error's code, and
+   * every rank's forward rejects (a batch this rank's caller found unusable, e.g. a held-out batch whose
+   * dense features are NaN); not with a batch given to prepare(), whose ids have already gone out.
+   */
+  reject?: EmbshardError;
+}
+
+/** The forward options, checked: no unknown field, admit a boolean, reject an EmbshardError. */
+export function checkForwardOptions(options: unknown): ForwardOptions {
+  if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'forward options must be an object');
+  rejectUnknownFields(options, ['admit', 'reject'], 'forward options', 'INVALID_ARGUMENT');
+  const o = options as ForwardOptions;
+  if (o.admit !== undefined && typeof o.admit !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'forward options.admit must be a boolean');
+  if (o.reject !== undefined && !(o.reject instanceof EmbshardError))
+    throw new EmbshardError('INVALID_ARGUMENT', 'forward options.reject must be an EmbshardError (the error that ends the call)');
+  return o;
 }
 
 export interface BackwardResult {
@@ -174,8 +192,8 @@ export class EmbeddingCollection extends EngineOwner {
   /** Looks up every feature of the batch; resolves when done, off the event loop. */
   forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<ForwardOutput> {
     return this.rejecting(() => {
+      if (checkForwardOptions(options).reject) throw options.reject; // the caller ends the call: nothing changes
       const nb = this.nativeBatch(batch);
-      rejectUnknownFields(options, ['admit'], 'forward options', 'INVALID_ARGUMENT');
       const dyn = this.dynamic;
       if (!dyn) return this.enqueue(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
       return this.enqueue(async () => {
@@ -204,8 +222,9 @@ export class EmbeddingCollection extends EngineOwner {
    * values as forward(), in DeviceArrays a dense model on that GPU reads directly. BACKEND_UNAVAILABLE on
    * the CPU; INVALID_ARGUMENT with dynamic tables (their missing rows are filled on the host).
    */
-  forwardOnDevice(batch: JaggedBatch): Promise<DeviceForwardOutput> {
+  forwardOnDevice(batch: JaggedBatch, options: Pick<ForwardOptions, 'reject'> = {}): Promise<DeviceForwardOutput> {
     return this.rejecting(() => {
+      if (checkForwardOptions(options).reject) throw options.reject;
       this.deviceOutputsCheck('forwardOnDevice');
       const nb = this.nativeBatch(batch);
       const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));

@@ -27,7 +27,7 @@ import { EngineOwner } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { resolveConfig, toNativeConfig, type CollectionConfig, type InitConfig, type OptimizerConfig, type ResolvedConfig } from '../config.js';
 import type { NativeBatch, NativeEngine, NativeForwardResult } from '../binding.js';
-import { checkBackwardOptions, type BackwardOptions, type BackwardResult, type FeatureInfo, type ForwardOptions, type Gradients, type SequenceOutput } from '../collection.js';
+import { checkBackwardOptions, checkForwardOptions, type BackwardOptions, type BackwardResult, type FeatureInfo, type ForwardOptions, type Gradients, type SequenceOutput } from '../collection.js';
 import { DeviceArray } from '../device-array.js';
 import { DeviceOutputs, deviceGradients, type DeviceForwardOutput, type DeviceGradients } from '../device-outputs.js';
 import type { DynamicStep } from '../storage/dynamic.js';
@@ -409,11 +409,11 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * GPU reads directly): the same values as forward(). A collective like forward(); ranks may mix the two.
    * BACKEND_UNAVAILABLE (with `exchangeMemoryReason`) where the exchanges run in host memory.
    */
-  forwardOnDevice(batch: JaggedBatch): Promise<DeviceForwardOutput> {
+  forwardOnDevice(batch: JaggedBatch, options: Pick<ForwardOptions, 'reject'> = {}): Promise<DeviceForwardOutput> {
     return this.rejecting(() => {
       if (!this.outputsOnDevice)
         throw new EmbshardError('BACKEND_UNAVAILABLE', `forwardOnDevice: this rank's exchanges run in host memory (${this.exchangeMemoryReason})`);
-      return this.startForward(batch, {}, true) as Promise<DeviceForwardOutput>;
+      return this.startForward(batch, options, true) as Promise<DeviceForwardOutput>;
     });
   }
 
@@ -456,16 +456,17 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   }
 
   private startForward(batch: JaggedBatch, options: ForwardOptions, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
-    rejectUnknownFields(options, ['admit'], 'forward options', 'INVALID_ARGUMENT');
+    const reject = checkForwardOptions(options).reject;
     const pre = this.prepared;
     if (pre && pre.batch !== batch)
       throw new EmbshardError('INVALID_ARGUMENT', 'forward() must take the batch given to prepare() first (its ids are already on their way to the owners)');
+    if (pre && reject) throw new EmbshardError('INVALID_ARGUMENT', 'forward options.reject: this batch was given to prepare(), whose exchange has already gone out');
     if (!pre) this.checkBatch(batch);
     this.prepared = undefined;
     // counted on every rank alike (also on ranks without a dynamic shard), so a stale backward fails everywhere
     const admit = this.plan.tables.some((t) => t.dynamic) && options.admit !== false;
     const seq = admit ? ++this.admitSeq : this.admitSeq;
-    return this.enqueue(() => this.inPhase(() => this.forwardPhase(batch, pre, admit, seq, onDevice)));
+    return this.enqueue(() => this.inPhase(() => this.forwardPhase(batch, pre, admit, seq, onDevice, reject)));
   }
 
   /**
@@ -606,14 +607,22 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     }
   }
 
-  private async forwardPhase(batch: JaggedBatch, pre: Prepared | undefined, admit: boolean, seq: number, onDevice: boolean): Promise<ShardedForwardOutput | DeviceForwardOutput> {
+  private async forwardPhase(
+    batch: JaggedBatch,
+    pre: Prepared | undefined,
+    admit: boolean,
+    seq: number,
+    onDevice: boolean,
+    reject?: EmbshardError,
+  ): Promise<ShardedForwardOutput | DeviceForwardOutput> {
     const L = this.layout, g = this.group;
     const B = batch.batchSize;
     const weighted = batch.weights !== undefined;
     const counters = pre?.counters ?? zeroTraffic();
     // 1. route every feature's ids to its ranges; deduplicate ub tables and node tiers (routing.ts)
-    // (a batch that fails routing still takes part in the first exchange, which ends the step on every rank)
-    const routed = pre?.routed ?? this.routeOrReject(batch);
+    // (a batch that fails routing, or that the caller rejects, still takes part in the first exchange,
+    // which ends the step on every rank)
+    const routed = pre?.routed ?? reject ?? this.routeOrReject(batch);
     // 2–3. the ids (+ lengths, weights) to their owners, and what every source asked this rank for (input-exchange.ts)
     const { recv, unions } = await (pre ? g.clock.wait(pre.recv) : exchangeInput(L, g, routed, B, weighted, counters));
     const { segs, ub, node } = routed as Routed; // a rejected batch threw in the exchange

@@ -28,12 +28,13 @@ export interface EmbeddingModule {
   setLearningRate(lr: number): void;
   step: number;
   /** `admit: false` (evaluation, prediction): dynamic tables admit no new ids. */
-  forward(batch: JaggedBatch, options?: { admit?: boolean }): Promise<{ pooled: Float32Array }>;
+  /** `reject`: end the call with this error (a sharded module: on every rank; see ForwardOptions). */
+  forward(batch: JaggedBatch, options?: { admit?: boolean; reject?: EmbshardError }): Promise<{ pooled: Float32Array }>;
   /**
    * The forward with its output in the memory of the module's GPU (`device`), for a dense model on that
    * GPU; optional (EmbeddingCollection on 'cuda:N'). The backward of such an output takes device gradients.
    */
-  forwardOnDevice?(batch: JaggedBatch): Promise<{ pooled: DeviceArray }>;
+  forwardOnDevice?(batch: JaggedBatch, options?: { reject?: EmbshardError }): Promise<{ pooled: DeviceArray }>;
   /** Whether forwardOnDevice works for this module; optional (absent: it does not). */
   readonly outputsOnDevice?: boolean;
   /** 'cpu' or 'cuda:N': where forwardOnDevice keeps its output; optional. */

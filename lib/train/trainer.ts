@@ -390,16 +390,18 @@ export class Trainer {
 
   /**
    * Click probabilities of a batch's samples (forward passes only, no update; off the event loop).
-   * Labels, when present, are ignored. Bad input rejects (LENGTH_MISMATCH, INVALID_SIZE, …) before any work.
+   * Labels, when present, are ignored. Bad input rejects (LENGTH_MISMATCH, INVALID_SIZE, a NaN / ±Inf
+   * dense feature: INVALID_ARGUMENT, …) before any work; with sharded embeddings on every rank.
    */
   predict(batch: PredictBatch): Promise<Float32Array> {
+    let bad: EmbshardError | undefined;
     try {
-      this.checkBatch(batch, false);
+      bad = this.inputError(batch, false);
     } catch (e) {
       return Promise.reject(e);
     }
     return this.enqueue(async () => {
-      const z = await this.logitsOf(batch.dense, batch.sparse, batch.size);
+      const z = await this.logitsOf(batch.dense, batch.sparse, batch.size, bad);
       const p = new Float32Array(z.length);
       for (let i = 0; i < z.length; i++) p[i] = sigmoid(z[i]!);
       return p;
@@ -409,7 +411,8 @@ export class Trainer {
   /**
    * Forward passes over `batches` (no update): logloss and AUC of the model's predictions. With sharded
    * embeddings each forward is a collective: every rank evaluates as many batches (its own, or the same
-   * ones), and each gets the metrics of the samples it evaluated.
+   * ones), and each gets the metrics of the samples it evaluated. A batch of the wrong shape or with bad
+   * values (as in step()) rejects the call, with sharded embeddings on every rank.
    */
   evaluate(batches: Iterable<Batch> | AsyncIterable<Batch>, options: EvaluateOptions = {}): Promise<EvalResult> {
     rejectUnknownFields(options, EVALUATE_FIELDS, 'options');
@@ -424,8 +427,7 @@ export class Trainer {
       const max = options.maxBatches ?? Infinity;
       for await (const b of batches as AsyncIterable<Batch>) {
         if (k++ >= max) break;
-        this.checkBatch(b);
-        const z = await this.logitsOf(b.dense, b.sparse, b.size);
+        const z = await this.logitsOf(b.dense, b.sparse, b.size, this.inputError(b));
         if (n + b.size > logits.length) {
           const cap = Math.max(2 * logits.length, n + b.size);
           const l2 = new Float32Array(cap), y2 = new Float32Array(cap);
@@ -519,9 +521,15 @@ export class Trainer {
    * Logits of a batch (no update): the embeddings' outputs (dynamic tables admit nothing) handed to the
    * dense model as in a step — in device memory with handoff 'device' — then released.
    */
-  private async logitsOf(dense: Float32Array, sparse: JaggedBatch, size: number): Promise<Float32Array> {
+  private async logitsOf(dense: Float32Array, sparse: JaggedBatch, size: number, reject?: EmbshardError): Promise<Float32Array> {
     const emb = this.embeddings;
-    const out = this.handoff === 'device' ? await emb.forwardOnDevice!(sparse) : await emb.forward(sparse, { admit: false });
+    // with `reject` every rank's forward rejects (inputError)
+    const r = reject ? { reject } : {};
+    const out = this.handoff === 'device' ? await emb.forwardOnDevice!(sparse, r) : await emb.forward(sparse, { admit: false, ...r });
+    if (reject) {
+      await emb.release?.(out); // a module that ignored `reject`
+      throw reject;
+    }
     const z = await this.dense.forward(dense, out.pooled, size);
     if (emb.release) await emb.release(out);
     return z;
@@ -532,35 +540,52 @@ export class Trainer {
   }
 
   /**
-   * The error that rejects a well-shaped training batch for its values: a dense feature that is NaN or
-   * ±Inf (the ReLU of the bottom MLP would hide it from the loss while its weights' gradients turn NaN), a
-   * label outside [0, 1].
+   * The error that rejects a well-shaped batch for its values: a dense feature that is NaN or ±Inf (in
+   * training the ReLU of the bottom MLP would hide it from the loss while its weights' gradients turn
+   * NaN), a label outside [0, 1] (labelled batches).
    */
-  private valueError(b: Batch): EmbshardError | undefined {
+  private valueError(b: Batch | PredictBatch, labelled = true): EmbshardError | undefined {
     const ops = denseAddon('cpu').denseOps;
     const d = ops.firstOutside(b.dense, -FLT_MAX, FLT_MAX);
     if (d >= 0) {
       const n = this.dense.spec.denseIn;
       return new EmbshardError('INVALID_ARGUMENT', `batch.dense[${d}] (sample ${Math.floor(d / n)}, dense feature ${d % n}) is ${b.dense[d]}: dense features must be finite`);
     }
-    const l = ops.firstOutside(b.labels, 0, 1);
-    if (l >= 0) return new EmbshardError('INVALID_ARGUMENT', `batch.labels[${l}] is ${b.labels[l]}: labels must lie in [0, 1]`);
+    if (!labelled) return undefined;
+    const labels = (b as Batch).labels;
+    const l = ops.firstOutside(labels, 0, 1);
+    if (l >= 0) return new EmbshardError('INVALID_ARGUMENT', `batch.labels[${l}] is ${labels[l]}: labels must lie in [0, 1]`);
     return undefined;
   }
 
-  /** A batch's shapes, then its values, as the error that rejects it (undefined: it may be trained). */
-  private batchError(b: Batch): EmbshardError | undefined {
+  /** A batch's shapes, then its values, as the error that rejects it (undefined: it may be used). */
+  private batchError(b: Batch | PredictBatch, labelled = true): EmbshardError | undefined {
     try {
-      this.checkBatch(b);
+      this.checkBatch(b, labelled);
     } catch (e) {
       if (e instanceof EmbshardError) return e;
       throw e;
     }
-    return this.valueError(b);
+    return this.valueError(b, labelled);
+  }
+
+  /**
+   * The input check of an evaluation or prediction forward: alone, a bad batch throws here, before anything
+   * runs; with other ranks, what is wrong with it is returned, for logitsOf to end the call on every rank
+   * (only a batch with no ids to exchange throws here, on this rank alone).
+   */
+  private inputError(b: Batch | PredictBatch, labelled = true): EmbshardError | undefined {
+    if (this.collective) {
+      this.checkSparse(b);
+      return this.batchError(b, labelled);
+    }
+    const bad = this.batchError(b, labelled);
+    if (bad) throw bad;
+    return undefined;
   }
 
   /** What a rank needs to take part in a step's exchanges: a batch object with a JaggedBatch. */
-  private checkSparse(b: Batch): void {
+  private checkSparse(b: Batch | PredictBatch): void {
     if (b === null || typeof b !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'batch must be a { dense, sparse, labels, size } object');
     if (!(b.sparse instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'batch.sparse must be a JaggedBatch');
   }

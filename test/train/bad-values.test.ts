@@ -4,8 +4,9 @@
 // wrong shape) is one rank's only, on both ranks (the rank with the bad batch names the field, the other
 // the code), after which both go on training, from any batch, also after fit() stopped at such a step or
 // in its onStep. The oracle of "nothing changed" is a run of the same trainers that never saw the bad
-// step: its dense weights, dense optimizer state and tables must be bitwise equal. Also the backward's
-// `reject` option on its own, for EmbeddingCollection and a sharded collection.
+// step: its dense weights, dense optimizer state and tables must be bitwise equal. evaluate() and
+// predict() reject bad batches the same way. Also the forward's and the backward's `reject` options on
+// their own, for EmbeddingCollection and a sharded collection.
 import { describe, it, expect } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
@@ -193,6 +194,60 @@ describe('fit() stopped by its onStep after a step that prepared the next batch'
     const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
     expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
   }, 60_000);
+});
+
+describe('evaluate() and predict() with a bad batch', () => {
+  it('one trainer: INVALID_ARGUMENT naming the value, before anything runs', async () => {
+    const t = single();
+    await t.step(batch(1));
+    await expect(t.evaluate([batch(2), spoiled(batch(3), 'dense', 2, NaN)])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/batch\.dense\[2\]/) });
+    await expect(t.evaluate([spoiled(batch(3), 'labels', 0, 2)])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/batch\.labels\[0\] is 2/) });
+    const { labels: _, ...unlabelled } = spoiled(batch(3), 'dense', 5, Infinity);
+    await expect(t.predict(unlabelled)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/batch\.dense\[5\] \(sample 1, dense feature 2\) is Infinity/) });
+  });
+
+  it('two ranks: a bad batch on one rank rejects the call on both, and both go on evaluating', async () => {
+    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+    const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
+    await Promise.all(ranks.map((t, r) => t.step(batch(r + 1))));
+    const held = [0, 1].map((r) => [batch(50 + r), batch(60 + r)]);
+    const want = await Promise.all(ranks.map((t, r) => t.evaluate(held[r]!)));
+    for (const [bad, code, message] of [
+      [spoiled(held[0]![1]!, 'dense', 1, NaN), 'INVALID_ARGUMENT', /batch\.dense\[1\]/],
+      [{ ...held[0]![1]!, labels: new Float32Array(3) }, 'LENGTH_MISMATCH', /batch\.labels/],
+    ] as const) {
+      const res = await Promise.allSettled(ranks.map((t, r) => t.evaluate(r === 0 ? [held[0]![0]!, bad] : held[1]!)));
+      expect(res.map((x) => x.status)).toEqual(['rejected', 'rejected']);
+      const [e0, e1] = res.map((x) => (x as PromiseRejectedResult).reason as EmbshardError);
+      expect([e0!.code, e1!.code]).toEqual([code, code]);
+      expect(e0!.message).toMatch(message);
+      expect(e1!.message).toMatch(/rank 0 rejected its batch/);
+    }
+    const { labels: _, ...unlabelled } = spoiled(held[0]![0]!, 'dense', 0, NaN);
+    const pr = await Promise.allSettled(ranks.map((t, r) => t.predict(r === 0 ? unlabelled : held[1]![0]!)));
+    expect(pr.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+    // the group is whole: the same evaluation again gives the same metrics
+    expect(await Promise.all(ranks.map((t, r) => t.evaluate(held[r]!)))).toEqual(want);
+    for (const g of groups) g.close();
+  }, 60_000);
+});
+
+describe("forward's reject option", () => {
+  it('sharded: one rank rejects, both forwards reject in the first exchange; not with a prepared batch', async () => {
+    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+    const cols = groups.map((g) => new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'sgd', lr: 0.5 }, seed: 1 }));
+    const why = new EmbshardError('INVALID_ARGUMENT', "rank 0's dense features were NaN");
+    const res = await Promise.allSettled(cols.map((c, r) => c.forward(batch(r + 1).sparse, r === 0 ? { reject: why } : {})));
+    expect((res[0] as PromiseRejectedResult).reason).toBe(why);
+    expect((res[1] as PromiseRejectedResult).reason).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/rank 0 rejected its batch/) });
+    const outs = await Promise.all(cols.map((c, r) => c.forward(batch(r + 1).sparse)));
+    expect(outs.map((o) => o.pooled.length)).toEqual([B * 8, B * 8]);
+    const b = batch(9).sparse;
+    await Promise.all(cols.map((c) => c.prepare(b)));
+    await expect(cols[0]!.forward(b, { reject: why })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/given to prepare/) });
+    await expect(cols[0]!.forward(b, { reject: 'no' as never })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/options\.reject must be an EmbshardError/) });
+    for (const g of groups) g.close();
+  });
 });
 
 describe("backward's reject option", () => {
