@@ -68,6 +68,20 @@ async function snapshot(t: Trainer): Promise<Buffer> {
   return Buffer.concat([t.dense.params, t.dense.state, ...(await tableRows(t.embeddings))].map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength)));
 }
 
+/** Two ranks' trainers over the plan. */
+function twoRanks(): Trainer[] {
+  return createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
+}
+
+/** Per rank, whether its dense weights, dense state and tables equal the oracle rank's, byte for byte. */
+async function sameAs(ranks: Trainer[], oracle: Trainer[]): Promise<boolean[]> {
+  const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
+  return a.map((x, r) => x.equals(o[r]!));
+}
+
+/** n batches per rank. */
+const rankBatches = (n: number) => [0, 1].map((r) => Array.from({ length: n }, (_, k) => batch(10 * k + r + 1)));
+
 function single(): Trainer {
   const emb = new EmbeddingCollection({ tables, optimizer: { type: 'adagrad', lr: 0.1 }, seed: 1 });
   return new Trainer({ model: spec, embeddings: emb, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 });
@@ -150,17 +164,15 @@ describe('a training batch with bad values', () => {
       }
       await Promise.all(ranks.map((t) => (t.embeddings as ShardedEmbeddingCollection).writeRows('A', [1], rowA1!)));
       for (const k of [5, 6]) expect(await steps(ranks, list, k)).toEqual(await steps(oracle, want, k - 3));
-      const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
-      expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
+      expect(await sameAs(ranks, oracle)).toEqual([true, true]);
     }, 60_000);
   }
 });
 
-describe('after a step that failed on every rank', () => {
+describe('after a step that failed on every rank, or a fit() stopped by its onStep', () => {
   it('fit() can go on from any batch (the batch it had prepared is dropped), and evaluate() works', async () => {
-    const make = () => createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
-    const ranks = make(), oracle = make();
-    const data = [0, 1].map((r) => Array.from({ length: 6 }, (_, k) => batch(10 * k + r + 1)));
+    const ranks = twoRanks(), oracle = twoRanks();
+    const data = rankBatches(6);
     const bad = [0, 1].map((r) => spoiled(data[r]![2]!, 'labels', 1, r === 0 ? -1 : 0));
     // fit looks one batch ahead: the bad step had prepared data[3], which the next fit skips
     const res = await Promise.allSettled(ranks.map((t, r) => t.fit([data[r]![0]!, data[r]![1]!, bad[r]!, data[r]![3]!])));
@@ -173,16 +185,12 @@ describe('after a step that failed on every rank', () => {
     expect(got.map((x) => [x.steps, x.samples])).toEqual([[2, 2 * B], [2, 2 * B]]);
     const held = (ts: Trainer[]) => Promise.all(ts.map((t, r) => t.evaluate([data[r]![3]!])));
     expect(await held(ranks)).toEqual(await held(oracle));
-    const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
-    expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
+    expect(await sameAs(ranks, oracle)).toEqual([true, true]);
   }, 60_000);
-});
 
-describe('fit() stopped by its onStep after a step that prepared the next batch', () => {
-  it('can go on from any batch (the prepared batch is dropped)', async () => {
-    const make = () => createInProcessGroups(W, { timeoutMs: 20_000 }).map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
-    const ranks = make(), oracle = make();
-    const data = [0, 1].map((r) => Array.from({ length: 5 }, (_, k) => batch(10 * k + r + 1)));
+  it('fit() stopped by its onStep after a step that prepared the next batch can go on from any batch', async () => {
+    const ranks = twoRanks(), oracle = twoRanks();
+    const data = rankBatches(5);
     const down = new Error('the metrics service is down');
     const res = await Promise.allSettled(ranks.map((t, r) => t.fit(data[r]!.slice(0, 3), { onStep: () => { throw down; } })));
     expect(res.map((x) => (x as PromiseRejectedResult).reason)).toEqual([down, down]);
@@ -191,8 +199,7 @@ describe('fit() stopped by its onStep after a step that prepared the next batch'
     await go(oracle, [0]);
     await go(ranks, [3, 4]);
     await go(oracle, [3, 4]);
-    const [a, o] = await Promise.all([Promise.all(ranks.map(snapshot)), Promise.all(oracle.map(snapshot))]);
-    expect(a.map((x, r) => x.equals(o[r]!))).toEqual([true, true]);
+    expect(await sameAs(ranks, oracle)).toEqual([true, true]);
   }, 60_000);
 });
 
@@ -207,8 +214,7 @@ describe('evaluate() and predict() with a bad batch', () => {
   });
 
   it('two ranks: a bad batch on one rank rejects the call on both, and both go on evaluating', async () => {
-    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
-    const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adam', lr: 0.01 }, seed: 3 }));
+    const ranks = twoRanks();
     await Promise.all(ranks.map((t, r) => t.step(batch(r + 1))));
     const held = [0, 1].map((r) => [batch(50 + r), batch(60 + r)]);
     const want = await Promise.all(ranks.map((t, r) => t.evaluate(held[r]!)));
@@ -228,7 +234,6 @@ describe('evaluate() and predict() with a bad batch', () => {
     expect(pr.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
     // the group is whole: the same evaluation again gives the same metrics
     expect(await Promise.all(ranks.map((t, r) => t.evaluate(held[r]!)))).toEqual(want);
-    for (const g of groups) g.close();
   }, 60_000);
 });
 
