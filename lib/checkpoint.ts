@@ -8,7 +8,7 @@
 // between the two renames neither stands at the path, and readers take the new folder from its sibling
 // (checkpointDir) until the next save completes the swap.
 import { randomBytes } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { constants as fsConstants, promises as fs } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { EmbshardError } from './errors.js';
 import type { ResolvedConfig } from './config.js';
@@ -152,6 +152,22 @@ async function tidyCheckpoint(target: string): Promise<void> {
  * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
  * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
  */
+/**
+ * Whether a checkpoint could be written at `dir` now: its parent folder made if missing and writable; the
+ * IO_ERROR writeCheckpointDir would raise, or undefined. (Ranks of a sharded save agree on it before the
+ * save's collectives.)
+ */
+export async function checkpointWritable(dir: string): Promise<EmbshardError | undefined> {
+  const parent = dirname(resolve(dir));
+  try {
+    await fs.mkdir(parent, { recursive: true });
+    await fs.access(parent, fsConstants.W_OK);
+    return undefined;
+  } catch (e) {
+    return new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
+  }
+}
+
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
   const target = resolve(dir);
   const parent = dirname(target);

@@ -19,6 +19,7 @@ import { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
 import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
+import { checkpointWritable } from '../checkpoint.js';
 import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
 import { JaggedBatch } from '../batch.js';
@@ -28,6 +29,17 @@ import { denseAddon } from './binding.js';
 
 /** The largest finite float32: dense features must lie within ±FLT_MAX. */
 const FLT_MAX = 3.4028234663852886e38;
+
+/**
+ * Every rank of a save learns whether any rank failed (`failure`: this rank's error): one sum all-reduce
+ * of one value. A rank that failed throws its own error; the others an IO_ERROR saying the save failed.
+ */
+async function agreeOnSave(group: GradientGroup, failure: unknown, dir: string): Promise<void> {
+  const failed = Float32Array.of(failure ? 1 : 0);
+  await group.allReduce(failed, 'sum');
+  if (failure) throw failure;
+  if (failed[0]! > 0) throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed on another rank (its error says why)`);
+}
 
 function clockOf(group: unknown): CommClock | undefined {
   const c = (group as { clock?: unknown } | undefined)?.clock;
@@ -456,18 +468,30 @@ export class Trainer {
    * world size with `loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, group)`.
    */
   save(dir: string): Promise<void> {
-    return this.enqueue(() =>
-      writeTrainerCheckpoint(dir, {
-        dense: this.dense,
-        embeddings: this.embeddings,
-        steps: this.steps,
-        schedule: this.schedule,
-        denseBaseLr: this.denseBaseLr,
-        embeddingBaseLr: this.embeddingBaseLr,
-        inputs: this.inputs,
-        writer: ((this.group as { rank?: number } | undefined)?.rank ?? 0) === 0,
-      }),
-    );
+    return this.enqueue(async () => {
+      const group = this.collective ? this.group : undefined;
+      const writer = ((this.group as { rank?: number } | undefined)?.rank ?? 0) === 0;
+      // with other ranks the save is a collective that rank 0 writes: first every rank learns whether rank
+      // 0 can write there (so none waits on a save rank 0 never joins), at the end whether its files made it
+      if (group) await agreeOnSave(group, writer ? await checkpointWritable(dir) : undefined, dir);
+      let failure: unknown;
+      try {
+        await writeTrainerCheckpoint(dir, {
+          dense: this.dense,
+          embeddings: this.embeddings,
+          steps: this.steps,
+          schedule: this.schedule,
+          denseBaseLr: this.denseBaseLr,
+          embeddingBaseLr: this.embeddingBaseLr,
+          inputs: this.inputs,
+          writer,
+        });
+      } catch (e) {
+        failure = e;
+      }
+      if (group) await agreeOnSave(group, failure, dir);
+      if (failure) throw failure;
+    });
   }
 
   /**

@@ -11,7 +11,7 @@ import { createInProcessGroups } from '../../lib/sharded/group.js';
 import { collectionConfigOf } from '../../lib/sharded/sharded.js';
 import { Trainer, type StepTimes } from '../../lib/train/trainer.js';
 import { ShardedEmbeddingCollection } from '../../lib/sharded/sharded.js';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { DenseModelSpec } from '../../lib/train/dense.js';
@@ -212,6 +212,26 @@ describe('Trainer with a sharding plan', () => {
     try {
       await new Trainer({ model: spec, embeddings: emb() }).save(join(dir, 'ck'));
       await expect(Trainer.load(join(dir, 'ck'), { group: groups[0]! })).rejects.toMatchObject({ code: 'INVALID_CONFIG', message: expect.stringMatching(/loadEmbeddings/) });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      for (const g of groups) g.close();
+    }
+  });
+
+  it('a save rank 0 cannot write fails on every rank at once (the group stays whole), and a save elsewhere then works', async () => {
+    const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+    const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 3 }));
+    await Promise.all(ranks.map((t, r) => t.step(localBatch(r, 0))));
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-save-'));
+    try {
+      writeFileSync(join(dir, 'a-file'), 'not a folder');
+      const res = await Promise.allSettled(ranks.map((t) => t.save(join(dir, 'a-file', 'ck'))));
+      // (rank 1 would otherwise wait in the save's gather until its timeout: COMM_TIMEOUT)
+      expect(res.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual(['IO_ERROR', 'IO_ERROR']);
+      expect((res[1] as PromiseRejectedResult).reason.message).toMatch(/failed on another rank/);
+      await Promise.all(ranks.map((t) => t.save(join(dir, 'ck'))));
+      const back = await Promise.all(groups.map((g) => Trainer.load(join(dir, 'ck'), { group: g, loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, g) })));
+      expect(Buffer.from(back[1]!.dense.params.buffer).equals(Buffer.from(ranks[1]!.dense.params.buffer))).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
       for (const g of groups) g.close();
