@@ -446,19 +446,28 @@ export class HeraldEmbeddingCollection {
   async save(dir: string, extra?: Record<string, unknown>): Promise<void> {
     const full: { weights: Float32Array; state: Float32Array }[] = [];
     for (const t of this.tables) full.push(await this.gather(t.name));
-    if (this.group.rank !== 0) return;
-    const ec = new EmbeddingCollection(this.config);
-    try {
-      this.tables.forEach((t, i) => {
-        const ids = Int32Array.from({ length: t.rows }, (_, j) => j);
-        ec.writeRows(t.name, ids, full[i]!.weights);
-        if (t.stateWidth) ec.writeState(t.name, ids, full[i]!.state);
-      });
-      ec.step = this.step;
-      await ec.save(dir, extra);
-    } finally {
-      ec.dispose();
+    let failure: unknown;
+    if (this.group.rank === 0) {
+      const ec = new EmbeddingCollection(this.config);
+      try {
+        this.tables.forEach((t, i) => {
+          const ids = Int32Array.from({ length: t.rows }, (_, j) => j);
+          ec.writeRows(t.name, ids, full[i]!.weights);
+          if (t.stateWidth) ec.writeState(t.name, ids, full[i]!.state);
+        });
+        ec.step = this.step;
+        await ec.save(dir, extra);
+      } catch (e) {
+        failure = e;
+      } finally {
+        ec.dispose();
+      }
     }
+    // every rank learns whether rank 0's write made it
+    const ok = new Int32Array([failure ? 0 : 1]);
+    await this.group.allReduce(ok, 'min');
+    if (failure) throw failure;
+    if (ok[0] !== 1) throw new EmbshardError('IO_ERROR', `herald: saving the checkpoint '${dir}' failed on rank 0`);
   }
 
   dispose(): void {

@@ -2,8 +2,12 @@
 // tiny table) against one EmbeddingCollection trained on the same global batches: sgd / adagrad / adam, no cache / small / large caches, Herald and
 // random placement, shared, mean-pooled and weighted tables, several steps. Every rank's pooled outputs
 // are the oracle's rows of its samples (bitwise in the first step, when the tables are still equal); the
-// gathered tables and optimizer state are within 1e-5 (norm-relative) after every run.
+// gathered tables and optimizer state are within 1e-5 (norm-relative) after every run. A rank that dies,
+// gradients one rank cannot use and a save rank 0 cannot write end the call on every rank.
 import { describe, it, expect } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { JaggedBatch } from '../../lib/batch.js';
 import { EmbeddingCollection } from '../../lib/collection.js';
 import type { OptimizerConfig } from '../../lib/config.js';
@@ -171,4 +175,30 @@ describe('gradients one rank cannot use', () => {
         oracle.dispose();
       }
     });
+});
+
+describe('save', () => {
+  it('a save rank 0 cannot write rejects on every rank; a save elsewhere then loads as one collection of the gathered tables', async () => {
+    const W = 2, B = 8, cfg = S.config({ type: 'adagrad', lr: 0.1 });
+    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+    const ranks = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 8, batchSize: B }));
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-herald-save-'));
+    try {
+      writeFileSync(join(dir, 'a-file'), 'not a folder');
+      const res = await Promise.allSettled(ranks.map((r) => r.save(join(dir, 'a-file', 'ck'))));
+      expect(res.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual(['IO_ERROR', 'IO_ERROR']);
+      expect((res[1] as PromiseRejectedResult).reason.message).toMatch(/failed on rank 0/);
+      await Promise.all(ranks.map((r) => r.save(join(dir, 'ck'))));
+      const back = await EmbeddingCollection.load(join(dir, 'ck'));
+      for (const t of back.tables) {
+        const [g] = await Promise.all(ranks.map((r) => r.gather(t.name)));
+        expect(back.readRows(t.name, Int32Array.from({ length: t.rows }, (_, j) => j))).toEqual(g!.weights);
+      }
+      back.dispose();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      for (const r of ranks) r.dispose();
+      for (const g of groups) g.close();
+    }
+  });
 });
