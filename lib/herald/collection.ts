@@ -9,14 +9,14 @@
 // on the global batch (equal up to the order of that sum; rows read by one rank only are bitwise equal).
 import { JaggedBatch } from '../batch.js';
 import { CallQueue } from '../call-queue.js';
-import { checkBackwardOptions, EmbeddingCollection, type BackwardOptions } from '../collection.js';
+import { checkBackwardOptions, checkForwardOptions, EmbeddingCollection, type BackwardOptions, type ForwardOptions } from '../collection.js';
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
 import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
+import { agreeOnBatch, agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
@@ -201,16 +201,20 @@ export class HeraldEmbeddingCollection {
 
   /**
    * This rank's forward of the batch assign() returned: the step's row exchange, then pooling. Any other
-   * batch is looked up without training (a collective: every rank calls forward with its own batch).
+   * batch is looked up without training (a collective: every rank calls forward with its own batch; a
+   * batch one rank cannot look up — a feature missing, an id out of range — or `options.reject` ends the
+   * lookup on every rank, after one uncounted agreement).
    */
-  forward(batch: JaggedBatch): Promise<HeraldForwardOutput> {
+  forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<HeraldForwardOutput> {
     return this.calls.run(async () => {
+      const reject = checkForwardOptions(options).reject;
       const s = this.queue[0];
       if (!s || s.local !== batch) {
         // not a training step's batch: a lookup (evaluation), every rank with its own batch
         if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
-        return { pooled: await this.lookup(batch), samples: new Int32Array(0), batch };
+        return { pooled: await this.lookup(batch, reject), samples: new Int32Array(0), batch };
       }
+      if (reject) throw new EmbshardError('INVALID_ARGUMENT', "herald: forward options.reject ends a lookup; a training step's batch is rejected in backward()");
       this.queue.shift();
       const copies = await this.exchangeRows(s.plan);
       const ctx: StepCtx = { s, tables: [] };
@@ -342,12 +346,25 @@ export class HeraldEmbeddingCollection {
    * Rows checked out into caches are gathered to every rank, the others are asked of their owners; the
    * schedule and the caches are left as they are.
    */
-  private async lookup(batch: JaggedBatch): Promise<Float32Array> {
+  private async lookup(batch: JaggedBatch, reject?: EmbshardError): Promise<Float32Array> {
     const K = exchangeOps(), H = heraldOps(), g = this.group, W = g.size, O = this.owners, me = g.rank;
+    // every rank's batch checked (its features and ids, or its caller's reject) and agreed on first, so a
+    // bad batch on one rank ends the lookup on every rank
+    let parts: ReturnType<HeraldEmbeddingCollection['distinct']>[] = [];
+    let bad = reject;
+    if (!bad) {
+      try {
+        parts = this.tables.map((_, ti) => this.distinct(batch, ti));
+      } catch (e) {
+        if (!(e instanceof EmbshardError)) throw e;
+        bad = e;
+      }
+    }
+    await agreeOnBatch(g, bad);
     const pooled = new Float32Array(batch.batchSize * this.pooledDim);
     for (let ti = 0; ti < this.tables.length; ti++) {
       const t = this.tables[ti]!;
-      const { uq, featOff } = this.distinct(batch, ti);
+      const { uq, featOff } = parts[ti]!;
       // every cache's checked-out rows of the table
       const mine = H.heldSlots(this.slotsOf(ti), O.owned(ti, me), O.rowBase[ti]!);
       const hk = (await g.allGather(mine.rows)).data;

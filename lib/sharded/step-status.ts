@@ -3,7 +3,8 @@
 // counts (the relays' id gather under the hierarchical protocol, the input metadata under the flat one)
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
-// agreement (agreeOnGradients) does the same for gradients, before any of them moves.
+// agreement (agreeOnGradients) does the same for gradients, before any of them moves, and agreeOnBatch
+// for calls whose first exchange carries no status (a Herald lookup).
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
@@ -58,3 +59,17 @@ export function nonFiniteOutcome(finite: boolean, nonFinite: 'error' | 'skip', w
     throw new EmbshardError('NON_FINITE_GRADIENT', `${what}${finite ? "another rank's gradients contain NaN or Inf" : 'the gradients contain NaN or Inf'}; no table was changed on any rank`);
   return { skipped: true, uniqueRows: 0 };
 }
+
+/**
+ * The first collective of a call every rank makes with its own batch (a Herald lookup): every rank's
+ * status (0, or rejectionStatus of the error that rejects its batch) in one uncounted all-reduce (max). A
+ * rank with an error throws it; when another rank rejected its batch, this one throws that code.
+ */
+export async function agreeOnBatch(group: ProcessGroup, bad: EmbshardError | undefined): Promise<void> {
+  const all = (await group.allReduce(Float32Array.of(bad ? rejectionStatus(bad.code) : 0), 'max', { uncounted: true }))[0]!;
+  if (bad) throw bad;
+  if (all === 0) return;
+  const code = ErrorCodes[all - 1] ?? 'INTERNAL';
+  throw new EmbshardError(code, `another rank rejected its batch (${code}); the call changed nothing on any rank`);
+}
+

@@ -13,7 +13,8 @@ import { EmbeddingCollection } from '../../lib/collection.js';
 import type { OptimizerConfig } from '../../lib/config.js';
 import { HeraldEmbeddingCollection } from '../../lib/herald/collection.js';
 import type { Allocation } from '../../lib/herald/scheduler.js';
-import { takeRows } from '../../lib/data/take.js';
+import { takeRows, takeSparse } from '../../lib/data/take.js';
+import { EmbshardError } from '../../lib/errors.js';
 import { createInProcessGroups } from '../../lib/sharded/group.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';
@@ -199,6 +200,33 @@ describe('save', () => {
       rmSync(dir, { recursive: true, force: true });
       for (const r of ranks) r.dispose();
       for (const g of groups) g.close();
+    }
+  });
+});
+
+describe('a lookup (not a training batch) one rank cannot make', () => {
+  it('an id out of range or the caller\'s reject on one rank ends every rank\'s lookup; the next lookup works', async () => {
+    const W = 2, B = 8, cfg = S.config({ type: 'adagrad', lr: 0.1 });
+    const groups = createInProcessGroups(W, { timeoutMs: 20_000 });
+    const ranks = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 8, batchSize: B }));
+    const oracle = new EmbeddingCollection(cfg);
+    try {
+      const global: JaggedBatch = S.globalBatch(lib, 3, W * B);
+      const good = ranks.map((_, r) => takeSparse(global, Int32Array.from({ length: B }, (_, i) => r * B + i)));
+      const badIds = JaggedBatch.fromLengths({ features: [...good[0]!.features], batchSize: B, lengths: good[0]!.lengths, ids: BigInt64Array.from(good[0]!.ids, (x, i) => (i === 0 ? 10n ** 9n : BigInt(x))) });
+      const why = new EmbshardError('INVALID_ARGUMENT', "rank 0's dense features were NaN");
+      for (const [b0, o0, code] of [[badIds, {}, 'ID_OUT_OF_RANGE'], [good[0]!, { reject: why }, 'INVALID_ARGUMENT']] as const) {
+        const res = await Promise.allSettled(ranks.map((r, i) => r.forward(i === 0 ? b0 : good[i]!, i === 0 ? o0 : {})));
+        expect(res.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual([code, code]);
+        expect((res[1] as PromiseRejectedResult).reason.message).toMatch(/another rank rejected its batch/);
+      }
+      const outs = await Promise.all(ranks.map((r, i) => r.forward(good[i]!)));
+      const want = await oracle.forward(global);
+      outs.forEach((o, r) => expect(o.pooled).toEqual(want.pooled.subarray(r * B * oracle.pooledDim, (r + 1) * B * oracle.pooledDim)));
+    } finally {
+      for (const r of ranks) r.dispose();
+      for (const g of groups) g.close();
+      oracle.dispose();
     }
   });
 });

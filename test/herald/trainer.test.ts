@@ -95,6 +95,14 @@ describe('Trainer with Herald scheduling: a global batch with a bad value', () =
         expect(Math.abs(losses.reduce((a, b) => a + b, 0) / W - want)).toBeLessThan(1e-5);
       }
       for (const t of trainers) expect(S.relErr(t.dense.params, one.dense.params)).toBeLessThan(1e-4);
+      // evaluation, every rank its own batch: a NaN dense feature on one rank rejects every rank's call
+      const held = [0, 1].map((r) => batchOf(20 + r, B));
+      const want = await Promise.all(trainers.map((t, r) => t.evaluate([held[r]!])));
+      const nan = { ...held[0]!, dense: Float32Array.from(held[0]!.dense, (x, i) => (i === 4 ? NaN : x)) };
+      const res = await Promise.allSettled(trainers.map((t, r) => t.evaluate([r === 0 ? nan : held[r]!])));
+      expect(res.map((x) => (x as PromiseRejectedResult).reason?.code)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+      expect((res[0] as PromiseRejectedResult).reason.message).toMatch(/batch\.dense\[4\]/);
+      expect(await Promise.all(trainers.map((t, r) => t.evaluate([held[r]!])))).toEqual(want);
     } finally {
       tables.forEach((t) => t.dispose());
       (one.embeddings as EmbeddingCollection).dispose();
