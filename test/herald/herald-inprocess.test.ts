@@ -3,7 +3,8 @@
 // random placement, shared, mean-pooled and weighted tables, several steps. Every rank's pooled outputs
 // are the oracle's rows of its samples (bitwise in the first step, when the tables are still equal); the
 // gathered tables and optimizer state are within 1e-5 (norm-relative) after every run. A rank that dies,
-// gradients one rank cannot use and a save rank 0 cannot write end the call on every rank.
+// gradients one rank cannot use, a lookup one rank cannot make and a save rank 0 cannot write end the call
+// on every rank.
 import { describe, it, expect } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
