@@ -8,6 +8,7 @@
 #include "addon/dense_layer_args.h"
 #include "addon/errors.h"
 #include "addon/registry.h"
+#include "core/value_scan.h"
 #include "dense/activation.h"
 #include "dense/cross.h"
 #include "dense/gemm.h"
@@ -207,7 +208,7 @@ Napi::Value FirstOutside(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Float32Array a = da::f32(env, info[0], "firstOutside: a", -1);
   const double lo = da::number(env, info[1], "firstOutside: lo"), hi = da::number(env, info[2], "firstOutside: hi");
-  return Napi::Number::New(env, static_cast<double>(dense::first_outside(a.Data(), static_cast<int64_t>(a.ElementLength()), static_cast<float>(lo), static_cast<float>(hi))));
+  return Napi::Number::New(env, static_cast<double>(first_outside(a.Data(), static_cast<int64_t>(a.ElementLength()), static_cast<float>(lo), static_cast<float>(hi))));
 }
 
 // optimizerStep({ type, lr, eps, beta1, beta2, weightDecay }, t, params, grads, state) — in place.

@@ -23,13 +23,6 @@
 
 namespace embshard::addon::dense_workers {
 
-// Claims a model for one call; INVALID_ARGUMENT naming the class while another is in flight.
-inline void claim_model(Napi::Env env, std::atomic<bool>& busy, const std::string& cls) {
-  bool expected = false;
-  if (!busy.compare_exchange_strong(expected, true))
-    throw_error(env, "INVALID_ARGUMENT", cls + ": another forward/backward/update call is still in flight (await it first)");
-}
-
 // The native model a wrap owns, and its lifetime: one call at a time (claim), and dispose() freeing the
 // model (on a GPU, its device memory) at once or, with a call in flight, when that call settles; any use
 // after dispose() is DISPOSED. Everything here runs on the JS thread.
@@ -44,9 +37,12 @@ class OwnedModel {
   }
   // the model of a call claimed by claim() (workers, off the JS thread)
   Model& claimed() { return *model_; }
+  // claims the model for one call: DISPOSED after dispose(), INVALID_ARGUMENT while another is in flight
   void claim(Napi::Env env) {
     live(env);
-    claim_model(env, busy, cls_);
+    bool expected = false;
+    if (!busy.compare_exchange_strong(expected, true))
+      throw_error(env, "INVALID_ARGUMENT", std::string(cls_) + ": another forward/backward/update call is still in flight (await it first)");
   }
   void dispose() {
     disposed_ = true;

@@ -8,6 +8,7 @@
 #include "addon/js_args.h"
 #include "addon/output_pool.h"
 #include "addon/registry.h"
+#include "core/value_scan.h"
 #include "shard/exchange_ops.h"
 
 namespace embshard::addon {
@@ -327,7 +328,7 @@ Napi::Value AllFinite(const Napi::CallbackInfo& info) {
     if (!info[0].IsTypedArray()) bad(env, "allFinite: a must be a Float32Array");
     const int64_t n = static_cast<int64_t>(info[0].As<Napi::TypedArray>().ElementLength());
     const float* a = typed_array<float>(env, info[0], napi_float32_array, "allFinite: a", n);
-    return Napi::Boolean::New(env, shard::all_finite(a, n));
+    return Napi::Boolean::New(env, all_finite(a, n));
   });
 }
 

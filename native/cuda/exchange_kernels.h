@@ -46,7 +46,7 @@ void pool_rows(int device, const float* rows, int64_t dim, const int32_t* invers
 // bag_mean(that value, lengths[b]) (core/pooling.h), c < dim. Waits for the kernel.
 void divide_bags(int device, float* m, int64_t stride, int64_t col, int64_t dim, const int32_t* lengths, int64_t B);
 
-// Whether all n values at p are finite (shard::all_finite's twin: the engine's non-finite kernel into
+// Whether all n values at p are finite (core/value_scan.h all_finite's twin: the engine's non-finite kernel into
 // `flag`, one caller-kept uint32 in device memory, cleared first and read back). Waits for the kernel.
 bool all_finite(int device, const float* p, int64_t n, uint32_t* flag);
 

@@ -22,18 +22,4 @@ double bce_with_logits(const float* z, const float* y, int64_t B, float* dz) {
   return B > 0 ? sum / static_cast<double>(B) : 0.0;
 }
 
-int64_t first_outside(const float* a, int64_t n, float lo, float hi) {
-  // an OR over each chunk (the loop vectorises), then the chunk that has one is searched
-  constexpr int64_t kChunk = 4096;
-  for (int64_t c = 0; c < n; c += kChunk) {
-    const int64_t end = std::min(n, c + kChunk);
-    int bad = 0;
-    for (int64_t i = c; i < end; ++i) bad |= !(a[i] >= lo && a[i] <= hi);
-    if (!bad) continue;
-    for (int64_t i = c; i < end; ++i)
-      if (!(a[i] >= lo && a[i] <= hi)) return i;
-  }
-  return -1;
-}
-
 }  // namespace embshard::dense

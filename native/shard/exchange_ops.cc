@@ -201,22 +201,6 @@ void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32
   }
 }
 
-bool all_finite(const float* a, int64_t n) {
-  // exponent bits all ones ⇔ NaN or ±Inf; an OR of the masked words over a chunk, so the loop vectorises
-  constexpr int64_t kChunk = 4096;
-  for (int64_t lo = 0; lo < n; lo += kChunk) {
-    const int64_t hi = std::min(n, lo + kChunk);
-    uint32_t bad = 0;
-    for (int64_t i = lo; i < hi; ++i) {
-      uint32_t u;
-      std::memcpy(&u, a + i, 4);
-      bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad) return false;
-  }
-  return true;
-}
-
 }  // namespace embshard::shard
 
 #include "core/init.h"

@@ -82,9 +82,6 @@ void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32
 // The bags' first ids: out[0] = 0, out[b + 1] = out[b] + lengths[b] (B + 1 values; the device pooling's bag lists).
 void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out);
 
-// Whether all n values are finite (no NaN, no ±Inf): a rank's gradients, before the ranks agree on the step.
-bool all_finite(const float* a, int64_t n);
-
 }  // namespace embshard::shard
 
 namespace embshard::shard {
