@@ -16,7 +16,7 @@ import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnBatch, agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
+import { agreeOnBatch, agreeOnGradients, agreeOnWrite, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
@@ -481,10 +481,7 @@ export class HeraldEmbeddingCollection {
       }
     }
     // every rank learns whether rank 0's write made it
-    const ok = new Int32Array([failure ? 0 : 1]);
-    await this.group.allReduce(ok, 'min');
-    if (failure) throw failure;
-    if (ok[0] !== 1) throw new EmbshardError('IO_ERROR', `herald: saving the checkpoint '${dir}' failed on rank 0`);
+    await agreeOnWrite(this.group, failure, () => new EmbshardError('IO_ERROR', `herald: saving the checkpoint '${dir}' failed on rank 0`));
   }
 
   dispose(): void {

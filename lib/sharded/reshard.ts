@@ -13,6 +13,7 @@ import { checkpointDir, readManifest } from '../checkpoint.js';
 import { configOf } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
+import { agreeOnWrite } from './step-status.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
 import { checkDynamicGroups, gatherDynamic, loadDynamic, writeDynamic, type SavedShard } from './dynamic-checkpoint.js';
@@ -58,10 +59,7 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
       ec?.dispose();
     }
   }
-  const ok = new Int32Array([failure ? 0 : 1]);
-  await sc.group.allReduce(ok, 'min');
-  if (failure) throw failure;
-  if (ok[0] !== 1) throw new EmbshardError('IO_ERROR', `saving the sharded checkpoint '${dir}' failed on rank 0`);
+  await agreeOnWrite(sc.group, failure, () => new EmbshardError('IO_ERROR', `saving the sharded checkpoint '${dir}' failed on rank 0`));
 }
 
 /**

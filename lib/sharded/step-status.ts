@@ -3,8 +3,9 @@
 // counts (the relays' id gather under the hierarchical protocol, the input metadata under the flat one)
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
-// agreement (agreeOnGradients) does the same for gradients, before any of them moves, and agreeOnBatch
-// for calls whose first exchange carries no status (a Herald lookup).
+// agreement (agreeOnGradients) does the same for gradients, before any of them moves, agreeOnBatch for
+// calls whose first exchange carries no status (a Herald lookup), and agreeOnWrite for checkpoints one
+// rank writes.
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
@@ -22,14 +23,23 @@ export function statusOf(x: RoutedOrRejected): number {
   return x instanceof EmbshardError ? rejectionStatus(x.code) : 0;
 }
 
+/** The error a rank's rejection status `s` stands for: its code, saying who rejected what. */
+function rejectedBy(s: number, who: string, what: string, scope = 'step'): EmbshardError {
+  const code = ErrorCodes[s - 1] ?? 'INTERNAL';
+  return new EmbshardError(code, `${who} rejected its ${what} (${code}); the ${scope} changed nothing on any rank`);
+}
+
+/** Every rank's status in one uncounted all-reduce (max): the highest. */
+async function maxStatus(group: ProcessGroup, status: number): Promise<number> {
+  return (await group.allReduce(Float32Array.of(status), 'max', { uncounted: true }))[0]!;
+}
+
 /** Ends the step on a rank where some rank's status is not 0: its own error, or the lowest such rank's. */
 export function agreeOnStatus(x: RoutedOrRejected, status: (p: number) => number, W: number): void {
   if (x instanceof EmbshardError) throw x;
   for (let p = 0; p < W; p++) {
     const s = status(p);
-    if (s === 0) continue;
-    const code = ErrorCodes[s - 1] ?? 'INTERNAL';
-    throw new EmbshardError(code, `rank ${p} rejected its batch (${code}); the step changed nothing on any rank`);
+    if (s !== 0) throw rejectedBy(s, `rank ${p}`, 'batch');
   }
 }
 
@@ -43,11 +53,10 @@ export const NON_FINITE_STATUS = 0.5;
  * rejected its own (its caller throws its error); another rank's rejection throws its code here.
  */
 export async function agreeOnGradients(group: ProcessGroup, status: number): Promise<boolean> {
-  const all = (await group.allReduce(Float32Array.of(status), 'max', { uncounted: true }))[0]!;
+  const all = await maxStatus(group, status);
   if (all === 0) return true;
   if (all === NON_FINITE_STATUS || status > NON_FINITE_STATUS) return false;
-  const code = ErrorCodes[all - 1] ?? 'INTERNAL';
-  throw new EmbshardError(code, `another rank rejected its gradients (${code}); the step changed nothing on any rank`);
+  throw rejectedBy(all, 'another rank', 'gradients');
 }
 
 /**
@@ -66,10 +75,20 @@ export function nonFiniteOutcome(finite: boolean, nonFinite: 'error' | 'skip', w
  * rank with an error throws it; when another rank rejected its batch, this one throws that code.
  */
 export async function agreeOnBatch(group: ProcessGroup, bad: EmbshardError | undefined): Promise<void> {
-  const all = (await group.allReduce(Float32Array.of(bad ? rejectionStatus(bad.code) : 0), 'max', { uncounted: true }))[0]!;
+  const all = await maxStatus(group, bad ? rejectionStatus(bad.code) : 0);
   if (bad) throw bad;
-  if (all === 0) return;
-  const code = ErrorCodes[all - 1] ?? 'INTERNAL';
-  throw new EmbshardError(code, `another rank rejected its batch (${code}); the call changed nothing on any rank`);
+  if (all !== 0) throw rejectedBy(all, 'another rank', 'batch', 'call');
+}
+
+/**
+ * Every rank learns whether some rank's part of a collective write failed (a checkpoint rank 0 writes):
+ * one sum all-reduce of one value, over any group with one. A rank whose part failed throws its own error
+ * (`failure`); the others throw `otherwise()`.
+ */
+export async function agreeOnWrite(group: { allReduce(data: Float32Array, op: 'sum'): Promise<unknown> }, failure: unknown, otherwise: () => EmbshardError): Promise<void> {
+  const failed = Float32Array.of(failure ? 1 : 0);
+  await group.allReduce(failed, 'sum');
+  if (failure) throw failure;
+  if (failed[0]! > 0) throw otherwise();
 }
 

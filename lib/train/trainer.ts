@@ -24,21 +24,15 @@ import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
 import { JaggedBatch } from '../batch.js';
 import { CommClock } from '../sharded/comm-clock.js';
-import { exchangeOps } from '../sharded/exchange-ops.js';
+import { agreeOnWrite } from '../sharded/step-status.js';
 import { denseAddon } from './binding.js';
 
-/** The largest finite float32: dense features must lie within ±FLT_MAX. */
+/** The largest finite float32: a value is finite when it lies within ±FLT_MAX. */
 const FLT_MAX = 3.4028234663852886e38;
 
-/**
- * Every rank of a save learns whether any rank failed (`failure`: this rank's error): one sum all-reduce
- * of one value. A rank that failed throws its own error; the others an IO_ERROR saying the save failed.
- */
-async function agreeOnSave(group: GradientGroup, failure: unknown, dir: string): Promise<void> {
-  const failed = Float32Array.of(failure ? 1 : 0);
-  await group.allReduce(failed, 'sum');
-  if (failure) throw failure;
-  if (failed[0]! > 0) throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed on another rank (its error says why)`);
+/** The index of the first value of `a` that is NaN or ±Inf, or -1 (native/core/value_scan.h). */
+function firstNonFinite(a: Float32Array): number {
+  return denseAddon('cpu').denseOps.firstOutside(a, -FLT_MAX, FLT_MAX);
 }
 
 function clockOf(group: unknown): CommClock | undefined {
@@ -473,7 +467,8 @@ export class Trainer {
       const writer = ((this.group as { rank?: number } | undefined)?.rank ?? 0) === 0;
       // with other ranks the save is a collective that rank 0 writes: first every rank learns whether rank
       // 0 can write there (so none waits on a save rank 0 never joins), at the end whether its files made it
-      if (group) await agreeOnSave(group, writer ? await checkpointWritable(dir) : undefined, dir);
+      const elsewhere = () => new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed on another rank (its error says why)`);
+      if (group) await agreeOnWrite(group, writer ? await checkpointWritable(dir) : undefined, elsewhere);
       let failure: unknown;
       try {
         await writeTrainerCheckpoint(dir, {
@@ -489,7 +484,7 @@ export class Trainer {
       } catch (e) {
         failure = e;
       }
-      if (group) await agreeOnSave(group, failure, dir);
+      if (group) await agreeOnWrite(group, failure, elsewhere);
       if (failure) throw failure;
     });
   }
@@ -569,15 +564,14 @@ export class Trainer {
    * NaN), a label outside [0, 1] (labelled batches).
    */
   private valueError(b: Batch | PredictBatch, labelled = true): EmbshardError | undefined {
-    const ops = denseAddon('cpu').denseOps;
-    const d = ops.firstOutside(b.dense, -FLT_MAX, FLT_MAX);
+    const d = firstNonFinite(b.dense);
     if (d >= 0) {
       const n = this.dense.spec.denseIn;
       return new EmbshardError('INVALID_ARGUMENT', `batch.dense[${d}] (sample ${Math.floor(d / n)}, dense feature ${d % n}) is ${b.dense[d]}: dense features must be finite`);
     }
     if (!labelled) return undefined;
     const labels = (b as Batch).labels;
-    const l = ops.firstOutside(labels, 0, 1);
+    const l = denseAddon('cpu').denseOps.firstOutside(labels, 0, 1);
     if (l >= 0) return new EmbshardError('INVALID_ARGUMENT', `batch.labels[${l}] is ${labels[l]}: labels must lie in [0, 1]`);
     return undefined;
   }
@@ -638,7 +632,7 @@ export class Trainer {
 
   /** NON_FINITE_GRADIENT for this step's loss or dense gradients (on the CPU, where they are in host memory), or undefined. */
   private nonFinite(loss: number): EmbshardError | undefined {
-    const what = !Number.isFinite(loss) ? `the loss is ${loss}` : this.dense.device === 'cpu' && !exchangeOps().allFinite(this.dense.grads) ? 'the dense gradients contain NaN or Inf' : undefined;
+    const what = !Number.isFinite(loss) ? `the loss is ${loss}` : this.dense.device === 'cpu' && firstNonFinite(this.dense.grads) >= 0 ? 'the dense gradients contain NaN or Inf' : undefined;
     return what ? new EmbshardError('NON_FINITE_GRADIENT', `step ${this.steps + 1}: ${what}; nothing was updated`) : undefined;
   }
 
