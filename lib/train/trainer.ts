@@ -324,20 +324,15 @@ export class Trainer {
    * one whose batch has the wrong shapes on some rank), through the returned promise.
    */
   step(batch: Batch, next?: Batch): Promise<number> {
-    if (!this.collective) {
-      // a bad batch ends the step before anything runs
-      this.checkBatch(batch);
-      if (next !== undefined) this.checkBatch(next);
-      const bad = this.valueError(batch);
-      if (bad) throw bad;
-      return this.enqueue(() => this.runStep(batch, next, undefined));
+    // alone, a bad batch ends the step here, before anything runs; with other ranks the step is a
+    // collective: a batch this rank cannot train still goes through the step's collectives and ends it on
+    // every rank (runStep), and the next batch is checked in its own step
+    const bad = this.inputError(batch);
+    if (next !== undefined) {
+      if (this.collective) this.checkSparse(next);
+      else this.checkBatch(next);
     }
-    // with other ranks a step is a collective: a batch this rank cannot train (its shapes or its values)
-    // still goes through the step's collectives and ends it on every rank (runStep), the next batch is
-    // checked in its own step; only a batch with no ids to exchange is refused here, on this rank alone
-    this.checkSparse(batch);
-    if (next !== undefined) this.checkSparse(next);
-    return this.enqueue(() => this.runStep(batch, next, this.batchError(batch)));
+    return this.enqueue(() => this.runStep(batch, next, bad));
   }
 
   /**
@@ -588,8 +583,8 @@ export class Trainer {
   }
 
   /**
-   * The input check of an evaluation or prediction forward: alone, a bad batch throws here, before anything
-   * runs; with other ranks, what is wrong with it is returned, for logitsOf to end the call on every rank
+   * The input check of a step, an evaluation or a prediction: alone, a bad batch throws here, before
+   * anything runs; with other ranks, what is wrong with it is returned, for the call to end on every rank
    * (only a batch with no ids to exchange throws here, on this rank alone).
    */
   private inputError(b: Batch | PredictBatch, labelled = true): EmbshardError | undefined {
