@@ -36,6 +36,13 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, x: RoutedOr
   // 1. hierarchical: the node's distinct ids of every ub row group gather on its relay (its counts carry
   // every rank's status to every rank)
   const unions = L.hier ? await gatherRelayIds(L, g, x, counters) : [];
+  // the metadata exchange: from every source p, its batch size, whether it has weights, then one count per
+  // segment it sends this rank (segments, then relayed)
+  const exchangeMeta = (meta: Float64Array[]) =>
+    g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), {
+      uncounted: true,
+      recvCounts: Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length + L.relayedInput(p, r).length),
+    });
   if (x instanceof EmbshardError) {
     // flat protocol: the status rides in the metadata as a negative batch size, each destination's counts zero
     const meta = Array.from({ length: W }, (_, d) => {
@@ -43,9 +50,7 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, x: RoutedOr
       m[0] = -statusOf(x);
       return m;
     });
-    const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length + L.relayedInput(p, r).length);
-    const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), { uncounted: true, recvCounts: expMeta });
-    g.release(metaIn.data);
+    g.release((await exchangeMeta(meta)).data);
     throw x;
   }
   const { segs, ub, node } = x;
@@ -70,8 +75,7 @@ export async function exchangeInput(L: LocalLayout, g: ProcessGroup, x: RoutedOr
     meta.push(Float64Array.from(m));
     input.push(pack(L.sendList(r, d).map((s) => partsOf(s, d))));
   }
-  const expMeta = Array.from({ length: W }, (_, p) => 2 + L.segments(p, r).length + L.relayedInput(p, r).length);
-  const metaIn = await g.allToAllV(concat(meta, Float64Array), meta.map((m) => m.length), { uncounted: true, recvCounts: expMeta });
+  const metaIn = await exchangeMeta(meta);
   // per source: batch size, weights, and the id count of every segment it named (segments, then relayed)
   const info: { B: number; hasW: boolean; count: Map<Segment, number>; relayed: Map<Segment, number> }[] = [];
   {
