@@ -42,7 +42,7 @@ export function inverseOf(u: RelayUnion, q: number): Int32Array {
 /**
  * The gather step: this rank's distinct ub ids to the node-mates that relay them; returns the row groups
  * this rank relays. Its counts, the step's first exchange under the hierarchical protocol, start with
- * this rank's status (input-exchange.ts statusOf) for every rank: a rejected batch ends the step there.
+ * this rank's status (step-status.ts statusOf) for every rank: a rejected batch ends the step there.
  */
 export async function gatherRelayIds(L: LocalLayout, g: ProcessGroup, x: RoutedOrRejected, counters: TrafficCounters): Promise<RelayUnion[]> {
   const W = L.W, base = L.nodeOf(L.rank) * L.rpn;
