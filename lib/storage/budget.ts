@@ -14,10 +14,13 @@ export interface StorageBudget {
   policy?: CachePolicy;
 }
 
-/** Per table: its storage under the budget. `bytesPerRow[t]`: row + optimizer state bytes. */
 const BUDGET_FIELDS = fieldsOf<StorageBudget>({ path: true, cacheBytes: true, policy: true });
 
-export function storageWithin(rows: readonly number[], bytesPerRow: readonly number[], b: StorageBudget): StorageConfig[] {
+/**
+ * Per table: its storage under the budget. `bytesPerRow[t]`: row + optimizer state bytes; `names[t]` names
+ * the table in errors. INVALID_CONFIG when the budget leaves a disk-backed table's cache less than one row.
+ */
+export function storageWithin(names: readonly string[], rows: readonly number[], bytesPerRow: readonly number[], b: StorageBudget): StorageConfig[] {
   rejectUnknownFields(b, BUDGET_FIELDS, 'storage');
   if (!Number.isSafeInteger(b.cacheBytes) || b.cacheBytes < 1) throw new EmbshardError('INVALID_CONFIG', 'storage.cacheBytes must be a positive integer');
   const bytes = rows.map((r, t) => r * (bytesPerRow[t]! + SLOT_META_BYTES));
@@ -32,7 +35,15 @@ export function storageWithin(rows: readonly number[], bytesPerRow: readonly num
   }
   const big = order.slice(k);
   const total = big.reduce((s, t) => s + bytes[t]!, 0);
-  for (const t of big)
-    out[t] = { kind: 'disk', path: b.path, cacheBytes: Math.floor((left * bytes[t]!) / total), ...(b.policy ? { policy: b.policy } : {}) };
+  for (const t of big) {
+    const cacheBytes = Math.floor((left * bytes[t]!) / total), slot = bytesPerRow[t]! + SLOT_META_BYTES;
+    if (cacheBytes < slot)
+      throw new EmbshardError(
+        'INVALID_CONFIG',
+        `storage.cacheBytes (${b.cacheBytes}) leaves table '${names[t]}' a cache of ${cacheBytes} bytes, less than one row (${slot} bytes): ` +
+          `${b.cacheBytes - left} bytes hold the tables kept in memory and ${big.length} table(s) share the rest by size`,
+      );
+    out[t] = { kind: 'disk', path: b.path, cacheBytes, ...(b.policy ? { policy: b.policy } : {}) };
+  }
   return out;
 }

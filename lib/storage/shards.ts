@@ -22,7 +22,7 @@ export function shardStorage(tables: readonly ShardTable[], budget: StorageBudge
   if (budget === undefined) return undefined;
   const shards = tables.filter((t) => t.part === 'shard');
   const bytesPerRow = shards.map((t) => t.dim * (t.dtype === 'fp32' ? 4 : 2) + 4 * stateWidth(optimizer, t.dim));
-  const split = storageWithin(shards.map((t) => t.rows), bytesPerRow, budget);
+  const split = storageWithin(shards.map((t) => t.name), shards.map((t) => t.rows), bytesPerRow, budget);
   const byName = new Map(shards.map((t, i) => [t.name, resolveStorage(split[i], `storage (shard '${t.name}')`)]));
   makeStorageDirs([...byName].map(([name, storage]) => ({ name, storage })));
   const out = tables.map((t): NativeStorage => {

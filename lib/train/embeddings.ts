@@ -87,7 +87,7 @@ export function tablesFor(features: readonly string[], rows: readonly number[], 
   const optimizer = o.optimizer ?? { type: 'adagrad', lr: 0.01 };
   const dtype = o.dtype ?? 'fp32';
   const rowBytes = o.dim * (dtype === 'fp32' ? 4 : 2) + 4 * stateWidth(optimizer.type, o.dim);
-  const storage = o.storage ? storageWithin(rows, rows.map(() => rowBytes), o.storage) : undefined;
+  const storage = o.storage ? storageWithin(features, rows, rows.map(() => rowBytes), o.storage) : undefined;
   const tables: TableConfig[] = features.map((name, f) => {
     const n = rows[f]!;
     const scale = o.initScale ?? 1 / Math.sqrt(n);

@@ -68,12 +68,25 @@ describe('disk-backed tables in training', () => {
 
   it('the budget: tables under an even share of what is left stay in memory, the rest share it by size', () => {
     // 96 bytes per row with the bookkeeping (64 + 32)
-    const s = storageWithin([10, 1000, 100000, 50, 300000], [64, 64, 64, 64, 64], { path: '/t', cacheBytes: 1_000_000 });
+    const s = storageWithin(['a', 'b', 'c', 'd', 'e'], [10, 1000, 100000, 50, 300000], [64, 64, 64, 64, 64], { path: '/t', cacheBytes: 1_000_000 });
     // ascending: 10 rows (960 B) and 50 rows (4,800 B) fit an even share; 1000 rows (96,000 B) <= 994,240 / 3
     expect(s.map((x) => x.kind)).toEqual(['memory', 'memory', 'disk', 'memory', 'disk']);
     const left = 1_000_000 - 960 - 4800 - 96000;
     expect(s[2]).toEqual({ kind: 'disk', path: '/t', cacheBytes: Math.floor((left * 9_600_000) / 38_400_000) });
     expect(s[4]).toEqual({ kind: 'disk', path: '/t', cacheBytes: Math.floor((left * 28_800_000) / 38_400_000) });
+  });
+
+  it('a budget that leaves a disk-backed table less than one row of cache is INVALID_CONFIG naming the table', () => {
+    // 960 B stay in memory; 2,000 B left for tables of 96,000 and 9,600,000 B: the smaller one's share,
+    // floor(2000 × 96,000 / 9,696,000) = 19 bytes, holds no 96-byte row
+    const budget = { path: '/t', cacheBytes: 2960 };
+    expect(() => storageWithin(['a', 'b', 'c'], [10, 1000, 100000], [64, 64, 64], budget)).toThrow(
+      expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/leaves table 'b' a cache of 19 bytes, less than one row \(96 bytes\)/) }),
+    );
+    // 10,200 B left: 'b' gets floor(10,200 × 96,000 / 9,696,000) = 100 bytes, one row
+    const ok = storageWithin(['a', 'b', 'c'], [10, 1000, 100000], [64, 64, 64], { path: '/t', cacheBytes: 960 + 10_200 });
+    expect(ok.map((x) => x.kind)).toEqual(['memory', 'disk', 'disk']);
+    expect((ok[1] as { cacheBytes: number }).cacheBytes).toBe(Math.floor((10_200 * 96_000) / 9_696_000));
   });
 
   it('usage errors', async () => {
