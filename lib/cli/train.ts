@@ -14,6 +14,7 @@ import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
 import { embeddingsFor, tablesFor } from '../train/embeddings.js';
 import { HeraldEmbeddingCollection } from '../herald/collection.js';
+import { fullBatches } from '../data/full-batches.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
@@ -49,7 +50,8 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   run:            [--precision fp32|bf16] [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
   herald:         [--schedule herald] [--cache-rows 65536]  (Herald embedding scheduling: every rank reads
                   global batches of ranks × --batch samples and trains the ones its allocator assigns; each
-                  rank owns a row range of every table and caches up to --cache-rows rows per table)
+                  rank owns a row range of every table and caches up to --cache-rows rows per table;
+                  a file's final global batch with fewer samples is not trained, and the summary says so)
   storage:        [--storage memory|disk:<dir> --cache-bytes N [--cache-policy lru|lfu]] (tables larger than
                   their share of N live in files under <dir> behind RAM caches; sharded: N per rank, each
                   rank's shards in its own files)
@@ -301,6 +303,9 @@ async function train(a: Args): Promise<number> {
     if (a.threads) loadAddon().setThreads(a.threads);
     // Herald: every rank reads the global batches; the allocator deals their samples
     data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1);
+    // Herald schedules whole global batches: a file source's final partial one is left out (and reported)
+    const whole = herald ? fullBatches(data.train) : undefined;
+    if (whole) data = { ...data, train: whole };
     const F = data.train.features.length;
     const spec = modelSpec(a, F);
     const preset = isPresetName(a.model) ? PRESETS[a.model as PresetName] : undefined;
@@ -417,7 +422,9 @@ async function train(a: Args): Promise<number> {
         },
       });
       dataMs += done.dataWaitMs;
-      if (done.steps === 0) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches`);
+      if (done.steps === 0)
+        throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches` +
+          (whole?.dropped ? ` (its ${whole.dropped} samples are less than one global batch of ${whole.batchSize}, which --schedule herald needs)` : ''));
     }
     if (evalSet && evaluatedAt !== trainer.stepCount) lastEval = await evaluate();
     progress(true);
@@ -445,6 +452,7 @@ async function train(a: Args): Promise<number> {
           ? [`herald: ${emb.lastCounts.rows.toLocaleString()} row transmissions in the last step (${emb.lastCounts.moves} moves, ${emb.lastCounts.copies} copies, ${emb.lastCounts.grads} gradients), ` +
               `${((100 * emb.lastCounts.hits) / Math.max(emb.lastCounts.reads, 1)).toFixed(1)}% of rows read where they lived`]
           : []),
+        ...(whole?.dropped ? [`herald: the last ${whole.dropped.toLocaleString()} samples of each epoch (less than a global batch of ${whole.batchSize.toLocaleString()}) were not trained`] : []),
         ...(dynamic ? [dynamicLine(dynamic)] : []),
         ...(report && report.malformed ? [`data: ${report.malformed} malformed lines skipped of ${report.lines} (${JSON.stringify(report.byReason)})`] : []),
         ...(a.save ? [`saved to ${a.save}`] : []),

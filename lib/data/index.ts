@@ -1,5 +1,5 @@
 // index.ts — the data pipeline's public surface: batches and sources, the Criteo constants, synthetic
-// planted-model data, Criteo TSV, torchrec binary (npy) days, Arrow, prefetching, held-out sample ranges,
+// planted-model data, Criteo TSV, torchrec binary (npy) days, Arrow, prefetching, held-out sample ranges, whole batches only,
 // the Criteo categorical hash, and metrics.
 export * from './types.js';
 export * from './criteo.js';
@@ -23,6 +23,7 @@ export { openSource } from './specs.js';
 export type { SourceSpec } from './specs.js';
 export { auc, expectedAUC, logloss, loglossFromLogits } from './metrics.js';
 export { SampleRangeSource, heldOutSplit, countSamples, sliceBatch } from './sample-range.js';
+export { FullBatchesSource, fullBatches } from './full-batches.js';
 export type { HeldOutSplit } from './sample-range.js';
 export { hashCategorical, hashHexString, categoricalSalt } from './criteo-hash.js';
 export type { CategoricalHash } from './criteo-hash.js';

@@ -187,7 +187,7 @@ export class HeraldScheduler {
 
   private inputs(batch: JaggedBatch): { feats: NativeFeature[]; assign: Int32Array | null } {
     const W = this.W, B = this.batchSize, G = batch.batchSize;
-    if (G !== W * B) throw new EmbshardError('INVALID_SIZE', `herald: a global batch has world × batchSize = ${W} × ${B} = ${W * B} samples (got ${G})`);
+    if (G !== W * B) throw new EmbshardError('INVALID_SIZE', `herald: a global batch has world × batchSize = ${W} × ${B} = ${W * B} samples (got ${G}${G < W * B ? "; a source's final partial batch can be left out with fullBatches() of embshard/data" : ''})`);
     // every table's features in turn (the order of the view's inverse)
     const feats: NativeFeature[] = [];
     this.tables.forEach((t, ti) =>
