@@ -91,13 +91,19 @@ async function siblingsOf(target: string): Promise<string[]> {
   }
 }
 
-/** Whether `path` exists; an error other than ENOENT counts as existing (the caller's next step reports it). */
+/** Whether a file-system error says the path is not there (ENOENT; ENOTDIR: a file where a folder was named). */
+export function isNotFound(e: unknown): boolean {
+  const code = (e as NodeJS.ErrnoException | null)?.code;
+  return code === 'ENOENT' || code === 'ENOTDIR';
+}
+
+/** Whether `path` exists; an error other than not-found counts as existing (the caller's next step reports it). */
 async function exists(path: string): Promise<boolean> {
   try {
     await fs.stat(path);
     return true;
   } catch (e) {
-    return (e as NodeJS.ErrnoException).code !== 'ENOENT';
+    return !isNotFound(e);
   }
 }
 
@@ -240,7 +246,7 @@ export async function readManifest(dir: string): Promise<Manifest> {
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     throw new EmbshardError(
-      err.code === 'ENOENT' ? 'CHECKPOINT_MISSING' : 'IO_ERROR',
+      isNotFound(err) ? 'CHECKPOINT_MISSING' : 'IO_ERROR',
       `no checkpoint at '${dir}': ${MANIFEST_FILE} cannot be read (${err.code ?? err.message})`,
     );
   }

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { checkpointDir, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
+import { checkpointDir, isNotFound, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -92,7 +92,8 @@ async function readPart(path: string): Promise<Buffer> {
     return await readFile(path);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    if (err.code === 'ENOENT') throw new EmbshardError('CHECKPOINT_MISSING', `no trainer checkpoint at '${path}' (the file is missing)`);
+    if (isNotFound(err))
+      throw new EmbshardError('CHECKPOINT_MISSING', `no trainer checkpoint at '${path}' (${err.code === 'ENOTDIR' ? 'a file stands where its path names a folder' : 'the file is missing'})`);
     throw new EmbshardError('IO_ERROR', `reading '${path}': ${err.message}`);
   }
 }

@@ -112,6 +112,10 @@ describe('checkpoints', () => {
     const a = new EmbeddingCollection(config);
     await train(a, 1, 4);
     expect(await codeOf(EmbeddingCollection.load(join(root, 'nope')))).toBe('CHECKPOINT_MISSING');
+    // a file where the checkpoint folder (or a folder above it) is named: missing too, not an I/O fault
+    writeFileSync(join(root, 'plain-file'), 'x');
+    expect(await codeOf(EmbeddingCollection.load(join(root, 'plain-file')))).toBe('CHECKPOINT_MISSING');
+    expect(await codeOf(EmbeddingCollection.load(join(root, 'plain-file', 'ck')))).toBe('CHECKPOINT_MISSING');
 
     const t = join(root, 'trunc');
     await a.save(t);

@@ -189,6 +189,9 @@ describe('embshard serve', () => {
     // a failed reload keeps the model serving
     const bad = await post({ checkpoint: join(dir, 'missing') }, 'application/json', '/admin/reload');
     expect([bad.status, bad.json.error.code]).toEqual([422, 'CHECKPOINT_MISSING']);
+    // a file named as the checkpoint folder is the client's mistake too (422), not a server fault (500)
+    const notDir = await post({ checkpoint: join(ck1, 'trainer.json') }, 'application/json', '/admin/reload');
+    expect([notDir.status, notDir.json.error.code]).toEqual([422, 'CHECKPOINT_MISSING']);
     const again = await post(bodies[0]!);
     expect(again.json.model).toBe(2);
     expect(again.json.probabilities[0]).toBeCloseTo(want2[0]!, 6);

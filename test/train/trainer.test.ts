@@ -105,6 +105,8 @@ describe('save → load → continue', () => {
       writeFileSync(f, buf);
       await expect(Trainer.load(join(dir, 'ck'))).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_CORRUPT' }));
       await expect(Trainer.load(join(dir, 'nope'))).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_MISSING' }));
+      // a file in place of the folder
+      await expect(Trainer.load(f)).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_MISSING', message: expect.stringMatching(/a file stands where its path names a folder/) }));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
