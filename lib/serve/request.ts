@@ -47,6 +47,7 @@ export function parseJsonRequest(body: unknown, inputs: ModelInputs, maxSamples:
     for (let j = 0; j < D; j++) {
       const x = row[j] as unknown;
       if (typeof x !== 'number' || !Number.isFinite(x)) fail('INVALID_ARGUMENT', `dense[${b}][${j}] must be a finite number`);
+      if (!Number.isFinite(Math.fround(x))) fail('INVALID_ARGUMENT', `dense[${b}][${j}] = ${x} is beyond the float32 range of the model's inputs`);
       dense[b * D + j] = x;
     }
   }

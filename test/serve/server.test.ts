@@ -155,6 +155,9 @@ describe('embshard serve', () => {
       expect([name, r.status, r.json?.error?.code]).toEqual([name, status, code]);
       expect(typeof r.json.error.message).toBe('string');
     }
+    // a finite JSON number beyond float32 is refused where the request is read, naming its place
+    const huge = await post({ ...good, dense: [good.dense[0]!.map((x: number, j: number) => (j === 2 ? 1e300 : x)), good.dense[1]] });
+    expect([huge.status, huge.json.error.code, huge.json.error.message]).toEqual([400, 'INVALID_ARGUMENT', "dense[0][2] = 1e+300 is beyond the float32 range of the model's inputs"]);
     expect((await fetch(`${url}/nope`)).status).toBe(404);
     const ok = await post(good);
     expect(ok.status).toBe(200);
