@@ -93,9 +93,15 @@ export function expectedAUC(scores: Scores, probs: Float32Array | Float64Array):
   return den > 0 ? num / den : NaN;
 }
 
+/** Throws unless labels[i] lies in [0, 1] (a 0 / 1 label, or a soft one: a click probability). */
+function checkLabel(y: number, i: number): void {
+  if (!(y >= 0 && y <= 1)) throw new EmbshardError('INVALID_ARGUMENT', `labels[${i}] is ${y}; labels must lie in [0, 1]`);
+}
+
 /**
- * Mean binary cross-entropy −[y ln p + (1−y) ln(1−p)] of probabilities p against 0/1 labels, with p
- * clipped to [eps, 1 − eps] (eps default 1e-7, as Keras/torchmetrics do) so a confident miss is finite.
+ * Mean binary cross-entropy −[y ln p + (1−y) ln(1−p)] of probabilities p against labels y in [0, 1] (0 / 1
+ * or soft), with p clipped to [eps, 1 − eps] (eps default 1e-7, as Keras/torchmetrics do) so a confident
+ * miss is finite.
  */
 export function logloss(probs: Scores, labels: Float32Array | Float64Array, eps = 1e-7): number {
   checkPair(probs, labels);
@@ -103,23 +109,26 @@ export function logloss(probs: Scores, labels: Float32Array | Float64Array, eps 
   let s = 0;
   for (let i = 0; i < labels.length; i++) {
     const y = labels[i]!;
-    if (y !== 0 && y !== 1) throw new EmbshardError('INVALID_ARGUMENT', `labels[${i}] is ${y}; labels must be 0 or 1`);
+    checkLabel(y, i);
     let p = probs[i]!;
     if (!(p >= 0 && p <= 1)) throw new EmbshardError('INVALID_ARGUMENT', `probs[${i}] is ${p}; probabilities must lie in [0, 1]`);
     p = p < eps ? eps : p > 1 - eps ? 1 - eps : p;
-    s -= y === 1 ? Math.log(p) : Math.log1p(-p);
+    s -= (y === 0 ? 0 : y * Math.log(p)) + (y === 1 ? 0 : (1 - y) * Math.log1p(-p));
   }
   return s / labels.length;
 }
 
-/** Mean binary cross-entropy from logits z (p = sigmoid(z)), computed stably: max(z,0) − z·y + ln(1+e^−|z|). */
+/**
+ * Mean binary cross-entropy from logits z (p = sigmoid(z)) against labels y in [0, 1] (0 / 1 or soft),
+ * computed stably: max(z,0) − z·y + ln(1+e^−|z|).
+ */
 export function loglossFromLogits(logits: Scores, labels: Float32Array | Float64Array): number {
   checkPair(logits, labels);
   if (labels.length === 0) return NaN;
   let s = 0;
   for (let i = 0; i < labels.length; i++) {
     const y = labels[i]!, z = logits[i]!;
-    if (y !== 0 && y !== 1) throw new EmbshardError('INVALID_ARGUMENT', `labels[${i}] is ${y}; labels must be 0 or 1`);
+    checkLabel(y, i);
     s += Math.max(z, 0) - z * y + Math.log1p(Math.exp(-Math.abs(z)));
   }
   return s / labels.length;

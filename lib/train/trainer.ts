@@ -8,7 +8,7 @@ import { EmbshardError } from '../errors.js';
 import { DeviceArray } from '../device-array.js';
 import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
-import { auc, loglossFromLogits } from '../data/metrics.js';
+import { auc, expectedAUC, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
 import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
@@ -94,10 +94,16 @@ export interface StepMetrics {
 }
 
 export interface EvalResult {
+  /** Binary cross-entropy of the predictions against the labels (soft labels too). */
   logloss: number;
+  /**
+   * ROC AUC (ties count one half). With soft labels (any label strictly between 0 and 1) each label is a
+   * click probability and the AUC is that of the expected pair counts (`expectedAUC` of embshard/data);
+   * on 0 / 1 labels the two are the same.
+   */
   auc: number;
   samples: number;
-  /** Fraction of positive labels. */
+  /** Mean label: the fraction of positive labels. */
   ctr: number;
   /** With `{ predictions: true }`: the click probability of every evaluated sample, in order. */
   predictions?: Float32Array;
@@ -424,7 +430,7 @@ export class Trainer {
       throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: options.predictions must be a boolean');
     return this.enqueue(async () => {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
-      let n = 0, k = 0, pos = 0;
+      let n = 0, k = 0, pos = 0, soft = false;
       const max = options.maxBatches ?? Infinity;
       for await (const b of batches as AsyncIterable<Batch>) {
         if (k++ >= max) break;
@@ -439,12 +445,16 @@ export class Trainer {
         }
         logits.set(z, n);
         labels.set(b.labels, n);
-        for (let i = 0; i < b.size; i++) pos += b.labels[i]!;
+        for (let i = 0; i < b.size; i++) {
+          const y = b.labels[i]!;
+          pos += y;
+          if (y !== 0 && y !== 1) soft = true;
+        }
         n += b.size;
       }
       if (n === 0) throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: no batches');
       const zl = logits.subarray(0, n), yl = labels.subarray(0, n);
-      const r: EvalResult = { logloss: loglossFromLogits(zl, yl), auc: auc(zl, yl), samples: n, ctr: pos / n };
+      const r: EvalResult = { logloss: loglossFromLogits(zl, yl), auc: soft ? expectedAUC(zl, yl) : auc(zl, yl), samples: n, ctr: pos / n };
       if (options.predictions) r.predictions = Float32Array.from(zl, sigmoid);
       return r;
     });

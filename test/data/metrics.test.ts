@@ -108,6 +108,26 @@ describe('logloss', () => {
     expect(loglossFromLogits(z, y)).toBeCloseTo(naive / n, 10);
   });
 
+  it('takes soft labels (click probabilities): the naive mean of −[y ln p + (1−y) ln(1−p)] with y in [0, 1]', () => {
+    const r = lcg(11);
+    const n = 300;
+    const p = new Float64Array(n), y = new Float32Array(n);
+    for (let i = 0; i < n; i++) {
+      p[i] = 0.02 + 0.96 * r();
+      y[i] = i % 5 === 0 ? 0 : i % 5 === 1 ? 1 : r();
+    }
+    let naive = 0;
+    for (let i = 0; i < n; i++) naive += -(y[i]! * Math.log(p[i]!) + (1 - y[i]!) * Math.log(1 - p[i]!));
+    expect(logloss(p, y)).toBeCloseTo(naive / n, 12);
+    expect(loglossFromLogits(Float64Array.from(p, (v) => Math.log(v / (1 - v))), y)).toBeCloseTo(naive / n, 10);
+    // a label outside [0, 1] or NaN names its place
+    for (const bad of [1.5, -0.1, NaN]) {
+      const yb = Float32Array.from([0, 1, bad]);
+      expect(() => logloss(Float64Array.from([0.5, 0.5, 0.5]), yb)).toThrow(/labels\[2\] is .*; labels must lie in \[0, 1\]/);
+      expect(() => loglossFromLogits(Float64Array.from([0, 0, 0]), yb)).toThrow(/labels\[2\]/);
+    }
+  });
+
   it('clips p to [eps, 1 − eps]: a confident miss costs −ln(eps)', () => {
     expect(logloss(Float32Array.from([0]), Float32Array.from([1]))).toBeCloseTo(-Math.log(1e-7), 9);
     expect(logloss(Float32Array.from([0.5, 0.5]), Float32Array.from([1, 0]))).toBeCloseTo(Math.LN2, 14);

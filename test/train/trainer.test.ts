@@ -1,7 +1,7 @@
 // trainer.test.ts — the Trainer end to end: learning a planted synthetic model to within 0.01 of the
 // planted model's own AUC on held-out data; save → load → continue giving bit-identical losses and
 // weights to an uninterrupted run (and a load after a save cut off between its renames); the LR schedule (closed form) reaching both optimizers; evaluate
-// against metrics computed from the model's own logits; the metrics callback.
+// against metrics computed from the model's own logits (0 / 1 and soft labels); the metrics callback.
 import { describe, it, expect } from 'vitest';
 import { mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -195,6 +195,25 @@ describe('evaluate', () => {
     expect(ev.samples).toBe(256);
     expect(ev.logloss).toBeCloseTo(ll / z.length, 5);
     expect(ev.auc).toBeCloseTo(wins / pairs, 9);
+    // soft labels (click probabilities, as step() takes them): the weighted pair count over i ≠ j and the
+    // cross-entropy with y in [0, 1]; ctr is the mean label
+    const soft = held.map((b, k) => ({ ...b, labels: Float32Array.from(b.labels, (l, i) => ((i + k) % 3 === 0 ? 0.25 + 0.5 * l : l)) }));
+    const ys = soft.flatMap((b) => Array.from(b.labels));
+    const evs = await t.evaluate(soft);
+    let lls = 0, num = 0, den = 0;
+    for (let i = 0; i < z.length; i++) {
+      const p = 1 / (1 + Math.exp(-z[i]!));
+      lls -= ys[i]! * Math.log(p) + (1 - ys[i]!) * Math.log(1 - p);
+      for (let j = 0; j < z.length; j++) {
+        if (i === j) continue;
+        const w = ys[i]! * (1 - ys[j]!);
+        den += w;
+        num += w * (z[i]! > z[j]! ? 1 : z[i] === z[j] ? 0.5 : 0);
+      }
+    }
+    expect(evs.logloss).toBeCloseTo(lls / z.length, 5);
+    expect(evs.auc).toBeCloseTo(num / den, 9);
+    expect(evs.ctr).toBeCloseTo(ys.reduce((a, b) => a + b, 0) / ys.length, 6);
     await expect(t.evaluate([])).rejects.toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     for (const maxBatches of [-1, 1.5, NaN, '2'])
       expect(() => t.evaluate([], { maxBatches } as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('options.maxBatches') }));
