@@ -1,7 +1,9 @@
 // train.ts — `embshard train`: trains a preset or custom DLRM/DCNv2 on synthetic data, Criteo TSV,
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
 // held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { checkpointWritable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
@@ -276,6 +278,24 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
   return { train: d.source, eval: ev, evalFrom, synthetic: d.synthetic !== undefined, tableRows: d.tableRows, describe: d.describe, close };
 }
 
+/** IO_ERROR naming the option when rank 0 could not write --save's checkpoint or --report's file (their folders are made). */
+async function checkOutputs(a: Args): Promise<void> {
+  if (a.save !== undefined) {
+    const e = await checkpointWritable(a.save);
+    if (e) throw new EmbshardError('IO_ERROR', `--save: ${e.message}`);
+  }
+  if (a.report !== undefined) {
+    const path = resolve(a.report);
+    try {
+      mkdirSync(dirname(path), { recursive: true });
+      accessSync(dirname(path), fsConstants.W_OK);
+      if (existsSync(path) && statSync(path).isDirectory()) throw new Error('it is a folder');
+    } catch (e) {
+      throw new EmbshardError('IO_ERROR', `--report: '${a.report}' cannot be written (${(e as Error).message})`);
+    }
+  }
+}
+
 /** Runs `embshard train`; resolves to the process exit code. */
 export function runTrain(argv: string[]): Promise<number> {
   return runCommand('train', TRAIN_USAGE, parse(argv), train);
@@ -300,6 +320,7 @@ async function train(a: Args): Promise<number> {
     const rank = group?.rank ?? 0;
     if (run.note && rank === 0 && !a.quiet) console.error(`embshard train: ${run.note}`);
     if (rank !== 0) a.quiet = true;
+    if (rank === 0) await checkOutputs(a); // before any training: a run is not lost to a --save / --report it cannot write
     if (a.threads) loadAddon().setThreads(a.threads);
     // Herald: every rank reads the global batches; the allocator deals their samples
     data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1);

@@ -127,6 +127,20 @@ describe('embshard train', () => {
       c = capture();
       expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', `arrow:${join(dir, 'x.arrow')}`, '--steps', '1', '--table-rows', '10'])).toBe(1);
       expect(c.err.join('')).toMatch(/INVALID_ARGUMENT: arrow:.*x\.arrow: not an Arrow IPC file or stream/);
+      vi.restoreAllMocks();
+      // --save / --report destinations that cannot be written fail before any step trains
+      const file = join(dir, 'x.arrow');
+      for (const [opt, path, msg] of [
+        ['--report', join(file, 'r.html'), /IO_ERROR: --report: '.*r\.html' cannot be written \(EEXIST/],
+        ['--report', dir, /IO_ERROR: --report: '.*' cannot be written \(it is a folder\)/],
+        ['--save', join(file, 'ck'), /IO_ERROR: --save: saving checkpoint '.*ck' failed: EEXIST/],
+      ] as const) {
+        c = capture();
+        expect(await runTrain(['--model', 'custom', '--bottom', '13-8-4', '--top', '8-1', '--data', 'synthetic', '--max-rows', '100', '--steps', '2', '--batch', '64', opt, path])).toBe(1);
+        expect(c.err.join('')).toMatch(msg);
+        expect(c.err.join('') + c.out.join('')).not.toMatch(/step 1|trained/);
+        vi.restoreAllMocks();
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
