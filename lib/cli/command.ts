@@ -31,9 +31,10 @@ export async function runCommand<A extends object>(name: string, usage: string, 
   }
 }
 
-/** The value of option `k` as an integer ≥ min; throws an Error naming the option otherwise. */
-export function intArg(k: string, v: string, min = 1): number {
-  if (!/^[0-9]+$/.test(v) || Number(v) < min || !Number.isSafeInteger(Number(v))) throw new Error(`${k} must be an integer >= ${min} (got '${v}')`);
+/** The value of option `k` as an integer in [min, max]; throws an Error naming the option otherwise. */
+export function intArg(k: string, v: string, min = 1, max = Number.MAX_SAFE_INTEGER): number {
+  if (!/^[0-9]+$/.test(v) || Number(v) < min || Number(v) > max || !Number.isSafeInteger(Number(v)))
+    throw new Error(`${k} must be an integer ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `in [${min}, ${max}]`} (got '${v}')`);
   return Number(v);
 }
 

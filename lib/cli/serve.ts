@@ -28,7 +28,7 @@ function parse(argv: string[]): Args | string {
     const num = (min: number, integer = true) => (integer ? intArg(k, v, min) : numArg(k, v, min));
     switch (k) {
       case '--checkpoint': a.checkpoint = v; break;
-      case '--port': a.port = num(0); break;
+      case '--port': a.port = intArg(k, v, 0, 65535); break;
       case '--host': a.host = v; break;
       case '--max-batch': a.maxBatch = num(1); break;
       case '--max-wait-ms': a.maxWaitMs = num(0, false); break;

@@ -189,7 +189,11 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
       return slot.current;
     },
     async listen(l = {}) {
-      return app.listen({ port: l.port ?? 8080, host: l.host ?? '127.0.0.1' });
+      rejectUnknownFields(l, ['port', 'host'], 'listen options');
+      const port = l.port ?? 8080, host = l.host ?? '127.0.0.1';
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new EmbshardError('INVALID_ARGUMENT', `listen: port must be an integer in [0, 65535] (got ${String(port)})`);
+      if (typeof host !== 'string' || host === '') throw new EmbshardError('INVALID_ARGUMENT', 'listen: host must be a non-empty string');
+      return app.listen({ port, host });
     },
     async reload(checkpoint?: string) {
       const m = await slot.reload(checkpoint);

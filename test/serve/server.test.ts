@@ -103,6 +103,10 @@ describe('embshard serve', () => {
     expect(forwards(metricsAfter) - forwards(metricsBefore)).toBeLessThan(64);
     // the default (no wait): requests read together, or arriving while a forward runs, still share forwards
     const plain = await createServer({ checkpoint: ck1 });
+    // listen options are checked before the socket opens
+    await expect(plain.listen({ port: 65536 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('port must be an integer in [0, 65535]') });
+    await expect(plain.listen({ port: 1.5 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(plain.listen({ prot: 80 } as never)).rejects.toMatchObject({ code: 'INVALID_CONFIG', message: expect.stringContaining('listen options.prot') });
     const plainUrl = await plain.listen({ port: 0, host: '127.0.0.1' });
     try {
       const answers = await Promise.all(Array.from({ length: 64 }, (_, i) =>

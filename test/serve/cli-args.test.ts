@@ -1,0 +1,24 @@
+// cli-args.test.ts — `embshard serve` argument errors: a port outside [0, 65535] or not an integer, an
+// unknown option and a missing --checkpoint exit with 2 and name the problem, before any model loads.
+import { describe, it, expect, vi, afterEach } from 'vitest';
+import { runServe } from '../../lib/cli/serve.js';
+import { capture } from '../train/capture.js';
+
+afterEach(() => vi.restoreAllMocks());
+
+describe('embshard serve arguments', () => {
+  it('usage errors exit with 2 and name the option', async () => {
+    for (const [args, msg] of [
+      [['--checkpoint', '/no/such/ck', '--port', '99999'], /--port must be an integer in \[0, 65535\] \(got '99999'\)/],
+      [['--checkpoint', '/no/such/ck', '--port', '80.5'], /--port must be an integer in \[0, 65535\]/],
+      [['--checkpoint', '/no/such/ck', '--prot', '80'], /unknown option '--prot'/],
+      [['--port', '8080'], /--checkpoint is required/],
+    ] as const) {
+      const c = capture();
+      const rc = await runServe([...args]);
+      vi.restoreAllMocks();
+      expect(rc, c.err.join('')).toBe(2);
+      expect(c.err.join('')).toMatch(msg);
+    }
+  });
+});
