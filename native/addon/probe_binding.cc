@@ -1,6 +1,10 @@
 // probe_binding.cc — `probeMemory()` (async) and the thread-pool size controls.
 #include <napi.h>
 
+#include <cmath>
+#include <string>
+#include <system_error>
+
 #include "addon/errors.h"
 #include "addon/promise_worker.h"
 #include "addon/registry.h"
@@ -49,9 +53,20 @@ Napi::Value ProbeMemory(const Napi::CallbackInfo& info) {
 Napi::Value Threads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), pool_threads()); }
 
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
-  if (!info[0].IsNumber()) throw_error(info.Env(), "INVALID_ARGUMENT", "setThreads(n) expects a number (0 = all cores)");
-  set_pool_threads(info[0].As<Napi::Number>().Int32Value());
-  return info.Env().Undefined();
+  Napi::Env env = info.Env();
+  const double n = info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+  if (!(n >= 0 && n <= kMaxPoolThreads && n == std::floor(n)))
+    throw_error(env, "INVALID_ARGUMENT",
+                "threads must be an integer in [0, " + std::to_string(kMaxPoolThreads) + "] (0 = all cores; got " +
+                    (info[0].IsNumber() ? info[0].ToString().Utf8Value() : std::string("no number")) + ")");
+  try {
+    set_pool_threads(static_cast<int>(n));
+  } catch (const std::system_error& e) {
+    throw_error(env, "ALLOC_FAILED",
+                "threads: the system could not start " + std::to_string(static_cast<int>(n)) + " threads (" + e.what() +
+                    "); " + std::to_string(pool_threads()) + " run");
+  }
+  return env.Undefined();
 }
 
 void Init(Napi::Env env, Napi::Object exports) {

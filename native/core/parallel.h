@@ -18,7 +18,12 @@ void parallel_threads(const std::function<void(int)>& fn);
 // runs it (for per-thread scratch). Results must not depend on which thread runs which task.
 void parallel_tasks(int64_t n, const std::function<void(int, int64_t)>& fn);
 
+// The most threads the pool takes (the caller included).
+constexpr int kMaxPoolThreads = 1024;
+
 int pool_threads();
-void set_pool_threads(int n);  // 0 = hardware concurrency
+// n in [0, kMaxPoolThreads], 0 = hardware concurrency. Throws std::system_error when the system cannot
+// start a thread; the pool then keeps the threads it started (pool_threads() says how many).
+void set_pool_threads(int n);
 
 }  // namespace embshard

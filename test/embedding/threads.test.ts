@@ -64,3 +64,14 @@ describe('CPU backward: bitwise the same for every thread-pool size', () => {
     });
   }
 });
+
+describe('setThreads', () => {
+  it('takes an integer in [0, 1024] and rejects anything else with INVALID_ARGUMENT, leaving the pool as it was', () => {
+    addon.setThreads(3);
+    for (const bad of [1025, 100000, -1, 1.5, NaN, Infinity, '4'])
+      expect(() => addon.setThreads(bad as number)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('threads must be an integer in [0, 1024]') }));
+    expect(addon.threads()).toBe(3);
+    addon.setThreads(0); // all cores
+    expect(addon.threads()).toBe(poolSize);
+  });
+});
