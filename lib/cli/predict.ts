@@ -12,6 +12,7 @@ import type { ModelInputs } from '../train/inputs.js';
 import { DATA_SPEC_FORMS, isEndlessSpec, openDataSpec } from './sources.js';
 import { progressLine } from './progress.js';
 import { intArg, parseArgs, runCommand } from './command.js';
+import { MAX_BATCH_SIZE } from '../data/types.js';
 
 export const PREDICT_USAGE = `usage: embshard predict --checkpoint <dir> --data <source> --out <file.csv|file.arrow>
                         [--samples N] [--batch 4096] [--max-rows N] [--threads N] [--quiet]
@@ -40,7 +41,7 @@ function parse(argv: string[]): Args | string {
       case '--checkpoint': a.checkpoint = v; break;
       case '--data': a.data = v; break;
       case '--out': a.out = v; break;
-      case '--batch': a.batch = int(); break;
+      case '--batch': a.batch = intArg(k, v, 1, MAX_BATCH_SIZE); break;
       case '--max-rows': a.maxRows = int(); break;
       case '--samples': a.samples = int(); break;
       case '--threads': a.threads = int(); break;

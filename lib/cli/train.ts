@@ -6,11 +6,11 @@ import { dirname, resolve } from 'node:path';
 import { checkpointWritable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
-import { plantedAUC, type Batch, type BatchSource } from '../data/index.js';
+import { MAX_BATCH_SIZE, plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
 import { isEndlessSpec, openDataSpec } from './sources.js';
 import { fmtRate } from './progress.js';
-import { runCommand } from './command.js';
+import { intArg, numArg, runCommand } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
 import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
@@ -116,22 +116,15 @@ function parse(argv: string[]): Args | string {
     const v = argv[i + 1];
     if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
     i++;
-    const int = (min = 1): number => {
-      if (!/^[0-9]+$/.test(v) || Number(v) < min || !Number.isSafeInteger(Number(v))) throw new Error(`${k} must be an integer >= ${min} (got '${v}')`);
-      return Number(v);
-    };
-    const num = (): number => {
-      const n = Number(v);
-      if (v.trim() === '' || !Number.isFinite(n) || n < 0) throw new Error(`${k} must be a number >= 0 (got '${v}')`);
-      return n;
-    };
+    const int = (min = 1): number => intArg(k, v, min);
+    const num = (): number => numArg(k, v, 0);
     try {
       switch (k) {
         case '--model': a.model = v; break;
         case '--data': a.data = v; break;
         case '--steps': a.steps = int(); break;
         case '--epochs': a.epochs = int(); break;
-        case '--batch': a.batch = int(); break;
+        case '--batch': a.batch = intArg(k, v, 1, MAX_BATCH_SIZE); break;
         case '--device': a.device = v; break;
         case '--comm':
           if (!(COMM_CHOICES as readonly string[]).includes(v)) return `--comm must be ${COMM_CHOICES.join(', ')} (got '${v}')`;

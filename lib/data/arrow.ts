@@ -17,7 +17,7 @@ import {
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
-import { positiveInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, type Batch, type BatchSource } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface ArrowSourceOptions {
@@ -221,8 +221,8 @@ export class ArrowSource implements BatchSource {
     this.opts = perBatch;
     this.features = [...options.features];
     this.numDense = options.numDense;
-    this.batchSize = positiveInt('batchSize', options.batchSize);
-    if (options.maxBatchSize !== undefined) positiveInt('maxBatchSize', options.maxBatchSize);
+    this.batchSize = batchSizeOf('batchSize', options.batchSize);
+    if (options.maxBatchSize !== undefined) batchSizeOf('maxBatchSize', options.maxBatchSize);
     if (!(input instanceof Table) && !Array.isArray(input) && typeof input !== 'function')
       throw new EmbshardError('INVALID_ARGUMENT', 'input must be an Arrow Table, an array of RecordBatches or a function returning an iterable of them');
   }

@@ -18,7 +18,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { NpyFile, writeNpy } from './npy.js';
 import { NpzFile } from './npz.js';
-import { nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
 
 export interface CriteoNpyOptions {
   /** Folder holding day_{d}_{dense,sparse,labels}.npy (with `days`). */
@@ -92,7 +92,7 @@ export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
   const rank = o.rank === undefined ? 0 : nonNegativeInt('rank', o.rank);
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
   return {
-    dense, sparse, labels, batchSize: positiveInt('batchSize', o.batchSize), hashes, rank, worldSize,
+    dense, sparse, labels, batchSize: batchSizeOf('batchSize', o.batchSize), hashes, rank, worldSize,
     dropLast: o.dropLast ?? false, features: o.features ? [...o.features] : null,
   };
 }

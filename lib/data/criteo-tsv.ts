@@ -14,7 +14,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE } from './criteo.js';
 import { categoricalSalt, hashCategorical, parseHex, type CategoricalHash } from './criteo-hash.js';
-import { emptyReport, positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { batchSizeOf, emptyReport, positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
 
 export interface CriteoTsvOptions {
   /** One file or several, read in order (`.gz` files are gunzipped on the fly). */
@@ -64,7 +64,7 @@ export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
   for (const p of paths) {
     if (!existsSync(p) || !statSync(p).isFile()) throw new EmbshardError('IO_ERROR', `path: no such file '${p}'`);
   }
-  const batchSize = positiveInt('batchSize', o.batchSize);
+  const batchSize = batchSizeOf('batchSize', o.batchSize);
   let rows = [...(o.tableRows ?? CRITEO_KAGGLE_CARDINALITIES)];
   if (rows.length !== NUM_SPARSE) throw new EmbshardError('LENGTH_MISMATCH', `tableRows must have ${NUM_SPARSE} entries (got ${rows.length})`);
   rows.forEach((r, f) => positiveInt(`tableRows[${f}]`, r));

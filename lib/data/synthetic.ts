@@ -32,7 +32,7 @@ import {
 import { PlantedModel, resolvePlanted, type PlantedConfig, type PlantedOptions } from './planted.js';
 import { auc, expectedAUC } from './metrics.js';
 import { hash2 } from '../random/rng.js';
-import { positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
 import { resolveSessions, SessionModel, type SessionConfig, type SessionOptions } from './synthetic-sessions.js';
 
@@ -128,7 +128,7 @@ function presetDefaults(p: SyntheticPreset): { cards: readonly number[]; hot: re
 export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'synthetic options must be an object');
   rejectUnknownFields(o, SYNTHETIC_FIELDS);
-  const batchSize = positiveInt('batchSize', o.batchSize);
+  const batchSize = batchSizeOf('batchSize', o.batchSize);
   const pre = presetDefaults(o.preset ?? 'criteo-kaggle');
   const cards = [...(o.cardinalities ?? pre.cards)];
   if (cards.length === 0) throw new EmbshardError('INVALID_CONFIG', 'cardinalities must not be empty');

@@ -71,6 +71,16 @@ export function positiveInt(name: string, v: unknown): number {
   return v;
 }
 
+/** The most samples one batch may hold (2^24): larger batch sizes are INVALID_SIZE before anything is allocated. */
+export const MAX_BATCH_SIZE = 1 << 24;
+
+/** Validates a batch size: an integer in [1, MAX_BATCH_SIZE], naming the field on failure. */
+export function batchSizeOf(name: string, v: unknown): number {
+  const n = positiveInt(name, v);
+  if (n > MAX_BATCH_SIZE) throw new EmbshardError('INVALID_SIZE', `${name} must be at most ${MAX_BATCH_SIZE} samples (got ${n})`);
+  return n;
+}
+
 /** Validates a non-negative integer option, naming the field on failure. */
 export function nonNegativeInt(name: string, v: unknown): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)

@@ -106,6 +106,8 @@ describe('synthetic determinism', () => {
 
   it('rejects bad options with a code naming the field', () => {
     expectCode(() => new SyntheticSource({ batchSize: 0 }), 'INVALID_SIZE', /batchSize/);
+    // an absurd batch is refused before anything is allocated (2^24 samples at most)
+    expectCode(() => new SyntheticSource({ batchSize: 2 ** 24 + 1 }), 'INVALID_SIZE', /batchSize must be at most 16777216 samples \(got 16777217\)/);
     expectCode(() => new SyntheticSource({ batchSize: 4, hotness: [1, 2] }), 'LENGTH_MISMATCH', /hotness/);
     expectCode(() => new SyntheticSource({ batchSize: 4, alpha: -1 }), 'INVALID_ARGUMENT', /alpha/);
     expectCode(() => new SyntheticSource({ batchSize: 4, rank: 2, worldSize: 2 }), 'INVALID_ARGUMENT', /rank/);
