@@ -60,10 +60,25 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/** Resolves once everything written to `s` so far has been handed to the OS (a pipe may still hold some). */
+function drained(s: NodeJS.WriteStream): Promise<void> {
+  return new Promise((done) => {
+    if (s.destroyed || !s.writable) done();
+    else s.write('', () => done());
+  });
+}
+
+// exit explicitly (workers, sockets or MPI may hold the loop open), but only after stdout and stderr are
+// flushed: a reader slower than the command (`embshard plan … | less`) would otherwise lose the output's end
+async function exit(code: number): Promise<never> {
+  await Promise.all([drained(process.stdout), drained(process.stderr)]);
+  process.exit(code);
+}
+
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => exit(code),
   (e) => {
     console.error(isEmbshardError(e) ? `embshard: ${e.code}: ${e.message}` : e);
-    process.exit(1);
+    return exit(1);
   },
 );
