@@ -107,6 +107,7 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
   }
 
   const xIn = new Float64Array(W), xOut = new Float64Array(W), xBwd = new Float64Array(W);
+  const relayed: RelayedRequests | undefined = hier && pooled && l.cluster === 'rb' ? { all: 0, ownNode: new Float64Array(nodes), recv: new Float64Array(nodes) } : undefined;
   const wBytes = t.weighted ? WEIGHT_BYTES : 0;
   const F = t.features.length;
   for (const g of l.groups) {
@@ -116,7 +117,7 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
     if (l.cluster === 'rb') {
       const nG = N * m;
       const inB = F * B * LENGTH_BYTES + nG * (ID_BYTES + wBytes);
-      if (hier && pooled) addRelayedRequests(out, ranks, rpn, nodes, inB);
+      if (relayed) addRelayedRequests(relayed, ranks, rpn, nodes, inB);
       ranks.forEach((d, k) => {
         const c = cols[k]!;
         if (hier && pooled) {
@@ -145,6 +146,7 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
       addShardHbm(t, g.shards, W * u, U, out);
     }
   }
+  if (relayed) flushRelayedRequests(out, relayed, rpn);
   if (hier && pooled && l.cluster === 'rb') {
     // one node-reduced vector per (source, feature, other node holding the table), rail-aligned, each way
     const y = nodeColumns(l, rpn, nodes);
@@ -176,16 +178,36 @@ function addToNodeMates(out: Load, d: number, rpn: number, req: number, fwd: num
   }
 }
 
-/** Hierarchical rb: every rank's request for a row group crosses once to each other node holding it, to the rank with its local index. */
-function addRelayedRequests(out: Load, holders: readonly number[], rpn: number, nodes: number, inB: number): void {
-  const held = new Uint8Array(nodes);
-  for (const d of holders) held[Math.floor(d / rpn)] = 1;
-  let k = 0;
-  for (let n = 0; n < nodes; n++) k += held[n]!;
-  for (let r = 0; r < nodes * rpn; r++) {
-    const mine = held[Math.floor(r / rpn)]!;
-    out.add(metric(FWD_IN, SENT_INTER), r, (k - mine) * inB);
-    if (mine) out.add(metric(FWD_IN, RECV_INTER), r, (nodes - 1) * inB);
+/**
+ * Hierarchical rb: every rank's request for a row group crosses once to each other node holding it, to the
+ * rank with its local index. Every rank of a node sends and receives alike, so a table's groups add up as:
+ * each rank sends k requests (k: nodes holding the group), one fewer on a holding node (`ownNode`), and a
+ * rank on a holding node receives one from each other node; the ranks get them once per table
+ * (flushRelayedRequests). O(holders) per group.
+ */
+interface RelayedRequests {
+  /** Σ over groups of k × request bytes */
+  all: number;
+  /** per node: Σ over the groups it holds of the request bytes (its own node's request stays inside) */
+  ownNode: Float64Array;
+  /** per node: Σ over the groups it holds of (nodes − 1) × request bytes */
+  recv: Float64Array;
+}
+
+function addRelayedRequests(x: RelayedRequests, holders: readonly number[], rpn: number, nodes: number, inB: number): void {
+  const held = [...new Set(holders.map((d) => Math.floor(d / rpn)))];
+  x.all += held.length * inB;
+  for (const n of held) {
+    x.ownNode[n] += inB;
+    x.recv[n] += (nodes - 1) * inB;
+  }
+}
+
+function flushRelayedRequests(out: Load, x: RelayedRequests, rpn: number): void {
+  for (let r = 0; r < x.recv.length * rpn; r++) {
+    const n = Math.floor(r / rpn);
+    out.add(metric(FWD_IN, SENT_INTER), r, x.all - x.ownNode[n]!);
+    if (x.recv[n] !== 0) out.add(metric(FWD_IN, RECV_INTER), r, x.recv[n]!);
   }
 }
 

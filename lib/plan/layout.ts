@@ -88,14 +88,28 @@ export function groupHolders(g: GroupLayout): { ranks: number[]; cols: number[] 
 
 /** Per node: how many of the table's columns its shards cover, over all row groups (the union of their column ranges). */
 export function nodeColumns(l: TableLayout, rpn: number, nodes: number): Float64Array {
+  // the shards bucketed by node in one pass (a table's shards sit on few of many nodes)
+  const byNode = new Map<number, [number, number][]>();
+  for (const g of l.groups)
+    for (const s of g.shards) {
+      const m = Math.floor(s.rank / rpn);
+      let iv = byNode.get(m);
+      if (!iv) byNode.set(m, (iv = []));
+      iv.push([s.c0, s.c1]);
+    }
   const out = new Float64Array(nodes);
-  for (let m = 0; m < nodes; m++) out[m] = columnUnion(l, m, rpn).reduce((n, [c0, c1]) => n + c1 - c0, 0);
+  for (const [m, iv] of byNode) out[m] = mergeIntervals(iv).reduce((n, [c0, c1]) => n + c1 - c0, 0);
   return out;
 }
 
 /** The column ranges [c0, c1) the shards of a table on node m cover, merged and ascending. */
 export function columnUnion(l: TableLayout, m: number, rpn: number): [number, number][] {
-  const iv = l.groups.flatMap((g) => g.shards.filter((s) => Math.floor(s.rank / rpn) === m).map((s) => [s.c0, s.c1] as [number, number])).sort((x, y) => x[0] - y[0]);
+  return mergeIntervals(l.groups.flatMap((g) => g.shards.filter((s) => Math.floor(s.rank / rpn) === m).map((s) => [s.c0, s.c1] as [number, number])));
+}
+
+/** Intervals [a, b) merged where they overlap or touch, ascending (sorts `iv` in place). */
+function mergeIntervals(iv: [number, number][]): [number, number][] {
+  iv.sort((x, y) => x[0] - y[0]);
   const out: [number, number][] = [];
   for (const [a, b] of iv) {
     const last = out[out.length - 1];
