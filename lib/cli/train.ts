@@ -436,9 +436,12 @@ async function train(a: Args): Promise<number> {
         },
       });
       dataMs += done.dataWaitMs;
-      if (done.steps === 0)
+      if (done.steps === 0) {
+        const bad = data.train.report?.();
         throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: the source yielded no batches` +
-          (whole?.dropped ? ` (its ${whole.dropped} samples are less than one global batch of ${whole.batchSize}, which --schedule herald needs)` : ''));
+          (whole?.dropped ? ` (its ${whole.dropped} samples are less than one global batch of ${whole.batchSize}, which --schedule herald needs)` : '') +
+          (bad?.malformed ? ` (${bad.malformed} malformed line(s) of ${bad.lines} skipped: ${JSON.stringify(bad.byReason)})` : ''));
+      }
     }
     if (evalSet && evaluatedAt !== trainer.stepCount) lastEval = await evaluate();
     progress(true);

@@ -132,6 +132,12 @@ describe('embshard train', () => {
       expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', `arrow:${join(dir, 'x.arrow')}`, '--steps', '1', '--table-rows', '10'])).toBe(1);
       expect(c.err.join('')).toMatch(/INVALID_ARGUMENT: arrow:.*x\.arrow: not an Arrow IPC file or stream/);
       vi.restoreAllMocks();
+      // a file of malformed lines only: the error says what was skipped
+      writeFileSync(join(dir, 'bad.tsv'), 'label\tI1\tI2\nnot\ta\tsample\n');
+      c = capture();
+      expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', `criteo-tsv:${join(dir, 'bad.tsv')}`, '--epochs', '1', '--max-rows', '10'])).toBe(1);
+      expect(c.err.join('')).toMatch(/the source yielded no batches \(2 malformed line\(s\) of 2 skipped: \{"columns":2\}\)/);
+      vi.restoreAllMocks();
       // --save / --report destinations that cannot be written fail before any step trains
       const file = join(dir, 'x.arrow');
       for (const [opt, path, msg] of [
