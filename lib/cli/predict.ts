@@ -173,6 +173,14 @@ async function predict(a: Args): Promise<number> {
     await sink.close();
     const el = (performance.now() - t0) / 1000;
     if (tty) process.stderr.write(`\r${progressLine(n, total ?? n, el, 'samples')}\n`);
+    // skipped lines have no row in the output: say so (even with --quiet), naming the first of them
+    const bad = d.source.report?.();
+    const skipped = bad?.malformed
+      ? `${bad.malformed.toLocaleString()} malformed line(s) of ${bad.lines.toLocaleString()} skipped (${JSON.stringify(bad.byReason)}; first: ` +
+        `${bad.issues.slice(0, 3).map((i) => `${i.file ? `${i.file}:` : 'line '}${i.line}`).join(', ')})`
+      : '';
+    if (n === 0) throw new EmbshardError('INVALID_ARGUMENT', `--data ${a.data}: no samples to predict${skipped ? `; ${skipped}` : ''}`);
+    if (skipped) console.error(`embshard predict: ${skipped}: they have no row in the output, which holds one per good line, in order`);
     if (!a.quiet) console.log(`predicted ${n.toLocaleString()} samples of ${d.describe} in ${el.toFixed(1)} s → ${a.out}`);
     trainer.embeddings.dispose?.();
     return 0;

@@ -131,6 +131,20 @@ describe('Trainer.predict', () => {
     const missing = join(dir, 'no-such-folder', 'p.csv');
     expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', missing])).toBe(1);
     expect(err.mock.calls.map((c) => String(c[0]))).toEqual([`embshard predict: IO_ERROR: open '${missing}' failed (ENOENT)`]);
+    // malformed lines: the good lines' rows, in order, and a warning naming the skipped lines; nothing
+    // but malformed lines is an error
+    const mixed = join(dir, 'mixed.txt');
+    writeCriteoTsv(mixed, 150, 50); // a malformed line after every 50 good ones
+    err.mockClear();
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${mixed}`, '--out', csv, '--batch', '64'])).toBe(0);
+    expect(Float32Array.from(readFileSync(csv, 'utf8').trim().split('\n').slice(1).map(Number))).toEqual(Float32Array.from(want));
+    expect(err.mock.calls.map((c) => String(c[0]))).toEqual([
+      'embshard predict: 3 malformed line(s) of 153 skipped ({"columns":3}; first: line 51, line 102, line 153): they have no row in the output, which holds one per good line, in order',
+    ]);
+    writeFileSync(mixed, 'not\ta\tsample\n');
+    err.mockClear();
+    expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${mixed}`, '--out', csv])).toBe(1);
+    expect(String(err.mock.calls[0]![0])).toMatch(/INVALID_ARGUMENT: --data criteo-tsv:.*: no samples to predict; 1 malformed line\(s\) of 1 skipped/);
     t.embeddings.dispose?.();
   }, 60_000);
 
