@@ -342,7 +342,8 @@ export class Trainer {
   }
 
   /**
-   * Trains on `batches` (each rank its own source; every rank takes the same number of steps), looking one
+   * Trains on `batches` (each rank its own source, all yielding as many batches: uneven sources make the
+   * ranks' collectives disagree, and fit rejects with COMM_FAILED / COMM_TIMEOUT on every rank), looking one
    * batch ahead: with `overlap` (the default) each step is given the next batch, whose routing and id
    * exchange then run during this step's dense compute (a data source's prefetch keeps that batch ready).
    * Resolves when the source ends or after `steps` steps.
@@ -710,6 +711,9 @@ export class Trainer {
       const group = this.group!;
       const start = () => clock.track(onDevice ? this.deviceGroup!.allReduceDevice(onDevice, 'sum') : group.allReduce(g!, 'sum'));
       reduced = this.overlap ? CommClock.hidden(start) : start();
+      // awaited below, after the embedding backward: marked handled now, so a failure meanwhile (a peer that
+      // left the step) is not an unhandled rejection that ends the process first
+      reduced.catch(() => undefined);
       if (!this.overlap) await reduced;
     }
     const t3 = performance.now();

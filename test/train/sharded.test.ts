@@ -238,6 +238,17 @@ describe('Trainer with a sharding plan', () => {
     }
   });
 
+  it('sources of uneven length on the ranks end fit() with COMM_FAILED on every rank, not with an unhandled rejection', async () => {
+    // rank 0 runs out a batch early: its last step takes no next batch while rank 1's prepares one, so the
+    // collectives no longer match; the dense all-reduce started during that step fails while the embedding
+    // backward runs (vitest fails the run on any unhandled rejection)
+    const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+    const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'sgd', lr: 0.05 }, embeddingOptimizer: { type: 'sgd', lr: 0.1 }, seed: 3 }));
+    const res = await Promise.allSettled(ranks.map((t, r) => t.fit(Array.from({ length: r === 0 ? 2 : 3 }, (_, k) => localBatch(r, k)))));
+    for (const x of res) expect(x).toMatchObject({ status: 'rejected', reason: { code: 'COMM_FAILED' } });
+    for (const g of groups) g.close();
+  });
+
   it('a plan without a group is refused with INVALID_CONFIG', () => {
     expect(() => new Trainer({ model: spec, plan })).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/group/) }));
   });
