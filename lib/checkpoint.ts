@@ -91,6 +91,12 @@ async function siblingsOf(target: string): Promise<string[]> {
   }
 }
 
+/** INVALID_ARGUMENT unless `dir` is a non-empty path string (a checkpoint folder to save to or load from). */
+export function checkDir(dir: unknown): asserts dir is string {
+  if (typeof dir !== 'string' || dir.length === 0)
+    throw new EmbshardError('INVALID_ARGUMENT', `a checkpoint folder must be a non-empty path string (got ${dir === '' ? "''" : typeof dir})`);
+}
+
 /** Whether a file-system error says the path is not there (ENOENT; ENOTDIR: a file where a folder was named). */
 export function isNotFound(e: unknown): boolean {
   const code = (e as NodeJS.ErrnoException | null)?.code;
@@ -127,6 +133,7 @@ function interruptedSwap(target: string, names: readonly string[]): { fresh: str
  * its two renames (no folder at `dir`), the complete new folder it left beside it. Every loader starts here.
  */
 export async function checkpointDir(dir: string): Promise<string> {
+  checkDir(dir);
   const target = resolve(dir);
   if (await exists(target)) return dir;
   return interruptedSwap(target, await siblingsOf(target))?.fresh ?? dir;
@@ -164,6 +171,11 @@ async function tidyCheckpoint(target: string): Promise<void> {
  * save's collectives.)
  */
 export async function checkpointWritable(dir: string): Promise<EmbshardError | undefined> {
+  try {
+    checkDir(dir);
+  } catch (e) {
+    return e as EmbshardError;
+  }
   const parent = dirname(resolve(dir));
   try {
     await fs.mkdir(parent, { recursive: true });
@@ -175,6 +187,7 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
 }
 
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
+  checkDir(dir);
   const target = resolve(dir);
   const parent = dirname(target);
   const tag = newTag();

@@ -13,6 +13,7 @@ import { checkBackwardOptions, checkForwardOptions, EmbeddingCollection, type Ba
 import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
 import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
+import { checkDir } from '../checkpoint.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
@@ -461,6 +462,7 @@ export class HeraldEmbeddingCollection {
 
   /** Writes one collection's checkpoint of the whole tables (a collective; rank 0 writes `dir`). */
   async save(dir: string, extra?: Record<string, unknown>): Promise<void> {
+    checkDir(dir); // before the gather: every rank passes the same folder
     const full: { weights: Float32Array; state: Float32Array }[] = [];
     for (const t of this.tables) full.push(await this.gather(t.name));
     let failure: unknown;

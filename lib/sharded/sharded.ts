@@ -20,6 +20,7 @@
 // messages and gradients stay in device memory).
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { checkDir } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import { resolveBackend } from '../backends.js';
@@ -368,7 +369,10 @@ export class ShardedEmbeddingCollection extends EngineOwner {
    * every rank waits). Any world size and plan can load it (load), so can EmbeddingCollection.load. A collective.
    */
   save(dir: string, extra?: Record<string, unknown>): Promise<void> {
-    return this.enqueue(() => saveSharded(this, dir, extra));
+    return this.rejecting(() => {
+      checkDir(dir); // before the gather: every rank passes the same folder
+      return this.enqueue(() => saveSharded(this, dir, extra));
+    });
   }
 
   /** Reads a checkpoint of save() or EmbeddingCollection.save onto `plan` and `group` (any world size). */

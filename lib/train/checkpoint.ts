@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { checkpointDir, isNotFound, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
+import { checkDir, checkpointDir, isNotFound, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -55,7 +55,7 @@ function bytesOf(a: Float32Array): Uint8Array {
 }
 
 export async function writeTrainerCheckpoint(dir: string, s: TrainerState): Promise<void> {
-  if (typeof dir !== 'string' || dir.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'dir must be a non-empty path');
+  checkDir(dir);
   if (s.writer === false) {
     await s.embeddings.save(join(dir, EMBEDDINGS_DIR)); // a collective; rank 0 writes it
     return;

@@ -112,6 +112,10 @@ describe('checkpoints', () => {
     const a = new EmbeddingCollection(config);
     await train(a, 1, 4);
     expect(await codeOf(EmbeddingCollection.load(join(root, 'nope')))).toBe('CHECKPOINT_MISSING');
+    // a folder that is not a path string: INVALID_ARGUMENT, before anything is read or written
+    for (const dir of [undefined, null, 0, '', {}])
+      for (const call of [() => a.save(dir as never), () => EmbeddingCollection.load(dir as never)])
+        await expect(call()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('a checkpoint folder must be a non-empty path string') });
     // a file where the checkpoint folder (or a folder above it) is named: missing too, not an I/O fault
     writeFileSync(join(root, 'plain-file'), 'x');
     expect(await codeOf(EmbeddingCollection.load(join(root, 'plain-file')))).toBe('CHECKPOINT_MISSING');

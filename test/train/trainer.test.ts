@@ -105,6 +105,10 @@ describe('save → load → continue', () => {
       writeFileSync(f, buf);
       await expect(Trainer.load(join(dir, 'ck'))).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_CORRUPT' }));
       await expect(Trainer.load(join(dir, 'nope'))).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_MISSING' }));
+      for (const bad of [undefined, 7, '']) {
+        await expect(t.save(bad as never)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        await expect(Trainer.load(bad as never)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
       // a file in place of the folder
       await expect(Trainer.load(f)).rejects.toThrow(expect.objectContaining({ code: 'CHECKPOINT_MISSING', message: expect.stringMatching(/a file stands where its path names a folder/) }));
     } finally {
