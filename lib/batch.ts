@@ -38,6 +38,7 @@ export class JaggedBatch {
 
   /** Builds a batch from per-bag lengths. Throws EmbshardError on wrong types or sizes. */
   static fromLengths(init: JaggedBatchInit): JaggedBatch {
+    if (typeof init !== 'object' || init === null) throw new EmbshardError('INVALID_ARGUMENT', 'fromLengths({ features, batchSize, lengths, ids, weights? }) takes an object');
     const { features, batchSize, lengths, ids, weights } = init;
     if (!Array.isArray(features) || features.some((f) => typeof f !== 'string' || f.length === 0))
       throw new EmbshardError('INVALID_ARGUMENT', 'features must be an array of non-empty strings');
@@ -67,6 +68,8 @@ export class JaggedBatch {
    * (optionally with weights in the same shape). Not for hot paths.
    */
   static fromBags(features: readonly string[], bags: readonly (readonly (number | bigint)[])[][], weights?: readonly (readonly number[])[][]): JaggedBatch {
+    if (!Array.isArray(features)) throw new EmbshardError('INVALID_ARGUMENT', 'fromBags(features, bags): features must be an array of feature names');
+    if (!Array.isArray(bags)) throw new EmbshardError('INVALID_ARGUMENT', 'fromBags(features, bags): bags must be an array (per feature, per sample, the ids)');
     const B = bags[0]?.length ?? 0;
     const lengths = new Int32Array(features.length * B);
     const all: bigint[] = [];

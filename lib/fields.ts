@@ -13,10 +13,13 @@ export function fieldsOf<T>(fields: { readonly [K in keyof Required<T>]: true })
 }
 
 /**
- * Throws `code` (INVALID_CONFIG by default) naming the first own field of `o` that is not in `known`;
- * `path` is where `o` sits in the caller's config (`tables[0]`, `optimizer`; '' for the root).
+ * Throws `code` (INVALID_CONFIG by default) naming the first own field of `o` that is not in `known`, or
+ * when `o` is not an object at all; `path` is where `o` sits in the caller's config (`tables[0]`,
+ * `optimizer`; '' for the root).
  */
 export function rejectUnknownFields(o: object, known: readonly string[], path = '', code: ErrorCode = 'INVALID_CONFIG'): void {
+  if (typeof o !== 'object' || o === null || Array.isArray(o))
+    throw new EmbshardError(code, `${path === '' ? 'the config' : path} must be an object (got ${o === null ? 'null' : Array.isArray(o) ? 'an array' : typeof o})`, { path });
   for (const k of Object.keys(o)) {
     if (known.includes(k)) continue;
     const field = path === '' ? k : `${path}.${k}`;

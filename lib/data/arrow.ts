@@ -245,8 +245,11 @@ export class ArrowSource implements BatchSource {
  * Table or array (pass them explicitly to ArrowSource for a lazy stream).
  */
 export function arrowSource(input: Table | readonly RecordBatch[], options: ArrowSourceOptions = {}): ArrowSource {
+  if (!(input instanceof Table) && !Array.isArray(input)) throw new EmbshardError('INVALID_ARGUMENT', 'arrowSource: input must be an Arrow Table or an array of RecordBatches');
   const first = input instanceof Table ? input.batches[0] : input[0];
   if (!first) throw new EmbshardError('INVALID_ARGUMENT', 'the Arrow input holds no RecordBatch');
+  if (typeof first !== 'object' || typeof (first as Partial<RecordBatch>).schema !== 'object' || typeof (first as Partial<RecordBatch>).data !== 'object')
+    throw new EmbshardError('INVALID_ARGUMENT', 'arrowSource: input must be an Arrow Table or an array of RecordBatches');
   const b = recordBatchToBatch(first, options);
   return new ArrowSource(input, {
     ...options,

@@ -2,7 +2,7 @@
 // plan, for one concrete local batch per rank, byte for byte as docs/wire-protocol.md defines them, plus the
 // HBM bytes of lookups and updates. Ids become rows by the table's hot-id remap (remap.ts). No kernels run; ids are sorted per (rank, table) in typed arrays, so
 // 1,024 simulated ranks with small batches take seconds.
-import type { JaggedBatch } from '../batch.js';
+import { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
 import { addFullRowHbm, addShardHbm } from './cost-model.js';
@@ -117,6 +117,9 @@ export function measureTraffic(plan: ShardPlan, batches: readonly JaggedBatch[])
   const W = topo.worldSize, rpn = topo.ranksPerNode, nodes = W / rpn;
   if (!Array.isArray(batches) || batches.length !== W)
     throw new EmbshardError('INVALID_ARGUMENT', `batches must hold one local batch per rank (${W}); got ${Array.isArray(batches) ? batches.length : typeof batches}`);
+  batches.forEach((b, r) => {
+    if (!(b instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', `batches[${r}] must be a JaggedBatch`);
+  });
   const keys = plan.tables.map((t) => (t.dynamic ? dynamicKeys(t, batches) : undefined));
   const ids = batches.map((b, r) => collect(plan, b, r, keys));
   const load = new Load(topo);

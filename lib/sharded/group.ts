@@ -205,6 +205,8 @@ export class ProcessGroup {
   async allToAllV<T extends CommArray>(send: T, sendCounts: ArrayLike<number>, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
     if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: send must be a typed array');
+    if (typeof sendCounts !== 'object' || sendCounts === null || typeof sendCounts.length !== 'number')
+      throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: sendCounts must be an array of element counts, one per rank');
     if (sendCounts.length !== this.size)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts has ${sendCounts.length} entries; the group has ${this.size} ranks`);
     const bpe = send.BYTES_PER_ELEMENT;

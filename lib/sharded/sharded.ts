@@ -34,10 +34,10 @@ import { DeviceOutputs, deviceGradients, type DeviceForwardOutput, type DeviceGr
 import type { DynamicStep } from '../storage/dynamic.js';
 import { DynamicShards, type DynamicShardStats, type HeldShard } from './dynamic-shards.js';
 import { dynamicFieldsOf, resolveSpill } from '../storage/dynamic-config.js';
-import type { ShardPlan } from '../plan/shard-plan.js';
+import { ShardPlan } from '../plan/shard-plan.js';
 import type { Ids } from '../collection.js';
 import type { DType, RankCounters } from '../plan/types.js';
-import { zeroTraffic, type ProcessGroup, type TrafficCounters } from './group.js';
+import { ProcessGroup, zeroTraffic, type TrafficCounters } from './group.js';
 import { exchangeOps, type Wire } from './exchange-ops.js';
 import { loadAddon } from '../native.js';
 import type { GroupAddon } from './binding.js';
@@ -198,6 +198,8 @@ export class ShardedEmbeddingCollection extends EngineOwner {
 
   constructor(plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}, internal?: { initialize: boolean }) {
     super('ShardedEmbeddingCollection');
+    if (!(plan instanceof ShardPlan)) throw new EmbshardError('INVALID_ARGUMENT', 'plan must be a ShardPlan (planShards, ShardPlan.fromJSON)');
+    if (!(group instanceof ProcessGroup)) throw new EmbshardError('INVALID_ARGUMENT', 'group must be a ProcessGroup (createInProcessGroups, createMpiGroup, createNcclGroup)');
     if (group.size !== plan.topology.worldSize)
       throw new EmbshardError('INVALID_PLAN', `the plan is for ${plan.topology.worldSize} ranks but the group has ${group.size}`);
     if (group.ranksPerNode !== plan.topology.ranksPerNode)

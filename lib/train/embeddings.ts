@@ -82,6 +82,8 @@ const TABLES_FOR_FIELDS = fieldsOf<TablesForOptions>({ dim: true, optimizer: tru
 /** The config of one table per feature, named after it, with `rows[f]` rows: the DLRM layout for Criteo-like data. */
 export function tablesFor(features: readonly string[], rows: readonly number[], o: TablesForOptions): CollectionConfig {
   rejectUnknownFields(o, TABLES_FOR_FIELDS);
+  if (!Array.isArray(features) || features.some((f) => typeof f !== 'string')) throw new EmbshardError('INVALID_ARGUMENT', 'features must be an array of feature names');
+  if (!Array.isArray(rows)) throw new EmbshardError('INVALID_ARGUMENT', 'rows must be an array of table sizes, one per feature');
   if (features.length !== rows.length)
     throw new EmbshardError('LENGTH_MISMATCH', `${features.length} features but ${rows.length} table sizes`);
   const optimizer = o.optimizer ?? { type: 'adagrad', lr: 0.01 };

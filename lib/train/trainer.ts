@@ -353,7 +353,7 @@ export class Trainer {
     const max = options.steps ?? Infinity;
     if (!(max === Infinity || (Number.isSafeInteger(max) && max >= 0)))
       throw new EmbshardError('INVALID_ARGUMENT', `fit: options.steps must be a non-negative integer (got ${String(options.steps)})`);
-    const src = batches as Partial<AsyncIterable<Batch> & Iterable<Batch>>;
+    const src = (typeof batches === 'object' && batches !== null ? batches : {}) as Partial<AsyncIterable<Batch> & Iterable<Batch>>;
     const it: AsyncIterator<Batch> | Iterator<Batch> | undefined = src[Symbol.asyncIterator]?.() ?? src[Symbol.iterator]?.();
     if (!it) throw new EmbshardError('INVALID_ARGUMENT', 'fit: batches must be an iterable or async iterable of batches');
     const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
@@ -429,6 +429,9 @@ export class Trainer {
       throw new EmbshardError('INVALID_ARGUMENT', `evaluate: options.maxBatches must be a non-negative integer or Infinity (got ${String(mb)})`);
     if (options.predictions !== undefined && typeof options.predictions !== 'boolean')
       throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: options.predictions must be a boolean');
+    const src = batches as Partial<AsyncIterable<Batch> & Iterable<Batch>> | null | undefined;
+    if (typeof src !== 'object' || src === null || (typeof src[Symbol.asyncIterator] !== 'function' && typeof src[Symbol.iterator] !== 'function'))
+      throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: batches must be an iterable or async iterable of batches');
     return this.enqueue(async () => {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
       let n = 0, k = 0, pos = 0, soft = false;

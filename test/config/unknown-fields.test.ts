@@ -161,3 +161,39 @@ describe('planner inputs', () => {
     expect(await profileAccess([b], tables, { topK: 4 })).toHaveLength(1);
   });
 });
+
+describe('arguments of the wrong kind altogether', () => {
+  // a config or argument that is not what the call takes at all (null, a number, an array) is a typed error
+  // naming it, never a TypeError from deep inside
+  const typed = async (code: string, f: () => unknown, message?: RegExp) => {
+    const e = await raised(f);
+    expect(e.code).toBe(code);
+    if (message) expect(e.message).toMatch(message);
+  };
+
+  it('null, numbers and arrays where an options object belongs', async () => {
+    const t = new Trainer({ model: { denseIn: 1, bottom: [4], top: [4, 1], numSparse: 1, embDim: 4, interaction: 'dot' }, embeddings: new EmbeddingCollection({ tables }) });
+    await typed('INVALID_CONFIG', () => t.fit([], null as never), /options must be an object \(got null\)/);
+    await typed('INVALID_CONFIG', () => t.evaluate([], 3 as never), /options must be an object \(got number\)/);
+    await typed('INVALID_CONFIG', () => topologyPreset('dgx-h100', [] as never), /must be an object \(got an array\)/);
+    await typed('INVALID_CONFIG', () => new EmbeddingCollection(null as never), /must be an object/);
+  });
+
+  it('batches, sources, plans and groups that are not one', async () => {
+    const t = new Trainer({ model: { denseIn: 1, bottom: [4], top: [4, 1], numSparse: 1, embDim: 4, interaction: 'dot' }, embeddings: new EmbeddingCollection({ tables }) });
+    await typed('INVALID_ARGUMENT', () => t.fit(undefined as never), /fit: batches must be an iterable/);
+    await typed('INVALID_ARGUMENT', () => t.evaluate(0 as never), /evaluate: batches must be an iterable/);
+    await typed('INVALID_ARGUMENT', () => JaggedBatch.fromLengths(undefined as never), /takes an object/);
+    await typed('INVALID_ARGUMENT', () => JaggedBatch.fromBags(undefined as never, []), /features must be an array/);
+    await typed('INVALID_ARGUMENT', () => JaggedBatch.fromBags(['t'], null as never), /bags must be an array/);
+    await typed('INVALID_ARGUMENT', () => arrowSource(undefined as never), /an Arrow Table or an array of RecordBatches/);
+    await typed('INVALID_ARGUMENT', () => arrowSource([1] as never), /an Arrow Table or an array of RecordBatches/);
+    await typed('INVALID_ARGUMENT', () => embeddingsFor(null as never, [], { dim: 4 }), /features must be an array/);
+    const [g] = createInProcessGroups(1);
+    await typed('INVALID_ARGUMENT', () => new ShardedEmbeddingCollection(undefined as never, g!), /plan must be a ShardPlan/);
+    const plan = planShards(tables, smallTopology(1, 1), { batchSize: 2 });
+    await typed('INVALID_ARGUMENT', () => new ShardedEmbeddingCollection(plan, {} as never), /group must be a ProcessGroup/);
+    await typed('INVALID_ARGUMENT', () => g!.allToAllV(Float32Array.of(1), undefined as never), /sendCounts must be an array/);
+    g!.close();
+  });
+});
