@@ -211,6 +211,8 @@ function modelSpec(a: Args, numSparse: number): DenseModelSpec {
   const interaction = a.interaction ?? base?.interaction ?? 'dot';
   const spec: DenseModelSpec = { denseIn, bottom, top, numSparse, embDim: bottom[bottom.length - 1]!, interaction };
   if (base && !a.bottom) spec.embDim = base.embDim;
+  if (interaction !== 'cross' && (a.crossLayers !== undefined || a.crossRank !== undefined))
+    throw new EmbshardError('INVALID_CONFIG', `--cross-layers / --cross-rank shape DCNv2 cross layers; this model's interaction is '${interaction}' (add --interaction cross)`);
   if (interaction === 'cross') {
     spec.crossLayers = a.crossLayers ?? base?.crossLayers ?? 3;
     spec.crossRank = a.crossRank ?? base?.crossRank ?? 512;

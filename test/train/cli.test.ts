@@ -109,6 +109,10 @@ describe('embshard train', () => {
     expect(c.err.join('')).toMatch(/--steps must be an integer/);
     vi.restoreAllMocks();
     c = capture();
+    expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--cross-layers', '3'])).toBe(1);
+    expect(c.err.join('')).toMatch(/INVALID_CONFIG: --cross-layers \/ --cross-rank shape DCNv2 cross layers; this model's interaction is 'dot' \(add --interaction cross\)/);
+    vi.restoreAllMocks();
+    c = capture();
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--batch', '2000000000'])).toBe(2);
     expect(c.err.join('')).toMatch(/--batch must be an integer in \[1, 16777216\] \(got '2000000000'\)/);
     vi.restoreAllMocks();
