@@ -80,7 +80,7 @@ interface Args {
   lr?: number;
   embLr?: number;
   warmup: number;
-  decayStart: number;
+  decayStart?: number;
   decaySteps: number;
   maxRows?: number;
   tableRows?: number;
@@ -105,7 +105,7 @@ interface Args {
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { batch: 2048, device: 'cpu', warmup: 0, decayStart: 0, decaySteps: 0, evalBatches: 4, seed: 0, prefetch: 4, quiet: false, comm: 'auto' };
+  const a: Args = { batch: 2048, device: 'cpu', warmup: 0, decaySteps: 0, evalBatches: 4, seed: 0, prefetch: 4, quiet: false, comm: 'auto' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';
@@ -195,6 +195,10 @@ function parse(argv: string[]): Args | string {
   if (a.epochs !== undefined && isEndlessSpec(a.data)) return '--epochs needs a finite source; synthetic data never ends: give --steps N';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
+  if (a.cachePolicy !== undefined && a.storageDir === undefined) return '--cache-policy needs --storage disk:<dir> (it is the disk tables\' cache policy)';
+  if (a.decayStart !== undefined && a.decaySteps === 0) return '--decay-start needs --decay-steps N (the length of the decay)';
+  if (a.tableRows !== undefined && ![a.data, a.evalData].some((d) => d?.startsWith('arrow:')))
+    return '--table-rows gives the rows of an arrow: source\'s tables; the other sources know theirs (--max-rows caps them)';
   if (a.schedule === 'herald' && a.plan !== undefined) return '--schedule herald places rows itself; it takes no --plan';
   return a;
 }

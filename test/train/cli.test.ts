@@ -108,6 +108,17 @@ describe('embshard train', () => {
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '0'])).toBe(2);
     expect(c.err.join('')).toMatch(/--steps must be an integer/);
     vi.restoreAllMocks();
+    // options that would be silently ignored in this combination
+    for (const [extra, msg] of [
+      [['--cache-policy', 'lfu'], /--cache-policy needs --storage disk:<dir>/],
+      [['--decay-start', '10'], /--decay-start needs --decay-steps N/],
+      [['--table-rows', '10'], /--table-rows gives the rows of an arrow: source's tables/],
+    ] as const) {
+      c = capture();
+      expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', ...extra])).toBe(2);
+      expect(c.err.join('')).toMatch(msg);
+      vi.restoreAllMocks();
+    }
     c = capture();
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--cross-layers', '3'])).toBe(1);
     expect(c.err.join('')).toMatch(/INVALID_CONFIG: --cross-layers \/ --cross-rank shape DCNv2 cross layers; this model's interaction is 'dot' \(add --interaction cross\)/);
