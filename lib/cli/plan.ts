@@ -13,6 +13,7 @@ import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
 import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
 import { runCommand } from './command.js';
+import { MAX_BATCH_SIZE } from '../data/types.js';
 
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
                      [--preset <${PRESET_NAMES.join('|')}>] [--ranks-per-node <n>] [--batch <per-rank batch>]
@@ -35,14 +36,14 @@ interface Args {
   svg?: string;
   timeBudgetMs?: number;
   profile?: string;
-  profileBatches: number;
-  topK: number;
-  minHits: number;
+  profileBatches?: number;
+  topK?: number;
+  minHits?: number;
   maxRows?: number;
 }
 
 function parse(argv: string[]): Args | string {
-  const a: Args = { preset: 'dgx-h100', batch: 4096, profileBatches: 8, topK: 262_144, minHits: 2 };
+  const a: Args = { preset: 'dgx-h100', batch: 4096 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i]!;
     if (k === '--help' || k === '-h') return 'help';
@@ -92,7 +93,11 @@ function parse(argv: string[]): Args | string {
   }
   if (!a.model) return '--model is required';
   if (!a.gpus) return '--gpus is required';
-  if (!a.profile && a.maxRows !== undefined) return '--max-rows needs --profile';
+  if (!a.profile) {
+    const unused = (['--max-rows', '--profile-batches', '--top-k', '--min-hits'] as const).find((k, i) => [a.maxRows, a.profileBatches, a.topK, a.minHits][i] !== undefined);
+    if (unused) return `${unused} needs --profile`;
+  }
+  if (a.batch > MAX_BATCH_SIZE) return `--batch must be at most ${MAX_BATCH_SIZE} samples per rank (got ${a.batch})`;
   return a;
 }
 
@@ -107,7 +112,7 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
   try {
     for await (const b of opened.source) {
       batches.push(b.sparse);
-      if (batches.length >= a.profileBatches) break;
+      if (batches.length >= (a.profileBatches ?? 8)) break;
     }
   } finally {
     await opened.source.close?.();
@@ -119,7 +124,7 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
     if (f !== undefined) throw new EmbshardError('MISSING_FEATURE', `--profile ${a.profile}: the source has no feature '${f}' (table '${t.name}')`);
     return { ...t, rows: Math.max(...(t.features ?? [t.name]).map((x) => rowsOf.get(x)!)) };
   });
-  const profiles = await profileAccess(batches, sized, { topK: a.topK, minHits: a.minHits });
+  const profiles = await profileAccess(batches, sized, { topK: a.topK ?? 262_144, minHits: a.minHits ?? 2 });
   const ids = profiles.reduce((s, p) => s + p.lookups, 0);
   console.log(`Profiled ${batches.length} batches of ${opened.describe}: ${ids.toLocaleString()} ids. Per table: rows, hot ids kept, their share of the lookups, fitted Zipf α, tail order.`);
   profiles.forEach((p, i) => console.log(`  ${p.table.padEnd(12)} ${String(sized[i]!.rows).padStart(10)} ${String(p.hotIds.length).padStart(6)} ${(100 * p.hotMass).toFixed(1).padStart(6)}%  α ${p.zipf.toFixed(2)}  ${p.tail}`));

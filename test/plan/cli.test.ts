@@ -76,9 +76,14 @@ describe('embshard plan', () => {
     }
   });
 
-  it('--profile errors: a source that cannot open gives 1, --max-rows without --profile gives 2', async () => {
+  it('--profile errors: a source that cannot open gives 1, a profiling option without --profile gives 2', async () => {
     const err = vi.spyOn(console, 'error').mockImplementation(() => {});
-    expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--max-rows', '100'])).toBe(2);
+    for (const [k, v] of [['--max-rows', '100'], ['--top-k', '5'], ['--min-hits', '3'], ['--profile-batches', '2']]) {
+      err.mockClear();
+      expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', k!, v!])).toBe(2);
+      expect(err.mock.calls.map((c) => String(c[0])).join('\n')).toContain(`${k} needs --profile`);
+    }
+    expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--batch', '99999999999'])).toBe(2);
     expect(await runPlan(['--model', 'criteo-kaggle', '--gpus', '4', '--profile', 'binary:/nonexistent'])).toBe(1);
     expect(err.mock.calls.map((c) => String(c[0])).join('\n')).toContain('binary:<dir>');
   });
