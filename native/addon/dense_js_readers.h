@@ -18,7 +18,7 @@ inline int64_t integer(Napi::Env env, Napi::Value v, const std::string& field, i
   if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", field + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
   if (!std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi))
-    throw_error(env, "INVALID_SIZE", field + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + std::to_string(d) + ")");
+    throw_error(env, "INVALID_SIZE", field + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got " + v.ToString().Utf8Value() + ")");
   return static_cast<int64_t>(d);
 }
 

@@ -185,6 +185,11 @@ describe('presets and specs', () => {
     bad({ interaction: 'fm' as 'dot' }, /interaction/);
     bad({ interaction: 'cross' }, /crossLayers/);
     expect(() => new DenseModel('dlrm-nope' as 'dlrm-dcnv2')).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG' }));
+    // absurd sizes: INVALID_SIZE naming the field and the value as given
+    expect(() => new DenseModel({ ...tiny.dot!, bottom: [1e9, 3] })).toThrow(expect.objectContaining({ code: 'INVALID_SIZE', message: 'bottom[0] must be an integer in [1, 1048576] (got 1000000000)' }));
+    expect(() => new DenseModel({ ...tiny.cross!, crossLayers: 1e6 })).toThrow(
+      expect.objectContaining({ code: 'INVALID_SIZE', message: 'crossLayers must be an integer in [1, 64] (got 1000000)' }),
+    );
   });
 });
 
