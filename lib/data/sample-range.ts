@@ -47,6 +47,8 @@ export class SampleRangeSource extends SourceView {
 
 /** Samples one pass of `source` yields (reads it once when it cannot say). */
 export async function countSamples(source: BatchSource & { numSamples?: number }): Promise<number> {
+  if (typeof source !== 'object' || source === null || typeof (source as Partial<AsyncIterable<unknown>>)[Symbol.asyncIterator] !== 'function')
+    throw new EmbshardError('INVALID_ARGUMENT', 'countSamples: source must be a BatchSource (an async iterable of batches)');
   if (typeof source.numSamples === 'number') return source.numSamples;
   let n = 0;
   for await (const b of source) n += b.size;

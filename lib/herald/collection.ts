@@ -180,6 +180,7 @@ export class HeraldEmbeddingCollection {
 
   /** The trainer's hook: this rank's share of a global training batch (dense data and labels follow their samples). */
   localize(b: Batch): Batch {
+    if (typeof b !== 'object' || b === null) throw new EmbshardError('INVALID_ARGUMENT', 'herald: localize(batch) needs a batch { dense, sparse, labels, size }');
     const local = this.assign(b.sparse);
     return takeBatch(b, this.queue[0]!.plan.samples[this.group.rank]!, local);
   }
@@ -229,7 +230,7 @@ export class HeraldEmbeddingCollection {
   /** Gradients of this rank's pooled outputs: partial sums per row, one exchange to owners, one engine update per rank. */
   backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }, options: Pick<BackwardOptions, 'reject'> = {}): Promise<{ skipped: boolean; uniqueRows: number }> {
     return this.calls.run(async () => {
-      const ctx = (out as Out)[STEP];
+      const ctx = (out as Out | null | undefined)?.[STEP];
       if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'herald: backward(out, grads) needs the output of forward()');
       const reject = checkBackwardOptions(options).reject;
       rejectUnknownFields(options, ['reject'], 'herald: backward options', 'INVALID_CONFIG');

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { tableFromArrays } from 'apache-arrow';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DeviceArray, EmbeddingCollection, EmbshardError, JaggedBatch, type CollectionConfig } from '../../lib/index.js';
-import { arrowSource, criteoNpySource, criteoTsvSource, openSource, prefetch, resolveSynthetic, syntheticSource, workerSource } from '../../lib/data/index.js';
+import { arrowSource, countSamples, criteoNpySource, criteoTsvSource, openSource, prefetch, resolveSynthetic, syntheticSource, workerSource } from '../../lib/data/index.js';
 import { DenseModel, Trainer, embeddingsFor, resolveDenseSpec, resolveSchedule } from '../../lib/train/index.js';
 import { createInProcessGroups, createMpiGroup, createNcclGroup, ShardedEmbeddingCollection } from '../../lib/sharded/index.js';
 import {
@@ -194,6 +194,10 @@ describe('arguments of the wrong kind altogether', () => {
     const plan = planShards(tables, smallTopology(1, 1), { batchSize: 2 });
     await typed('INVALID_ARGUMENT', () => new ShardedEmbeddingCollection(plan, {} as never), /group must be a ProcessGroup/);
     await typed('INVALID_ARGUMENT', () => g!.allToAllV(Float32Array.of(1), undefined as never), /sendCounts must be an array/);
+    const h = new HeraldEmbeddingCollection({ tables }, g!, { cacheRows: 4, batchSize: 2 });
+    await typed('INVALID_ARGUMENT', () => h.localize(undefined as never), /localize\(batch\) needs a batch/);
+    await typed('INVALID_ARGUMENT', () => h.backward(null as never, {}), /needs the output of forward\(\)/);
+    await typed('INVALID_ARGUMENT', () => countSamples(0 as never), /countSamples: source must be a BatchSource/);
     g!.close();
   });
 });
