@@ -192,6 +192,11 @@ export interface FitResult {
   samples: number;
   /** Milliseconds spent waiting for batches from the source. */
   dataWaitMs: number;
+  /**
+   * With other ranks: true when another rank's source ended before this one's, so this rank stopped
+   * with batches left (every rank stops at the shortest source). Absent otherwise.
+   */
+  endedElsewhere?: true;
 }
 
 export interface TrainerLoadOptions {
@@ -342,8 +347,8 @@ export class Trainer {
   }
 
   /**
-   * Trains on `batches` (each rank its own source, all yielding as many batches: uneven sources make the
-   * ranks' collectives disagree, and fit rejects with COMM_FAILED / COMM_TIMEOUT on every rank), looking one
+   * Trains on `batches` (with other ranks each rank its own source; every rank stops at the end of the
+   * shortest, `endedElsewhere` telling a rank that had batches left), looking one
    * batch ahead: with `overlap` (the default) each step is given the next batch, whose routing and id
    * exchange then run during this step's dense compute (a data source's prefetch keeps that batch ready).
    * Resolves when the source ends or after `steps` steps.
@@ -358,9 +363,20 @@ export class Trainer {
     if (!it) throw new EmbshardError('INVALID_ARGUMENT', 'fit: batches must be an iterable or async iterable of batches');
     const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
     let wait = 0, ended = false;
+    // with other ranks a source that fails counts as ended in the step's agreement (so the others stop
+    // rather than wait on this rank), and its error is thrown once the ranks have agreed
+    const group = this.collective ? this.group : undefined;
+    let sourceError: unknown;
     const pull = async (): Promise<IteratorResult<Batch>> => {
       const t = performance.now();
-      const r = await it.next();
+      let r: IteratorResult<Batch>;
+      try {
+        r = await it.next();
+      } catch (e) {
+        if (!group) throw e;
+        sourceError ??= e;
+        r = { done: true, value: undefined };
+      }
       wait += performance.now() - t;
       ended = r.done === true;
       return r;
@@ -368,13 +384,29 @@ export class Trainer {
     let cur = max > 0 ? await pull() : undefined;
     // whether the last step prepared the batch it was given next (the step of that batch consumes it)
     let prepared = false;
+    // with other ranks, every step opens with one uncounted all-reduce of two flags: whether every rank
+    // has this step's batch (if not, all stop: the shortest source ends the fit on every rank) and the
+    // next one (if not, none prepares it; a rank that has it trains it in its own step, if all have one)
+    const everyRank = async (has: boolean, hasNext: boolean): Promise<[boolean, boolean]> => {
+      if (!group) return [has, hasNext];
+      const flags = Float32Array.of(has ? 1 : 0, hasNext ? 1 : 0);
+      if (group instanceof ProcessGroup) await group.allReduce(flags, 'sum', { uncounted: true });
+      else await group.allReduce(flags, 'sum');
+      return [flags[0] === group.size, flags[1] === group.size];
+    };
     try {
-      while (cur && !cur.done) {
-        const b = cur.value;
+      while (cur) {
         const last = res.steps + 1 >= max;
         // look ahead unless this is the last step or onStep may use the trainer after it
-        const ahead = !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
-        const next = ahead && !ahead.done ? ahead.value : undefined;
+        const ahead = !cur.done && !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
+        const [all, allNext] = await everyRank(!cur.done, ahead !== undefined && !ahead.done);
+        if (!all) {
+          if (sourceError !== undefined) throw sourceError;
+          if (!cur.done) res.endedElsewhere = true;
+          break;
+        }
+        const b = (cur as IteratorYieldResult<Batch>).value;
+        const next = allNext ? (ahead as IteratorYieldResult<Batch>).value : undefined;
         prepared = false;
         const loss = await this.step(b, next);
         prepared = next !== undefined;

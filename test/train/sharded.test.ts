@@ -238,13 +238,57 @@ describe('Trainer with a sharding plan', () => {
     }
   });
 
-  it('sources of uneven length on the ranks end fit() with COMM_FAILED on every rank, not with an unhandled rejection', async () => {
-    // rank 0 runs out a batch early: its last step takes no next batch while rank 1's prepares one, so the
-    // collectives no longer match; the dense all-reduce started during that step fails while the embedding
-    // backward runs (vitest fails the run on any unhandled rejection)
+  it('sources of uneven length: fit() stops on every rank at the shortest source, bitwise as if every source had been that long', async () => {
+    const embOpt = { type: 'adagrad' as const, lr: 0.1 };
+    const make = () => {
+      const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
+      return { groups, ranks: groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'adagrad', lr: 0.05 }, embeddingOptimizer: embOpt, seed: 3 })) };
+    };
+    // every rank's dense weights and state and every table as rank r reads it (readRows is a collective)
+    const states = async (ts: Trainer[]) => {
+      const out: Buffer[][] = ts.map((t) => [Buffer.from(t.dense.params.buffer), Buffer.from(t.dense.state.buffer)]);
+      for (const t of plan.tables) {
+        const ids = BigInt64Array.from({ length: t.rows }, (_, j) => BigInt(j));
+        const rows = await Promise.all(ts.map((tr) => (tr.embeddings as ShardedEmbeddingCollection).readRows(t.name, ids)));
+        rows.forEach((x, r) => out[r]!.push(Buffer.from(x.buffer)));
+      }
+      return out;
+    };
+    // rank 0 has 2 batches, rank 1 has 3: in the second step only rank 1 could look ahead, in the third only
+    // rank 1 has a batch; against two ranks with 2 batches each
+    const uneven = make(), even = make();
+    const got = await Promise.all(uneven.ranks.map((t, r) => t.fit(Array.from({ length: 2 + r }, (_, k) => localBatch(r, k)))));
+    await Promise.all(even.ranks.map((t, r) => t.fit(Array.from({ length: 2 }, (_, k) => localBatch(r, k)))));
+    expect(got.map((x) => [x.steps, x.endedElsewhere])).toEqual([[2, undefined], [2, true]]);
+    const [a, b] = [await states(uneven.ranks), await states(even.ranks)];
+    for (let r = 0; r < W; r++) a[r]!.forEach((x, i) => expect(x.equals(b[r]![i]!), `rank ${r} array ${i}`).toBe(true));
+    // the ranks go on together from there, and an async source works the same way
+    async function* src(r: number) {
+      for (let k = 5; k < 7 + r; k++) yield localBatch(r, k);
+    }
+    const more = await Promise.all(uneven.ranks.map((t, r) => t.fit(src(r))));
+    expect(more.map((x) => x.steps)).toEqual([2, 2]);
+    // a source that fails on one rank: that rank rejects with its error after one more step, the other
+    // stops there too instead of waiting on it
+    async function* failing(r: number) {
+      yield localBatch(r, 9);
+      if (r === 1) throw new Error('disk read failed');
+      yield localBatch(r, 10);
+    }
+    const last = await Promise.allSettled(uneven.ranks.map((t, r) => t.fit(failing(r))));
+    expect(last[0]).toMatchObject({ status: 'fulfilled', value: { steps: 1, endedElsewhere: true } });
+    expect(last[1]).toMatchObject({ status: 'rejected', reason: { message: 'disk read failed' } });
+    expect(uneven.ranks.map((t) => t.stepCount)).toEqual([5, 5]);
+    for (const g of [...uneven.groups, ...even.groups]) g.close();
+  });
+
+  it('ranks that disagree on the look-ahead reject the step with COMM_FAILED on every rank, not with an unhandled rejection', async () => {
+    // rank 0 prepares a next batch, rank 1 does not: the collectives no longer match and the dense all-reduce
+    // started during that step fails while the embedding backward runs (vitest fails the run on any
+    // unhandled rejection)
     const groups = createInProcessGroups(W, { timeoutMs: 30_000 });
     const ranks = groups.map((g) => new Trainer({ model: spec, plan, group: g, optimizer: { type: 'sgd', lr: 0.05 }, embeddingOptimizer: { type: 'sgd', lr: 0.1 }, seed: 3 }));
-    const res = await Promise.allSettled(ranks.map((t, r) => t.fit(Array.from({ length: r === 0 ? 2 : 3 }, (_, k) => localBatch(r, k)))));
+    const res = await Promise.allSettled(ranks.map((t, r) => (r === 0 ? t.step(localBatch(r, 0), localBatch(r, 1)) : t.step(localBatch(r, 0)))));
     for (const x of res) expect(x).toMatchObject({ status: 'rejected', reason: { code: 'COMM_FAILED' } });
     for (const g of groups) g.close();
   });
