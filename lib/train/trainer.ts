@@ -363,8 +363,8 @@ export class Trainer {
     if (!it) throw new EmbshardError('INVALID_ARGUMENT', 'fit: batches must be an iterable or async iterable of batches');
     const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
     let wait = 0, ended = false;
-    // with other ranks a source that fails counts as ended in the step's agreement (so the others stop
-    // rather than wait on this rank), and its error is thrown once the ranks have agreed
+    // with other ranks a source (or an onStep) that fails counts as ended in the step's agreement (so the
+    // others stop rather than wait on this rank), and its error is thrown once the ranks have agreed
     const group = this.collective ? this.group : undefined;
     let sourceError: unknown;
     const pull = async (): Promise<IteratorResult<Batch>> => {
@@ -403,6 +403,8 @@ export class Trainer {
         if (!all) {
           if (sourceError !== undefined) throw sourceError;
           if (!cur.done) res.endedElsewhere = true;
+          // the rank that stopped failed after a step that prepared this batch (its onStep threw)
+          if (prepared) this.embeddings.discardPrepared?.();
           break;
         }
         const b = (cur as IteratorYieldResult<Batch>).value;
@@ -415,7 +417,16 @@ export class Trainer {
         res.dataWaitMs += wait;
         const dataWaitMs = wait;
         wait = 0;
-        await options.onStep?.({ step: this.steps, loss, batch: b, dataWaitMs });
+        try {
+          await options.onStep?.({ step: this.steps, loss, batch: b, dataWaitMs });
+        } catch (e) {
+          // with other ranks (and steps to come) this rank still joins the next step's agreement as a rank
+          // without a batch, so the others stop there rather than wait on it; its error is thrown then
+          if (!group || last) throw e;
+          sourceError ??= e;
+          cur = { done: true, value: undefined };
+          continue;
+        }
         cur = last ? undefined : (ahead ?? (await pull()));
       }
     } catch (e) {

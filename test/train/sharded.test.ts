@@ -279,6 +279,17 @@ describe('Trainer with a sharding plan', () => {
     expect(last[0]).toMatchObject({ status: 'fulfilled', value: { steps: 1, endedElsewhere: true } });
     expect(last[1]).toMatchObject({ status: 'rejected', reason: { message: 'disk read failed' } });
     expect(uneven.ranks.map((t) => t.stepCount)).toEqual([5, 5]);
+    // an onStep that throws on one rank after a step that prepared the next batch: that rank rejects with
+    // its error, the other stops there (its prepared batch dropped), and both go on together afterwards
+    const three = (r: number) => Array.from({ length: 3 }, (_, k) => localBatch(r, 20 + k));
+    const stopped = await Promise.allSettled(
+      uneven.ranks.map((t, r) => t.fit(three(r), { onStep: () => { if (r === 0) throw new Error('logger down'); } })),
+    );
+    expect(stopped[0]).toMatchObject({ status: 'rejected', reason: { message: 'logger down' } });
+    expect(stopped[1]).toMatchObject({ status: 'fulfilled', value: { steps: 1, endedElsewhere: true } });
+    const after = await Promise.all(uneven.ranks.map((t, r) => t.fit(three(r).slice(1))));
+    expect(after.map((x) => x.steps)).toEqual([2, 2]);
+    expect(uneven.ranks.map((t) => t.stepCount)).toEqual([8, 8]);
     for (const g of [...uneven.groups, ...even.groups]) g.close();
   });
 
