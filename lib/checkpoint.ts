@@ -158,13 +158,13 @@ async function tidyCheckpoint(target: string): Promise<void> {
   }
 }
 
-/**
- * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
- * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
- * written last as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
- * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
- * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
- */
+/** Makes `path`'s parent folder if missing and checks that it is writable; throws the file system's error. */
+export async function ensureWritableParent(path: string): Promise<void> {
+  const parent = dirname(resolve(path));
+  await fs.mkdir(parent, { recursive: true });
+  await fs.access(parent, fsConstants.W_OK);
+}
+
 /**
  * Whether a checkpoint could be written at `dir` now: its parent folder made if missing and writable; the
  * IO_ERROR writeCheckpointDir would raise, or undefined. (Ranks of a sharded save agree on it before the
@@ -176,16 +176,21 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
   } catch (e) {
     return e as EmbshardError;
   }
-  const parent = dirname(resolve(dir));
   try {
-    await fs.mkdir(parent, { recursive: true });
-    await fs.access(parent, fsConstants.W_OK);
+    await ensureWritableParent(dir);
     return undefined;
   } catch (e) {
     return new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
   }
 }
 
+/**
+ * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
+ * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
+ * written last as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
+ * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
+ * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
+ */
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
   checkDir(dir);
   const target = resolve(dir);

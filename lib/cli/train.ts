@@ -1,9 +1,8 @@
 // train.ts — `embshard train`: trains a preset or custom DLRM/DCNv2 on synthetic data, Criteo TSV,
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
 // held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
-import { accessSync, constants as fsConstants, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { checkpointWritable } from '../checkpoint.js';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { checkpointWritable, ensureWritableParent } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { MAX_BATCH_SIZE, plantedAUC, type Batch, type BatchSource } from '../data/index.js';
@@ -284,11 +283,9 @@ async function checkOutputs(a: Args): Promise<void> {
     if (e) throw new EmbshardError('IO_ERROR', `--save: ${e.message}`);
   }
   if (a.report !== undefined) {
-    const path = resolve(a.report);
     try {
-      mkdirSync(dirname(path), { recursive: true });
-      accessSync(dirname(path), fsConstants.W_OK);
-      if (existsSync(path) && statSync(path).isDirectory()) throw new Error('it is a folder');
+      await ensureWritableParent(a.report);
+      if (existsSync(a.report) && statSync(a.report).isDirectory()) throw new Error('it is a folder');
     } catch (e) {
       throw new EmbshardError('IO_ERROR', `--report: '${a.report}' cannot be written (${(e as Error).message})`);
     }
