@@ -99,8 +99,7 @@ export interface ForwardOptions {
 
 /** The forward options, checked: no unknown field, admit a boolean, reject an EmbshardError. */
 export function checkForwardOptions(options: unknown): ForwardOptions {
-  if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_ARGUMENT', 'forward options must be an object');
-  rejectUnknownFields(options, ['admit', 'reject'], 'forward options', 'INVALID_ARGUMENT');
+  rejectUnknownFields(options as object, ['admit', 'reject'], 'forward options', 'INVALID_ARGUMENT'); // also: an object at all
   const o = options as ForwardOptions;
   if (o.admit !== undefined && typeof o.admit !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'forward options.admit must be a boolean');
   if (o.reject !== undefined && !(o.reject instanceof EmbshardError))

@@ -152,8 +152,7 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     return { name: t.name, rows, dim: t.dim, pooling, features: [...features], dtype, idPolicy, init, storage, ...(dynamic ? { dynamic } : {}) };
   });
   const o = config.optimizer ?? { type: 'sgd', lr: 0.01 };
-  if (typeof o !== 'object' || o === null) bad('INVALID_CONFIG', 'optimizer must be an object');
-  rejectUnknownFields(o, OPTIMIZER_FIELDS, 'optimizer');
+  rejectUnknownFields(o, OPTIMIZER_FIELDS, 'optimizer'); // also: an object at all
   if (!OPTIMIZERS.includes(o.type))
     throw new EmbshardError('UNSUPPORTED_OPTIMIZER', `optimizer '${String(o.type)}' is not sgd | adagrad | rowwise_adagrad | adam`);
   const optimizer: ResolvedOptimizer = {

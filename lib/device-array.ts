@@ -61,8 +61,7 @@ export class DeviceArray {
 
   /** `length` zeroed elements of `type` on the device (BACKEND_UNAVAILABLE without it). */
   static alloc(type: DeviceElemType, length: number, options: DeviceArrayOptions = {}): DeviceArray {
-    if (typeof options !== 'object' || options === null) throw new EmbshardError('INVALID_CONFIG', 'DeviceArray options must be an object');
-    rejectUnknownFields(options, OPTION_FIELDS, 'DeviceArray options');
+    rejectUnknownFields(options, OPTION_FIELDS, 'DeviceArray options'); // also: an object at all
     if (!(type in HOST)) throw new EmbshardError('INVALID_ARGUMENT', `DeviceArray: type must be one of ${Object.keys(HOST).join(', ')} (got '${String(type)}')`);
     if (!Number.isSafeInteger(length) || length < 0) throw new EmbshardError('INVALID_ARGUMENT', `DeviceArray: length must be a non-negative integer (got ${String(length)})`);
     const device = options.device ?? 'cuda:0';

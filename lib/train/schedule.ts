@@ -22,8 +22,7 @@ export type ResolvedSchedule = Required<LrSchedule>;
 const SCHEDULE_FIELDS = fieldsOf<LrSchedule>({ warmupSteps: true, decayStartStep: true, decaySteps: true, decayPower: true, minFactor: true });
 
 export function resolveSchedule(s: LrSchedule = {}): ResolvedSchedule {
-  if (s === null || typeof s !== 'object') throw new EmbshardError('INVALID_CONFIG', 'schedule must be an object');
-  rejectUnknownFields(s, SCHEDULE_FIELDS, 'schedule');
+  rejectUnknownFields(s, SCHEDULE_FIELDS, 'schedule'); // also: an object at all
   const int = (v: number | undefined, name: string) => {
     const x = v ?? 0;
     if (!Number.isSafeInteger(x) || x < 0) throw new EmbshardError('INVALID_CONFIG', `schedule.${name} must be a non-negative integer (got ${String(v)})`);
