@@ -42,6 +42,9 @@ interface Args {
   maxRows?: number;
 }
 
+/** What --profile reads and keeps unless told otherwise. */
+const PROFILE_DEFAULTS = { profileBatches: 8, topK: 262_144, minHits: 2 } as const;
+
 function parse(argv: string[]): Args | string {
   const a: Args = { preset: 'dgx-h100', batch: 4096 };
   for (let i = 0; i < argv.length; i++) {
@@ -94,8 +97,8 @@ function parse(argv: string[]): Args | string {
   if (!a.model) return '--model is required';
   if (!a.gpus) return '--gpus is required';
   if (!a.profile) {
-    const unused = (['--max-rows', '--profile-batches', '--top-k', '--min-hits'] as const).find((k, i) => [a.maxRows, a.profileBatches, a.topK, a.minHits][i] !== undefined);
-    if (unused) return `${unused} needs --profile`;
+    const given = ([['--max-rows', a.maxRows], ['--profile-batches', a.profileBatches], ['--top-k', a.topK], ['--min-hits', a.minHits]] as const).find(([, v]) => v !== undefined);
+    if (given) return `${given[0]} needs --profile`;
   }
   if (a.batch > MAX_BATCH_SIZE) return `--batch must be at most ${MAX_BATCH_SIZE} samples per rank (got ${a.batch})`;
   return a;
@@ -112,7 +115,7 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
   try {
     for await (const b of opened.source) {
       batches.push(b.sparse);
-      if (batches.length >= (a.profileBatches ?? 8)) break;
+      if (batches.length >= (a.profileBatches ?? PROFILE_DEFAULTS.profileBatches)) break;
     }
   } finally {
     await opened.source.close?.();
@@ -124,7 +127,7 @@ async function profiledTables(tables: readonly TableSpec[], a: Args, model: stri
     if (f !== undefined) throw new EmbshardError('MISSING_FEATURE', `--profile ${a.profile}: the source has no feature '${f}' (table '${t.name}')`);
     return { ...t, rows: Math.max(...(t.features ?? [t.name]).map((x) => rowsOf.get(x)!)) };
   });
-  const profiles = await profileAccess(batches, sized, { topK: a.topK ?? 262_144, minHits: a.minHits ?? 2 });
+  const profiles = await profileAccess(batches, sized, { topK: a.topK ?? PROFILE_DEFAULTS.topK, minHits: a.minHits ?? PROFILE_DEFAULTS.minHits });
   const ids = profiles.reduce((s, p) => s + p.lookups, 0);
   console.log(`Profiled ${batches.length} batches of ${opened.describe}: ${ids.toLocaleString()} ids. Per table: rows, hot ids kept, their share of the lookups, fitted Zipf α, tail order.`);
   profiles.forEach((p, i) => console.log(`  ${p.table.padEnd(12)} ${String(sized[i]!.rows).padStart(10)} ${String(p.hotIds.length).padStart(6)} ${(100 * p.hotMass).toFixed(1).padStart(6)}%  α ${p.zipf.toFixed(2)}  ${p.tail}`));

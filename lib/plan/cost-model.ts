@@ -146,8 +146,8 @@ export function addExpectedTableLoad(t: Table, l: TableLayout, ctx: CostContext,
       addShardHbm(t, g.shards, W * u, U, out);
     }
   }
-  if (relayed) flushRelayedRequests(out, relayed, rpn);
-  if (hier && pooled && l.cluster === 'rb') {
+  if (relayed) {
+    flushRelayedRequests(out, relayed, rpn);
     // one node-reduced vector per (source, feature, other node holding the table), rail-aligned, each way
     const y = nodeColumns(l, rpn, nodes);
     let total = 0;
