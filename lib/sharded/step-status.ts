@@ -91,4 +91,3 @@ export async function agreeOnWrite(group: { allReduce(data: Float32Array, op: 's
   if (failure) throw failure;
   if (failed[0]! > 0) throw otherwise();
 }
-

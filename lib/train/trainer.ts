@@ -30,6 +30,14 @@ import { denseAddon } from './binding.js';
 /** The largest finite float32: a value is finite when it lies within ±FLT_MAX. */
 const FLT_MAX = 3.4028234663852886e38;
 
+/** `batches` when it is an iterable or async iterable (of batches); INVALID_ARGUMENT naming `call` otherwise. */
+function checkBatches(batches: unknown, call: string): Partial<AsyncIterable<Batch> & Iterable<Batch>> {
+  const src = batches as Partial<AsyncIterable<Batch> & Iterable<Batch>> | null;
+  if (typeof src !== 'object' || src === null || (typeof src[Symbol.asyncIterator] !== 'function' && typeof src[Symbol.iterator] !== 'function'))
+    throw new EmbshardError('INVALID_ARGUMENT', `${call}: batches must be an iterable or async iterable of batches`);
+  return src;
+}
+
 /** The index of the first value of `a` that is NaN or ±Inf, or -1 (native/core/value_scan.h). */
 function firstNonFinite(a: Float32Array): number {
   return denseAddon('cpu').denseOps.firstOutside(a, -FLT_MAX, FLT_MAX);
@@ -358,15 +366,14 @@ export class Trainer {
     const max = options.steps ?? Infinity;
     if (!(max === Infinity || (Number.isSafeInteger(max) && max >= 0)))
       throw new EmbshardError('INVALID_ARGUMENT', `fit: options.steps must be a non-negative integer (got ${String(options.steps)})`);
-    const src = (typeof batches === 'object' && batches !== null ? batches : {}) as Partial<AsyncIterable<Batch> & Iterable<Batch>>;
-    const it: AsyncIterator<Batch> | Iterator<Batch> | undefined = src[Symbol.asyncIterator]?.() ?? src[Symbol.iterator]?.();
-    if (!it) throw new EmbshardError('INVALID_ARGUMENT', 'fit: batches must be an iterable or async iterable of batches');
+    const src = checkBatches(batches, 'fit');
+    const it: AsyncIterator<Batch> | Iterator<Batch> = src[Symbol.asyncIterator]?.() ?? src[Symbol.iterator]!();
     const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
     let wait = 0, ended = false;
     // with other ranks a source (or an onStep) that fails counts as ended in the step's agreement (so the
     // others stop rather than wait on this rank), and its error is thrown once the ranks have agreed
     const group = this.collective ? this.group : undefined;
-    let sourceError: unknown;
+    let stopError: unknown;
     const pull = async (): Promise<IteratorResult<Batch>> => {
       const t = performance.now();
       let r: IteratorResult<Batch>;
@@ -374,7 +381,7 @@ export class Trainer {
         r = await it.next();
       } catch (e) {
         if (!group) throw e;
-        sourceError ??= e;
+        stopError ??= e;
         r = { done: true, value: undefined };
       }
       wait += performance.now() - t;
@@ -401,7 +408,7 @@ export class Trainer {
         const ahead = !cur.done && !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
         const [all, allNext] = await everyRank(!cur.done, ahead !== undefined && !ahead.done);
         if (!all) {
-          if (sourceError !== undefined) throw sourceError;
+          if (stopError !== undefined) throw stopError;
           if (!cur.done) res.endedElsewhere = true;
           // the rank that stopped failed after a step that prepared this batch (its onStep threw)
           if (prepared) this.embeddings.discardPrepared?.();
@@ -423,7 +430,7 @@ export class Trainer {
           // with other ranks (and steps to come) this rank still joins the next step's agreement as a rank
           // without a batch, so the others stop there rather than wait on it; its error is thrown then
           if (!group || last) throw e;
-          sourceError ??= e;
+          stopError ??= e;
           cur = { done: true, value: undefined };
           continue;
         }
@@ -472,9 +479,7 @@ export class Trainer {
       throw new EmbshardError('INVALID_ARGUMENT', `evaluate: options.maxBatches must be a non-negative integer or Infinity (got ${String(mb)})`);
     if (options.predictions !== undefined && typeof options.predictions !== 'boolean')
       throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: options.predictions must be a boolean');
-    const src = batches as Partial<AsyncIterable<Batch> & Iterable<Batch>> | null | undefined;
-    if (typeof src !== 'object' || src === null || (typeof src[Symbol.asyncIterator] !== 'function' && typeof src[Symbol.iterator] !== 'function'))
-      throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: batches must be an iterable or async iterable of batches');
+    checkBatches(batches, 'evaluate');
     return this.enqueue(async () => {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
       let n = 0, k = 0, pos = 0, soft = false;
