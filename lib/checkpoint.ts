@@ -1,13 +1,16 @@
 // checkpoint.ts — the checkpoint directory format and its atomic write / verified read.
-//   <dir>/manifest.json  { format: 'embshard.checkpoint', version: 1, config, step, payload: { file, bytes, crc32c } }
+//   <dir>/manifest.json  { format: 'embshard.checkpoint', version: 1, config, step, payload: { file, bytes, crc32c },
+//                          manifestSha256 }
 //   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
 //   <dir>/dynamic-<t>.bin the id map of each dynamic table (lib/storage/dynamic.ts), when there are any
 //   <dir>/spill-<t>.bin   the live records of a spilling dynamic table's spill file (a compact copy)
-// A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with two renames
+// Every manifest ends with its seal, manifestSha256: the SHA-256 of the rest of the manifest as compact JSON,
+// checked by every reader (parseManifest), so a manifest altered after it was written is refused like an
+// altered payload file. A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with two renames
 // (the old folder aside, the new one in). A crash leaves the old checkpoint or the new one, never a torn one:
 // between the two renames neither stands at the path, and readers take the new folder from its sibling
 // (checkpointDir) until the next save completes the swap.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { EmbshardError } from './errors.js';
@@ -36,6 +39,39 @@ export interface Manifest {
   dynamic?: DynamicPayload[];
   /** extra state written by higher layers (trainer, sharded runtime) */
   extra?: Record<string, unknown>;
+}
+
+/** The fields of a collection manifest; any other is CHECKPOINT_CORRUPT. */
+const MANIFEST_KEYS: readonly string[] = ['format', 'version', 'config', 'step', 'payload', 'dynamic', 'extra'];
+
+/** The manifest field that seals the others. */
+export const MANIFEST_SEAL = 'manifestSha256';
+
+/** The seal of a manifest's fields: the SHA-256 (hex) of their compact JSON, in their order. */
+function manifestDigest(fields: object): string {
+  return createHash('sha256').update(JSON.stringify(fields)).digest('hex');
+}
+
+/**
+ * A checkpoint manifest read back: the JSON object of `text` (the file at `path`) with its seal checked and
+ * taken off, and no field outside `keys`; CHECKPOINT_CORRUPT naming the file when the text is not a JSON
+ * object, a field is unknown, or the fields are not those sealed (truncated or altered). Manifests written
+ * without a seal (by earlier versions) are read as they are.
+ */
+export function parseManifest(text: string, path: string, keys: readonly string[]): Record<string, unknown> {
+  let m: unknown;
+  try {
+    m = JSON.parse(text);
+  } catch (e) {
+    throw new EmbshardError('CHECKPOINT_CORRUPT', `'${path}' is not valid JSON (truncated or altered): ${(e as Error).message}`);
+  }
+  if (m === null || typeof m !== 'object' || Array.isArray(m)) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${path}' is not a JSON object`);
+  const { [MANIFEST_SEAL]: seal, ...fields } = m as Record<string, unknown>;
+  const unknown = Object.keys(fields).find((k) => !keys.includes(k));
+  if (unknown !== undefined) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${path}' has an unknown field '${unknown}' (altered)`);
+  if (seal !== undefined && seal !== manifestDigest(fields))
+    throw new EmbshardError('CHECKPOINT_CORRUPT', `'${path}' fails its ${MANIFEST_SEAL} check (altered after it was written)`);
+  return fields;
 }
 
 async function fsyncPath(path: string, dir = false): Promise<void> {
@@ -187,7 +223,7 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
 /**
  * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
  * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
- * written last as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
+ * written last, sealed (MANIFEST_SEAL), as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
  * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
  * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
  */
@@ -208,7 +244,8 @@ export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Pro
   }
   try {
     const manifest = await fill(tmp);
-    await writeFileDurable(join(tmp, manifestFile), JSON.stringify(manifest, null, 2));
+    const sealed = { ...manifest, [MANIFEST_SEAL]: manifestDigest(manifest) };
+    await writeFileDurable(join(tmp, manifestFile), JSON.stringify(sealed, null, 2));
     await fsyncPath(tmp, true);
     // Move an existing checkpoint aside by trying to (no separate existence check that could go stale).
     try {
@@ -268,14 +305,9 @@ export async function readManifest(dir: string): Promise<Manifest> {
       `no checkpoint at '${dir}': ${MANIFEST_FILE} cannot be read (${err.code ?? err.message})`,
     );
   }
-  let m: Manifest;
-  try {
-    m = JSON.parse(text) as Manifest;
-  } catch {
-    throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not valid JSON (truncated or altered)`);
-  }
+  const m = parseManifest(text, join(dir, MANIFEST_FILE), MANIFEST_KEYS) as unknown as Manifest;
   const ok =
-    m && m.format === 'embshard.checkpoint' && m.version === 1 && typeof m.config === 'object' && Number.isSafeInteger(m.step) &&
+    m.format === 'embshard.checkpoint' && m.version === 1 && typeof m.config === 'object' && m.config !== null && Number.isSafeInteger(m.step) &&
     isFileEntry(m.payload);
   if (!ok) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not an embshard v1 manifest`);
   return m;

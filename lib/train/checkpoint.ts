@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { checkDir, checkpointDir, isNotFound, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
+import { checkDir, checkpointDir, isNotFound, parseManifest, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -33,6 +33,25 @@ export interface TrainerManifest {
   dense: { file: string; params: number; state: number; sha256: string };
   /** What the model takes as input (feature names, dense width, table rows, hashing), for predict and serve. */
   inputs?: ModelInputs;
+}
+
+/** The fields of a trainer manifest; any other is CHECKPOINT_CORRUPT. */
+const TRAINER_KEYS: readonly (keyof TrainerManifest)[] = [
+  'format', 'version', 'model', 'optimizer', 'seed', 'schedule', 'steps', 'denseStep', 'denseBaseLr', 'embeddingBaseLr', 'dense', 'inputs',
+];
+
+/** Whether `m`'s fields have the kinds a trainer manifest gives them (their values are checked where they are used). */
+function wellFormed(m: TrainerManifest): boolean {
+  const obj = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
+  const d = m.dense as Partial<TrainerManifest['dense']> | undefined;
+  return (
+    m.format === 'embshard.trainer' && m.version === 1 && obj(m.model) && obj(m.optimizer) && obj(m.schedule) &&
+    [m.seed, m.steps, m.denseStep].every((v) => Number.isInteger(v) && v >= 0) &&
+    [m.denseBaseLr, m.embeddingBaseLr].every((v) => typeof v === 'number' && Number.isFinite(v)) &&
+    (m.inputs === undefined || obj(m.inputs)) &&
+    obj(d) && typeof d!.file === 'string' && d!.file.length > 0 && !/[/\\]/.test(d!.file) &&
+    [d!.params, d!.state].every((v) => Number.isSafeInteger(v) && v! >= 0) && typeof d!.sha256 === 'string'
+  );
 }
 
 export interface TrainerState {
@@ -109,14 +128,8 @@ export async function readTrainerCheckpoint(dir: string): Promise<LoadedTrainerC
   dir = await checkpointDir(dir);
   const mpath = join(dir, TRAINER_MANIFEST);
   const text = (await readPart(mpath)).toString('utf8');
-  let m: TrainerManifest;
-  try {
-    m = JSON.parse(text) as TrainerManifest;
-  } catch (e) {
-    throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not valid JSON: ${(e as Error).message}`);
-  }
-  if (m?.format !== 'embshard.trainer' || m.version !== 1 || !m.dense || !m.model)
-    throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1)`);
+  const m = parseManifest(text, mpath, TRAINER_KEYS) as unknown as TrainerManifest;
+  if (!wellFormed(m)) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1)`);
   const dpath = join(dir, m.dense.file);
   const buf = await readPart(dpath);
   const want = (m.dense.params + m.dense.state) * 4;

@@ -10,7 +10,7 @@ import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, expectedAUC, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
-import { DenseModel, PRESETS, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
+import { DenseModel, PRESETS, isPrecision, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
 import type { Precision } from './binding.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
@@ -555,29 +555,47 @@ export class Trainer {
     options: TrainerLoadOptions = {},
   ): Promise<Trainer> {
     rejectUnknownFields(options, LOAD_FIELDS, 'options');
+    if (options.precision !== undefined && !isPrecision(options.precision))
+      throw new EmbshardError('INVALID_CONFIG', `options.precision must be 'fp32' | 'bf16' (got ${String(options.precision)})`);
     const ck = await readTrainerCheckpoint(dir);
+    const m = ck.manifest;
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
-    const dense = new DenseModel(ck.manifest.model, {
-      optimizer: ck.manifest.optimizer, seed: ck.manifest.seed, initialize: false, device: options.device ?? 'cpu',
-      ...(options.precision !== undefined ? { precision: options.precision } : {}),
-    });
-    if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
-      throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);
-    dense.setParams(ck.params);
-    dense.setState(ck.state);
-    dense.step = ck.manifest.denseStep;
-    emb.setLearningRate(ck.manifest.embeddingBaseLr);
-    resolveInputs(ck.manifest.inputs, emb, dense.spec, 'CHECKPOINT_CORRUPT'); // checked against the tables it came with
-    const t = new Trainer({
-      model: dense,
-      embeddings: emb,
-      schedule: ck.manifest.schedule,
-      ...(ck.manifest.inputs ? { inputs: ck.manifest.inputs } : {}),
-      ...(options.group ? { group: options.group } : {}),
-      ...(options.onMetrics ? { onMetrics: options.onMetrics } : {}),
-    });
-    t.steps = ck.manifest.steps;
-    return t;
+    let dense: DenseModel | undefined;
+    try {
+      try {
+        // what the manifest holds, checked where it is used: a value these refuse is a corrupt checkpoint
+        dense = new DenseModel(m.model, {
+          optimizer: m.optimizer, seed: m.seed, initialize: false, device: options.device ?? 'cpu',
+          ...(options.precision !== undefined ? { precision: options.precision } : {}),
+        });
+        resolveSchedule(m.schedule);
+        emb.setLearningRate(m.embeddingBaseLr);
+      } catch (e) {
+        if (e instanceof EmbshardError && (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'ALLOC_FAILED')) throw e;
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': its model, optimizer, schedule or learning rates are invalid: ${(e as Error).message}`);
+      }
+      if (dense.params.length !== ck.params.length || dense.state.length !== ck.state.length)
+        throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': dense sizes do not match its model spec`);
+      dense.setParams(ck.params);
+      dense.setState(ck.state);
+      dense.step = m.denseStep;
+      resolveInputs(m.inputs, emb, dense.spec, 'CHECKPOINT_CORRUPT'); // checked against the tables it came with
+      const t = new Trainer({
+        model: dense,
+        embeddings: emb,
+        schedule: m.schedule,
+        ...(m.inputs ? { inputs: m.inputs } : {}),
+        ...(options.group ? { group: options.group } : {}),
+        ...(options.onMetrics ? { onMetrics: options.onMetrics } : {}),
+      });
+      t.steps = m.steps;
+      return t;
+    } catch (e) {
+      // nothing the caller never receives stays allocated
+      dense?.dispose();
+      emb.dispose?.();
+      throw e;
+    }
   }
 
   /**

@@ -1,5 +1,6 @@
 // checkpoint.test.ts — save/load round trips (tables, optimizer state, step: training continues
 // identically), atomic replacement (a save cut off between its renames included), and missing / truncated / corrupt checkpoints.
+import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -153,4 +154,53 @@ describe('checkpoints', () => {
     expect(await codeOf(EmbeddingCollection.load(h))).toBe('CHECKPOINT_CORRUPT');
     a.dispose();
   });
+
+  it('the manifest is sealed: any change to what it says is CHECKPOINT_CORRUPT; a change of layout only, or an unsealed manifest, loads', async () => {
+    const a = new EmbeddingCollection(config);
+    await train(a, 2, 3);
+    const dir = join(root, 'sealed');
+    await a.save(dir);
+    const path = join(dir, 'manifest.json');
+    const text = readFileSync(path, 'utf8');
+    const parsed = JSON.parse(text) as Record<string, unknown>;
+    // the seal, from its definition: SHA-256 of the other fields' compact JSON, written last
+    const { manifestSha256: seal, ...fields } = parsed;
+    expect(Object.keys(parsed).at(-1)).toBe('manifestSha256');
+    expect(seal).toBe(createHash('sha256').update(JSON.stringify(fields)).digest('hex'));
+    const want = snapshot(a);
+    const loadsAs = async (t: string): Promise<string> => {
+      writeFileSync(path, t);
+      try {
+        const b = await EmbeddingCollection.load(dir);
+        snapshot(b).forEach((x, k) => expect(Array.from(x)).toEqual(Array.from(want[k]!)));
+        b.dispose();
+        return 'loaded';
+      } catch (e) {
+        expect(e).toBeInstanceOf(EmbshardError);
+        return (e as EmbshardError).code;
+      }
+    };
+    expect(await loadsAs(JSON.stringify(parsed))).toBe('loaded'); // the same fields, compact
+    expect(await loadsAs(JSON.stringify(fields))).toBe('loaded'); // no seal: as earlier versions wrote it
+    expect(await loadsAs(text.replace('"step": 2', '"step": 3'))).toBe('CHECKPOINT_CORRUPT');
+    expect(await loadsAs(JSON.stringify({ ...fields, note: 1 }))).toBe('CHECKPOINT_CORRUPT'); // unknown field, even unsealed
+    // one flipped bit at every byte: refused unless the text still says the same (e.g. 1e-8 → 1E-8)
+    let refused = 0;
+    for (let i = 0; i < text.length; i++) {
+      const b = Buffer.from(text, 'utf8');
+      b[i]! ^= 1 << i % 8;
+      let equal = false;
+      try {
+        equal = JSON.stringify(JSON.parse(b.toString('utf8'))) === JSON.stringify(parsed);
+      } catch {
+        // not JSON
+      }
+      const got = await loadsAs(b.toString('utf8'));
+      expect([i, got]).toEqual([i, equal ? 'loaded' : 'CHECKPOINT_CORRUPT']);
+      if (!equal) refused++;
+    }
+    expect(refused).toBeGreaterThan(text.length * 0.9);
+    writeFileSync(path, text);
+    a.dispose();
+  }, 60_000);
 });

@@ -18,6 +18,7 @@ import type { Batch } from '../../lib/data/types.js';
 import type { EmbeddingCollection } from '../../lib/collection.js';
 import { writeCriteoTsv } from './fixture.js';
 import { ModelSlot } from '../../lib/serve/model-slot.js';
+import { manifestFields, sealedManifest } from '../manifest-seal.js';
 
 let dir: string, file: string;
 const ROWS = 64;
@@ -75,7 +76,7 @@ describe('Trainer.predict', () => {
     const t = await trained();
     const ck = join(dir, 'ck-a');
     await t.save(ck);
-    const m = JSON.parse(readFileSync(join(ck, 'trainer.json'), 'utf8'));
+    const m = manifestFields(readFileSync(join(ck, 'trainer.json'), 'utf8'));
     expect(m.inputs).toEqual({ sparse: Array.from({ length: 26 }, (_, i) => `cat_${i}`), numDense: 13, tableRows: [...new CriteoTsvSource({ path: file, batchSize: 1, maxRows: ROWS }).tableRows], hash: 'modulo' });
     const [b] = await batchesOf(file, 50);
     const t2 = await Trainer.load(ck);
@@ -88,7 +89,7 @@ describe('Trainer.predict', () => {
     ]) {
       const bad = structuredClone(m);
       edit(bad);
-      writeFileSync(join(ck, 'trainer.json'), JSON.stringify(bad));
+      writeFileSync(join(ck, 'trainer.json'), sealedManifest(bad)); // sealed again: the inputs check is what refuses it
       await expect(Trainer.load(ck)).rejects.toMatchObject({ code: 'CHECKPOINT_CORRUPT' });
     }
     t.embeddings.dispose?.();

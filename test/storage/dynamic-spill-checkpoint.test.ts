@@ -11,6 +11,7 @@ import { rng } from '../embedding/oracle.js';
 import { compileTs, root } from '../sharded/mpi-harness.js';
 import { killAfterSaves } from './helpers.js';
 import { tempDir } from '../temp-dir.js';
+import { manifestFields, sealedManifest } from '../manifest-seal.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { config as killConfig, SAVE_EVERY, train as killTrain } from './kill-spill.mjs';
 
@@ -122,8 +123,9 @@ describe('checkpoints of dynamic tables with spill', () => {
       ['truncated', () => truncateSync(file, good.length - 7)],
       ['a flipped bit in a record', () => writeFileSync(file, Buffer.from(good).fill(good[40]! ^ 0x04, 40, 41))],
       ['a flipped bit in the header', () => writeFileSync(file, Buffer.from(good).fill(good[9]! ^ 0x01, 9, 10))],
-      ['missing', () => writeFileSync(join(ck, 'manifest.json'), manifest.replace('"spill-0.bin"', '"spill-9.bin"'))],
-      ['not listed', () => writeFileSync(join(ck, 'manifest.json'), JSON.stringify({ ...JSON.parse(manifest), dynamic: JSON.parse(manifest).dynamic.map(({ spill: _, ...d }: { spill: unknown }) => d) }))],
+      // the manifest edits are sealed again, so the file checks are what refuse them
+      ['missing', () => writeFileSync(join(ck, 'manifest.json'), sealedManifest(manifestFields(manifest.replace('"spill-0.bin"', '"spill-9.bin"'))))],
+      ['not listed', () => writeFileSync(join(ck, 'manifest.json'), sealedManifest({ ...manifestFields(manifest), dynamic: manifestFields(manifest).dynamic.map(({ spill: _, ...d }: { spill: unknown }) => d) }))],
     ];
     for (const [what, harm] of faults) {
       harm();

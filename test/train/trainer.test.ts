@@ -94,6 +94,48 @@ describe('save → load → continue', () => {
     }
   });
 
+  it('trainer.json altered after the save is CHECKPOINT_CORRUPT; unsealed (as earlier versions wrote it) it loads, unless a field is mangled', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-trainer-'));
+    try {
+      const t = makeTrainer('adagrad', 0.01);
+      for await (const b of source(64, { numBatches: 2 })) await t.step(b);
+      const ck = join(dir, 'ck');
+      await t.save(ck);
+      const path = join(ck, 'trainer.json');
+      const { manifestSha256: seal, ...fields } = JSON.parse(readFileSync(path, 'utf8')) as Record<string, any>;
+      const codeOf = async (m: object, options: object = {}): Promise<string> => {
+        writeFileSync(path, JSON.stringify(m, null, 2));
+        try {
+          const t2 = await Trainer.load(ck, options);
+          expect(Buffer.compare(Buffer.from(t2.dense.params.buffer), Buffer.from(t.dense.params.buffer))).toBe(0);
+          expect([t2.stepCount, t2.denseBaseLr]).toEqual([t.stepCount, t.denseBaseLr]);
+          t2.dispose();
+          return 'loaded';
+        } catch (e) {
+          expect(e).toBeInstanceOf(EmbshardError);
+          return (e as EmbshardError).code;
+        }
+      };
+      expect(await codeOf({ ...fields, manifestSha256: seal })).toBe('loaded');
+      expect(await codeOf({ ...fields, denseBaseLr: 0.5, manifestSha256: seal })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...fields, steps: 0, manifestSha256: seal })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf(fields)).toBe('loaded');
+      // unsealed, a field renamed (each was read as missing or ignored), of the wrong kind, or a value the model refuses
+      const { seed, denseStep, ...rest } = fields;
+      expect(await codeOf({ ...rest, seee: seed, denseStep })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...rest, seed, denseStap: denseStep })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...fields, dense: { ...fields.dense, file: undefined, fole: 'dense.bin' } })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...fields, model: { ...fields.model, interaction: 'dOt' } })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...fields, optimizer: { ...fields.optimizer, bepa2: 0.9 } })).toBe('CHECKPOINT_CORRUPT');
+      expect(await codeOf({ ...fields, embeddingBaseLr: -1 })).toBe('CHECKPOINT_CORRUPT');
+      // a bad option of the caller's stays the caller's error
+      expect(await codeOf({ ...fields, manifestSha256: seal }, { precision: 'fp8' })).toBe('INVALID_CONFIG');
+      t.dispose();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a corrupted dense file is refused with CHECKPOINT_CORRUPT; a missing folder with CHECKPOINT_MISSING', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'embshard-trainer-'));
     try {
