@@ -6,6 +6,15 @@ import { CallQueue } from './call-queue.js';
 import type { ResolvedConfig, ResolvedTable } from './config.js';
 import type { NativeEngine } from './binding.js';
 
+/** The largest learning rate an engine takes. */
+const MAX_LR = 1e30;
+
+/** INVALID_ARGUMENT unless `lr` is a learning rate an engine takes: a number in [0, 1e30]. */
+export function checkLearningRate(lr: unknown): asserts lr is number {
+  if (typeof lr !== 'number' || !(lr >= 0 && lr <= MAX_LR))
+    throw new EmbshardError('INVALID_ARGUMENT', `the learning rate must be a number in [0, ${MAX_LR}] (got ${String(lr)})`);
+}
+
 export abstract class EngineOwner {
   abstract readonly config: ResolvedConfig;
   /** undefined once disposed */
@@ -32,14 +41,25 @@ export abstract class EngineOwner {
     this.live().step = t;
   }
 
+  /** The learning rate of the steps called from now on. */
   get learningRate(): number {
-    return this.config.optimizer.lr;
+    return this.lr ?? this.config.optimizer.lr;
   }
-  /** Changes the optimizer's learning rate for the following steps (schedules; sharded, every rank applies the same). */
+  /**
+   * Changes the optimizer's learning rate for the steps called after this call (schedules; sharded, every
+   * rank applies the same). Steps called before it and still queued or running keep the rate they were
+   * called with: the engine takes the new one when they have settled.
+   */
   setLearningRate(lr: number): void {
-    this.live().setLearningRate(lr);
-    this.config.optimizer.lr = lr;
+    checkLearningRate(lr);
+    this.live();
+    this.lr = lr;
+    this.calls.inOrder(() => {
+      this.engine?.setLearningRate(lr);
+      this.config.optimizer.lr = lr;
+    });
   }
+  private lr: number | undefined;
 
   /** Bytes of table storage and of optimizer state on the device (sharded: this rank's engine). */
   get memory(): { weightBytes: number; stateBytes: number } {

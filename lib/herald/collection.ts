@@ -14,6 +14,7 @@ import { resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type 
 import type { Batch } from '../data/types.js';
 import { EmbshardError } from '../errors.js';
 import { checkDir } from '../checkpoint.js';
+import { checkLearningRate } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
@@ -143,13 +144,20 @@ export class HeraldEmbeddingCollection {
     });
   }
 
+  /** The learning rate of the steps called from now on. */
   get learningRate(): number {
-    return this.local.learningRate;
+    return this.lr ?? this.local.learningRate;
   }
+  /** Changes the learning rate for the steps called after this call; those still queued keep theirs (as EmbeddingCollection's). */
   setLearningRate(lr: number): void {
-    this.local.setLearningRate(lr);
-    this.config.optimizer.lr = lr;
+    checkLearningRate(lr);
+    this.lr = lr;
+    this.calls.inOrder(() => {
+      this.local.setLearningRate(lr);
+      this.config.optimizer.lr = lr;
+    });
   }
+  private lr: number | undefined;
   get step(): number {
     return this.local.step;
   }

@@ -1,5 +1,8 @@
 // async.test.ts — long steps run off the event loop (a 1 ms timer keeps firing), calls on one collection
-// are queued in order and never interleave, and dispose waits for nothing but blocks later use.
+// are queued in order and never interleave (a learning rate set between them included), and dispose waits for nothing but blocks later use.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 
@@ -44,6 +47,36 @@ describe('async behaviour', () => {
     expect(Array.from((await f).pooled)).toEqual([1 - 2.5, 1 - 1.25]);
     expect(ec.step).toBe(5);
     ec.dispose();
+  });
+
+  it('a learning rate set while steps are queued applies to the steps called after it, not to those before', async () => {
+    const ec = new EmbeddingCollection({ tables: [{ name: 't', rows: 4, dim: 2, init: { type: 'constant', value: 1 } }], optimizer: { type: 'sgd', lr: 1 } });
+    const batch = JaggedBatch.fromLengths({ features: ['t'], batchSize: 1, lengths: Int32Array.of(1), ids: BigInt64Array.of(2n) });
+    const out = ec.forwardSync(batch);
+    const g = { pooled: Float32Array.of(0.5, 0.25) };
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-lr-'));
+    try {
+      const b1 = ec.backward(out, g); // lr 1
+      ec.setLearningRate(10);
+      expect(ec.learningRate).toBe(10);
+      const b2 = ec.backward(out, g); // lr 10
+      const saved = ec.save(dir); // written with lr 10
+      ec.setLearningRate(100);
+      expect(() => ec.setLearningRate(-1)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      const f = ec.forward(batch);
+      await Promise.all([b1, b2, saved]);
+      // w = 1 − 1·g − 10·g
+      expect(Array.from((await f).pooled)).toEqual([1 - 0.5 - 5, 1 - 0.25 - 2.5]);
+      expect(ec.learningRate).toBe(100);
+      const back = await EmbeddingCollection.load(dir);
+      expect(back.learningRate).toBe(10);
+      back.dispose();
+      await ec.backward(out, g); // lr 100
+      expect(Array.from(ec.readRows('t', [2]))).toEqual([1 - 0.5 - 5 - 50, 1 - 0.25 - 2.5 - 25]);
+    } finally {
+      ec.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a failing call does not break the queue', async () => {
