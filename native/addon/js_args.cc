@@ -230,7 +230,10 @@ void* typed_elems(Napi::Env env, const Napi::Value& v, napi_typedarray_type type
   if (static_cast<int64_t>(ta.ElementLength()) < need)
     bad(env, "LENGTH_MISMATCH",
         format("%s holds %zu elements; %lld are needed", what, ta.ElementLength(), static_cast<long long>(need)));
-  return static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+  // an empty array may have no memory at all: it is still given, so it must not read as null (absent)
+  alignas(64) static uint8_t noElements[64];
+  uint8_t* data = static_cast<uint8_t*>(ta.ArrayBuffer().Data());
+  return data ? data + ta.ByteOffset() : noElements;
 }
 
 int64_t int_arg(Napi::Env env, const Napi::Value& v, const char* what, int64_t lo, int64_t hi) {
