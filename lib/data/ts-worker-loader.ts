@@ -1,7 +1,12 @@
-// ts-worker-loader.ts — development only: when lib/ runs from its TypeScript sources (vitest, no dist
-// build) a worker thread cannot load .ts files, so the worker starts through this bootstrap, which
-// registers module hooks that resolve './x.js' to './x.ts' and transpile .ts with the project's own
-// `typescript` (a devDependency). A built package (dist/) never takes this path.
+// ts-worker-loader.ts — starts the package's worker threads (startWorker): the compiled script beside the
+// caller, or, in development only, its TypeScript source: when lib/ runs from its TypeScript sources
+// (vitest, no dist build) a worker thread cannot load .ts files, so the worker starts through this
+// bootstrap, which registers module hooks that resolve './x.js' to './x.ts' and transpile .ts with the
+// project's own `typescript` (a devDependency). A built package (dist/) never takes that path.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { EmbshardError } from '../errors.js';
 
 /** Module hooks (an ES module's source): resolve .js → .ts when only the .ts exists; transpile .ts. */
 export const TS_HOOKS = `
@@ -39,3 +44,18 @@ export const TS_BOOT = `
   await import(workerData.__tsEntry);
 })().catch((e) => { setImmediate(() => { throw e; }); });
 `;
+
+/**
+ * A worker thread running the script `name` ('x' for x.js, or x.ts in development) that lies beside the
+ * module `base` (its import.meta.url), with `workerData` = data.
+ */
+export function startWorker(base: string, name: string, data: Record<string, unknown>): Worker {
+  const js = new URL(`./${name}.js`, base);
+  if (existsSync(fileURLToPath(js))) return new Worker(js, { workerData: data });
+  const ts = new URL(`./${name}.ts`, base);
+  if (!existsSync(fileURLToPath(ts))) throw new EmbshardError('INTERNAL', `the worker script ${name} is missing next to ${base}`);
+  return new Worker(TS_BOOT, {
+    eval: true,
+    workerData: { ...data, __tsHooks: TS_HOOKS, __tsBase: fileURLToPath(base), __tsEntry: ts.href },
+  });
+}

@@ -3,12 +3,9 @@
 // `depth` batches in flight, their buffers transferred, not copied. Each pass (epoch) starts a worker and
 // ends it when the pass ends or the consumer breaks out. The spec is validated here first, so bad options
 // throw in the caller, before any thread starts.
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import { openSource, type SourceSpec } from './specs.js';
-import { TS_BOOT, TS_HOOKS } from './ts-worker-loader.js';
+import { startWorker } from './ts-worker-loader.js';
 import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { batchFromMessage, type BatchMessage } from './batch-message.js';
@@ -21,17 +18,6 @@ export interface WorkerSourceOptions {
 const WORKER_FIELDS = fieldsOf<WorkerSourceOptions>({ depth: true });
 
 type WorkerMessage = { type: 'batch'; batch: BatchMessage } | { type: 'end'; report?: DataReport } | { type: 'error'; code: string; message: string };
-
-function spawn(data: Record<string, unknown>): Worker {
-  const js = new URL('./source-worker.js', import.meta.url);
-  if (existsSync(fileURLToPath(js))) return new Worker(js, { workerData: data });
-  const ts = new URL('./source-worker.ts', import.meta.url);
-  if (!existsSync(fileURLToPath(ts))) throw new EmbshardError('INTERNAL', `the data worker script is missing next to ${import.meta.url}`);
-  return new Worker(TS_BOOT, {
-    eval: true,
-    workerData: { ...data, __tsHooks: TS_HOOKS, __tsBase: fileURLToPath(import.meta.url), __tsEntry: ts.href },
-  });
-}
 
 export class WorkerSource implements BatchSource {
   private lastReport: DataReport | undefined;
@@ -71,7 +57,7 @@ export class WorkerSource implements BatchSource {
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
-    const worker = spawn({ spec: this.spec, depth: this.depth });
+    const worker = startWorker(import.meta.url, 'source-worker', { spec: this.spec, depth: this.depth });
     worker.unref();
     const queue: WorkerMessage[] = [];
     let wake: (() => void) | undefined;

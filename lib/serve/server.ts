@@ -1,7 +1,8 @@
 // server.ts — the inference server (fastify): POST /v1/predict (JSON or Arrow IPC body → click
 // probabilities), GET /healthz, GET /metrics (Prometheus text), POST /admin/reload (swap in a checkpoint
 // atomically). Every refused request gets a 4xx and `{ "error": { "code", "message" } }` with the
-// EmbshardError code; nothing a client sends can stop the server. createServer() is what
+// EmbshardError code; nothing a client sends can stop the server (Arrow bodies are decoded in a worker
+// thread under a deadline: arrow-decoder.ts). createServer() is what
 // `embshard serve` runs and what embedders call.
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import { EmbshardError, type ErrorCode } from '../errors.js';
@@ -9,7 +10,8 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { MicroBatcher } from './batcher.js';
 import { ServerMetrics } from './metrics.js';
 import { ModelSlot, type LoadedModel } from './model-slot.js';
-import { parseArrowRequest, parseJsonRequest } from './request.js';
+import { parseJsonRequest } from './request.js';
+import { ArrowDecoder } from './arrow-decoder.js';
 
 export interface ServerOptions {
   /** A checkpoint folder written by Trainer.save / `embshard train --save`. */
@@ -25,13 +27,18 @@ export interface ServerOptions {
   maxRequestSamples?: number;
   /** Largest request body in bytes. Default 8 MiB. */
   bodyLimit?: number;
+  /**
+   * Longest an Arrow body may take to decode, in ms (decoded in a worker thread; past it the request is
+   * refused with 400 and the worker replaced). Default 2000.
+   */
+  decodeTimeoutMs?: number;
   /** Device of the dense model ('cpu' | 'cuda:N'). Default cpu. */
   device?: string;
   /** fastify's request log (pino) on stdout. Default false. */
   logger?: boolean;
 }
 
-const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, device: true, logger: true });
+const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, device: true, logger: true });
 export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
 
 interface ResolvedOptions {
@@ -40,6 +47,7 @@ interface ResolvedOptions {
   maxWaitMs: number;
   maxRequestSamples: number;
   bodyLimit: number;
+  decodeTimeoutMs: number;
   device: string;
   logger: boolean;
 }
@@ -61,6 +69,7 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
     maxWaitMs,
     maxRequestSamples: int('maxRequestSamples', o.maxRequestSamples, 4096, 1),
     bodyLimit: int('bodyLimit', o.bodyLimit, 8 << 20, 1024),
+    decodeTimeoutMs: int('decodeTimeoutMs', o.decodeTimeoutMs, 2000, 1),
     device: o.device ?? 'cpu',
     logger: o.logger ?? false,
   };
@@ -120,6 +129,7 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
       metrics.batchRequests.observe(requests);
     },
   });
+  const decoder = new ArrowDecoder(o.decodeTimeoutMs);
   const app = Fastify({ logger: o.logger, bodyLimit: o.bodyLimit, forceCloseConnections: true });
   app.removeContentTypeParser('text/plain'); // JSON or Arrow only: anything else is a 415
   app.addContentTypeParser(ARROW_TYPES, { parseAs: 'buffer', bodyLimit: o.bodyLimit }, (_req, body, done) => done(null, body));
@@ -148,7 +158,7 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
     try {
       const { inputs } = lease.model;
       batch = Buffer.isBuffer(req.body)
-        ? parseArrowRequest(req.body, inputs, o.maxRequestSamples)
+        ? await decoder.decode(req.body, inputs, o.maxRequestSamples)
         : parseJsonRequest(req.body, inputs, o.maxRequestSamples);
     } catch (e) {
       lease.release();
@@ -202,6 +212,7 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
     },
     async close() {
       await app.close();
+      await decoder.close();
       slot.close();
     },
   };

@@ -171,6 +171,42 @@ describe('embshard serve', () => {
     expect(m).toMatch(/embshard_request_duration_seconds_bucket\{le="0.001",route="\/v1\/predict"\}/);
   }, 60_000);
 
+  it('an Arrow body that sends the Arrow reader into a minutes-long loop is refused after decodeTimeoutMs; requests meanwhile and after are answered', async () => {
+    // a one-column Arrow IPC stream as apache-arrow writes it, and the same with byte 119 (in the schema's
+    // metadata) set to 0x7f: the reader then loops over a count it trusts (over 30 s, measured)
+    const stream = Buffer.from(
+      '/////8AAAAAQAAAAAAAKABAADgAHAAgACgAAAAAAAAEQAAAAAAAEAAgACAAAAAQACAAAAAQAAAABAAAAFAAAABAAGAAEAAsAEwAUAAAADAAQAAAAFAAAAAAAAAEYAAAAAAAAEFwAAAAFAAAAZGVuc2UAAAABAAAAFAAAABAAFAAEAAAADwAQAAAACAAQAAAAEAAAABQAAAAAAAADGAAAAAEAAAB4AAAAAAAAAAAABgAGAAQABgAAAAEABgAIAAQABgAAAAIAAAD/////oAAAABQAAAAAAAAAAAAKAA4ADAAHAAgACgAAAAAAAAMQAAAABAAKABgADAAIAAQACgAAABQAAABIAAAAAQAAAAAAAAAAAAAAAwAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAACAAAAAQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAD/////AAAAAA==',
+      'base64',
+    );
+    const looping = Uint8Array.from(stream);
+    looping[119] = 0x7f;
+    const s = await createServer({ checkpoint: ck1, decodeTimeoutMs: 300 });
+    const u = await s.listen({ port: 0 });
+    const send = async (body: Uint8Array | string, type: string) => {
+      const res = await fetch(`${u}/v1/predict`, { method: 'POST', headers: { 'content-type': type }, body });
+      return { status: res.status, json: (await res.json()) as any };
+    };
+    try {
+      const order: string[] = [];
+      const b = batches[0]!;
+      const [bad, json] = await Promise.all([
+        send(looping, 'application/vnd.apache.arrow.stream').then((r) => (order.push('arrow'), r)),
+        send(JSON.stringify(jsonBody(b, 0, 2)), 'application/json').then((r) => (order.push('json'), r)),
+      ]);
+      expect([bad.status, bad.json.error.code]).toEqual([400, 'INVALID_ARGUMENT']);
+      expect(bad.json.error.message).toMatch(/took longer than 300 ms to decode/);
+      // the JSON request was answered while the Arrow body was still being decoded
+      expect(order).toEqual(['json', 'arrow']);
+      expect(json.status).toBe(200);
+      // the next Arrow body gets a fresh worker
+      const arrow = await send(tableToIPC(new Table(batchToArrow(b)).select([...b.sparse.features, 'dense']), 'stream'), 'application/vnd.apache.arrow.stream');
+      expect(arrow.status).toBe(200);
+      for (let i = 0; i < b.size; i++) expect(arrow.json.probabilities[i]).toBeCloseTo(want1[i]!, 6);
+    } finally {
+      await s.close();
+    }
+  }, 60_000);
+
   it('reloads under concurrent load: no request fails, each answer is the old or the new model’s', async () => {
     const b = batches[0]!;
     const bodies = Array.from({ length: 64 }, (_, i) => JSON.stringify(jsonBody(b, i, i + 1)));
