@@ -70,6 +70,7 @@ export class NpzFile {
       cdSize = Number(z.readBigUInt64LE(40));
       cdOffset = Number(z.readBigUInt64LE(48));
     }
+    if (!Number.isSafeInteger(cdOffset) || !Number.isSafeInteger(cdSize) || cdOffset + cdSize > size) throw bad('the central directory lies outside the file');
     const cd = await readAt(fh, cdOffset, cdSize);
     if (cd.length < cdSize) throw bad('truncated central directory');
     const members = new Map<string, Member>();
@@ -79,19 +80,29 @@ export class NpzFile {
       const method = cd.readUInt16LE(p + 10);
       let comp = cd.readUInt32LE(p + 20), raw = cd.readUInt32LE(p + 24), local = cd.readUInt32LE(p + 42);
       const nameLen = cd.readUInt16LE(p + 28), extraLen = cd.readUInt16LE(p + 30), commentLen = cd.readUInt16LE(p + 32);
+      if (p + 46 + nameLen + extraLen + commentLen > cd.length) throw bad(`central directory entry ${k} is corrupt`);
       const name = cd.toString('utf8', p + 46, p + 46 + nameLen);
       let x = p + 46 + nameLen;
       const xe = x + extraLen;
       while (x + 4 <= xe) {
         const id = cd.readUInt16LE(x), len = cd.readUInt16LE(x + 2);
+        if (x + 4 + len > xe) throw bad(`an extra field of central directory entry ${k} is corrupt`);
         if (id === 0x0001) {
+          // the ZIP64 values, in this order, of the fields that hold 0xffffffff
           let q = x + 4;
-          if (raw === 0xffffffff) (raw = Number(cd.readBigUInt64LE(q))), (q += 8);
-          if (comp === 0xffffffff) (comp = Number(cd.readBigUInt64LE(q))), (q += 8);
-          if (local === 0xffffffff) local = Number(cd.readBigUInt64LE(q));
+          const next = (): number => {
+            if (q + 8 > x + 4 + len) throw bad(`the ZIP64 field of central directory entry ${k} is too short`);
+            const v = Number(cd.readBigUInt64LE(q));
+            q += 8;
+            return v;
+          };
+          if (raw === 0xffffffff) raw = next();
+          if (comp === 0xffffffff) comp = next();
+          if (local === 0xffffffff) local = next();
         }
         x += 4 + len;
       }
+      if (!Number.isSafeInteger(raw) || !Number.isSafeInteger(local) || local + 30 > size) throw bad(`central directory entry ${k} points outside the file`);
       members.set(name.endsWith('.npy') ? name.slice(0, -4) : name, { name, method, size: raw, localOffset: local });
       p += 46 + nameLen + extraLen + commentLen;
     }

@@ -180,6 +180,40 @@ describe('MLPerf multi-hot archives (.npz)', () => {
     expect(await codeOf(NpzFile.open(join(DIR, 'day_0_dense.npy')))).toMatch(/^INVALID_ARGUMENT: .*end-of-central-directory/);
   });
 
+  it('a damaged archive directory is INVALID_ARGUMENT naming the fault, whatever its sizes and offsets say', async () => {
+    const { NpzFile } = await import('../../lib/data/npz.js');
+    const good = readFileSync(join(DIR, 'zip64.npz'));
+    // the records, found as the ZIP format places them: the end record, its ZIP64 locator just before it,
+    // the ZIP64 end record the locator points at, and the central directory that record points at
+    const eocd = good.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+    const zip64End = Number(good.readBigUInt64LE(eocd - 20 + 8));
+    const cdAt = Number(good.readBigUInt64LE(zip64End + 48));
+    const d = tmp.dir;
+    const damaged = (name: string, edit: (b: Buffer) => void): string => {
+      const b = Buffer.from(good);
+      edit(b);
+      writeFileSync(join(d, name), b);
+      return join(d, name);
+    };
+    const cases: [string, string, RegExp][] = [
+      [damaged('cd-size.npz', (b) => b.writeBigUInt64LE(2n ** 62n, zip64End + 40)), 'a central directory size beyond the file', /outside the file/],
+      [damaged('cd-offset.npz', (b) => b.writeBigUInt64LE(BigInt(good.length), zip64End + 48)), 'a central directory offset at the end', /outside the file/],
+      [damaged('extra-len.npz', (b) => b.writeUInt16LE(0xffff, cdAt + 30)), 'an entry whose extra field overruns the directory', /entry 0 is corrupt/],
+      [damaged('zip64-field.npz', (b) => {
+        // the first entry's ZIP64 extra field (id 1) shortened to 4 bytes: its values no longer fit
+        const x = cdAt + 46 + b.readUInt16LE(cdAt + 28);
+        expect(b.readUInt16LE(x)).toBe(1);
+        b.writeUInt16LE(4, x + 2);
+      }), 'a ZIP64 field too short for the values it must hold', /ZIP64 field of central directory entry 0 is too short/],
+    ];
+    for (const [file, what, why] of cases) {
+      const e = await NpzFile.open(file).then(() => undefined, (x: unknown) => x);
+      expect(isEmbshardError(e), what).toBe(true);
+      expect([what, (e as Error & { code: string }).code]).toEqual([what, 'INVALID_ARGUMENT']);
+      expect((e as Error).message, what).toMatch(why);
+    }
+  });
+
   it('batches bags of h_f ids across days, floor-mod hashed, with dense and labels from the .npy files', async () => {
     const hashes = HOT.map((_, f) => 5000 + f);
     const src = await new CriteoNpySource({ dir: DIR, days: [0, 1], batchSize: 5, hashes, multiHot: true }).open();
