@@ -4,12 +4,12 @@
 //   <dir>/tables.bin     both native arenas (weights, optimizer state) with a header; CRC-32C in the manifest
 //   <dir>/dynamic-<t>.bin the id map of each dynamic table (lib/storage/dynamic.ts), when there are any
 //   <dir>/spill-<t>.bin   the live records of a spilling dynamic table's spill file (a compact copy)
-// Every manifest ends with its seal, manifestSha256: the SHA-256 of the rest of the manifest as compact JSON,
-// checked by every reader (parseManifest), so a manifest altered after it was written is refused like an
-// altered payload file. A save writes a fresh sibling folder, fsyncs every file and the folder, then swaps it in with two renames
-// (the old folder aside, the new one in). A crash leaves the old checkpoint or the new one, never a torn one:
-// between the two renames neither stands at the path, and readers take the new folder from its sibling
-// (checkpointDir) until the next save completes the swap.
+// Every manifest ends with its seal, manifestSha256: the SHA-256 of the rest of the manifest as compact
+// JSON, checked by every reader (parseManifest), so a manifest altered after it was written is refused
+// like an altered payload file. A save writes a fresh sibling folder, fsyncs every file and the folder,
+// then swaps it in with two renames (the old folder aside, the new one in). A crash leaves the old
+// checkpoint or the new one, never a torn one: between the two renames neither stands at the path, and
+// readers take the new folder from its sibling (checkpointDir) until the next save completes the swap.
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -223,8 +223,8 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
 /**
  * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
  * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
- * written last, sealed (MANIFEST_SEAL), as `manifestFile`; every file and the folder are fsynced, then the folder replaces `dir`
- * by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
+ * written last, sealed (MANIFEST_SEAL), as `manifestFile`; every file and the folder are fsynced, then
+ * the folder replaces `dir` by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
  * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
  */
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {

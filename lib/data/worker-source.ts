@@ -5,7 +5,7 @@
 // throw in the caller, before any thread starts.
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import { openSource, type SourceSpec } from './specs.js';
-import { startWorker } from './ts-worker-loader.js';
+import { startWorker } from '../worker-thread.js';
 import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { batchFromMessage, type BatchMessage } from './batch-message.js';

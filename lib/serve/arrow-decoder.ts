@@ -7,7 +7,7 @@
 import type { Worker } from 'node:worker_threads';
 import { JaggedBatch } from '../batch.js';
 import { CallQueue } from '../call-queue.js';
-import { startWorker } from '../data/ts-worker-loader.js';
+import { startWorker } from '../worker-thread.js';
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ModelInputs } from '../train/inputs.js';
 import type { PredictBatch } from '../train/trainer.js';

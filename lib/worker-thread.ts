@@ -1,4 +1,4 @@
-// ts-worker-loader.ts — starts the package's worker threads (startWorker): the compiled script beside the
+// worker-thread.ts — starts the package's worker threads (startWorker): the compiled script beside the
 // caller, or, in development only, its TypeScript source: when lib/ runs from its TypeScript sources
 // (vitest, no dist build) a worker thread cannot load .ts files, so the worker starts through this
 // bootstrap, which registers module hooks that resolve './x.js' to './x.ts' and transpile .ts with the
@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { EmbshardError } from '../errors.js';
+import { EmbshardError } from './errors.js';
 
 /** Module hooks (an ES module's source): resolve .js → .ts when only the .ts exists; transpile .ts. */
 export const TS_HOOKS = `
