@@ -5,6 +5,8 @@
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
 
 #include "core/errors.h"
 #include "core/parallel.h"
@@ -58,10 +60,19 @@ void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch
   out.F = F;
   out.feature.assign(F, 0);
   out.slotOf.assign(spec.features.size(), -1);
+  // each batch feature's index among the collection's (names are unique): the declared order first, as
+  // batches built from the collection's features keep it; otherwise by a name index made for this batch
+  std::unordered_map<std::string_view, int32_t> byName;
   for (int32_t s = 0; s < F; ++s) {
     int32_t found = -1;
-    for (size_t j = 0; j < spec.features.size(); ++j)
-      if (spec.features[j].name == v.features[s]) found = static_cast<int32_t>(j);
+    if (static_cast<size_t>(s) < spec.features.size() && spec.features[s].name == v.features[s]) {
+      found = s;
+    } else {
+      if (byName.empty())
+        for (size_t j = 0; j < spec.features.size(); ++j) byName.emplace(spec.features[j].name, static_cast<int32_t>(j));
+      const auto it = byName.find(v.features[s]);
+      if (it != byName.end()) found = it->second;
+    }
     if (found < 0) fail("UNKNOWN_FEATURE", "batch feature '%s' is not a feature of this collection", v.features[s].c_str());
     if (out.slotOf[found] >= 0) fail("DUPLICATE_FEATURE", "feature '%s' appears twice in the batch", v.features[s].c_str());
     out.slotOf[found] = s;
