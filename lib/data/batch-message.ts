@@ -16,7 +16,8 @@ export interface BatchMessage {
   weights?: Float32Array | undefined;
 }
 
-function owned<T extends ArrayBufferView>(a: T): T {
+/** `a`, or a copy of it when it does not own its whole (unshared) buffer: a view whose buffer can be transferred. */
+export function owned<T extends ArrayBufferView>(a: T): T {
   return a.byteOffset === 0 && a.byteLength === a.buffer.byteLength && !(a.buffer instanceof SharedArrayBuffer)
     ? a
     : ((a as unknown as { slice(): T }).slice());

@@ -2,6 +2,7 @@
 // then decodes each Arrow IPC request body it is sent with parseArrowRequest and posts the batch back,
 // its arrays transferred, or the typed error's code and message.
 import { parentPort } from 'node:worker_threads';
+import { owned } from '../data/batch-message.js';
 import type { ModelInputs } from '../train/inputs.js';
 import { parseArrowRequest } from './request.js';
 
@@ -14,11 +15,6 @@ export interface DecodeRequest {
 export type DecodeReply =
   | { ok: true; dense: Float32Array; features: string[]; lengths: Int32Array; ids: Int32Array; size: number }
   | { ok: false; code: string; message: string };
-
-/** `a` owning its whole buffer (a copy when it is a view of a larger one), so the buffer can be transferred. */
-function owned<T extends Float32Array | Int32Array>(a: T): T {
-  return a.byteOffset === 0 && a.byteLength === a.buffer.byteLength ? a : (a.slice() as T);
-}
 
 const port = parentPort!;
 port.on('message', (m: DecodeRequest) => {
