@@ -195,6 +195,8 @@ function parse(argv: string[]): Args | string {
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
   if (a.cachePolicy !== undefined && a.storageDir === undefined) return '--cache-policy needs --storage disk:<dir> (it is the disk tables\' cache policy)';
+  if (a.dynamicCapacity !== undefined && a.storageDir !== undefined)
+    return '--storage disk:<dir> holds tables of rows, and --dynamic-capacity makes every table dynamic (kept in memory): give one of them';
   if (a.decayStart !== undefined && a.decaySteps === 0) return '--decay-start needs --decay-steps N (the length of the decay)';
   if (a.tableRows !== undefined && ![a.data, a.evalData].some((d) => d?.startsWith('arrow:')))
     return '--table-rows gives the rows of an arrow: source\'s tables; the other sources know theirs (--max-rows caps them)';

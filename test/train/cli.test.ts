@@ -113,6 +113,7 @@ describe('embshard train', () => {
       [['--cache-policy', 'lfu'], /--cache-policy needs --storage disk:<dir>/],
       [['--decay-start', '10'], /--decay-start needs --decay-steps N/],
       [['--table-rows', '10'], /--table-rows gives the rows of an arrow: source's tables/],
+      [['--dynamic-capacity', '100', '--storage', 'disk:/nonexistent', '--cache-bytes', '100000'], /--storage disk:<dir> holds tables of rows, and --dynamic-capacity makes every table dynamic/],
     ] as const) {
       c = capture();
       expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', ...extra])).toBe(2);
