@@ -156,6 +156,12 @@ export function isPrecision(p: unknown): p is Precision {
   return p === 'fp32' || p === 'bf16';
 }
 
+/** `p` as a precision; INVALID_CONFIG naming `field` when it is not one. */
+export function checkPrecision(p: unknown, field = 'precision'): Precision {
+  if (!isPrecision(p)) throw new EmbshardError('INVALID_CONFIG', `${field} must be 'fp32' | 'bf16' (got ${String(p)})`);
+  return p;
+}
+
 export class DenseModel {
   readonly spec: DenseModelSpec;
   readonly optimizer: Required<DenseOptimizerConfig>;
@@ -184,8 +190,7 @@ export class DenseModel {
     this.optimizer = { type: o.type, lr: o.lr, eps: o.eps ?? 1e-8, beta1: o.beta1 ?? 0.9, beta2: o.beta2 ?? 0.999, weightDecay: o.weightDecay ?? 0 };
     this.seed = options.seed ?? 0;
     this.device = device;
-    const precision = options.precision ?? 'fp32';
-    if (!isPrecision(precision)) throw new EmbshardError('INVALID_CONFIG', `precision must be 'fp32' | 'bf16' (got ${String(precision)})`);
+    const precision = checkPrecision(options.precision ?? 'fp32');
     if (precision !== 'fp32' && device !== 'cpu')
       throw new EmbshardError('BACKEND_UNAVAILABLE', `precision '${precision}' runs on the CPU only; the GPU dense model computes in fp32`);
     this.precision = precision;

@@ -10,7 +10,7 @@ import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { auc, expectedAUC, loglossFromLogits } from '../data/metrics.js';
 import type { Batch } from '../data/types.js';
-import { DenseModel, PRESETS, isPrecision, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
+import { DenseModel, PRESETS, checkPrecision, isPresetName, resolveDenseSpec, type DenseModelSpec, type DenseOptimizerConfig, type PresetName } from './dense.js';
 import type { EmbeddingModule, EmbeddingOutput } from './embeddings.js';
 import type { Precision } from './binding.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
@@ -555,8 +555,7 @@ export class Trainer {
     options: TrainerLoadOptions = {},
   ): Promise<Trainer> {
     rejectUnknownFields(options, LOAD_FIELDS, 'options');
-    if (options.precision !== undefined && !isPrecision(options.precision))
-      throw new EmbshardError('INVALID_CONFIG', `options.precision must be 'fp32' | 'bf16' (got ${String(options.precision)})`);
+    if (options.precision !== undefined) checkPrecision(options.precision, 'options.precision'); // the caller's, not the checkpoint's
     const ck = await readTrainerCheckpoint(dir);
     const m = ck.manifest;
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
