@@ -35,7 +35,8 @@ export interface SequenceOutput {
 /**
  * A forward's result. `backward(out, …)` consumes it: once the update is done, `pooled` and every
  * sequence's `values` are detached (length 0) and their memory is reused by the next forward. Copy what
- * you need before backward, or pass `{ keepOutput: true }` to backward and `release(out)` later.
+ * you need before backward, or pass `{ keepOutput: true }` to backward and `release(out)` later. It goes
+ * through one backward (a second one is INVALID_ARGUMENT; a refused backward leaves it usable).
  */
 export interface ForwardOutput {
   /** [batchSize × pooledDim], features in `pooledFeatures` order */
@@ -149,6 +150,8 @@ export class EmbeddingCollection extends EngineOwner {
   private readonly tableIndex = new Map<string, number>();
   /** what forward() left for the backward of each output it returned: the native batch and its prepared handle */
   private readonly pending = new WeakMap<ForwardOutput | DeviceForwardOutput, { batch: JaggedBatch; native: NativeBatch; prepared: NativePreparedBatch; dynamic?: DynamicStep }>();
+  /** outputs of this collection's forward that a backward has applied (kept ones included): a second backward is refused */
+  private readonly applied = new WeakSet<ForwardOutput | DeviceForwardOutput>();
   /** Whether forwardOnDevice works here: a collection on a GPU with no dynamic tables. */
   get outputsOnDevice(): boolean {
     return this.device.startsWith('cuda:') && !this.dynamic;
@@ -301,11 +304,12 @@ export class EmbeddingCollection extends EngineOwner {
       return this.enqueue(async () => {
         const engine = this.live();
         this.checkFresh(a.dynamic); // a forward queued before this backward may have evicted rows
+        this.checkApplied(out); // a backward queued before this one may have applied the same output
         const r = a.device
           ? await engine.backwardDevice(a.native, a.device.pooled.native, a.device.sequences.native, a.prepared)
           : await engine.backward(a.native, a.pooled, a.seq, a.prepared);
         if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
-        this.consumed(engine, out, a.consume);
+        this.consumed(engine, out, a.own, a.consume);
         return r;
       });
     });
@@ -317,7 +321,7 @@ export class EmbeddingCollection extends EngineOwner {
     const engine = this.live();
     const r = engine.backwardSync(a.native, a.pooled, a.seq, a.prepared);
     if (a.dynamic) this.dynamic!.resetSinks(engine, a.dynamic.sinks);
-    this.consumed(engine, out, a.consume);
+    this.consumed(engine, out, a.own, a.consume);
     return r;
   }
 
@@ -492,6 +496,7 @@ export class EmbeddingCollection extends EngineOwner {
     if (!out || !(out.batch instanceof JaggedBatch))
       throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of forward()');
     if (checkBackwardOptions(options).reject) throw options.reject; // the caller ends the step: nothing changes
+    this.checkApplied(out);
     if (typeof grads !== 'object' || grads === null) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'gradients must be an object');
     // device gradients (checked there), or host arrays per sequence feature
     const device = this.deviceGradients(out.batch, grads);
@@ -517,8 +522,14 @@ export class EmbeddingCollection extends EngineOwner {
       prepared: own ? p.prepared : undefined,
       pooled: device ? null : host.pooled ?? null,
       seq,
+      own,
       consume: own && options.keepOutput !== true,
     };
+  }
+
+  /** An output of this collection's forward goes through one backward, as a sharded collection's does. */
+  private checkApplied(out: ForwardOutput | DeviceForwardOutput): void {
+    if (this.applied.has(out)) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
   }
 
   /** A forward's slots are meaningful only while no later forward evicted rows (checked again when the backward runs). */
@@ -527,8 +538,9 @@ export class EmbeddingCollection extends EngineOwner {
       throw new EmbshardError('INVALID_ARGUMENT', 'stale forward output: dynamic tables evicted rows since its forward; run forward() again');
   }
 
-  /** After a successful backward: the output has been used; unless kept, its memory goes back to the engine. */
-  private consumed(engine: NativeEngine, out: ForwardOutput | DeviceForwardOutput, release: boolean): void {
+  /** After a successful backward: the output (this collection's own) has been applied; unless kept, its memory goes back to the engine. */
+  private consumed(engine: NativeEngine, out: ForwardOutput | DeviceForwardOutput, own: boolean, release: boolean): void {
+    if (own) this.applied.add(out);
     if (!release) return;
     this.pending.delete(out);
     if (out.pooled instanceof DeviceArray) this.deviceOutputs?.give(out.pooled, (out as DeviceForwardOutput).sequences);

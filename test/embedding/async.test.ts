@@ -39,9 +39,10 @@ describe('async behaviour', () => {
   it('queued calls run in order and see each other’s effects', async () => {
     const ec = new EmbeddingCollection({ tables: [{ name: 't', rows: 4, dim: 2, init: { type: 'constant', value: 1 } }], optimizer: { type: 'sgd', lr: 1 } });
     const batch = JaggedBatch.fromLengths({ features: ['t'], batchSize: 1, lengths: Int32Array.of(1), ids: BigInt64Array.of(2n) });
-    const out = ec.forwardSync(batch);
-    // fire 5 updates and a forward without awaiting in between
-    const ps = [1, 2, 3, 4, 5].map(() => ec.backward(out, { pooled: Float32Array.of(0.5, 0.25) }));
+    // five outputs of the same batch (a backward reads only its batch and the gradients), then 5 updates
+    // and a forward fired without awaiting in between
+    const outs = [1, 2, 3, 4, 5].map(() => ec.forwardSync(batch));
+    const ps = outs.map((out) => ec.backward(out, { pooled: Float32Array.of(0.5, 0.25) }));
     const f = ec.forward(batch);
     await Promise.all(ps);
     expect(Array.from((await f).pooled)).toEqual([1 - 2.5, 1 - 1.25]);
@@ -52,14 +53,14 @@ describe('async behaviour', () => {
   it('a learning rate set while steps are queued applies to the steps called after it, not to those before', async () => {
     const ec = new EmbeddingCollection({ tables: [{ name: 't', rows: 4, dim: 2, init: { type: 'constant', value: 1 } }], optimizer: { type: 'sgd', lr: 1 } });
     const batch = JaggedBatch.fromLengths({ features: ['t'], batchSize: 1, lengths: Int32Array.of(1), ids: BigInt64Array.of(2n) });
-    const out = ec.forwardSync(batch);
+    const [out1, out2, out3] = [1, 2, 3].map(() => ec.forwardSync(batch));
     const g = { pooled: Float32Array.of(0.5, 0.25) };
     const dir = mkdtempSync(join(tmpdir(), 'embshard-lr-'));
     try {
-      const b1 = ec.backward(out, g); // lr 1
+      const b1 = ec.backward(out1!, g); // lr 1
       ec.setLearningRate(10);
       expect(ec.learningRate).toBe(10);
-      const b2 = ec.backward(out, g); // lr 10
+      const b2 = ec.backward(out2!, g); // lr 10
       const saved = ec.save(dir); // written with lr 10
       ec.setLearningRate(100);
       expect(() => ec.setLearningRate(-1)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
@@ -71,7 +72,7 @@ describe('async behaviour', () => {
       const back = await EmbeddingCollection.load(dir);
       expect(back.learningRate).toBe(10);
       back.dispose();
-      await ec.backward(out, g); // lr 100
+      await ec.backward(out3!, g); // lr 100
       expect(Array.from(ec.readRows('t', [2]))).toEqual([1 - 0.5 - 5 - 50, 1 - 0.25 - 2.5 - 25]);
     } finally {
       ec.dispose();

@@ -82,6 +82,44 @@ describe('bad input is rejected before any state changes', () => {
     ec.dispose();
   });
 
+  it('an output goes through one backward: a second one (kept, queued or sync) is INVALID_ARGUMENT and changes nothing', async () => {
+    const sgd: CollectionConfig = { tables: [{ name: 't', rows: 4, dim: 2 }], optimizer: { type: 'sgd', lr: 1 }, seed: 5 };
+    const ec = new EmbeddingCollection(sgd);
+    const one = () => batch([2n], [1], ['t'], 1);
+    const g = { pooled: Float32Array.of(0.25, -0.5) };
+    const w0 = Array.from(ec.readRows('t', [2n]));
+    // SGD with lr 1 on one id: w ← w − g (closed form, in fp32)
+    const after = (w: number[], k: number) => w.map((x, j) => Math.fround(x - k * g.pooled[j]!));
+    const out = await ec.forward(one());
+    await ec.backward(out, g);
+    expect(Array.from(ec.readRows('t', [2n]))).toEqual(after(w0, 1));
+    const err = await ec.backward(out, g).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmbshardError);
+    expect((err as EmbshardError).code).toBe('INVALID_ARGUMENT');
+    expect((err as EmbshardError).message).toMatch(/already been through backward/);
+    expect(await code(() => ec.backwardSync(out, g))).toBe('INVALID_ARGUMENT');
+    expect(ec.step).toBe(1);
+    // kept: still readable, still one backward
+    const kept = await ec.forward(one());
+    await ec.backward(kept, g, { keepOutput: true });
+    expect(kept.pooled.length).toBe(2);
+    expect(await code(ec.backward(kept, g))).toBe('INVALID_ARGUMENT');
+    expect(await ec.release(kept)).toBe(1);
+    // two backwards queued without awaiting: the first applies, the second is refused when its turn comes
+    const twice = await ec.forward(one());
+    const [a, b] = await Promise.allSettled([ec.backward(twice, g), ec.backward(twice, g)]);
+    expect(a.status).toBe('fulfilled');
+    expect(b.status === 'rejected' && (b.reason as EmbshardError).code).toBe('INVALID_ARGUMENT');
+    expect(Array.from(ec.readRows('t', [2n]))).toEqual(after(after(after(w0, 1), 1), 1));
+    expect(ec.step).toBe(3);
+    // a refused backward leaves its output usable: bad gradients first, then good ones apply once
+    const retry = await ec.forward(one());
+    expect(await code(ec.backward(retry, { pooled: new Float32Array(3) }))).toBe('GRAD_SIZE_MISMATCH');
+    await ec.backward(retry, g);
+    expect(ec.step).toBe(4);
+    ec.dispose();
+  });
+
   it("nonFinite: 'skip' skips the step without changing anything", async () => {
     const ec = new EmbeddingCollection({ ...config, optimizer: { type: 'adagrad', lr: 0.1, nonFinite: 'skip' } });
     const before = snapshot(ec);
