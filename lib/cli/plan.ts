@@ -53,7 +53,7 @@ function parse(argv: string[]): Args | string {
     const v = argv[i + 1];
     if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
     i++;
-    const int = (name: string): number | string => (/^[1-9][0-9]*$/.test(v) ? Number(v) : `${name} must be a positive integer (got '${v}')`);
+    const int = (name: string): number | string => (/^[1-9][0-9]*$/.test(v) && Number.isSafeInteger(Number(v)) ? Number(v) : `${name} must be a positive integer (got '${v}')`);
     switch (k) {
       case '--model':
         a.model = v;

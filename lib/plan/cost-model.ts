@@ -5,6 +5,8 @@
 // For a rank with local batch B, feature f of table t draws n_f = B · poolingFactor_f ids, N = Σ_f n_f.
 // A row group [a, b) gets n_f · m(a, b) of them (m = access mass) and E_distinct(N, a, b) distinct rows;
 // all ranks are statistically identical, so a destination's expected bytes are the same from every source.
+import { EmbshardError } from '../errors.js';
+import { MAX_BATCH_SIZE } from '../data/types.js';
 import { accessModel } from './access.js';
 import { blockPenalty, DTYPE_BYTES, ID_BYTES, LENGTH_BYTES, WEIGHT_BYTES } from './constants.js';
 import { groupHolders, nodeColumns, type ShardCols, type TableLayout } from './layout.js';
@@ -282,6 +284,8 @@ export interface PlanEstimate extends SimResult {
 
 /** Cost-model estimate of a plan: expected per-rank bytes, per-stage critical path and per-rank time. */
 export function estimatePlan(plan: ShardPlan, batchSize = plan.batchSize): PlanEstimate {
+  if (!(Number.isSafeInteger(batchSize) && batchSize > 0 && batchSize <= MAX_BATCH_SIZE))
+    throw new EmbshardError('INVALID_ARGUMENT', `batchSize: must be an integer in [1, ${MAX_BATCH_SIZE}] (got ${String(batchSize)})`, { path: 'batchSize' });
   const ctx: CostContext = { topo: plan.topology, batchSize, wire: plan.wire, hierarchical: plan.hierarchical };
   const load = expectedLoad(plan.tables, plan.layouts, ctx);
   return { ...simulate(load, plan.topology, plan.hierarchical), load, memory: plan.memoryPerRank() };

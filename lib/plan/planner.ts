@@ -13,14 +13,16 @@ import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { accessModel } from './access.js';
 import { BASELINES, baselineLayouts, rowBlocks, tableWiseLayout, type BaselineName } from './baselines.js';
-import { COL_ALIGN, DTYPE_BYTES, MIN_SHARD_COLS } from './constants.js';
+import { DTYPES } from '../config.js';
+import { MAX_BATCH_SIZE } from '../data/types.js';
+import { COL_ALIGN, MIN_SHARD_COLS } from './constants.js';
 import type { CostContext } from './cost-model.js';
 import { cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { criticalRanks, refine, sameLayout } from './local-search.js';
 import { EFF_BWD, EFF_FWD, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
 import { ShardPlan } from './shard-plan.js';
 import { better, PlanState, type Score } from './state.js';
-import { idsPerSample, normalizeTables, rowBytes, tableBytes } from './tables.js';
+import { heldRowBytes, idsPerSample, normalizeTables, tableBytes } from './tables.js';
 import { hierarchicalDefault, normalizeTopology } from './topology.js';
 import type { PlanTableSpec, Table, Topology, WireDtypes } from './types.js';
 
@@ -70,7 +72,7 @@ export interface PlanReport {
 export function checkFeasible(tables: readonly Table[], topo: Topology): void {
   const lim = topo.memoryLimitBytes, W = topo.worldSize;
   for (const t of tables) {
-    const rb = rowBytes(t, t.dim);
+    const rb = heldRowBytes(t, t.dim);
     if (rb > lim) throw new EmbshardError('PLAN_INFEASIBLE', `table '${t.name}': one row needs ${rb} bytes, more than a rank's limit of ${lim} bytes; short by ${rb - lim} bytes`, { table: t.name, shortfallBytes: rb - lim });
   }
   const sorted = tables.slice().sort((a, b) => tableBytes(b) - tableBytes(a));
@@ -93,7 +95,7 @@ export function checkFeasible(tables: readonly Table[], topo: Topology): void {
 
 /** Rows of table t over the ranks in proportion to their free memory (consecutive blocks, rank order): fits whenever the free memory of all ranks together holds the table row by row. */
 function rowsByFreeMemory(st: PlanState, t: Table): TableLayout['groups'] | undefined {
-  const rb = rowBytes(t, t.dim), lim = st.ctx.topo.memoryLimitBytes;
+  const rb = heldRowBytes(t, t.dim), lim = st.ctx.topo.memoryLimitBytes;
   const cap = Array.from(st.mem, (m) => Math.max(0, Math.floor((lim - m) / rb)));
   const sum = cap.reduce((a, b) => a + b, 0);
   if (sum < t.rows) return undefined;
@@ -297,15 +299,31 @@ const PLAN_OPTION_FIELDS = fieldsOf<PlanOptions>({
   batchSize: true, wire: true, maxIterations: true, timeBudgetMs: true, tiers: true, fromBaselines: true, hierarchical: true, meta: true,
 });
 
+/** Throws INVALID_CONFIG naming `field` unless `ok`. */
+function check(ok: boolean, field: string, msg: string, v: unknown): void {
+  if (!ok) throw new EmbshardError('INVALID_CONFIG', `${field}: ${msg} (got ${typeof v === 'string' ? JSON.stringify(v) : String(v)})`, { path: field });
+}
+
+/** Validates the planner options (every field, before any work) and returns the cost context they give. */
 function ctxOf(tables: readonly Table[], topology: Topology, options: PlanOptions): CostContext {
   void tables;
   rejectUnknownFields(options, PLAN_OPTION_FIELDS);
+  const B = options.batchSize;
+  check(Number.isSafeInteger(B) && B > 0, 'batchSize', 'must be a positive integer', B);
+  check(B <= MAX_BATCH_SIZE, 'batchSize', `must be at most ${MAX_BATCH_SIZE} samples per rank, the largest batch embshard runs`, B);
+  if (options.maxIterations !== undefined) check(Number.isSafeInteger(options.maxIterations) && options.maxIterations >= 0, 'maxIterations', 'must be a non-negative integer', options.maxIterations);
+  if (options.timeBudgetMs !== undefined) check(typeof options.timeBudgetMs === 'number' && options.timeBudgetMs >= 0, 'timeBudgetMs', 'must be a non-negative number of milliseconds (Infinity: no budget)', options.timeBudgetMs);
+  for (const k of ['tiers', 'fromBaselines', 'hierarchical'] as const)
+    if (options[k] !== undefined) check(typeof options[k] === 'boolean', k, 'must be true or false', options[k]);
+  if (options.meta !== undefined) {
+    const m = options.meta;
+    check(typeof m === 'object' && m !== null && !Array.isArray(m), 'meta', 'must be an object of strings', m);
+    for (const [k, v] of Object.entries(options.meta)) check(typeof v === 'string', `meta.${k}`, 'must be a string', v);
+  }
   if (options.wire !== undefined) rejectUnknownFields(options.wire, ['forward', 'backward'], 'wire');
   const wire: WireDtypes = { forward: options.wire?.forward ?? 'fp32', backward: options.wire?.backward ?? 'fp32' };
-  if (!(wire.forward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.forward: must be fp32 | fp16 | bf16`);
-  if (!(wire.backward in DTYPE_BYTES)) throw new EmbshardError('INVALID_CONFIG', `wire.backward: must be fp32 | fp16 | bf16`);
-  if (options.hierarchical !== undefined && typeof options.hierarchical !== 'boolean') throw new EmbshardError('INVALID_CONFIG', `hierarchical: must be true or false (got ${JSON.stringify(options.hierarchical)})`);
-  return { topo: topology, batchSize: options.batchSize, wire, hierarchical: options.hierarchical ?? hierarchicalDefault(topology) };
+  for (const k of ['forward', 'backward'] as const) check(DTYPES.includes(wire[k]), `wire.${k}`, `must be one of ${DTYPES.join(' | ')}`, wire[k]);
+  return { topo: topology, batchSize: B, wire, hierarchical: options.hierarchical ?? hierarchicalDefault(topology) };
 }
 
 /** Runs every baseline and reports its predicted time under the cost model. */
@@ -413,9 +431,8 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
   const t0 = Date.now();
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
-  if (!Number.isSafeInteger(options.batchSize) || options.batchSize <= 0) throw new EmbshardError('INVALID_CONFIG', `batchSize: must be a positive integer (got ${options.batchSize})`);
-  checkFeasible(tables, topology);
   const ctx = ctxOf(tables, topology, options);
+  checkFeasible(tables, topology);
   const deadline = t0 + (options.timeBudgetMs ?? 8000);
   const maxIter = options.maxIterations ?? 5000;
   const allowTiers = options.tiers ?? true;
@@ -483,6 +500,7 @@ export function baselinePlan(name: BaselineName, tablesIn: readonly PlanTableSpe
   const tables = normalizeTables(tablesIn);
   const topology = normalizeTopology(topologyIn);
   const ctx = ctxOf(tables, topology, options);
+  if (!BASELINES.includes(name)) throw new EmbshardError('INVALID_CONFIG', `baseline: unknown baseline ${JSON.stringify(name)} (known: ${BASELINES.join(', ')})`, { path: 'baseline' });
   const r = baselineLayouts(name, tables, ctx);
   if (!r.ok) throw new EmbshardError('PLAN_INFEASIBLE', `baseline ${name}: ${r.reason}`);
   return ShardPlan.fromLayouts(topology, options.batchSize, tables, r.layouts, ctx.wire, { planner: name }, ctx.hierarchical);

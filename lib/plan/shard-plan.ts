@@ -2,6 +2,7 @@
 // naming the JSON path), and the lookups the sharded runtime needs (shards of a table, row groups, the
 // owner of a (table, row, column) cell, per-rank memory).
 import { DTYPES } from '../config.js';
+import { MAX_BATCH_SIZE } from '../data/types.js';
 import { rejectUnknownFields } from '../fields.js';
 import { EmbshardError } from '../errors.js';
 import { explainPlan, type ExplainOptions } from './explain.js';
@@ -189,6 +190,7 @@ export class ShardPlan {
     if (v.hierarchical !== undefined && typeof v.hierarchical !== 'boolean') bad('$.hierarchical', `must be true or false (got ${JSON.stringify(v.hierarchical)})`);
     const topology = normalizeTopology(v.topology, '$.topology', 'INVALID_PLAN');
     if (!Number.isSafeInteger(v.batchSize) || (v.batchSize as number) <= 0) bad('$.batchSize', `must be a positive integer (got ${JSON.stringify(v.batchSize)})`);
+    if ((v.batchSize as number) > MAX_BATCH_SIZE) bad('$.batchSize', `must be at most ${MAX_BATCH_SIZE} samples per rank, the largest batch embshard runs (got ${JSON.stringify(v.batchSize)})`);
     let wire: WireDtypes = { forward: 'fp32', backward: 'fp32' };
     if (v.wire !== undefined) {
       if (!isObject(v.wire)) bad('$.wire', 'must be an object { forward, backward }');
@@ -327,6 +329,8 @@ export class ShardPlan {
 
   /** The rank that `fromRank` reads (row, col) from: itself for dp / replicated rows, its node's holder for node-tier rows. */
   ownerOf(name: string, row: number, col: number, fromRank = 0): number {
+    if (!(Number.isSafeInteger(fromRank) && fromRank >= 0 && fromRank < this.topology.worldSize))
+      throw new EmbshardError('INVALID_ARGUMENT', `fromRank: must be an integer in [0, ${this.topology.worldSize}) (got ${String(fromRank)})`, { path: 'fromRank' });
     const owners = this.ownersOf(name, row, col);
     if (owners.length === 1) return owners[0]!;
     const l = this.layout(name);

@@ -31,6 +31,7 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
   if (v.top !== undefined) {
     const t = v.top;
     if (!isObject(t)) bad(code, `${path}.top`, 'must be an object { counts, total }');
+    rejectUnknownFields(t, ['counts', 'total'], `${path}.top`, code);
     if (!Array.isArray(t.counts) || t.counts.some((c) => typeof c !== 'number' || !Number.isFinite(c) || c < 0))
       bad(code, `${path}.top.counts`, 'must be an array of non-negative numbers');
     const counts = t.counts as number[];

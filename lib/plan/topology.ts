@@ -6,6 +6,9 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { CPU_MEASURE_BYTES, CPU_MEASURE_ROW_FLOATS, DEFAULT_MEMORY_FRACTION, HARDWARE_PRESETS } from './constants.js';
 import type { Topology } from './types.js';
 
+/** The most ranks a topology may have: the planner keeps per-rank arrays and loops over ranks. */
+export const MAX_WORLD_SIZE = 65536;
+
 export type PresetName = keyof typeof HARDWARE_PRESETS | 'cpu';
 export const PRESET_NAMES: readonly PresetName[] = ['dgx-h100', 'dgx-h200', 'dgx-a100', 'cpu'];
 
@@ -26,6 +29,7 @@ export function normalizeTopology(v: unknown, path = 'topology', code: ErrorCode
   const name = o.name ?? 'custom';
   if (typeof name !== 'string' || name.length === 0) bad(code, `${path}.name`, 'must be a non-empty string');
   const worldSize = positive(o.worldSize, `${path}.worldSize`, code, true);
+  if (worldSize > MAX_WORLD_SIZE) bad(code, `${path}.worldSize`, `must be at most ${MAX_WORLD_SIZE} ranks (got ${worldSize})`);
   const ranksPerNode = positive(o.ranksPerNode, `${path}.ranksPerNode`, code, true);
   if (worldSize % ranksPerNode !== 0)
     bad(code, `${path}.ranksPerNode`, `must divide worldSize (${worldSize} ranks, ${ranksPerNode} per node)`);
@@ -93,6 +97,7 @@ const PRESET_OPTION_FIELDS = fieldsOf<TopologyOptions>({ worldSize: true, ranksP
 export function topologyPreset(preset: string, opts: TopologyOptions): Topology {
   rejectUnknownFields(opts, PRESET_OPTION_FIELDS);
   const worldSize = positive(opts.worldSize, 'worldSize', 'INVALID_CONFIG', true);
+  if (worldSize > MAX_WORLD_SIZE) bad('INVALID_CONFIG', 'worldSize', `must be at most ${MAX_WORLD_SIZE} ranks (got ${worldSize})`);
   const fraction = opts.memoryFraction ?? DEFAULT_MEMORY_FRACTION;
   if (!(fraction > 0 && fraction <= 1)) bad('INVALID_CONFIG', 'memoryFraction', `must be in (0, 1] (got ${fraction})`);
   if (preset === 'cpu') {

@@ -149,7 +149,7 @@ export const WORKLOAD_NAMES: readonly string[] = Object.keys(builders);
 
 /** A workload preset by name (INVALID_CONFIG naming the known ones otherwise). */
 export function workload(name: string): Workload {
-  const b = builders[name];
+  const b = Object.hasOwn(builders, name) ? builders[name] : undefined;
   if (!b) throw new EmbshardError('INVALID_CONFIG', `model: unknown workload '${name}' (known: ${WORKLOAD_NAMES.join(', ')})`);
   return b();
 }
