@@ -17,7 +17,7 @@ import {
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
-import { batchSizeOf, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, listOption, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
 export interface ArrowSourceOptions {
@@ -47,6 +47,9 @@ function toFloat32(d: Data, name: string): Float32Array {
   noNulls(d, name);
   const v = d.values as ArrayLike<number | bigint>;
   if (d.typeId === Type.Float && v instanceof Float32Array) return v.subarray(0, d.length);
+  // Float16 values are raw half-float bits (a Uint16Array): read as numbers they would be garbage
+  if (d.typeId === Type.Float && !(v instanceof Float64Array))
+    throw new EmbshardError('UNSUPPORTED_DTYPE', `column '${name}' must be Float32 (or Float64, or a 32-bit-or-smaller integer type); got ${String(d.type)}`);
   if ((d.typeId === Type.Int || d.typeId === Type.Float) && !(v instanceof BigInt64Array) && !(v instanceof BigUint64Array)) {
     const out = new Float32Array(d.length);
     for (let i = 0; i < d.length; i++) out[i] = v[i] as number;
@@ -74,7 +77,21 @@ function idView(d: Data, name: string): IdView {
   const v = child.values as unknown;
   if (!(v instanceof Int32Array || v instanceof Uint32Array || v instanceof BigInt64Array))
     throw new EmbshardError('UNSUPPORTED_DTYPE', `column '${name}' must hold Int32, Uint32 or Int64 ids; got ${String(child.type)}`);
+  if (offsets && d.nullCount > 0) return withoutNullBags(d, offsets, v);
   return { ids: v.subarray(lo, hi) as IdArray, offsets };
+}
+
+/**
+ * A list column with null slots as empty bags: Arrow lets a null slot's offsets span any segment (its
+ * contents are undefined), so the ids of the valid bags are copied, one copy per bag, with fresh offsets.
+ */
+function withoutNullBags(d: Data, offsets: Int32Array, values: Int32Array | Uint32Array | BigInt64Array): IdView {
+  const B = d.length, out = new Int32Array(B + 1);
+  for (let b = 0; b < B; b++) out[b + 1] = out[b]! + (d.getValid(b) ? offsets[b + 1]! - offsets[b]! : 0);
+  const ids = new (values.constructor as new (n: number) => typeof values)(out[B]!);
+  for (let b = 0; b < B; b++)
+    if (out[b + 1]! > out[b]!) (ids as Int32Array).set((values as Int32Array).subarray(offsets[b]!, offsets[b + 1]!), out[b]!);
+  return { ids: ids as IdArray, offsets: out };
 }
 const ARROW_FIELDS = fieldsOf<ArrowSourceOptions>({ features: true, label: true, dense: true, maxBatchSize: true });
 const ARROW_STREAM_FIELDS = [...ARROW_FIELDS, 'numDense', 'batchSize'];
@@ -86,10 +103,10 @@ export function recordBatchToBatch(rb: RecordBatch, o: ArrowSourceOptions = {}):
   if (B === 0) throw new EmbshardError('INVALID_SIZE', 'an empty RecordBatch cannot be a batch');
   const labelName = o.label === null ? undefined : (o.label ?? 'label');
   const denseSpec = o.dense ?? 'dense';
-  const denseNames = typeof denseSpec === 'string' ? [denseSpec] : [...denseSpec];
+  const denseNames = typeof denseSpec === 'string' ? [denseSpec] : listOption('dense', denseSpec as readonly string[])!;
   const plantedIdx = rb.schema.fields.findIndex((f) => f.name === 'planted');
   const taken = new Set([labelName ?? 'label', ...denseNames, 'planted']);
-  const features = o.features ? [...o.features] : rb.schema.fields.map((f) => f.name).filter((n) => !taken.has(n));
+  const features = o.features !== undefined ? listOption('features', o.features)! : rb.schema.fields.map((f) => f.name).filter((n) => !taken.has(n));
   if (features.length === 0) throw new EmbshardError('INVALID_ARGUMENT', 'the RecordBatch has no sparse feature columns');
 
   const labels = labelName === undefined ? new Float32Array(B) : toFloat32(col(rb, labelName), labelName);
@@ -219,8 +236,11 @@ export class ArrowSource implements BatchSource {
     rejectUnknownFields(options, ARROW_STREAM_FIELDS);
     const { numDense: _n, batchSize: _b, ...perBatch } = options; // what recordBatchToBatch reads
     this.opts = perBatch;
-    this.features = [...options.features];
-    this.numDense = options.numDense;
+    const features = listOption('features', options.features);
+    if (!features || features.length === 0 || features.some((f) => typeof f !== 'string' || f.length === 0))
+      throw new EmbshardError('INVALID_ARGUMENT', 'features must be a non-empty array of the sparse feature column names');
+    this.features = features;
+    this.numDense = nonNegativeInt('numDense', options.numDense);
     this.batchSize = batchSizeOf('batchSize', options.batchSize);
     if (options.maxBatchSize !== undefined) batchSizeOf('maxBatchSize', options.maxBatchSize);
     if (!(input instanceof Table) && !Array.isArray(input) && typeof input !== 'function')

@@ -18,7 +18,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { NpyFile, writeNpy } from './npy.js';
 import { NpzFile } from './npz.js';
-import { batchSizeOf, nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, boolOption, listOption, nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
 
 export interface CriteoNpyOptions {
   /** Folder holding day_{d}_{dense,sparse,labels}.npy (with `days`). */
@@ -69,31 +69,42 @@ export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'criteo npy options must be an object');
   rejectUnknownFields(o, NPY_FIELDS);
   if (o.files !== undefined && o.files !== null && typeof o.files === 'object') rejectUnknownFields(o.files, NPY_FILES_FIELDS, 'files');
+  const multiHot = boolOption('multiHot', o.multiHot, false);
   let dense: string[], sparse: string[], labels: string[];
-  if (o.files) {
-    dense = [...o.files.dense];
-    sparse = [...o.files.sparse];
-    labels = [...o.files.labels];
+  if (o.files !== undefined) {
+    if (o.files === null || typeof o.files !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'files must be an object { dense, sparse, labels }');
+    dense = listOption('files.dense', o.files.dense) ?? [];
+    sparse = listOption('files.sparse', o.files.sparse) ?? [];
+    labels = listOption('files.labels', o.files.labels) ?? [];
+    for (const [k, list] of [['dense', dense], ['sparse', sparse], ['labels', labels]] as const)
+      list.forEach((p, i) => {
+        if (typeof p !== 'string' || p.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `files.${k}[${i}] must be a file path`);
+      });
     if (dense.length === 0 || dense.length !== sparse.length || dense.length !== labels.length)
       throw new EmbshardError('LENGTH_MISMATCH', 'files.dense, files.sparse and files.labels must be non-empty lists of the same length');
   } else {
     if (typeof o.dir !== 'string' || !Array.isArray(o.days) || o.days.length === 0)
       throw new EmbshardError('INVALID_ARGUMENT', 'give either files, or dir with a non-empty days list');
     o.days.forEach((d, i) => nonNegativeInt(`days[${i}]`, d));
-    const fs = o.days.map((d) => dayFiles(o.dir!, d, o.multiHot === true));
+    const fs = o.days.map((d) => dayFiles(o.dir!, d, multiHot));
     dense = fs.map((f) => f.dense);
     sparse = fs.map((f) => f.sparse);
     labels = fs.map((f) => f.labels);
   }
-  const hashes = o.hashes ? [...o.hashes] : null;
+  const hashes = listOption('hashes', o.hashes) ?? null;
   hashes?.forEach((h, f) => positiveInt(`hashes[${f}]`, h));
   if (hashes?.some((h) => h > 0x7fffffff)) throw new EmbshardError('INVALID_SIZE', 'hashes must be at most 2^31 − 1');
   const worldSize = o.worldSize === undefined ? 1 : positiveInt('worldSize', o.worldSize);
   const rank = o.rank === undefined ? 0 : nonNegativeInt('rank', o.rank);
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
+  const features = listOption('features', o.features) ?? null;
+  features?.forEach((n, i) => {
+    if (typeof n !== 'string' || n.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `features[${i}] must be a non-empty string`);
+  });
+  if (features && new Set(features).size !== features.length) throw new EmbshardError('DUPLICATE_FEATURE', 'features lists a name twice');
   return {
     dense, sparse, labels, batchSize: batchSizeOf('batchSize', o.batchSize), hashes, rank, worldSize,
-    dropLast: o.dropLast ?? false, features: o.features ? [...o.features] : null,
+    dropLast: boolOption('dropLast', o.dropLast, false), features,
   };
 }
 
@@ -256,7 +267,11 @@ export class CriteoNpySource implements BatchSource {
           const [dv, lv] = await Promise.all([day.dense.readRows(local, take), day.labels!.readRows(local, take)]);
           dense.set(dv as Float32Array, r * D);
           const l32 = lv as Int32Array;
-          for (let i = 0; i < take; i++) labels[r + i] = l32[i]!;
+          for (let i = 0; i < take; i++) {
+            const y = l32[i]!;
+            if (y !== 0 && y !== 1) throw new EmbshardError('INVALID_ARGUMENT', `${day.labels!.path}: row ${local + i} holds label ${y}; labels must be 0 or 1`);
+            labels[r + i] = y;
+          }
           if (day.sparse) {
             const s32 = (await day.sparse.readRows(local, take)) as Int32Array;
             for (let f = 0; f < F; f++) foldInto(ids, featStart[f]! + r, s32, f, F, take, c.hashes?.[f] ?? 0, day.sparse.path, local, 1);

@@ -14,7 +14,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE } from './criteo.js';
 import { categoricalSalt, hashCategorical, parseHex, type CategoricalHash } from './criteo-hash.js';
-import { batchSizeOf, emptyReport, positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { batchSizeOf, boolOption, emptyReport, listOption, positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
 
 export interface CriteoTsvOptions {
   /** One file or several, read in order (`.gz` files are gunzipped on the fly). */
@@ -65,7 +65,7 @@ export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
     if (!existsSync(p) || !statSync(p).isFile()) throw new EmbshardError('IO_ERROR', `path: no such file '${p}'`);
   }
   const batchSize = batchSizeOf('batchSize', o.batchSize);
-  let rows = [...(o.tableRows ?? CRITEO_KAGGLE_CARDINALITIES)];
+  let rows = listOption('tableRows', o.tableRows) ?? [...CRITEO_KAGGLE_CARDINALITIES];
   if (rows.length !== NUM_SPARSE) throw new EmbshardError('LENGTH_MISMATCH', `tableRows must have ${NUM_SPARSE} entries (got ${rows.length})`);
   rows.forEach((r, f) => positiveInt(`tableRows[${f}]`, r));
   if (o.maxRows !== undefined) {
@@ -81,8 +81,8 @@ export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
   const maxIssues = o.maxIssues ?? 100;
   if (!Number.isSafeInteger(maxIssues) || maxIssues < 0) throw new EmbshardError('INVALID_ARGUMENT', `maxIssues must be a non-negative integer (got ${maxIssues})`);
   return {
-    paths, batchSize, tableRows: rows, hash, hasLabel: o.hasLabel ?? true, missingCategorical,
-    dropLast: o.dropLast ?? false, maxIssues, chunkSize: positiveInt('chunkSize', o.chunkSize ?? 1 << 20),
+    paths, batchSize, tableRows: rows, hash, hasLabel: boolOption('hasLabel', o.hasLabel, true), missingCategorical,
+    dropLast: boolOption('dropLast', o.dropLast, false), maxIssues, chunkSize: positiveInt('chunkSize', o.chunkSize ?? 1 << 20),
   };
 }
 
@@ -162,6 +162,7 @@ export class CriteoTsvParser {
   private line(buf: Uint8Array, s: number, e: number): Batch | undefined {
     this.lineNo++;
     this.report.lines++;
+    if (this.lineNo === 1 && e - s >= 3 && buf[s] === 0xef && buf[s + 1] === 0xbb && buf[s + 2] === 0xbf) s += 3; // a UTF-8 byte-order mark
     if (e > s && buf[e - 1] === CR) e--;
     if (e === s) {
       this.bad('blank', 'empty line');

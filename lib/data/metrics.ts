@@ -105,6 +105,7 @@ function checkLabel(y: number, i: number): void {
  */
 export function logloss(probs: Scores, labels: Float32Array | Float64Array, eps = 1e-7): number {
   checkPair(probs, labels);
+  if (typeof eps !== 'number' || !(eps >= 0 && eps < 0.5)) throw new EmbshardError('INVALID_ARGUMENT', `eps must be a number in [0, 0.5) (got ${String(eps)})`);
   if (labels.length === 0) return NaN;
   let s = 0;
   for (let i = 0; i < labels.length; i++) {
@@ -120,7 +121,8 @@ export function logloss(probs: Scores, labels: Float32Array | Float64Array, eps 
 
 /**
  * Mean binary cross-entropy from logits z (p = sigmoid(z)) against labels y in [0, 1] (0 / 1 or soft),
- * computed stably: max(z,0) − z·y + ln(1+e^−|z|).
+ * computed stably as (1 − y)·max(z, 0) + y·max(−z, 0) + ln(1 + e^−|z|): an infinite logit costs 0 when it
+ * agrees with its label and +∞ when it contradicts it. Throws on a NaN logit.
  */
 export function loglossFromLogits(logits: Scores, labels: Float32Array | Float64Array): number {
   checkPair(logits, labels);
@@ -129,7 +131,9 @@ export function loglossFromLogits(logits: Scores, labels: Float32Array | Float64
   for (let i = 0; i < labels.length; i++) {
     const y = labels[i]!, z = logits[i]!;
     checkLabel(y, i);
-    s += Math.max(z, 0) - z * y + Math.log1p(Math.exp(-Math.abs(z)));
+    if (Number.isNaN(z)) throw new EmbshardError('INVALID_ARGUMENT', `logits[${i}] is NaN`);
+    // the y = 1 and y = 0 terms are skipped, not multiplied by 0: 0 · ∞ would be NaN
+    s += (y === 1 ? 0 : (1 - y) * Math.max(z, 0)) + (y === 0 ? 0 : y * Math.max(-z, 0)) + Math.log1p(Math.exp(-Math.abs(z)));
   }
   return s / labels.length;
 }

@@ -52,12 +52,14 @@ export function denseCountMean(j: number, numDense: number): number {
 export function logGeometricMoments(m: number): { mean: number; std: number } {
   const q = m / (1 + m);
   let p = 1 - q; // P(K = 0)
+  // tail = P(K > k) = q^(k+1), kept as a product: 1 − Σ p by subtraction stalls at its rounding error
+  // (about 1e-15) and would run the loop to its cap
   let s1 = 0, s2 = 0, tail = 1;
   for (let k = 0; tail > 1e-15 && k < 1e7; k++) {
     const x = Math.log1p(k);
     s1 += p * x;
     s2 += p * x * x;
-    tail -= p;
+    tail *= q;
     p *= q;
   }
   return { mean: s1, std: Math.sqrt(Math.max(s2 - s1 * s1, 0)) };

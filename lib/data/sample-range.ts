@@ -65,6 +65,21 @@ export interface HeldOutSplit {
 }
 
 /**
+ * ⌈f × n⌉ for the fraction f as written (its shortest decimal form, String(f)) and a safe integer n ≥ 0,
+ * in integers: Math.ceil(f * n) is one too many where the rounded product lands just above an integer
+ * (0.07 × 100 = 7.000000000000001).
+ */
+function ceilTimes(f: number, n: number): number {
+  const m = /^(\d+)(?:\.(\d+))?(?:e([+-]\d+))?$/.exec(String(f));
+  if (!m) return Math.ceil(f * n);
+  const frac = m[2] ?? '', scale = frac.length - Number(m[3] ?? 0); // f = digits / 10^scale
+  let num = BigInt(m[1]! + frac) * BigInt(n), den = 1n;
+  if (scale >= 0) den = 10n ** BigInt(scale);
+  else num *= 10n ** BigInt(-scale);
+  return Number((num + den - 1n) / den);
+}
+
+/**
  * Splits a finite source: the last ⌈fraction × N⌉ samples are held out for evaluation, the rest are the
  * training share. N is counted with one pass when the source does not know it.
  */
@@ -72,7 +87,7 @@ export async function heldOutSplit(source: BatchSource & { numSamples?: number }
   if (typeof fraction !== 'number' || !(fraction > 0 && fraction < 1))
     throw new EmbshardError('INVALID_ARGUMENT', `the held-out fraction must be in (0, 1) (got ${String(fraction)})`);
   const total = await countSamples(source);
-  const held = Math.ceil(fraction * total);
+  const held = ceilTimes(fraction, total);
   if (held >= total || total < 2)
     throw new EmbshardError('INVALID_SIZE', `a held-out fraction of ${fraction} of ${total} samples leaves nothing to train on`);
   const evalStart = total - held;

@@ -32,7 +32,7 @@ import {
 import { PlantedModel, resolvePlanted, type PlantedConfig, type PlantedOptions } from './planted.js';
 import { auc, expectedAUC } from './metrics.js';
 import { hash2 } from '../random/rng.js';
-import { batchSizeOf, positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, listOption, positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
 import { resolveSessions, SessionModel, type SessionConfig, type SessionOptions } from './synthetic-sessions.js';
 
@@ -101,6 +101,7 @@ const SYNTHETIC_FIELDS = fieldsOf<SyntheticOptions>({
 });
 
 const MAX_ROWS = 0x7fffffff; // ids are Int32
+const MAX_BATCH_VALUES = 0x7fffffff; // ids (or dense values) of one batch
 
 function presetDefaults(p: SyntheticPreset): { cards: readonly number[]; hot: readonly number[]; numDense: number; features: readonly string[] } {
   switch (p) {
@@ -124,17 +125,30 @@ function presetDefaults(p: SyntheticPreset): { cards: readonly number[]; hot: re
   }
 }
 
+/**
+ * The 32-bit key of a seed: a seed in [−2^31, 2^31) is itself; a wider one mixes its high and low words, so
+ * distinct seeds do not alias (2^32 + 1 and 1 give different data).
+ */
+function seed32(seed: number): number {
+  if (seed >= -0x80000000 && seed < 0x80000000) return seed;
+  const hi = Math.floor(seed / 0x100000000), lo = seed - hi * 0x100000000;
+  return hash2(hash2(0x5eed, hi | 0), lo >>> 0) | 0;
+}
+
 /** Validates options and resolves every default; throws EmbshardError naming the bad field. */
 export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_ARGUMENT', 'synthetic options must be an object');
   rejectUnknownFields(o, SYNTHETIC_FIELDS);
   const batchSize = batchSizeOf('batchSize', o.batchSize);
   const pre = presetDefaults(o.preset ?? 'criteo-kaggle');
-  const cards = [...(o.cardinalities ?? pre.cards)];
+  const cards = listOption('cardinalities', o.cardinalities) ?? [...pre.cards];
   if (cards.length === 0) throw new EmbshardError('INVALID_CONFIG', 'cardinalities must not be empty');
   cards.forEach((c, f) => positiveInt(`cardinalities[${f}]`, c));
   const F = cards.length;
-  const features = [...(o.features ?? (o.cardinalities ? Array.from({ length: F }, (_, i) => `cat_${i}`) : pre.features))];
+  const features = listOption('features', o.features) ?? (o.cardinalities ? Array.from({ length: F }, (_, i) => `cat_${i}`) : [...pre.features]);
+  features.forEach((n, i) => {
+    if (typeof n !== 'string' || n.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `features[${i}] must be a non-empty string`);
+  });
   if (features.length !== F) throw new EmbshardError('LENGTH_MISMATCH', `features has ${features.length} names but there are ${F} cardinalities`);
   if (new Set(features).size !== F) throw new EmbshardError('DUPLICATE_FEATURE', 'features lists a name twice');
   const maxRows = o.maxRows === undefined ? MAX_ROWS : positiveInt('maxRows', o.maxRows);
@@ -143,12 +157,19 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   let hotness: number[];
   if (o.hotness === undefined) hotness = o.cardinalities && !o.preset ? cards.map(() => 1) : [...pre.hot];
   else if (typeof o.hotness === 'number') hotness = cards.map(() => o.hotness as number);
-  else hotness = [...o.hotness];
+  else if (Array.isArray(o.hotness)) hotness = [...o.hotness];
+  else throw new EmbshardError('INVALID_ARGUMENT', `hotness must be a number or an array of one per feature (got ${typeof o.hotness})`);
   if (hotness.length !== F) throw new EmbshardError('LENGTH_MISMATCH', `hotness has ${hotness.length} entries but there are ${F} features`);
   hotness.forEach((h, f) => positiveInt(`hotness[${f}]`, h));
   const lengths = o.lengths ?? 'fixed';
   if (lengths !== 'fixed' && lengths !== 'uniform') throw new EmbshardError('INVALID_ARGUMENT', `lengths must be 'fixed' or 'uniform' (got ${String(lengths)})`);
   const numDense = o.numDense === undefined ? pre.numDense : nonNegativeInt('numDense', o.numDense);
+  // a batch's arrays are allocated natively in one piece: refuse sizes no typed array can hold up front
+  const maxIds = batchSize * hotness.reduce((a, h) => a + (lengths === 'uniform' ? 2 * h - 1 : h), 0);
+  if (maxIds > MAX_BATCH_VALUES)
+    throw new EmbshardError('INVALID_SIZE', `batchSize × ids per sample (${batchSize} × ${maxIds / batchSize}) is ${maxIds} ids per batch; at most 2^31 − 1 fit one batch (lower batchSize or hotness)`);
+  if (batchSize * numDense > MAX_BATCH_VALUES)
+    throw new EmbshardError('INVALID_SIZE', `batchSize × numDense (${batchSize} × ${numDense}) is more than 2^31 − 1 dense values per batch`);
   const alpha = o.alpha ?? 1.1;
   if (typeof alpha !== 'number' || !Number.isFinite(alpha) || alpha < 0 || alpha > 10)
     throw new EmbshardError('INVALID_ARGUMENT', `alpha must be a number in [0, 10] (got ${String(alpha)})`);
@@ -162,7 +183,7 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   const rank = o.rank === undefined ? 0 : nonNegativeInt('rank', o.rank);
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
   return {
-    batchSize, features, cardinalities: cards, tableRows, hotness, lengths, numDense, alpha, scatter, seed: seed | 0,
+    batchSize, features, cardinalities: cards, tableRows, hotness, lengths, numDense, alpha, scatter, seed: seed32(seed),
     numBatches, sampleOffset, rank, worldSize, planted: resolvePlanted(o.planted), sessions: resolveSessions(o.sessions),
   };
 }

@@ -88,6 +88,20 @@ export function nonNegativeInt(name: string, v: unknown): number {
   return v;
 }
 
+/** Validates a list option (an array; `undefined` passes through), naming the field on failure. */
+export function listOption<T>(name: string, v: readonly T[] | undefined): T[] | undefined {
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v)) throw new EmbshardError('INVALID_ARGUMENT', `${name} must be an array (got ${v === null ? 'null' : typeof v})`);
+  return [...(v as readonly T[])];
+}
+
+/** Validates an optional boolean option, naming the field on failure; `undefined` gives the default. */
+export function boolOption(name: string, v: unknown, dflt: boolean): boolean {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', `${name} must be true or false (got ${JSON.stringify(v) ?? String(v)})`);
+  return v;
+}
+
 /** Checks a Batch's shapes in O(features + 1): sizes agree, dense is [size × numDense]. */
 export function checkBatch(b: Batch, numDense: number): void {
   if (!(b.dense instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', 'batch.dense must be a Float32Array');

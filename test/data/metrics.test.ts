@@ -134,4 +134,39 @@ describe('logloss', () => {
     expect(loglossFromLogits(Float64Array.from([-1000]), Float32Array.from([1]))).toBeCloseTo(1000, 9);
     expect(() => logloss(Float32Array.from([1.5]), Float32Array.from([1]))).toThrow(/probs\[0\]/);
   });
+
+  it('takes infinite logits (an overflowed model): 0 when they agree with the label, +∞ when they contradict it', () => {
+    // the naive definition with the convention 0 · ln 0 = 0, p = sigmoid(z) computed directly
+    const naive = (z: number, y: number): number => {
+      const p = 1 / (1 + Math.exp(-z));
+      return (y > 0 ? -y * Math.log(p) : 0) + (y < 1 ? -(1 - y) * Math.log(1 - p) : 0);
+    };
+    const cases: [number, number][] = [[Infinity, 1], [-Infinity, 0], [Infinity, 0], [-Infinity, 1], [Infinity, 0.25], [-Infinity, 0.75], [3, 1], [-2, 0.3]];
+    for (const [z, y] of cases) {
+      for (const Z of [Float32Array, Float64Array]) {
+        const got = loglossFromLogits(Z.from([z]), Float32Array.from([y]));
+        const want = naive(z, Math.fround(y));
+        expect(Number.isNaN(got), `z ${z}, y ${y}`).toBe(false);
+        if (Number.isFinite(want)) expect(got, `z ${z}, y ${y}`).toBeCloseTo(want, 6);
+        else expect(got, `z ${z}, y ${y}`).toBe(want);
+      }
+    }
+    // the mean over agreeing infinite logits and finite ones
+    const z = Float32Array.from([Infinity, -Infinity, 0.5]), y = Float32Array.from([1, 0, 1]);
+    expect(loglossFromLogits(z, y)).toBeCloseTo(naive(0.5, 1) / 3, 12);
+  });
+
+  it('rejects a NaN logit and an eps outside [0, ½), naming them', () => {
+    expect(() => loglossFromLogits(Float32Array.from([0, NaN]), Float32Array.from([1, 0]))).toThrow(/logits\[1\] is NaN/);
+    for (const eps of [-1e-3, 0.5, 0.7, NaN]) {
+      let err: unknown;
+      try {
+        logloss(Float32Array.from([0.5, 0.9]), Float32Array.from([1, 0]), eps);
+      } catch (e) {
+        err = e;
+      }
+      expect(isEmbshardError(err) && err.code === 'INVALID_ARGUMENT' && /eps/.test(err.message), `eps ${eps}`).toBe(true);
+    }
+    expect(logloss(Float32Array.from([1]), Float32Array.from([1]), 0)).toBe(0);
+  });
 });

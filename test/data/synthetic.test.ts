@@ -248,6 +248,33 @@ describe('bags and dense features', () => {
       expect(Math.abs(acc / n - mean)).toBeLessThan((5 * std) / Math.sqrt(n));
     }
   });
+
+  it('the moments take the terms down to a tail of 1e-15 and no more, for every dense column of 2 … 64', () => {
+    // the oracle: P(K > k) = q^(k+1) drops to 1e-15 after ⌈ln 1e-15 / ln q⌉ terms; the brute-force sums to 1e-30
+    const log1p = Math.log1p;
+    let calls = 0;
+    Math.log1p = (x: number): number => (calls++, log1p(x));
+    try {
+      for (const D of [2, 13, 64])
+        for (let j = 0; j < D; j++) {
+          const m = 0.5 * 2 ** ((10 * j) / (D - 1)), q = m / (1 + m);
+          const terms = Math.ceil(Math.log(1e-15) / Math.log(q));
+          calls = 0;
+          const mo = logGeometricMoments(m);
+          expect([D, j, calls <= terms + 1]).toEqual([D, j, true]);
+          let s1 = 0, s2 = 0;
+          for (let k = 0, p = 1 - q; k < 2 * terms + 10; k++, p *= q) {
+            const x = log1p(k);
+            s1 += p * x;
+            s2 += p * x * x;
+          }
+          expect(mo.mean).toBeCloseTo(s1, 12);
+          expect(mo.std).toBeCloseTo(Math.sqrt(s2 - s1 * s1), 11);
+        }
+    } finally {
+      Math.log1p = log1p;
+    }
+  });
 });
 
 describe('planted model', () => {
