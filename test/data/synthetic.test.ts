@@ -8,7 +8,7 @@ import {
   MLPERF_DCNV2_MULTI_HOT, CAT_FEATURE_NAMES,
 } from '../../lib/data/criteo.js';
 import { SyntheticSource, plantedAUC } from '../../lib/data/synthetic.js';
-import { makeScatter, zipfRankProbability } from '../../lib/random/zipf.js';
+import { makeScatter, zipfParams, zipfRank, zipfRankProbability } from '../../lib/random/zipf.js';
 import { logGeometricMoments, sigmoid } from '../../lib/data/planted.js';
 import { fmix32 } from '../../lib/random/rng.js';
 import { auc } from '../../lib/data/metrics.js';
@@ -133,6 +133,20 @@ describe('Zipf ids', () => {
     // closed form by direct integration of x^−α over [r+1, r+2), for one rank
     const r = 3, Z = (Math.pow(N + 1, 1 - a) - 1) / (1 - a);
     expect(zipfRankProbability(N, a, r)).toBeCloseTo((Math.pow(r + 2, 1 - a) - Math.pow(r + 1, 1 - a)) / (1 - a) / Z, 14);
+  });
+
+  it('exponents next to 1: the rank probabilities and the sampler agree with the closed form (no cancellation)', () => {
+    const N = 1e6, M = 200_000;
+    // P(rank 0) = ∫_1^2 x^−α / ∫_1^(N+1) x^−α = expm1((1−α)·ln 2) / expm1((1−α)·ln(N+1)), ln 2 / ln(N+1) at α = 1
+    const p0 = (a: number) => (a === 1 ? Math.log(2) / Math.log(N + 1) : Math.expm1((1 - a) * Math.log(2)) / Math.expm1((1 - a) * Math.log(N + 1)));
+    for (const alpha of [1 - 1e-12, 1 + 2 ** -52, 1 - 2 ** -53, 1 + 1e-14, 1 + 1e-10, 1 + 1e-6, 1 - 1e-5]) {
+      expect(Math.abs(zipfRankProbability(N, alpha, 0) / p0(alpha) - 1), `P(0) at α = ${alpha}`).toBeLessThan(1e-6);
+      // the sampler's rank 0 over a uniform grid of u: within the grid's resolution of the same mass
+      const z = zipfParams(N, alpha);
+      let hits = 0;
+      for (let i = 0; i < M; i++) if (zipfRank(z, (i + 0.5) / M) === 0) hits++;
+      expect(Math.abs(hits / M - p0(alpha)), `sampler at α = ${alpha}`).toBeLessThan(2 / M);
+    }
   });
 
   it('the scatter is a bijection of [0, N)', () => {
