@@ -2,10 +2,11 @@
 // a source (or its first --samples N; synthetic data, which never ends, needs them) with a saved model and streams one click probability per sample, in source order, to a CSV
 // file (header `probability`) or, when the file ends in .arrow, an Arrow IPC file (one Float32 column
 // `probability`, one RecordBatch per batch). A progress bar goes to stderr when it is a terminal.
-import { createWriteStream, openSync, type WriteStream } from 'node:fs';
+import { createWriteStream, openSync, readdirSync, statSync, type WriteStream } from 'node:fs';
+import { join } from 'node:path';
 import { once } from 'node:events';
 import { Field, Float32, RecordBatch, RecordBatchFileWriter, Schema, Struct, makeData } from 'apache-arrow';
-import { EmbshardError } from '../errors.js';
+import { EmbshardError, isEmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { Trainer } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
@@ -122,6 +123,34 @@ function arrowSink(file: WriteStream): Sink {
   };
 }
 
+/** The files a data spec reads (none for synthetic data) and the checkpoint's, which --out must not be. */
+function inputFiles(spec: string, checkpoint: string): string[] {
+  const colon = spec.indexOf(':'), kind = spec.slice(0, colon), arg = spec.slice(colon + 1);
+  const under = (dir: string) => {
+    try {
+      return readdirSync(dir, { recursive: true }).map((f) => join(dir, String(f)));
+    } catch {
+      return [];
+    }
+  };
+  const data = kind === 'criteo-tsv' ? arg.split(',') : kind === 'arrow' ? [arg] : kind === 'binary' ? under(arg) : [];
+  return [...data, ...under(checkpoint)];
+}
+
+/**
+ * Refuses an --out that is one of the files the run reads: opening it for writing would empty it (the
+ * data is read as the run goes, so it would also leave nothing to predict).
+ */
+function checkOutput(out: string, inputs: readonly string[]): void {
+  const o = statSync(out, { throwIfNoEntry: false });
+  if (!o?.isFile()) return;
+  for (const f of inputs) {
+    const s = statSync(f, { throwIfNoEntry: false });
+    if (s && s.dev === o.dev && s.ino === o.ino)
+      throw new EmbshardError('INVALID_ARGUMENT', `--out ${out} is ${f}, which this run reads (--data or --checkpoint): writing it would destroy it`);
+  }
+}
+
 /** Checks that a source's features and tables are the model's. */
 function checkData(inputs: ModelInputs, features: readonly string[], rows: readonly number[]): void {
   if (features.join('\u0000') !== inputs.sparse.join('\u0000'))
@@ -146,6 +175,7 @@ async function predict(a: Args): Promise<number> {
     const d = await openDataSpec(a.data!, { batch: a.batch, maxRows: a.maxRows, tableRows: inputs.tableRows, seed: 0, prefetch: 4 });
     close = () => d.source.close?.() ?? Promise.resolve();
     checkData(inputs, d.source.features, d.tableRows);
+    checkOutput(a.out!, inputFiles(a.data!, a.checkpoint!));
     const file = openOutput(a.out!);
     const sink = a.out!.endsWith('.arrow') ? arrowSink(file) : csvSink(file);
     const known = (d.source as { numSamples?: number }).numSamples;
@@ -154,11 +184,18 @@ async function predict(a: Args): Promise<number> {
     const t0 = performance.now();
     let n = 0, lastDraw = 0;
     // the next batch's forward runs while this one is written; the batch that reaches --samples is the
-    // last, cut to the samples still wanted
+    // last, cut to the samples still wanted. A batch the model refuses (a NaN dense value, an id past its
+    // table) fails the command when its turn to be written comes, naming its samples.
     let pending: Promise<Float32Array> | undefined;
     for await (const b of d.source) {
-      const take = Math.min(b.size, (a.samples ?? Infinity) - n);
-      const next = trainer.predict(b).then((p) => (take < p.length ? p.subarray(0, take) : p));
+      const take = Math.min(b.size, (a.samples ?? Infinity) - n), at = n;
+      const next = trainer.predict(b).then(
+        (p) => (take < p.length ? p.subarray(0, take) : p),
+        (e: unknown) => {
+          throw isEmbshardError(e) ? new EmbshardError(e.code, `samples [${at}, ${at + b.size}) of --data: ${e.message}`) : e;
+        },
+      );
+      next.catch(() => undefined); // it may reject while the previous batch is written: awaited below
       if (pending) await sink.write(await pending);
       pending = next;
       n += take;

@@ -7,7 +7,9 @@
 //          Criteo TSV reader does (lib/data/criteo-hash.ts, with the model's hash rule);
 //   Arrow  an IPC stream or file whose record batches follow lib/data/arrow.ts's layout (a 'dense'
 //          FixedSizeList<Float32> column, one Int32/Uint32/Int64 list column per feature; no label).
-import { tableFromIPC } from 'apache-arrow';
+//          The reader trusts the body's metadata, so what it yields is checked as JSON is: list offsets
+//          that run backwards or past their ids, non-finite dense values, ids outside the tables.
+import { tableFromIPC, Type, type RecordBatch } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
 import { rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
@@ -19,6 +21,8 @@ import type { PredictBatch } from '../train/trainer.js';
 import { concatBatches } from './merge.js';
 
 const BODY_FIELDS = ['dense', 'sparse'];
+/** A raw Criteo categorical value: 1 to 8 hex digits (hashHexString reads its characters as latin1 bytes). */
+const HEX = /^[0-9a-fA-F]{1,8}$/;
 
 function fail(code: 'INVALID_ARGUMENT' | 'INVALID_SIZE' | 'LENGTH_MISMATCH' | 'UNKNOWN_FEATURE' | 'MISSING_FEATURE' | 'ID_OUT_OF_RANGE', message: string): never {
   throw new EmbshardError(code, message);
@@ -87,7 +91,7 @@ export function parseJsonRequest(body: unknown, inputs: ModelInputs, maxSamples:
           if (!Number.isInteger(v) || v < 0 || v >= rows) fail('ID_OUT_OF_RANGE', `sparse.${name}[${b}][${i}] = ${v} is not a row of its table (an integer in [0, ${rows}))`);
           id = v;
         } else if (typeof v === 'string') {
-          id = hashHexString(v, f, rows, inputs.hash);
+          id = HEX.test(v) ? hashHexString(v, f, rows, inputs.hash) : -1;
           if (id < 0) fail('INVALID_ARGUMENT', `sparse.${name}[${b}][${i}] = '${v.slice(0, 20)}' is not a Criteo hex value of 1 to 8 digits`);
         } else fail('INVALID_ARGUMENT', `sparse.${name}[${b}][${i}] must be an integer id or a hex string`);
         ids[k++] = id;
@@ -106,6 +110,18 @@ function checkIds(ids: IdArray, rows: number, name: string): Int32Array {
   return ids instanceof Int32Array ? ids : Int32Array.from(ids as ArrayLike<number>, Number);
 }
 
+/** A list column's offsets: non-decreasing, within its ids (else its bag lengths would not be its ids'). */
+function checkOffsets(rb: RecordBatch, name: string): void {
+  const i = rb.schema.fields.findIndex((f) => f.name === name);
+  const d = i < 0 ? undefined : rb.data.children[i];
+  if (d?.typeId !== Type.List) return; // a missing or one-hot column: recordBatchToBatch's checks
+  const off = d.valueOffsets as Int32Array | undefined, ids = (d.children[0]?.values as ArrayLike<unknown> | undefined)?.length ?? 0;
+  const bad: (why: string) => never = (why) => fail('INVALID_ARGUMENT', `column '${name}': its list offsets ${why}; the Arrow body is corrupt`);
+  if (!off || off.length < d.length + 1) bad(`hold ${off?.length ?? 0} entries for ${d.length} rows`);
+  if (off[0]! < 0 || off[d.length]! > ids) bad(`span [${off[0]}, ${off[d.length]}) but the column holds ${ids} ids`);
+  for (let b = 0; b < d.length; b++) if (off[b + 1]! < off[b]!) bad(`run backwards at row ${b} (${off[b]} → ${off[b + 1]})`);
+}
+
 /** An Arrow IPC body → one batch (all its record batches) for the model with these inputs. */
 export function parseArrowRequest(body: Uint8Array, inputs: ModelInputs, maxSamples: number): PredictBatch {
   let table;
@@ -117,10 +133,27 @@ export function parseArrowRequest(body: Uint8Array, inputs: ModelInputs, maxSamp
   checkSize(table.numRows, maxSamples, 'the Arrow body');
   for (const fld of table.schema.fields)
     if (fld.name !== 'dense' && !inputs.sparse.includes(fld.name)) fail('UNKNOWN_FEATURE', `column '${fld.name}': the model has no feature '${fld.name}' (columns: dense, ${inputs.sparse.join(', ')})`);
-  const parts = table.batches.filter((rb) => rb.numRows > 0).map((rb) => recordBatchToBatch(rb, { features: inputs.sparse, label: null, dense: 'dense' }));
+  try {
+    return checkedArrow(table.batches.filter((rb) => rb.numRows > 0), inputs);
+  } catch (e) {
+    // the body's metadata contradicts itself in a way no check above names (a buffer shorter than its
+    // counts): still the body's fault
+    if (e instanceof EmbshardError) throw e;
+    fail('INVALID_ARGUMENT', `the Arrow body is corrupt: ${(e as Error).message}`);
+  }
+}
+
+function checkedArrow(batches: RecordBatch[], inputs: ModelInputs): PredictBatch {
+  for (const rb of batches) for (const name of inputs.sparse) checkOffsets(rb, name);
+  const parts = batches.map((rb) => recordBatchToBatch(rb, { features: inputs.sparse, label: null, dense: 'dense' }));
   const D = inputs.numDense;
-  for (const p of parts)
+  let row = 0;
+  for (const p of parts) {
     if (p.dense.length !== p.size * D) fail('LENGTH_MISMATCH', `column 'dense' has ${p.dense.length / p.size} values per sample; the model takes ${D}`);
+    for (let i = 0; i < p.dense.length; i++)
+      if (!Number.isFinite(p.dense[i]!)) fail('INVALID_ARGUMENT', `column 'dense': row ${row + Math.floor(i / D)}, value ${i % D} is ${p.dense[i]}; dense values must be finite`);
+    row += p.size;
+  }
   const checked = parts.map((p) => {
     const ids = new Int32Array(p.sparse.ids.length);
     let o = 0;

@@ -4,6 +4,7 @@
 // EmbshardError code; nothing a client sends can stop the server (Arrow bodies are decoded in a worker
 // thread under a deadline: arrow-decoder.ts). createServer() is what
 // `embshard serve` runs and what embedders call.
+import type { Socket } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import { EmbshardError, type ErrorCode } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
@@ -40,6 +41,7 @@ export interface ServerOptions {
 
 const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, device: true, logger: true });
 export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 interface ResolvedOptions {
   checkpoint: string;
@@ -63,13 +65,18 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
   };
   const maxWaitMs = o.maxWaitMs ?? 0;
   if (typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0 && maxWaitMs <= 10_000)) throw new EmbshardError('INVALID_CONFIG', `maxWaitMs must be a number in [0, 10000] (got ${String(o.maxWaitMs)})`);
+  if (o.device !== undefined && typeof o.device !== 'string') throw new EmbshardError('INVALID_CONFIG', `device must be 'cpu' or 'cuda:N' (got ${String(o.device)})`);
+  if (o.logger !== undefined && typeof o.logger !== 'boolean') throw new EmbshardError('INVALID_CONFIG', `logger must be a boolean (got ${String(o.logger)})`);
+  const decodeTimeoutMs = int('decodeTimeoutMs', o.decodeTimeoutMs, 2000, 1);
+  // a timer's longest delay: past it Node fires at once, and every Arrow body would be refused
+  if (decodeTimeoutMs > MAX_TIMER_MS) throw new EmbshardError('INVALID_CONFIG', `decodeTimeoutMs must be at most ${MAX_TIMER_MS} (got ${decodeTimeoutMs})`);
   return {
     checkpoint: o.checkpoint,
     maxBatch: int('maxBatch', o.maxBatch, 1024, 1),
     maxWaitMs,
     maxRequestSamples: int('maxRequestSamples', o.maxRequestSamples, 4096, 1),
     bodyLimit: int('bodyLimit', o.bodyLimit, 8 << 20, 1024),
-    decodeTimeoutMs: int('decodeTimeoutMs', o.decodeTimeoutMs, 2000, 1),
+    decodeTimeoutMs,
     device: o.device ?? 'cpu',
     logger: o.logger ?? false,
   };
@@ -130,14 +137,52 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
     },
   });
   const decoder = new ArrowDecoder(o.decodeTimeoutMs);
-  const app = Fastify({ logger: o.logger, bodyLimit: o.bodyLimit, forceCloseConnections: true });
-  app.removeContentTypeParser('text/plain'); // JSON or Arrow only: anything else is a 415
-  app.addContentTypeParser(ARROW_TYPES, { parseAs: 'buffer', bodyLimit: o.bodyLimit }, (_req, body, done) => done(null, body));
-
+  // the code of each refused request's error, counted with the request once its answer is written
+  const refused = new WeakMap<FastifyReply, ErrorCode>();
   const send = (reply: FastifyReply, status: number, e: EmbshardError) => {
-    metrics.errors.inc({ code: e.code });
+    refused.set(reply, e.code);
     return reply.code(status).send({ error: { code: e.code, message: e.message } });
   };
+  // Every request is counted once, when its response closes: with its status when the answer was
+  // written, as 'aborted' when the client went away first (mid-body, or while its forward ran). A
+  // request is in embshard_errors_total only when its refusal reached the client, so the errors are
+  // the 4xx / 5xx answers' count.
+  const track = (route: string, reply: FastifyReply): void => {
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) {
+        metrics.requests.inc({ route, status: 'aborted' });
+        return;
+      }
+      metrics.requests.inc({ route, status: String(reply.statusCode) });
+      metrics.latency.observe({ route }, reply.elapsedTime / 1000);
+      const code = refused.get(reply);
+      if (code !== undefined) metrics.errors.inc({ code });
+    });
+  };
+  // bytes that are not HTTP (a bad request line, header or chunk; headers over Node's limit) never become
+  // a request: they are answered on the socket, in the same error shape, and the connection is closed
+  const clientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, text, code, message]: [number, string, ErrorCode, string] =
+      err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request Header Fields Too Large', 'INVALID_SIZE', 'the request headers are larger than the server reads']
+      : [400, 'Bad Request', 'INVALID_ARGUMENT', `malformed HTTP request (${err.code ?? err.message})`];
+    const body = JSON.stringify({ error: { code, message } });
+    if (socket.writable) socket.write(`HTTP/1.1 ${status} ${text}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+    socket.destroy();
+  };
+  const app = Fastify({
+    logger: o.logger,
+    bodyLimit: o.bodyLimit,
+    forceCloseConnections: true,
+    clientErrorHandler: clientError,
+    // a path that is not valid percent-encoding ('/%zz'): refused like any unknown route
+    frameworkErrors: (err, _req, reply) => {
+      track('unmatched', reply);
+      return send(reply, 400, new EmbshardError('INVALID_ARGUMENT', `malformed request: ${err.message}`));
+    },
+  });
+  app.removeContentTypeParser('text/plain'); // JSON or Arrow only: anything else is a 415
+  app.addContentTypeParser(ARROW_TYPES, { parseAs: 'buffer', bodyLimit: o.bodyLimit }, (_req, body, done) => done(null, body));
   app.setErrorHandler((err, _req, reply) => {
     if (err instanceof EmbshardError) return send(reply, statusOf(err.code), err);
     const f = fromFastify(err as FastifyError);
@@ -146,11 +191,7 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
   app.setNotFoundHandler((req, reply) =>
     send(reply, 404, new EmbshardError('INVALID_ARGUMENT', `no route ${req.method} ${req.url} (POST /v1/predict, GET /healthz, GET /metrics, POST /admin/reload)`)),
   );
-  app.addHook('onResponse', async (req, reply) => {
-    const route = req.routeOptions.url ?? 'unmatched';
-    metrics.requests.inc({ route, status: String(reply.statusCode) });
-    metrics.latency.observe({ route }, reply.elapsedTime / 1000);
-  });
+  app.addHook('onRequest', async (req, reply) => track(req.routeOptions.url ?? 'unmatched', reply));
 
   app.post('/v1/predict', async (req) => {
     const lease = slot.acquire();
@@ -177,7 +218,7 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
   });
   app.post('/admin/reload', async (req) => {
     const body = req.body as { checkpoint?: unknown } | undefined | null;
-    if (body !== undefined && body !== null && (typeof body !== 'object' || Object.keys(body).some((k) => k !== 'checkpoint')))
+    if (body !== undefined && body !== null && (typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body) || Object.keys(body).some((k) => k !== 'checkpoint')))
       throw new EmbshardError('INVALID_ARGUMENT', 'the reload body is empty or { "checkpoint": "<folder>" }');
     const dir = body?.checkpoint;
     if (dir !== undefined && (typeof dir !== 'string' || dir.length === 0)) throw new EmbshardError('INVALID_ARGUMENT', 'checkpoint must be a folder path');
