@@ -7,17 +7,21 @@ import { fmix32, hash2 } from '../random/rng.js';
 
 export type CategoricalHash = 'modulo' | 'murmur';
 
+/** The value of hex digit character code c, or −1. */
+function hexDigit(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48;
+  if (c >= 97 && c <= 102) return c - 87;
+  if (c >= 65 && c <= 70) return c - 55;
+  return -1;
+}
+
 /** Parses a 1 … 8 digit hex field buf[s, e); −1 when not hex or too long. */
 export function parseHex(buf: Uint8Array, s: number, e: number): number {
   if (e - s > 8 || e <= s) return -1;
   let v = 0;
   for (let i = s; i < e; i++) {
-    const c = buf[i]!;
-    let d: number;
-    if (c >= 48 && c <= 57) d = c - 48;
-    else if (c >= 97 && c <= 102) d = c - 87;
-    else if (c >= 65 && c <= 70) d = c - 55;
-    else return -1;
+    const d = hexDigit(buf[i]!);
+    if (d < 0) return -1;
     v = v * 16 + d;
   }
   return v;
@@ -36,6 +40,12 @@ export function hashCategorical(v: number, salt: number, rows: number, hash: Cat
 /** Row of a raw hex string of column f; −1 when the string is not 1 … 8 hex digits. */
 export function hashHexString(text: string, f: number, rows: number, hash: CategoricalHash): number {
   if (text.length === 0 || text.length > 8) return -1;
-  const v = parseHex(Buffer.from(text, 'latin1'), 0, text.length);
-  return v < 0 ? -1 : hashCategorical(v, categoricalSalt(f), rows, hash);
+  // read as UTF-16 code units: any character outside 0-9 a-f A-F (U+0141 included) makes it not hex
+  let v = 0;
+  for (let i = 0; i < text.length; i++) {
+    const d = hexDigit(text.charCodeAt(i));
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return hashCategorical(v, categoricalSalt(f), rows, hash);
 }

@@ -3,12 +3,14 @@
 // INVALID_SIZE before anything is allocated, wide seeds do not alias, an npy labels file holding a value
 // other than 0 / 1 is refused, Arrow Float16 columns are refused and null list slots are empty bags
 // whatever their offsets span, and a TSV file's UTF-8 byte-order mark is not part of its first line. Each
-// is checked against values written out by hand or a naive split of the same text.
+// is checked against values written out by hand or a naive split of the same text. Raw hex values are
+// 1 to 8 hex digits, whatever characters a string holds (checked against parseInt).
 import { describe, it, expect } from 'vitest';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Field, FixedSizeList, Float16, Float32, Int32, List, RecordBatch, Schema, Struct, makeData } from 'apache-arrow';
 import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
+import { hashHexString } from '../../lib/data/criteo-hash.js';
 import { CriteoNpySource, dayFiles } from '../../lib/data/criteo-npy.js';
 import { writeNpy } from '../../lib/data/npy.js';
 import { SyntheticSource } from '../../lib/data/synthetic.js';
@@ -174,5 +176,22 @@ describe('Criteo TSV byte-order mark', () => {
     const m = new CriteoTsvSource({ path: mid, batchSize: 8, maxRows: 1000 });
     await collect(m);
     expect(m.report()!.issues.map((i) => [i.line, i.reason])).toEqual([[2, 'label']]);
+  });
+});
+
+describe('hex strings of raw Criteo values', () => {
+  it('hashHexString reads 1 to 8 hex digits and refuses every other string, whatever its characters', () => {
+    const rows = 1000;
+    // every single UTF-16 code unit: hex exactly for 0-9 a-f A-F, its value mod rows (the 'modulo' rule)
+    for (let c = 0; c < 0x10000; c++) {
+      const ch = String.fromCharCode(c);
+      const want = /^[0-9a-fA-F]$/.test(ch) ? parseInt(ch, 16) % rows : -1;
+      if (hashHexString(ch, 0, rows, 'modulo') !== want) expect(hashHexString(ch, 0, rows, 'modulo'), `U+${c.toString(16)}`).toBe(want);
+    }
+    // characters whose low byte is a hex digit are not hex ('Ł' is U+0141, 'İ' U+0130)
+    for (const s of ['Ł', 'İİ', 'aŁ', '', '123456789', ' 1', '1 ', '0x1', '-1', '+1', '1.5'])
+      expect(hashHexString(s, 3, rows, 'modulo'), JSON.stringify(s)).toBe(-1);
+    for (const s of ['0', 'f', 'FF', 'dEaDbEeF', '7fffffff', 'ffffffff', '00000001'])
+      expect(hashHexString(s, 3, rows, 'modulo'), s).toBe(parseInt(s, 16) % rows);
   });
 });
