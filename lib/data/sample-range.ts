@@ -32,6 +32,10 @@ export class SampleRangeSource extends SourceView {
       throw new EmbshardError('INVALID_ARGUMENT', `end must be an integer > start (${start}) or Infinity (got ${String(end)})`);
   }
 
+  override get endless(): boolean {
+    return this.end === Infinity && this.inner.endless === true;
+  }
+
   async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
     let pos = 0;
     for await (const b of this.inner) {
@@ -50,6 +54,8 @@ export async function countSamples(source: BatchSource & { numSamples?: number }
   if (typeof source !== 'object' || source === null || typeof (source as Partial<AsyncIterable<unknown>>)[Symbol.asyncIterator] !== 'function')
     throw new EmbshardError('INVALID_ARGUMENT', 'countSamples: source must be a BatchSource (an async iterable of batches)');
   if (typeof source.numSamples === 'number') return source.numSamples;
+  // counting would never end (and, iterating in microtasks, would starve the event loop)
+  if (source.endless === true) throw new EmbshardError('INVALID_ARGUMENT', 'countSamples: the source never ends (synthetic data: give it numBatches)');
   let n = 0;
   for await (const b of source) n += b.size;
   return n;

@@ -1,5 +1,6 @@
 // source-view.ts — the base of sources that re-deal another source's batches (a sample range, a rank's
-// share): features, dense width, batch size, table rows, report and close are the inner source's.
+// share): features, dense width, batch size, table rows, whether it never ends, report and close are the
+// inner source's.
 import type { Batch, BatchSource, DataReport } from './types.js';
 
 export abstract class SourceView implements BatchSource {
@@ -16,6 +17,9 @@ export abstract class SourceView implements BatchSource {
   }
   get tableRows(): readonly number[] | undefined {
     return this.inner.tableRows;
+  }
+  get endless(): boolean | undefined {
+    return this.inner.endless;
   }
   report(): DataReport | undefined {
     return this.inner.report?.();

@@ -316,6 +316,9 @@ export class SyntheticSource implements BatchSource {
   get numBatches(): number | undefined {
     return this.cfg.numBatches ?? undefined;
   }
+  get endless(): boolean {
+    return this.cfg.numBatches === null;
+  }
 
   batch(k: number): Batch {
     return this.generator.batch(k);

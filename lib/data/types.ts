@@ -58,6 +58,8 @@ export interface BatchSource extends AsyncIterable<Batch> {
   readonly tableRows?: readonly number[] | undefined;
   /** Batches per epoch when known in advance. */
   readonly numBatches?: number | undefined;
+  /** True for a source that never ends (synthetic data without numBatches): counting its samples is refused. */
+  readonly endless?: boolean | undefined;
   /** The malformed-input report of the last (or current) pass, for sources that parse files. */
   report?(): DataReport | undefined;
   /** Releases files / workers. Iteration that ends or breaks releases its own resources already. */

@@ -51,6 +51,9 @@ export class WorkerSource implements BatchSource {
   get numBatches(): number | undefined {
     return this.local.numBatches;
   }
+  get endless(): boolean | undefined {
+    return this.local.endless;
+  }
   /** The report of the last finished pass (the worker sends it when its pass ends). */
   report(): DataReport | undefined {
     return this.lastReport;

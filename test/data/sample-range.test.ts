@@ -1,8 +1,9 @@
 // sample-range.test.ts — the held-out split's size: the last ⌈fraction × N⌉ samples of the fraction as written,
 // checked in integers (ceil(k·n / 100) for k/100), not with the double product, which rounds 0.07 × 100 up to
-// 7.000000000000001.
+// 7.000000000000001. A source that never ends is refused rather than counted forever.
 import { describe, it, expect } from 'vitest';
-import { heldOutSplit } from '../../lib/data/sample-range.js';
+import { countSamples, heldOutSplit } from '../../lib/data/sample-range.js';
+import { PrefetchSource } from '../../lib/data/prefetch.js';
 import { SyntheticSource } from '../../lib/data/synthetic.js';
 import type { Batch, BatchSource } from '../../lib/data/types.js';
 
@@ -42,5 +43,13 @@ describe('heldOutSplit', () => {
     const ev: number[] = [];
     for await (const b of s.eval) ev.push(...b.sparse.ids);
     expect(ev).toEqual(all.slice(14));
+  });
+
+  it('an endless source (synthetic data without numBatches) is refused at once, through a prefetch queue too', async () => {
+    const endless = new SyntheticSource({ batchSize: 4, cardinalities: [50], seed: 3 });
+    await expect(heldOutSplit(endless, 0.1)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/never ends/) });
+    await expect(countSamples(new PrefetchSource(endless, { depth: 2 }))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    // a finite one is counted by reading it: 3 batches of 4
+    expect(await countSamples(new SyntheticSource({ batchSize: 4, numBatches: 3, cardinalities: [50], seed: 3 }))).toBe(12);
   });
 });
