@@ -62,7 +62,10 @@ export function resolveCriteoTsv(o: CriteoTsvOptions): CriteoTsvConfig {
   if (paths.length === 0 || paths.some((p) => typeof p !== 'string' || p.length === 0))
     throw new EmbshardError('INVALID_ARGUMENT', 'path must be a file path or a non-empty list of file paths');
   for (const p of paths) {
-    if (!existsSync(p) || !statSync(p).isFile()) throw new EmbshardError('IO_ERROR', `path: no such file '${p}'`);
+    const st = existsSync(p) ? statSync(p) : undefined;
+    if (st === undefined) throw new EmbshardError('IO_ERROR', `path: no such file '${p}'`);
+    if (st.isDirectory()) throw new EmbshardError('IO_ERROR', `path: '${p}' is a directory, not a file (name the TSV files in it)`);
+    if (!st.isFile()) throw new EmbshardError('IO_ERROR', `path: '${p}' is not a regular file`);
   }
   const batchSize = batchSizeOf('batchSize', o.batchSize);
   let rows = listOption('tableRows', o.tableRows) ?? [...CRITEO_KAGGLE_CARDINALITIES];

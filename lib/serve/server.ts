@@ -4,6 +4,7 @@
 // EmbshardError code; nothing a client sends can stop the server (Arrow bodies are decoded in a worker
 // thread under a deadline: arrow-decoder.ts). createServer() is what
 // `embshard serve` runs and what embedders call.
+import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import { EmbshardError, type ErrorCode } from '../errors.js';
@@ -33,15 +34,24 @@ export interface ServerOptions {
    * refused with 400 and the worker replaced). Default 2000.
    */
   decodeTimeoutMs?: number;
+  /**
+   * Longest a client may take to send a whole request (headers and body), in ms, from the connection's
+   * opening (its first request) or the request's first byte (later ones on a keep-alive connection). Past
+   * it the request is answered with 408 and the connection closed, so a client that stops sending or
+   * trickles bytes holds no socket or buffer. Default 30000.
+   */
+  requestTimeoutMs?: number;
   /** Device of the dense model ('cpu' | 'cuda:N'). Default cpu. */
   device?: string;
   /** fastify's request log (pino) on stdout. Default false. */
   logger?: boolean;
 }
 
-const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, device: true, logger: true });
+const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, requestTimeoutMs: true, device: true, logger: true });
 export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/** How long an idle keep-alive connection stays open after an answer (fastify's default: beyond common proxies' idle timeouts). */
+const KEEP_ALIVE_MS = 72_000;
 
 interface ResolvedOptions {
   checkpoint: string;
@@ -50,6 +60,7 @@ interface ResolvedOptions {
   maxRequestSamples: number;
   bodyLimit: number;
   decodeTimeoutMs: number;
+  requestTimeoutMs: number;
   device: string;
   logger: boolean;
 }
@@ -67,9 +78,14 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
   if (typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0 && maxWaitMs <= 10_000)) throw new EmbshardError('INVALID_CONFIG', `maxWaitMs must be a number in [0, 10000] (got ${String(o.maxWaitMs)})`);
   if (o.device !== undefined && typeof o.device !== 'string') throw new EmbshardError('INVALID_CONFIG', `device must be 'cpu' or 'cuda:N' (got ${String(o.device)})`);
   if (o.logger !== undefined && typeof o.logger !== 'boolean') throw new EmbshardError('INVALID_CONFIG', `logger must be a boolean (got ${String(o.logger)})`);
-  const decodeTimeoutMs = int('decodeTimeoutMs', o.decodeTimeoutMs, 2000, 1);
-  // a timer's longest delay: past it Node fires at once, and every Arrow body would be refused
-  if (decodeTimeoutMs > MAX_TIMER_MS) throw new EmbshardError('INVALID_CONFIG', `decodeTimeoutMs must be at most ${MAX_TIMER_MS} (got ${decodeTimeoutMs})`);
+  // at most a timer's longest delay: past it a Node timer fires at once (and every Arrow body would be refused)
+  const timeout = (name: string, v: number | undefined, def: number): number => {
+    const x = int(name, v, def, 1);
+    if (x > MAX_TIMER_MS) throw new EmbshardError('INVALID_CONFIG', `${name} must be at most ${MAX_TIMER_MS} (got ${x})`);
+    return x;
+  };
+  const decodeTimeoutMs = timeout('decodeTimeoutMs', o.decodeTimeoutMs, 2000);
+  const requestTimeoutMs = timeout('requestTimeoutMs', o.requestTimeoutMs, 30_000);
   return {
     checkpoint: o.checkpoint,
     maxBatch: int('maxBatch', o.maxBatch, 1024, 1),
@@ -77,6 +93,7 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
     maxRequestSamples: int('maxRequestSamples', o.maxRequestSamples, 4096, 1),
     bodyLimit: int('bodyLimit', o.bodyLimit, 8 << 20, 1024),
     decodeTimeoutMs,
+    requestTimeoutMs,
     device: o.device ?? 'cpu',
     logger: o.logger ?? false,
   };
@@ -143,12 +160,21 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
     refused.set(reply, e.code);
     return reply.code(status).send({ error: { code: e.code, message: e.message } });
   };
+  // the responses of requests not received within requestTimeoutMs, answered 408 on the socket (clientError)
+  const timedOut = new WeakSet<ServerResponse>();
   // Every request is counted once, when its response closes: with its status when the answer was
-  // written, as 'aborted' when the client went away first (mid-body, or while its forward ran). A
-  // request is in embshard_errors_total only when its refusal reached the client, so the errors are
-  // the 4xx / 5xx answers' count.
+  // written (408 when it was written on the socket because the request did not arrive in time), as
+  // 'aborted' when the client went away first (mid-body, or while its forward ran). A request is in
+  // embshard_errors_total only when its refusal reached the client, so the errors are the 4xx / 5xx
+  // answers' count.
   const track = (route: string, reply: FastifyReply): void => {
     reply.raw.once('close', () => {
+      if (timedOut.has(reply.raw)) {
+        metrics.requests.inc({ route, status: '408' });
+        metrics.latency.observe({ route }, reply.elapsedTime / 1000);
+        metrics.errors.inc({ code: 'INVALID_ARGUMENT' });
+        return;
+      }
       if (!reply.raw.writableFinished) {
         metrics.requests.inc({ route, status: 'aborted' });
         return;
@@ -160,19 +186,41 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
     });
   };
   // bytes that are not HTTP (a bad request line, header or chunk; headers over Node's limit) never become
-  // a request: they are answered on the socket, in the same error shape, and the connection is closed
+  // a request: they are answered on the socket, in the same error shape, and the connection is closed.
+  // So is a request not wholly received within requestTimeoutMs (408): one whose headers had arrived has
+  // reached its route, and is counted there with that status when the connection closes.
   const clientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
     const [status, text, code, message]: [number, string, ErrorCode, string] =
       err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Request Header Fields Too Large', 'INVALID_SIZE', 'the request headers are larger than the server reads']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Request Timeout', 'INVALID_ARGUMENT', `the request was not received within ${o.requestTimeoutMs} ms (requestTimeoutMs)`]
       : [400, 'Bad Request', 'INVALID_ARGUMENT', `malformed HTTP request (${err.code ?? err.message})`];
     const body = JSON.stringify({ error: { code, message } });
+    // the response of the request being received, if it got as far as a route (its headers were read)
+    const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+    // an answer already under way on this connection cannot be followed by another one
+    if (res?.headersSent) {
+      socket.destroy();
+      return;
+    }
+    if (status === 408 && res) timedOut.add(res);
     if (socket.writable) socket.write(`HTTP/1.1 ${status} ${text}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
     socket.destroy();
   };
   const app = Fastify({
     logger: o.logger,
     bodyLimit: o.bodyLimit,
+    // a request (headers and body) must arrive within requestTimeoutMs, checked every tenth of it (at
+    // most every second; Node's own check runs every 30 s); an idle keep-alive connection closes after
+    // KEEP_ALIVE_MS; a request being worked on (a forward, a reload) has no deadline
+    requestTimeout: o.requestTimeoutMs,
+    keepAliveTimeout: KEEP_ALIVE_MS,
+    connectionTimeout: 0,
+    http: {
+      requestTimeout: o.requestTimeoutMs,
+      headersTimeout: o.requestTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, Math.max(10, Math.ceil(o.requestTimeoutMs / 10))),
+    },
     forceCloseConnections: true,
     clientErrorHandler: clientError,
     // a path that is not valid percent-encoding ('/%zz'): refused like any unknown route

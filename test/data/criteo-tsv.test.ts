@@ -152,7 +152,11 @@ describe('Criteo TSV reader', () => {
       }
       return 'no error';
     };
-    expect(code(() => new CriteoTsvSource({ path: '/no/such/file.tsv', batchSize: 4 }))).toMatch(/^IO_ERROR: path/);
+    expect(code(() => new CriteoTsvSource({ path: '/no/such/file.tsv', batchSize: 4 }))).toMatch(/^IO_ERROR: path: no such file '\/no\/such\/file.tsv'$/);
+    // a folder exists but is no file: said so, not 'no such file'
+    const folder = tmp.dir;
+    expect(code(() => new CriteoTsvSource({ path: folder, batchSize: 4 }))).toBe(`IO_ERROR: path: '${folder}' is a directory, not a file (name the TSV files in it)`);
+    expect(code(() => new CriteoTsvSource({ path: [FIXTURE, folder], batchSize: 4 }))).toMatch(/^IO_ERROR: path: '.*' is a directory, not a file/);
     expect(code(() => new CriteoTsvSource({ path: FIXTURE, batchSize: 4, tableRows: [1, 2] }))).toMatch(/^LENGTH_MISMATCH: tableRows/);
     expect(code(() => new CriteoTsvSource({ path: FIXTURE, batchSize: -1 }))).toMatch(/^INVALID_SIZE: batchSize/);
     expect(code(() => new CriteoTsvSource({ path: FIXTURE, batchSize: 4, hash: 'md5' as never }))).toMatch(/^INVALID_ARGUMENT: hash/);

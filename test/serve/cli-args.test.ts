@@ -1,5 +1,6 @@
-// cli-args.test.ts — `embshard serve` argument errors: a port outside [0, 65535] or not an integer, an
-// unknown option and a missing --checkpoint exit with 2 and name the problem, before any model loads.
+// cli-args.test.ts — `embshard serve` argument errors: a port outside [0, 65535] or not an integer, a
+// --request-timeout-ms that is not an integer in [1, 2^31 − 1], an unknown option and a missing
+// --checkpoint exit with 2 and name the problem, before any model loads.
 import { describe, it, expect, vi, afterEach } from 'vitest';
 import { runServe } from '../../lib/cli/serve.js';
 import { capture } from '../train/capture.js';
@@ -13,6 +14,10 @@ describe('embshard serve arguments', () => {
       [['--checkpoint', '/no/such/ck', '--port', '80.5'], /--port must be an integer in \[0, 65535\]/],
       [['--checkpoint', '/no/such/ck', '--prot', '80'], /unknown option '--prot'/],
       [['--port', '8080'], /--checkpoint is required/],
+      [['--checkpoint', '/no/such/ck', '--request-timeout-ms', '0'], /--request-timeout-ms must be an integer in \[1, 2147483647\] \(got '0'\)/],
+      [['--checkpoint', '/no/such/ck', '--request-timeout-ms', '2.5'], /--request-timeout-ms must be an integer in \[1, 2147483647\]/],
+      [['--checkpoint', '/no/such/ck', '--request-timeout-ms', '2147483648'], /--request-timeout-ms must be an integer in \[1, 2147483647\]/],
+      [['--checkpoint', '/no/such/ck', '--request-timeout-ms', 'soon'], /--request-timeout-ms must be an integer in \[1, 2147483647\]/],
     ] as const) {
       const c = capture();
       const rc = await runServe([...args]);

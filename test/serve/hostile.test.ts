@@ -4,7 +4,9 @@
 // not hex digits; paths that are not valid percent-encoding and bytes that are not HTTP get the
 // `{ error: { code, message } }` shape; clients that hang up mid-body or before their answer leave
 // /metrics consistent (every request counted once, the errors the refused answers); options a timer or
-// fastify could not take are INVALID_CONFIG; a reload body that is not an object is refused.
+// fastify could not take are INVALID_CONFIG; a reload body that is not an object is refused; a client
+// that sends part of a request and stops gets 408 and loses its connection within requestTimeoutMs
+// (counted under its route when its headers had arrived), while other clients are answered meanwhile.
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -191,6 +193,10 @@ describe('embshard serve against hostile clients', () => {
   it('refuses options a timer or fastify cannot take, and a reload body that is not an object', async () => {
     for (const [o, message] of [
       [{ decodeTimeoutMs: 2 ** 31 }, /decodeTimeoutMs must be at most 2147483647/],
+      [{ requestTimeoutMs: 2 ** 31 }, /requestTimeoutMs must be at most 2147483647/],
+      [{ requestTimeoutMs: 0 }, /requestTimeoutMs must be an integer >= 1/],
+      [{ requestTimeoutMs: 1.5 }, /requestTimeoutMs must be an integer >= 1/],
+      [{ requestTimeoutMs: '300' }, /requestTimeoutMs must be an integer >= 1/],
       [{ device: 5 }, /device must be 'cpu' or 'cuda:N'/],
       [{ logger: 'yes' }, /logger must be a boolean/],
     ] as const)
@@ -202,4 +208,54 @@ describe('embshard serve against hostile clients', () => {
     }
     expect(server.model.version).toBe(version);
   });
+
+  it('answers a request not received within requestTimeoutMs with 408 and closes it, serving others meanwhile', async () => {
+    // each predict waits 400 ms for company: longer than the deadline, which bounds only receiving a request
+    const slow = await createServer({ checkpoint: ck, requestTimeoutMs: 300, maxWaitMs: 400 });
+    const base = await slow.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const port = Number(new URL(base).port);
+      /** Sends `payload` and stops; resolves to what came back and when the server closed (or null after 5 s). */
+      const stall = (payload: string) =>
+        new Promise<{ got: string; ms: number | null }>((resolve) => {
+          const t0 = Date.now();
+          let got = '';
+          const c = net.connect(port, '127.0.0.1', () => c.write(payload));
+          const timer = setTimeout(() => (c.destroy(), resolve({ got, ms: null })), 5000);
+          c.on('data', (d) => (got += d));
+          c.on('error', () => undefined);
+          c.on('close', () => (clearTimeout(timer), resolve({ got, ms: Date.now() - t0 })));
+        });
+      const body = JSON.stringify(jsonBody(0, 2));
+      // a body of 100 bytes announced, 10 sent; headers never finished; nothing sent at all
+      const stalled = [
+        stall(`POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"dense": `),
+        stall('POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Le'),
+        stall(''),
+      ];
+      // meanwhile, other connections are answered (after their 400 ms wait)
+      const during: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        await new Promise((r) => setTimeout(r, 80));
+        const res = await fetch(`${base}/v1/predict`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        during.push(res.status);
+        await res.arrayBuffer();
+      }
+      expect(during).toEqual([200, 200, 200]);
+      for (const { got, ms } of await Promise.all(stalled)) {
+        expect(ms, `closed within 5 s (got ${JSON.stringify(got)})`).not.toBeNull();
+        expect(ms!).toBeGreaterThanOrEqual(250);
+        expect(got.split('\r\n')[0]).toBe('HTTP/1.1 408 Request Timeout');
+        expect(JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4))).toEqual({ error: { code: 'INVALID_ARGUMENT', message: expect.stringMatching(/not received within 300 ms/) } });
+      }
+      // only the one whose headers had arrived became a request: counted once, as answered 408
+      const text = await (await fetch(`${base}/metrics`)).text();
+      expect(samples(text, 'embshard_requests_total').get('{route="/v1/predict",status="408"}')).toBe(1);
+      expect(samples(text, 'embshard_requests_total').get('{route="/v1/predict",status="aborted"}')).toBeUndefined();
+      expect(samples(text, 'embshard_errors_total').get('{code="INVALID_ARGUMENT"}')).toBe(1);
+      expect(samples(text, 'embshard_requests_total').get('{route="/v1/predict",status="200"}')).toBe(3);
+    } finally {
+      await slow.close();
+    }
+  }, 30_000);
 });

@@ -1,7 +1,8 @@
 // predict-cli.test.ts — `embshard predict` when the user errs: an --out that names a file the run reads
 // (the data, by any path to it, or a checkpoint file) is refused before it is opened, and the file is left
 // as it was; a batch the model refuses (a NaN dense value in the data) ends the command with its code and
-// the samples it covers, exit 1, rather than as an unhandled rejection while the batch before it is written.
+// the samples it covers, exit 1, rather than as an unhandled rejection while the batch before it is written;
+// a criteo-tsv: path that is a folder is said to be one.
 import { describe, it, expect, vi, afterEach, beforeAll, afterAll } from 'vitest';
 import { linkSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -61,6 +62,15 @@ describe('embshard predict, misused', () => {
     const csv = join(dir, 'p.csv');
     expect(await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${file}`, '--out', csv, '--quiet'])).toBe(0);
     expect(readFileSync(csv, 'utf8').trim().split('\n').length).toBe(65);
+  });
+
+  it('says a --data criteo-tsv: path that is a folder is a folder, not a missing file', async () => {
+    const c = capture();
+    const rc = await runPredict(['--checkpoint', ck, '--data', `criteo-tsv:${dir}`, '--out', join(dir, 'f.csv')]);
+    vi.restoreAllMocks();
+    expect(rc).toBe(1);
+    expect(c.err.join('')).toContain(`embshard predict: IO_ERROR: path: '${dir}' is a directory, not a file`);
+    expect(c.err.join('')).not.toMatch(/no such file/);
   });
 
   it('ends with the code of a batch the model refuses, naming its samples, when the batch before it is being written', async () => {
