@@ -38,7 +38,7 @@ function parse(argv: string[]): Args | string {
       case '--max-wait-ms': a.maxWaitMs = num(0, false); break;
       case '--max-request-samples': a.maxRequestSamples = num(1); break;
       case '--body-limit': a.bodyLimit = num(1024); break;
-      case '--decode-timeout-ms': a.decodeTimeoutMs = num(1); break;
+      case '--decode-timeout-ms': a.decodeTimeoutMs = intArg(k, v, 1, 2 ** 31 - 1); break;
       case '--request-timeout-ms': a.requestTimeoutMs = intArg(k, v, 1, 2 ** 31 - 1); break;
       case '--threads': a.threads = num(1); break;
       default: return `unknown option '${k}'`;
