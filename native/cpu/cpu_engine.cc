@@ -71,12 +71,14 @@ void CpuEngine::write_rows(uint32_t table, const uint64_t* rows, int64_t n, cons
 
 void CpuEngine::read_state(uint32_t table, const uint64_t* rows, int64_t n, float* out) {
   const uint64_t k = layout_.tables[table].statePerRow;
+  if (k == 0) return;  // no optimizer state (SGD): nothing to read, and no state arena to read from
   const float* s = table_state(table);
   for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * k, s + rows[i] * k, k * 4);
 }
 
 void CpuEngine::write_state(uint32_t table, const uint64_t* rows, int64_t n, const float* values) {
   const uint64_t k = layout_.tables[table].statePerRow;
+  if (k == 0) return;  // no optimizer state (SGD): nothing to write
   float* s = table_state(table);
   for (int64_t i = 0; i < n; ++i) std::memcpy(s + rows[i] * k, values + i * k, k * 4);
 }
