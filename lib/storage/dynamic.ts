@@ -132,6 +132,16 @@ export class DynamicTables {
     this.addon = addon as unknown as DynamicAddon;
     this.tableOf = new Map(config.tables.flatMap((t, i) => t.features.map((f) => [f, i] as const)));
     this.entries = [];
+    try {
+      this.makeEntries(config, initStreams);
+    } catch (e) {
+      // a spill file that cannot be made: those already made are closed (their locks released) at once
+      this.dispose();
+      throw e;
+    }
+  }
+
+  private makeEntries(config: ResolvedConfig, initStreams?: readonly number[]): void {
     config.tables.forEach((t, i) => {
       const d = t.dynamic;
       if (!d) return;
@@ -172,13 +182,20 @@ export class DynamicTables {
     this.checkFeatures(batch);
     const out = this.widen(batch.ids);
     const sinks: number[] = [];
-    // the maps are independent and write disjoint positions of `out`: translated concurrently
-    const done = await Promise.all(
+    // the maps are independent and write disjoint positions of `out`: translated concurrently. A map whose
+    // translation failed (a spill record that fails its checksum) changed nothing; the others did, so their
+    // evicted rows are still spilled and their admitted rows written before the error is raised
+    const done = await Promise.allSettled(
       this.entries.map((e) => e.map.translate(batch.ids, batch.lengths, batch.batchSize, Uint8Array.from(batch.features, (f) => (this.tableOf.get(f) === e.table ? 1 : 0)), out)),
     );
     let failed: unknown;
     for (const [k, e] of this.entries.entries()) {
-      const r = done[k]!;
+      const d = done[k]!;
+      if (d.status === 'rejected') {
+        failed ??= d.reason;
+        continue;
+      }
+      const r = d.value;
       const n = r.evictedSlots.length;
       if (e.spill && n > 0) {
         // the evicted rows, as stored, go to the spill file before the admitted rows take their slots; a

@@ -26,7 +26,7 @@ void DiskTable::unpack(const uint8_t* rec, bool written, uint64_t row, uint8_t* 
   const RecordLayout& L = file_.layout();
   if (written) {
     std::memcpy(wdst, rec, L.rowBytes);
-    std::memcpy(sdst, rec + L.stateOffset, 4 * L.statePerRow);
+    if (L.statePerRow) std::memcpy(sdst, rec + L.stateOffset, 4 * L.statePerRow);
     return;
   }
   for (uint32_t c = 0; c < spec_.dim; ++c)
@@ -34,14 +34,14 @@ void DiskTable::unpack(const uint8_t* rec, bool written, uint64_t row, uint8_t* 
                 init_.initialize ? init_value(init_.init.kind, init_.init.a, init_.init.b, init_.seed, init_.table,
                                               row * spec_.dim + c)
                                  : 0.0f);
-  std::memset(sdst, 0, 4 * L.statePerRow);
+  if (L.statePerRow) std::memset(sdst, 0, 4 * L.statePerRow);  // no state (SGD): sdst may be null
 }
 
 void DiskTable::pack(const uint8_t* w, const float* s, uint8_t* rec) const {
   const RecordLayout& L = file_.layout();
   std::memset(rec, 0, L.recordBytes);
   std::memcpy(rec, w, L.rowBytes);
-  std::memcpy(rec + L.stateOffset, s, 4 * L.statePerRow);
+  if (L.statePerRow) std::memcpy(rec + L.stateOffset, s, 4 * L.statePerRow);
 }
 
 void DiskTable::check(const uint64_t* rows, int64_t n) {
@@ -144,7 +144,18 @@ void DiskTable::read_values(const uint64_t* rows, int64_t n, float* out) {
   }
 }
 
+void DiskTable::verify_rows(const uint64_t* rows, int64_t n) {
+  ioRows_.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (cache_.find(rows[i]) < 0) ioRows_.push_back(rows[i]);
+  const int64_t nf = static_cast<int64_t>(ioRows_.size());
+  rec_.resize(static_cast<size_t>(nf) * file_.layout().recordBytes);
+  written_.resize(static_cast<size_t>(nf));
+  file_.read(ioRows_.data(), nf, rec_.data(), written_.data());
+}
+
 void DiskTable::write_values(const uint64_t* rows, int64_t n, const float* in) {
+  verify_rows(rows, n);
   for (int64_t i = 0; i < n; ++i) {
     load_one(rows[i]);
     for (uint32_t c = 0; c < spec_.dim; ++c) store_value(spec_.dtype, spanW_.data(), c, in[i * spec_.dim + c]);
@@ -162,6 +173,7 @@ void DiskTable::read_state(const uint64_t* rows, int64_t n, float* out) {
 
 void DiskTable::write_state(const uint64_t* rows, int64_t n, const float* in) {
   const uint64_t k = file_.layout().statePerRow;
+  verify_rows(rows, n);
   for (int64_t i = 0; i < n; ++i) {
     load_one(rows[i]);
     std::memcpy(spanS_.data(), in + i * k, 4 * k);

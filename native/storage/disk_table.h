@@ -67,7 +67,9 @@ class DiskTable {
   }
 
   // Rows (fp32 values) and state of any rows, wherever they are; writes go to the cache for resident
-  // rows (dirty) and to the file for the others. Duplicate rows in a write: the last wins.
+  // rows (dirty) and to the file for the others. Duplicate rows in a write: the last wins. A write reads
+  // and verifies the records of all its rows first: a damaged one (CHECKPOINT_CORRUPT) fails it before
+  // any row changes.
   void read_values(const uint64_t* rows, int64_t n, float* out);
   void write_values(const uint64_t* rows, int64_t n, const float* in);
   void read_state(const uint64_t* rows, int64_t n, float* out);
@@ -95,6 +97,8 @@ class DiskTable {
   // Brings one row's weights / state into w1_ / s1_ for a read-modify-write of any row.
   void load_one(uint64_t row);
   void store_one(uint64_t row);
+  // Reads and verifies the records of the rows that are not resident (a write's check before it starts).
+  void verify_rows(const uint64_t* rows, int64_t n);
 
   TableSpec spec_;
   RowInit init_;

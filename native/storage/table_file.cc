@@ -21,7 +21,7 @@ namespace embshard::storage {
 namespace {
 
 constexpr char kMagic[8] = {'E', 'M', 'B', 'T', 'A', 'B', 'L', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: record checksums cover the row number
 constexpr uint32_t kWritten = 0x57524954u;  // "WRIT"
 
 struct Header {
@@ -72,7 +72,7 @@ TableFile::TableFile(std::string path, const RecordLayout& layout, uint32_t opti
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    fail("IO_ERROR", "table file '%s' is in use by another collection (%s)", path_.c_str(), std::strerror(err));
+    fail("IO_ERROR", "storage.path: table file '%s' is in use by another collection (%s)", path_.c_str(), std::strerror(err));
   }
   const auto bail = [&](const char* what) {
     const int err = errno;
@@ -122,13 +122,17 @@ void TableFile::check_intact() const {
     fail("CHECKPOINT_CORRUPT", "table file '%s': its header was altered", path_.c_str());
 }
 
+uint32_t TableFile::record_crc(uint64_t row, const uint8_t* rec) const {
+  return crc32c(crc32c(0, &row, sizeof row), rec, layout_.recordBytes - 8);
+}
+
 void TableFile::verify(uint64_t row, const uint8_t* rec, uint8_t* written) const {
   const uint64_t body = layout_.recordBytes - 8;
   uint32_t crc, flag;
   std::memcpy(&crc, rec + body, 4);
   std::memcpy(&flag, rec + body + 4, 4);
   if (flag == kWritten) {
-    if (crc32c(0, rec, body) != crc)
+    if (record_crc(row, rec) != crc)
       fail("CHECKPOINT_CORRUPT", "table file '%s': row %llu fails its checksum (the file was altered)", path_.c_str(),
            static_cast<unsigned long long>(row));
     *written = 1;
@@ -141,9 +145,9 @@ void TableFile::verify(uint64_t row, const uint8_t* rec, uint8_t* written) const
   *written = 0;
 }
 
-void TableFile::seal(uint8_t* rec) const {
+void TableFile::seal(uint64_t row, uint8_t* rec) const {
   const uint64_t body = layout_.recordBytes - 8;
-  const uint32_t crc = crc32c(0, rec, body);
+  const uint32_t crc = record_crc(row, rec);
   std::memcpy(rec + body, &crc, 4);
   std::memcpy(rec + body + 4, &kWritten, 4);
 }
@@ -164,7 +168,7 @@ void TableFile::write(const uint64_t* rows, int64_t n, uint8_t* src) {
   const uint64_t rb = layout_.recordBytes;
   parallel_io(n, [&](int64_t i) {
     uint8_t* rec = src + uint64_t(i) * rb;
-    seal(rec);
+    seal(rows[i], rec);
     pwrite_all(fd_, rec, rb, kHeaderBytes + rows[i] * rb, "table file", path_);
   });
   bytesWritten_ += uint64_t(n) * rb;
@@ -180,7 +184,7 @@ void TableFile::read_span(uint64_t first, uint64_t n, uint8_t* dst, uint8_t* wri
 
 void TableFile::write_span(uint64_t first, uint64_t n, uint8_t* src) {
   const uint64_t rb = layout_.recordBytes;
-  for (uint64_t i = 0; i < n; ++i) seal(src + i * rb);
+  for (uint64_t i = 0; i < n; ++i) seal(first + i, src + i * rb);
   pwrite_all(fd_, src, n * rb, kHeaderBytes + first * rb, "table file", path_);
   bytesWritten_ += n * rb;
 }

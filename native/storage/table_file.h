@@ -2,7 +2,8 @@
 // then one fixed-size record per row: the row in the table's storage dtype, padded to 4 bytes, its
 // optimizer state (fp32), a CRC-32C of both and a written flag. The file is created at full size
 // with fallocate, so a full disk fails when the table is made, never mid-step; a record never written
-// reads as zeros and stands for the row's initial value. Records are read and written with pread /
+// reads as zeros and stands for the row's initial value. The checksum covers the row number too (a
+// record copied to another row's place fails it). Records are read and written with pread /
 // pwrite from the host thread pool. Errors: IO_ERROR (the file cannot be made, read or written),
 // CHECKPOINT_CORRUPT (the file is shorter than its header says, or a record's checksum is wrong).
 #pragma once
@@ -57,8 +58,10 @@ class TableFile {
   uint64_t bytes_written() const { return bytesWritten_; }
 
  private:
+  // A record's checksum covers its row number too: a record found at another row's place fails it.
+  uint32_t record_crc(uint64_t row, const uint8_t* rec) const;
   void verify(uint64_t row, const uint8_t* rec, uint8_t* written) const;
-  void seal(uint8_t* rec) const;
+  void seal(uint64_t row, uint8_t* rec) const;
   std::string path_;
   RecordLayout layout_;
   int fd_ = -1;

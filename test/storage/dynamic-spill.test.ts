@@ -3,7 +3,8 @@
 // capacity holds every id (no eviction at all), under every optimizer, LRU and LFU, fp32 and fp16; and
 // the spill faults: a bad path (IO_ERROR naming the field, at construction), bad spill configs, an altered
 // spill record (CHECKPOINT_CORRUPT on the step that reads it back, before anything changes, and on a save()
-// that would copy it).
+// that would copy it; the batch's other dynamic tables keep what the step gave them, rows included); a
+// collection that fails to take one spill file leaves the others it opened unlocked.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -86,6 +87,25 @@ describe('spill faults', () => {
     expect([numeric.code, numeric.message.includes('tables[0].spill')]).toEqual(['INVALID_CONFIG', true]);
   });
 
+  it('a collection that cannot take one spill file keeps none of the others locked', async () => {
+    const [p0, p1, p2] = [mkdtempSync(join(dir, 'l0-')), mkdtempSync(join(dir, 'l1-')), mkdtempSync(join(dir, 'l2-'))];
+    const config = (second: string) => ({
+      tables: [
+        { name: 'x', rows: 'dynamic', capacity: 2, dim: 2, features: ['a'], spill: { path: p0 } },
+        { name: 'y', rows: 'dynamic', capacity: 2, dim: 2, features: ['b'], spill: { path: second } },
+      ] as TableConfig[],
+    });
+    const other = new EmbeddingCollection({ tables: [{ name: 'u', rows: 4, dim: 2 }, { name: 'v', rows: 'dynamic', capacity: 2, dim: 2, spill: { path: p1 } }] });
+    try {
+      // p1/spill-1.bin is in use: this one fails, and leaves p0/spill-0.bin free
+      const e = await err(() => new EmbeddingCollection(config(p1)));
+      expect([e.code, e.message.includes('tables[1].spill.path')]).toEqual(['IO_ERROR', true]);
+      new EmbeddingCollection(config(p2)).dispose();
+    } finally {
+      other.dispose();
+    }
+  });
+
   it('an altered spill record is CHECKPOINT_CORRUPT on the step that reads it back, and on save()', async () => {
     const sub = mkdtempSync(join(dir, 'c-'));
     const ec = new EmbeddingCollection({ tables: [{ name: 'd', rows: 'dynamic', capacity: 2, dim: 2, features: ['a'], spill: { path: sub } }], optimizer: { type: 'adagrad', lr: 0.1 } });
@@ -117,6 +137,43 @@ describe('spill faults', () => {
       expect(existsSync(join(sub, 'ck'))).toBe(false);
     } finally {
       ec.dispose();
+    }
+  });
+
+  it('an altered record of one table fails the step; the batch\'s other dynamic tables keep their admitted rows and spilled ones', async () => {
+    const sub = mkdtempSync(join(dir, 'two-'));
+    const table = (name: string, feature: string, capacity: number, spill: boolean): TableConfig =>
+      ({ name, rows: 'dynamic', capacity, dim: 2, features: [feature], ...(spill ? { spill: { path: sub } } : {}) }) as TableConfig;
+    const ec = new EmbeddingCollection({ tables: [table('x', 'a', 2, true), table('y', 'b', 2, true)], optimizer: { type: 'sgd', lr: 0.1 }, seed: 5 });
+    // oracle: the same tables, fresh (an admitted row starts from its id's init values)
+    const roomy = new EmbeddingCollection({ tables: [table('x', 'a', 2, false), table('y', 'b', 2, false)], optimizer: { type: 'sgd', lr: 0.1 }, seed: 5 });
+    const b = (xa: bigint[], yb: bigint[]) => JaggedBatch.fromLengths({ features: ['a', 'b'], batchSize: 1, lengths: Int32Array.of(xa.length, yb.length), ids: BigInt64Array.from([...xa, ...yb]) });
+    try {
+      const step = async (xa: bigint[], yb: bigint[]) => {
+        const out = await ec.forward(b(xa, yb));
+        await ec.backward(out, { pooled: Float32Array.of(1, -1, 0.5, 2) });
+      };
+      await step([1n, 2n], [1n, 2n]);
+      await step([3n, 4n], [3n, 4n]); // 1 and 2 spilled by both tables
+      const trained = ec.readRows('x', [3n, 4n]);
+      // alter y's first record
+      const file = join(sub, 'spill-1.bin');
+      const bytes = readFileSync(file);
+      bytes[9]! ^= 0x10;
+      writeFileSync(file, bytes);
+      // x admits 5 and 6 (evicting 3 and 4 to its spill file); y would read 1 and 2 back
+      const e = await err(() => step([5n, 6n], [1n, 2n]));
+      expect(e.code).toBe('CHECKPOINT_CORRUPT');
+      expect([...ec.heldIds('x')].sort()).toEqual([5n, 6n]);
+      await roomy.forward(b([5n, 6n], []));
+      expect(ec.readRows('x', [5n, 6n])).toEqual(roomy.readRows('x', [5n, 6n]));
+      expect(ec.stats()['x']!.spilled).toBe(4); // 1, 2, 3 and 4
+      // 3 and 4 come back from x's spill file as they were trained
+      await ec.forward(b([3n, 4n], []));
+      expect(ec.readRows('x', [3n, 4n])).toEqual(trained);
+    } finally {
+      ec.dispose();
+      roomy.dispose();
     }
   });
 });

@@ -1,6 +1,6 @@
 // faults.test.ts — a disk-backed table meets a path it cannot use, another collection on
-// its file, a truncated or altered table file (a full disk: process.test.ts): each is a typed
-// EmbshardError before anything changes,
+// its file, a truncated or altered table file, a record in another row's place (a full disk:
+// process.test.ts): each is a typed EmbshardError before anything changes (a row write included),
 // and once the file is repaired training goes on bitwise like a memory twin that never saw the fault.
 import { closeSync, mkdirSync, openSync, readSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -51,7 +51,7 @@ describe('disk-backed table faults', () => {
   it('a second collection on the same table file: IO_ERROR', async () => {
     const t: TableConfig = { name: 't', rows: 100, dim: 4, storage: { kind: 'disk', path: join(tmp.dir, 'shared'), cacheBytes: 1 << 16 } };
     const a = new EmbeddingCollection({ tables: [t] });
-    expect(await code(() => new EmbeddingCollection({ tables: [t] }))).toMatch(/^IO_ERROR: .*in use/);
+    expect(await code(() => new EmbeddingCollection({ tables: [t] }))).toMatch(/^IO_ERROR: storage\.path: .*in use/);
     a.dispose();
   });
 
@@ -87,7 +87,18 @@ describe('disk-backed table faults', () => {
     putBytes(file, at, Buffer.of(orig[0]! ^ 0x40));
     expect(await code(disk.forward(rowsOf([3, 7])))).toMatch(/^CHECKPOINT_CORRUPT: .*row 3 fails its checksum/);
     expect(await code(() => disk.readRows('t', [3]))).toMatch(/^CHECKPOINT_CORRUPT/);
+    // a write of several rows, one of them damaged, writes none of them
+    expect(await code(() => disk.writeRows('t', [1, 3], new Float32Array(8).fill(7)))).toMatch(/^CHECKPOINT_CORRUPT: .*row 3/);
+    expect(await code(() => disk.writeState('t', [1, 3], new Float32Array(8).fill(7)))).toMatch(/^CHECKPOINT_CORRUPT: .*row 3/);
+    expect([disk.readRows('t', [1]), disk.readState('t', [1])]).toEqual([before[0]!.slice(4, 8), before[1]!.slice(4, 8)]);
     putBytes(file, at, orig);
+
+    // the intact record of row 4 in the place of row 2's: row 2 does not read row 4's values
+    const rec2 = bytesAt(file, 4096 + 2 * st.recordBytes, st.recordBytes);
+    putBytes(file, 4096 + 2 * st.recordBytes, bytesAt(file, 4096 + 4 * st.recordBytes, st.recordBytes));
+    expect(await code(disk.forward(rowsOf([2])))).toMatch(/^CHECKPOINT_CORRUPT: .*row 2 fails its checksum/);
+    expect(await code(() => disk.readRows('t', [2]))).toMatch(/^CHECKPOINT_CORRUPT/);
+    putBytes(file, 4096 + 2 * st.recordBytes, rec2);
 
     // altered header
     const h = bytesAt(file, 20, 1);
