@@ -7,6 +7,7 @@
 // all-to-all of gradient rows to owners after it, and one engine backward per rank that sums every row's
 // contributions in rank order and applies the optimizer once: the same update as one collection trained
 // on the global batch (equal up to the order of that sum; rows read by one rank only are bitwise equal).
+// Only the latest training forward's output goes through backward: the next one moves rows and cache slots.
 import { JaggedBatch } from '../batch.js';
 import { CallQueue } from '../call-queue.js';
 import { checkBackwardOptions, checkForwardOptions, EmbeddingCollection, type BackwardOptions, type ForwardOptions } from '../collection.js';
@@ -59,6 +60,10 @@ interface TableStep {
 }
 
 interface StepCtx {
+  /** the collection whose forward made it */
+  owner: HeraldEmbeddingCollection;
+  /** its training forward's number: a later training forward moves rows, so only the latest may go through backward */
+  seq: number;
   s: Scheduled;
   tables: TableStep[];
 }
@@ -90,6 +95,8 @@ export class HeraldEmbeddingCollection {
   private readonly firstFeatureOf = new Map<string, number>();
   /** per table: the index of its first feature among all tables' features in order (the scheduler's feature order) */
   private readonly featBase: Int32Array;
+  /** training forwards executed */
+  private forwards = 0;
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
@@ -212,22 +219,31 @@ export class HeraldEmbeddingCollection {
   /**
    * This rank's forward of the batch assign() returned: the step's row exchange, then pooling. Any other
    * batch is looked up without training (a collective: every rank calls forward with its own batch; a
-   * batch one rank cannot look up — a feature missing, an id out of range — or `options.reject` ends the
-   * lookup on every rank, after one uncounted agreement).
+   * batch one rank cannot look up — not a JaggedBatch, a feature missing, an id out of range — bad options
+   * or `options.reject` ends the lookup on every rank, after one uncounted agreement).
    */
   forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<HeraldForwardOutput> {
     return this.calls.run(async () => {
-      const reject = checkForwardOptions(options).reject;
       const s = this.queue[0];
       if (!s || s.local !== batch) {
-        // not a training step's batch: a lookup (evaluation), every rank with its own batch
-        if (!(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
-        return { pooled: await this.lookup(batch, reject), samples: new Int32Array(0), batch };
+        // not a training step's batch: a lookup (evaluation), every rank with its own batch; a batch or
+        // options this rank cannot use still join the lookup's agreement, so every rank rejects
+        let bad: EmbshardError | undefined;
+        try {
+          bad = checkForwardOptions(options).reject;
+          if (!bad && !(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: forward(batch) expected a JaggedBatch');
+        } catch (e) {
+          if (!(e instanceof EmbshardError)) throw e;
+          bad = e;
+        }
+        return { pooled: await this.lookup(batch, bad), samples: new Int32Array(0), batch };
       }
-      if (reject) throw new EmbshardError('INVALID_ARGUMENT', "herald: forward options.reject ends a lookup; a training step's batch is rejected in backward()");
+      if (checkForwardOptions(options).reject)
+        throw new EmbshardError('INVALID_ARGUMENT', "herald: forward options.reject ends a lookup; a training step's batch is rejected in backward()");
       this.queue.shift();
+      const seq = ++this.forwards;
       const copies = await this.exchangeRows(s.plan);
-      const ctx: StepCtx = { s, tables: [] };
+      const ctx: StepCtx = { owner: this, seq, s, tables: [] };
       const out: Out = { pooled: this.pool(s, copies, ctx), samples: s.plan.samples[this.group.rank]!, batch };
       out[STEP] = ctx;
       this.lastCounts = s.plan.counts;
@@ -239,11 +255,22 @@ export class HeraldEmbeddingCollection {
   backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }, options: Pick<BackwardOptions, 'reject'> = {}): Promise<{ skipped: boolean; uniqueRows: number }> {
     return this.calls.run(async () => {
       const ctx = (out as Out | null | undefined)?.[STEP];
-      if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'herald: backward(out, grads) needs the output of forward()');
-      const reject = checkBackwardOptions(options).reject;
-      rejectUnknownFields(options, ['reject'], 'herald: backward options', 'INVALID_CONFIG');
+      if (!ctx || ctx.owner !== this) throw new EmbshardError('INVALID_ARGUMENT', "herald: backward(out, grads) needs the output of this collection's forward()");
+      // the next training forward moved rows and cache slots: an earlier step's plan no longer names them
+      if (ctx.seq !== this.forwards)
+        throw new EmbshardError('INVALID_ARGUMENT', 'herald: stale forward output: a later training forward has run since; only the latest step goes through backward()');
+      let reject: EmbshardError | undefined;
+      try {
+        reject = checkBackwardOptions(options).reject;
+        rejectUnknownFields(options, ['reject'], 'herald: backward options', 'INVALID_CONFIG');
+        if (!reject && (typeof grads !== 'object' || grads === null)) throw new EmbshardError('GRAD_SIZE_MISMATCH', 'herald: grads must be an object { pooled }');
+      } catch (e) {
+        if (!(e instanceof EmbshardError)) throw e;
+        reject = e;
+      }
       if (reject) {
-        // this rank's caller ends the step: it still joins the agreement, so every rank rejects
+        // this rank's caller ends the step, or its options or gradients are unusable: it still joins the
+        // agreement, so every rank rejects
         await agreeOnGradients(this.group, rejectionStatus(reject.code));
         throw reject;
       }

@@ -19,6 +19,7 @@
 // (rank-view.ts), computed natively beside it.
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
+import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { loadAddon } from '../native.js';
 import { Rng } from '../random/rng.js';
 import { RowOwners, type HeraldTable } from './owners.js';
@@ -40,6 +41,8 @@ export interface SchedulerOptions {
   /** the rank whose view of every step (rank-view.ts) the plans carry (none: counting only) */
   rank?: number;
 }
+
+const OPTION_FIELDS = fieldsOf<SchedulerOptions>({ world: true, batchSize: true, cacheRows: true, allocation: true, seed: true, rank: true });
 
 /** What one step moves between ranks, in rows (transmissions) and bytes. */
 export interface StepCounts {
@@ -140,6 +143,7 @@ export class HeraldScheduler {
     readonly tables: readonly HeraldTable[],
     o: SchedulerOptions,
   ) {
+    rejectUnknownFields(o, OPTION_FIELDS, 'options');
     this.W = o.world;
     this.owners = new RowOwners(tables, o.world, o.cacheRows);
     if (!Number.isSafeInteger(o.batchSize) || o.batchSize < 1)
@@ -148,7 +152,9 @@ export class HeraldScheduler {
     const alloc = o.allocation ?? 'herald';
     if (alloc !== 'herald' && alloc !== 'random') throw new EmbshardError('INVALID_CONFIG', `allocation must be 'herald' or 'random' (got '${String(alloc)}')`);
     this.allocation = alloc;
-    this.seed = o.seed ?? 0;
+    const seed = o.seed ?? 0;
+    if (!Number.isSafeInteger(seed) || seed < 0) throw new EmbshardError('INVALID_CONFIG', `seed must be a non-negative integer (got ${String(seed)})`);
+    this.seed = seed;
     let view: { rank: number; pooledDim: number; cols: Int32Array } | undefined;
     if (o.rank !== undefined) {
       if (!Number.isSafeInteger(o.rank) || o.rank < 0 || o.rank >= o.world)

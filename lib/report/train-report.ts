@@ -4,7 +4,7 @@
 // (<script type="application/json">, never executed). The document is well-formed XML (XHTML).
 import type { StepTimes } from '../train/trainer.js';
 import type { RunLog } from './run-log.js';
-import { renderSvg, type ChartSpec } from './vega.js';
+import { NOT_XML_CHAR, renderSvg, type ChartSpec } from './vega.js';
 
 const PARTS: [keyof StepTimes | 'dataWait', string][] = [
   ['dataWait', 'data wait'],
@@ -18,9 +18,17 @@ const PARTS: [keyof StepTimes | 'dataWait', string][] = [
 
 const W = 640, H = 220;
 
-/** Escapes text for XML content and attributes. */
+/** Escapes text for XML content and attributes; a character XML cannot carry (a control character) becomes U+FFFD. */
 export function xmlEscape(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&apos;').replace(NOT_XML_CHAR, '\uFFFD');
+}
+
+/**
+ * JSON as the text of an XHTML element: `<`, `&` and `>` (so no `]]>`) as \u escapes, and the characters XML
+ * cannot carry that JSON.stringify leaves raw (U+FFFE, U+FFFF) too; the text parses to the same value.
+ */
+function jsonText(value: unknown): string {
+  return JSON.stringify(value).replace(/[<>&\uFFFE\uFFFF]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 function lossChart(log: RunLog): ChartSpec {
@@ -89,7 +97,7 @@ export async function trainReportHtml(log: RunLog): Promise<string> {
   charts.push(timeChart(log), throughputChart(log));
   const svgs = await Promise.all(charts.map(renderSvg));
   const facts = log.facts.map(([k, v]) => `<tr><th>${xmlEscape(k)}</th><td>${xmlEscape(v)}</td></tr>`).join('\n');
-  const data = JSON.stringify(log).replace(/</g, '\\u003c').replace(/&/g, '\\u0026');
+  const data = jsonText(log);
   return `<!DOCTYPE html>
 <html xmlns="http://www.w3.org/1999/xhtml" lang="en">
 <head>

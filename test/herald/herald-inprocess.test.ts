@@ -3,8 +3,9 @@
 // random placement, shared, mean-pooled and weighted tables, several steps. Every rank's pooled outputs
 // are the oracle's rows of its samples (bitwise in the first step, when the tables are still equal); the
 // gathered tables and optimizer state are within 1e-5 (norm-relative) after every run. A rank that dies,
-// gradients one rank cannot use, a lookup one rank cannot make and a save rank 0 cannot write end the call
-// on every rank.
+// gradients or backward options one rank cannot use, a lookup one rank cannot make (its batch, its options)
+// and a save rank 0 cannot write end the call on every rank; an output of an earlier step, another rank's or
+// another collection's is rejected before anything moves, and options are checked field by field.
 import { describe, it, expect } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -228,6 +229,121 @@ describe('a lookup (not a training batch) one rank cannot make', () => {
       for (const r of ranks) r.dispose();
       for (const g of groups) g.close();
       oracle.dispose();
+    }
+  });
+});
+
+describe('misuse on one rank or on all', () => {
+  const W = 2, B = 8, cfg = S.config({ type: 'adagrad', lr: 0.1 });
+  const codes = (res: PromiseSettledResult<unknown>[]) => res.map((x) => (x.status === 'rejected' ? (x.reason as { code?: string }).code ?? String(x.reason) : 'fulfilled'));
+
+  /** W ranks (timeouts short enough that a rank left waiting shows as COMM_TIMEOUT), the oracle, and the gathered tables. */
+  async function withRanks(body: (ranks: HeraldEmbeddingCollection[], oracle: EmbeddingCollection, gather: () => Promise<Map<string, Float32Array>>) => Promise<void>) {
+    const groups = createInProcessGroups(W, { timeoutMs: 4000 });
+    const ranks = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 8, batchSize: B }));
+    const oracle = new EmbeddingCollection(cfg);
+    const gather = async () => {
+      const m = new Map<string, Float32Array>();
+      for (const t of oracle.tables) m.set(t.name, (await Promise.all(ranks.map((r) => r.gather(t.name))))[0]!.weights);
+      return m;
+    };
+    try {
+      await body(ranks, oracle, gather);
+    } finally {
+      for (const r of ranks) r.dispose();
+      for (const g of groups) g.close();
+      oracle.dispose();
+    }
+  }
+
+  /** The oracle trained on `global` (step `k`'s gradients): the tables one collection has after it. */
+  async function oracleStep(oracle: EmbeddingCollection, global: JaggedBatch, k: number) {
+    const go = await oracle.forward(global);
+    await oracle.backward(go, { pooled: S.gradsFor(k, Int32Array.from({ length: global.batchSize }, (_, i) => i), oracle.pooledDim) });
+  }
+
+  async function expectOracle(oracle: EmbeddingCollection, gather: () => Promise<Map<string, Float32Array>>) {
+    const got = await gather();
+    for (const t of oracle.tables) expect(S.relErr(got.get(t.name)!, oracle.readRows(t.name, Int32Array.from({ length: t.rows }, (_, j) => j))), t.name).toBeLessThan(1e-5);
+  }
+
+  it('gradients that are not an object, or backward options one rank cannot use: every rank rejects with its code, nothing changes, the step then goes ahead', async () => {
+    await withRanks(async (ranks, oracle, gather) => {
+      const global: JaggedBatch = S.globalBatch(lib, 0, W * B);
+      const locals = ranks.map((r) => r.assign(global));
+      const outs = await Promise.all(ranks.map((r, i) => r.forward(locals[i]!)));
+      const grads = outs.map((o) => ({ pooled: S.gradsFor(0, o.samples, oracle.pooledDim) as Float32Array }));
+      const before = await gather();
+      for (const [g1, o1, code] of [[null, {}, 'GRAD_SIZE_MISMATCH'], [grads[1]!, { reject: true }, 'INVALID_ARGUMENT'], [grads[1]!, { keepOutput: true }, 'INVALID_CONFIG']] as const) {
+        const res = await Promise.allSettled(ranks.map((r, i) => r.backward(outs[i]!, i === 1 ? (g1 as never) : grads[i]!, i === 1 ? (o1 as never) : {})));
+        expect(codes(res)).toEqual([code, code]);
+        expect(await gather()).toEqual(before);
+      }
+      await Promise.all(ranks.map((r, i) => r.backward(outs[i]!, grads[i]!)));
+      await oracleStep(oracle, global, 0);
+      await expectOracle(oracle, gather);
+    });
+  });
+
+  it("an output of an earlier step (a later training forward ran), another rank's or another collection's: rejected before anything moves", async () => {
+    await withRanks(async (ranks, oracle, gather) => {
+      const g1: JaggedBatch = S.globalBatch(lib, 0, W * B), g2: JaggedBatch = S.globalBatch(lib, 1, W * B);
+      const l1 = ranks.map((r) => r.assign(g1));
+      const o1 = await Promise.all(ranks.map((r, i) => r.forward(l1[i]!)));
+      const l2 = ranks.map((r) => r.assign(g2));
+      const o2 = await Promise.all(ranks.map((r, i) => r.forward(l2[i]!)));
+      const before = await gather();
+      const grad = (o: { samples: Int32Array }, k: number) => ({ pooled: S.gradsFor(k, o.samples, oracle.pooledDim) as Float32Array });
+      const stale = await Promise.allSettled(ranks.map((r, i) => r.backward(o1[i]!, grad(o1[i]!, 0))));
+      expect(codes(stale)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+      expect((stale[0] as PromiseRejectedResult).reason.message).toMatch(/stale/);
+      const swapped = await Promise.allSettled(ranks.map((r, i) => r.backward(o2[1 - i]!, grad(o2[1 - i]!, 1))));
+      expect(codes(swapped)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+      expect(await gather()).toEqual(before);
+      // the latest step still goes through: the tables are one collection's trained on g2 (g1's step never applied)
+      await Promise.all(ranks.map((r, i) => r.backward(o2[i]!, grad(o2[i]!, 1))));
+      await oracleStep(oracle, g2, 1);
+      await expectOracle(oracle, gather);
+      // another collection's output (same config, same group size)
+      const groups = createInProcessGroups(W, { timeoutMs: 4000 });
+      const others = groups.map((g) => new HeraldEmbeddingCollection(cfg, g, { cacheRows: 8, batchSize: B }));
+      try {
+        const g3: JaggedBatch = S.globalBatch(lib, 2, W * B);
+        const lo = others.map((r) => r.assign(g3));
+        const oo = await Promise.all(others.map((r, i) => r.forward(lo[i]!)));
+        const after = await gather();
+        const res = await Promise.allSettled(ranks.map((r, i) => r.backward(oo[i]!, grad(oo[i]!, 2))));
+        expect(codes(res)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+        expect(await gather()).toEqual(after);
+      } finally {
+        for (const r of others) r.dispose();
+        for (const g of groups) g.close();
+      }
+    });
+  });
+
+  it('a lookup whose batch is not a JaggedBatch or whose options are bad on one rank: every rank rejects with its code; the next lookup works', async () => {
+    await withRanks(async (ranks, oracle) => {
+      const global: JaggedBatch = S.globalBatch(lib, 3, W * B);
+      const good = ranks.map((_, r) => takeSparse(global, Int32Array.from({ length: B }, (_, i) => r * B + i)));
+      for (const [b0, o0, code] of [[null, {}, 'INVALID_ARGUMENT'], [good[0]!, { bogus: 1 }, 'INVALID_ARGUMENT'], [good[0]!, { reject: 'no' }, 'INVALID_ARGUMENT']] as const) {
+        const res = await Promise.allSettled(ranks.map((r, i) => r.forward(i === 0 ? (b0 as never) : good[i]!, i === 0 ? (o0 as never) : {})));
+        expect(codes(res)).toEqual([code, code]);
+        expect((res[1] as PromiseRejectedResult).reason.message).toMatch(/another rank rejected its batch/);
+      }
+      const outs = await Promise.all(ranks.map((r, i) => r.forward(good[i]!)));
+      const want = await oracle.forward(global);
+      outs.forEach((o, r) => expect(o.pooled).toEqual(want.pooled.subarray(r * B * oracle.pooledDim, (r + 1) * B * oracle.pooledDim)));
+    });
+  });
+
+  it('herald options: an unknown field or a seed that is not a non-negative integer is INVALID_CONFIG naming it', () => {
+    const [g] = createInProcessGroups(1);
+    try {
+      for (const [o, re] of [[{ seed: -1 }, /^seed/], [{ seed: 2.5 }, /^seed/], [{ seed: 'x' }, /^seed/], [{ sed: 1 }, /options\.sed/]] as const)
+        expect(() => new HeraldEmbeddingCollection(cfg, g!, { cacheRows: 8, batchSize: B, allocation: 'random', ...o } as never)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(re) }));
+    } finally {
+      g!.close();
     }
   });
 });

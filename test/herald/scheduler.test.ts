@@ -2,7 +2,8 @@
 // readers): the allocation is the greedy one (each sample to the rank with room whose cache holds most of
 // its ids, ties from a start rotating with the step), every rank gets exactly its batch size, and every
 // step's hits, allocator score, moves, dirty evictions, copies and gradient rows agree; random placement is
-// balanced too and its counts agree the same way. Bad input throws before any state changes.
+// balanced too and its counts agree the same way. Bad input (a batch, unknown options, a seed that is not a
+// non-negative integer) throws before any state changes.
 import { describe, it, expect } from 'vitest';
 import { JaggedBatch } from '../../lib/batch.js';
 import { HeraldScheduler, type Allocation } from '../../lib/herald/scheduler.js';
@@ -180,6 +181,13 @@ describe('HeraldScheduler vs a naive simulation of the same caches', () => {
     expect(() => s.schedule(bad)).toThrow(/items.*2000/);
     expect(s.steps).toBe(0);
     expect(s.schedule(S.globalBatch(lib, 0, 8)).step).toBe(0);
+  });
+
+  it('rejects options it does not know and a seed that is not a non-negative integer, naming the field', () => {
+    const o = { world: 2, batchSize: 4, cacheRows: 4 };
+    expect(() => new HeraldScheduler(TABLES, { ...o, sed: 3 } as never)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/options\.sed: unknown field/) }));
+    for (const seed of [-1, 1.5, Number.NaN, '3', 2 ** 60])
+      expect(() => new HeraldScheduler(TABLES, { ...o, allocation: 'random', seed } as never)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/^seed/) }));
   });
 
   it('off the event loop (scheduleAsync): the decisions of the naive simulation; one call at a time', async () => {
