@@ -193,6 +193,9 @@ function parse(argv: string[]): Args | string {
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
   if (a.epochs !== undefined && isEndlessSpec(a.data)) return '--epochs needs a finite source; synthetic data never ends: give --steps N';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
+  // synthetic evaluation data (--eval-data, or --data's own held-out samples) never ends
+  if (a.evalBatches === Infinity && a.evalSplit === undefined && isEndlessSpec(a.evalData ?? a.data))
+    return `--eval-batches all needs a finite evaluation source; ${a.evalData !== undefined ? '--eval-data' : '--data'} ${a.evalData ?? a.data} is synthetic and never ends: give a number of batches`;
   if (a.cacheRows !== undefined && a.schedule !== 'herald') return '--cache-rows needs --schedule herald';
   if (a.cachePolicy !== undefined && a.storageDir === undefined) return '--cache-policy needs --storage disk:<dir> (it is the disk tables\' cache policy)';
   if (a.dynamicCapacity !== undefined && a.storageDir !== undefined)
@@ -327,6 +330,8 @@ async function train(a: Args): Promise<number> {
     if (whole) data = { ...data, train: whole };
     const F = data.train.features.length;
     const spec = modelSpec(a, F);
+    if (spec.denseIn !== data.train.numDense)
+      throw new EmbshardError('INVALID_CONFIG', `--model ${a.model}${a.bottom ? ` --bottom ${a.bottom.join('-')}` : ''} takes ${spec.denseIn} dense features (the bottom MLP's input width); --data ${a.data} has ${data.train.numDense}`);
     const preset = isPresetName(a.model) ? PRESETS[a.model as PresetName] : undefined;
     const optType = a.optimizer ?? preset?.optimizer.type ?? 'adagrad';
     const lr = a.lr ?? preset?.optimizer.lr ?? 0.01;

@@ -261,6 +261,7 @@ export class Trainer {
   constructor(o: TrainerOptions) {
     if (o === null || typeof o !== 'object') throw new EmbshardError('INVALID_CONFIG', 'Trainer options must be an object');
     rejectUnknownFields(o, TRAINER_FIELDS);
+    if (o.onMetrics !== undefined && typeof o.onMetrics !== 'function') throw new EmbshardError('INVALID_CONFIG', 'onMetrics must be a function');
     if (o.plan !== undefined && o.embeddings !== undefined) throw new EmbshardError('INVALID_CONFIG', 'give either embeddings or plan, not both');
     let emb: EmbeddingModule;
     if (o.plan !== undefined) {
@@ -276,6 +277,14 @@ export class Trainer {
     if (o.model instanceof DenseModel) {
       if (o.precision !== undefined && o.precision !== o.model.precision)
         throw new EmbshardError('INVALID_CONFIG', `precision '${String(o.precision)}' differs from the given model's ('${o.model.precision}')`);
+      // a model built already has its own optimizer, initialisation and device; without a plan (whose tables
+      // these would shape) options that would build one conflict rather than go unused
+      if (o.plan === undefined) {
+        for (const k of ['optimizer', 'seed'] as const)
+          if (o[k] !== undefined) throw new EmbshardError('INVALID_CONFIG', `${k}: the given DenseModel has its own (give it to the DenseModel, or give model as a preset or spec)`);
+        if (o.device !== undefined && o.device !== o.model.device)
+          throw new EmbshardError('INVALID_CONFIG', `device '${String(o.device)}' differs from the given model's ('${o.model.device}')`);
+      }
       this.dense = o.model;
     } else {
       const overrides: Partial<DenseModelSpec> = {};
@@ -346,10 +355,15 @@ export class Trainer {
     // alone, a bad batch ends the step here, before anything runs; with other ranks the step is a
     // collective: a batch this rank cannot train still goes through the step's collectives and ends it on
     // every rank (runStep), and the next batch is checked in its own step
-    const bad = this.inputError(batch);
-    if (next !== undefined) {
-      if (this.collective) this.checkSparse(next);
-      else this.checkBatch(next);
+    let bad: EmbshardError | undefined;
+    try {
+      bad = this.inputError(batch);
+      if (next !== undefined) this.checkNext(next);
+    } catch (e) {
+      // alone, the step ends here, so a batch an earlier step prepared is dropped as after a step that
+      // failed (in call order: after the steps queued before this call): the next step may take any batch
+      if (!this.collective) this.calls.inOrder(() => this.embeddings.discardPrepared?.());
+      throw e;
     }
     return this.enqueue(() => this.runStep(batch, next, bad));
   }
@@ -366,6 +380,8 @@ export class Trainer {
     const max = options.steps ?? Infinity;
     if (!(max === Infinity || (Number.isSafeInteger(max) && max >= 0)))
       throw new EmbshardError('INVALID_ARGUMENT', `fit: options.steps must be a non-negative integer (got ${String(options.steps)})`);
+    for (const k of ['onStep', 'pauseAfter'] as const)
+      if (options[k] !== undefined && typeof options[k] !== 'function') throw new EmbshardError('INVALID_ARGUMENT', `fit: options.${k} must be a function`);
     const src = checkBatches(batches, 'fit');
     const it: AsyncIterator<Batch> | Iterator<Batch> = src[Symbol.asyncIterator]?.() ?? src[Symbol.iterator]!();
     const res: FitResult = { steps: 0, samples: 0, dataWaitMs: 0 };
@@ -406,7 +422,9 @@ export class Trainer {
         const last = res.steps + 1 >= max;
         // look ahead unless this is the last step or onStep may use the trainer after it
         const ahead = !cur.done && !last && this.overlap && !options.pauseAfter?.(this.steps + 1) ? await pull() : undefined;
-        const [all, allNext] = await everyRank(!cur.done, ahead !== undefined && !ahead.done);
+        // a next batch that step() would refuse is not handed to it: this step trains, and that batch's own
+        // step rejects it, as without look-ahead
+        const [all, allNext] = await everyRank(!cur.done, ahead !== undefined && !ahead.done && this.nextUsable(ahead.value));
         if (!all) {
           if (stopError !== undefined) throw stopError;
           if (!cur.done) res.endedElsewhere = true;
@@ -484,25 +502,39 @@ export class Trainer {
       let logits = new Float32Array(1 << 16), labels = new Float32Array(1 << 16);
       let n = 0, k = 0, pos = 0, soft = false;
       const max = options.maxBatches ?? Infinity;
-      for await (const b of batches as AsyncIterable<Batch>) {
-        if (k++ >= max) break;
-        const z = await this.logitsOf(b.dense, b.sparse, b.size, this.inputError(b));
-        if (n + b.size > logits.length) {
-          const cap = Math.max(2 * logits.length, n + b.size);
-          const l2 = new Float32Array(cap), y2 = new Float32Array(cap);
-          l2.set(logits.subarray(0, n));
-          y2.set(labels.subarray(0, n));
-          logits = l2;
-          labels = y2;
+      const it = (batches as Partial<AsyncIterable<Batch>>)[Symbol.asyncIterator]?.() ?? (batches as Iterable<Batch>)[Symbol.iterator]();
+      let ended = false;
+      try {
+        // no batch is read beyond the last one evaluated
+        while (k < max) {
+          const r = await it.next();
+          if (r.done) {
+            ended = true;
+            break;
+          }
+          const b = r.value;
+          k++;
+          const bad = this.inputError(b);
+          const z = await this.logitsOf(b.dense, b.sparse, b.size, bad);
+          if (n + b.size > logits.length) {
+            const cap = Math.max(2 * logits.length, n + b.size);
+            const l2 = new Float32Array(cap), y2 = new Float32Array(cap);
+            l2.set(logits.subarray(0, n));
+            y2.set(labels.subarray(0, n));
+            logits = l2;
+            labels = y2;
+          }
+          logits.set(z, n);
+          labels.set(b.labels, n);
+          for (let i = 0; i < b.size; i++) {
+            const y = b.labels[i]!;
+            pos += y;
+            if (y !== 0 && y !== 1) soft = true;
+          }
+          n += b.size;
         }
-        logits.set(z, n);
-        labels.set(b.labels, n);
-        for (let i = 0; i < b.size; i++) {
-          const y = b.labels[i]!;
-          pos += y;
-          if (y !== 0 && y !== 1) soft = true;
-        }
-        n += b.size;
+      } finally {
+        if (!ended) await it.return?.(); // stopped early (maxBatches, an error): let the source close
       }
       if (n === 0) throw new EmbshardError('INVALID_ARGUMENT', 'evaluate: no batches');
       const zl = logits.subarray(0, n), yl = labels.subarray(0, n);
@@ -556,6 +588,8 @@ export class Trainer {
   ): Promise<Trainer> {
     rejectUnknownFields(options, LOAD_FIELDS, 'options');
     if (options.precision !== undefined) checkPrecision(options.precision, 'options.precision'); // the caller's, not the checkpoint's
+    for (const k of ['onMetrics', 'loadEmbeddings'] as const)
+      if (options[k] !== undefined && typeof options[k] !== 'function') throw new EmbshardError('INVALID_CONFIG', `options.${k} must be a function`);
     const ck = await readTrainerCheckpoint(dir);
     const m = ck.manifest;
     const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
@@ -674,6 +708,23 @@ export class Trainer {
     const bad = this.batchError(b, labelled);
     if (bad) throw bad;
     return undefined;
+  }
+
+  /** The check step() makes of its `next` batch: its ids (with other ranks), else its shapes. */
+  private checkNext(next: Batch): void {
+    if (this.collective) this.checkSparse(next);
+    else this.checkBatch(next);
+  }
+
+  /** Whether `next` passes checkNext, i.e. a step may be handed it to prepare. */
+  private nextUsable(next: Batch): boolean {
+    try {
+      this.checkNext(next);
+      return true;
+    } catch (e) {
+      if (e instanceof EmbshardError) return false;
+      throw e;
+    }
   }
 
   /** What a rank needs to take part in a step's exchanges: a batch object with a JaggedBatch. */

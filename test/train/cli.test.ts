@@ -1,6 +1,7 @@
 // cli.test.ts — `embshard train` through runTrain: a short synthetic run whose printed summary agrees
 // with the planted model (AUC above chance, never above the planted AUC by more than noise), a Criteo TSV
-// fixture with malformed lines counted and skipped, and usage errors returning exit code 2.
+// fixture with malformed lines counted and skipped, usage errors returning exit code 2 and a model that
+// does not fit its data's dense width exiting 1 before any step.
 import { describe, it, expect, vi, afterEach } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -118,6 +119,26 @@ describe('embshard train', () => {
       c = capture();
       expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', ...extra])).toBe(2);
       expect(c.err.join('')).toMatch(msg);
+      vi.restoreAllMocks();
+    }
+    // evaluation of synthetic data, which never ends, cannot run to the end of its source
+    for (const extra of [[], ['--eval-data', 'synthetic']]) {
+      c = capture();
+      expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--eval-batches', 'all', ...extra])).toBe(2);
+      expect(c.err.join('')).toMatch(/--eval-batches all needs a finite evaluation source; --(eval-)?data synthetic is synthetic and never ends/);
+      vi.restoreAllMocks();
+    }
+    // a bottom MLP whose input width is not the data's dense width (Criteo-like synthetic data: 13) fails
+    // before any step, naming the option
+    for (const [model, msg] of [
+      [['--model', 'custom', '--bottom', '12-8-4', '--top', '8-1'], /INVALID_CONFIG: --model custom --bottom 12-8-4 takes 12 dense features \(the bottom MLP's input width\); --data synthetic has 13/],
+      [['--model', 'dlrm-benchmark'], /INVALID_CONFIG: --model dlrm-benchmark takes 512 dense features \(the bottom MLP's input width\); --data synthetic:criteo-kaggle has 13/],
+    ] as const) {
+      c = capture();
+      const data = model[1] === 'custom' ? 'synthetic' : 'synthetic:criteo-kaggle';
+      expect(await runTrain([...model, '--data', data, '--max-rows', '10', '--steps', '1', '--batch', '8'])).toBe(1);
+      expect(c.err.join('')).toMatch(msg);
+      expect(c.err.join('') + c.out.join('')).not.toMatch(/step 1|trained/);
       vi.restoreAllMocks();
     }
     c = capture();
