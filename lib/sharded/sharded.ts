@@ -116,6 +116,8 @@ export interface ShardedForwardOutput {
 }
 
 interface StepCtx {
+  /** the collection whose forward made it */
+  collection: ShardedEmbeddingCollection;
   batch: JaggedBatch;
   B: number;
   segs: Map<string, SegView>;
@@ -515,7 +517,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
 
   private startBackward(out: ShardedForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions): Promise<BackwardResult> {
     const ctx = (out as Out)?.[STEP];
-    if (!ctx) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
+    if (!ctx || ctx.collection !== this) throw new EmbshardError('INVALID_ARGUMENT', 'backward(out, grads) needs the output of this collection\'s forward()');
     if (ctx.used) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
     // dynamic tables: slots are meaningful for the maps the forward saw; a later admitting forward (the
     // same on every rank) may have evicted them
@@ -650,7 +652,7 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // the requesters it relays for), and what relays pass on
     const own = ownerSchedule(L, recv);
     const { req, rsend, rrecv } = stepSchedules(L, { segs, ub, node }, recv, unions, B);
-    const step: StepCtx = { batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) };
+    const step: StepCtx = { collection: this, batch, B, segs, ub, node, recv, Btot, Boff, owner: owner.batch, idOff: owner.idOff, featIds: owner.featIds, own, req, rsend, rrecv, unions, used: false, seq, ...(dyn ? { dyn } : {}) };
     // 5–6. the engine's outputs to the sources and this rank's outputs assembled, in device memory on the
     // device path (device-exchange.ts); they live in buffers of the addon's pool, recycled when backward
     // consumes them (or on release)

@@ -195,6 +195,30 @@ describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', ()
     }
   });
 
+  it("another collection's forward output is INVALID_ARGUMENT in backward, before anything moves", async () => {
+    const plan: ShardPlan = S.makePlan(lib, 1, 1, {});
+    const cfg: ShardedConfig = { optimizer: { type: 'sgd', lr: 0.1 }, seed: 5 };
+    const [ga] = createInProcessGroups(1, { timeoutMs: 30_000 }), [gb] = createInProcessGroups(1, { timeoutMs: 30_000 });
+    const a = new ShardedEmbeddingCollection(plan, ga!, cfg), b = new ShardedEmbeddingCollection(plan, gb!, cfg);
+    try {
+      const batch = S.localBatch(lib, plan, 0, 0);
+      const outA = await a.forward(batch);
+      const before = await Promise.all(plan.tables.map((t) => b.readRows(t.name, Array.from({ length: t.rows }, (_, i) => i))));
+      await expect(b.backward(outA, S.gradsFor(outA, 0, 0))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/this collection's forward/) });
+      const after = await Promise.all(plan.tables.map((t) => b.readRows(t.name, Array.from({ length: t.rows }, (_, i) => i))));
+      expect(after).toEqual(before);
+      expect(b.step).toBe(0);
+      // the output still goes through its own collection's backward
+      await a.backward(outA, S.gradsFor(outA, 0, 0));
+      expect(a.step).toBe(1);
+    } finally {
+      a.dispose();
+      b.dispose();
+      ga!.close();
+      gb!.close();
+    }
+  });
+
   it('save writes one checkpoint EmbeddingCollection.load reads; load reshards it onto 2 ranks; backward consumes its output unless kept, release detaches a kept one', async () => {
     const { plan, ranks, oracle, close } = setup({ type: 'adagrad', lr: 0.05 });
     const dir = mkdtempSync(join(tmpdir(), 'embshard-surface-'));
