@@ -174,9 +174,16 @@ export class EmbeddingCollection extends EngineOwner {
     const addon = resolveBackend(this.device);
     makeStorageDirs(this.config.tables);
     this.hasDiskTables = this.config.tables.some((t) => t.storage.kind === 'disk');
-    this.engine = new addon.Engine(native, this.device, nativeStorage(this.config.tables));
-    this.dynamic = DynamicTables.of(this.config, addon);
-    this.dynamic?.resetSinks(this.engine, this.config.tables.flatMap((t, i) => (t.dynamic ? [i] : [])));
+    const engine = (this.engine = new addon.Engine(native, this.device, nativeStorage(this.config.tables)));
+    try {
+      this.dynamic = DynamicTables.of(this.config, addon);
+      this.dynamic?.resetSinks(engine, this.config.tables.flatMap((t, i) => (t.dynamic ? [i] : [])));
+    } catch (e) {
+      // a spill file that cannot be taken: the engine (and the locks on its disk tables' files) goes now
+      engine.dispose();
+      this.engine = undefined;
+      throw e;
+    }
     let offset = 0;
     this.featureInfo = native.features.map((f) => {
       const t = this.config.tables[f.table]!;

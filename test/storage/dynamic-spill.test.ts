@@ -106,6 +106,26 @@ describe('spill faults', () => {
     }
   });
 
+  it("a collection that cannot take its spill file leaves its disk tables' files free", async () => {
+    const [disk, p1, p2] = [mkdtempSync(join(dir, 'd-')), mkdtempSync(join(dir, 's1-')), mkdtempSync(join(dir, 's2-'))];
+    const config = (spill: string) => ({
+      tables: [
+        { name: 'big', rows: 64, dim: 2, features: ['a'], storage: { kind: 'disk' as const, path: disk, cacheBytes: 4096 } },
+        { name: 'y', rows: 'dynamic' as const, capacity: 2, dim: 2, features: ['b'], spill: { path: spill } },
+      ] as TableConfig[],
+    });
+    const holder = new EmbeddingCollection({ tables: [{ name: 'u', rows: 4, dim: 2 }, { name: 'v', rows: 'dynamic', capacity: 2, dim: 2, spill: { path: p1 } }] });
+    try {
+      // p1/spill-1.bin is in use: this one fails after its disk table's file was made and locked ...
+      const e = await err(() => new EmbeddingCollection(config(p1)));
+      expect([e.code, e.message.includes('tables[1].spill.path')]).toEqual(['IO_ERROR', true]);
+      // ... and has given that file back: the same disk table with a free spill path opens at once
+      new EmbeddingCollection(config(p2)).dispose();
+    } finally {
+      holder.dispose();
+    }
+  });
+
   it('an altered spill record is CHECKPOINT_CORRUPT on the step that reads it back, and on save()', async () => {
     const sub = mkdtempSync(join(dir, 'c-'));
     const ec = new EmbeddingCollection({ tables: [{ name: 'd', rows: 'dynamic', capacity: 2, dim: 2, features: ['a'], spill: { path: sub } }], optimizer: { type: 'adagrad', lr: 0.1 } });
