@@ -196,4 +196,31 @@ describe('spill faults', () => {
       roomy.dispose();
     }
   });
+
+  it("a table's spill file is read only for its own features' ids: an altered record of x does not fail a step whose id reaches x only through y's feature", async () => {
+    const sub = mkdtempSync(join(dir, 'own-'));
+    const table = (name: string, feature: string, spill: boolean): TableConfig =>
+      ({ name, rows: 'dynamic', capacity: 2, dim: 2, features: [feature], ...(spill ? { spill: { path: sub } } : {}) }) as TableConfig;
+    const ec = new EmbeddingCollection({ tables: [table('x', 'a', true), table('y', 'b', true)], optimizer: { type: 'sgd', lr: 0.1 }, seed: 5 });
+    const roomy = new EmbeddingCollection({ tables: [table('x', 'a', false), table('y', 'b', false)], optimizer: { type: 'sgd', lr: 0.1 }, seed: 5 });
+    const b = (xa: bigint[], yb: bigint[]) => JaggedBatch.fromLengths({ features: ['a', 'b'], batchSize: 1, lengths: Int32Array.of(xa.length, yb.length), ids: BigInt64Array.from([...xa, ...yb]) });
+    try {
+      for (const ids of [[1n, 2n], [3n, 4n]]) {
+        const out = await ec.forward(b(ids, []));
+        await ec.backward(out, { pooled: Float32Array.of(1, -1, 0, 0) });
+      }
+      expect(ec.stats()['x']!.spilled).toBe(2); // x spilled 1 and 2; y holds nothing
+      const file = join(sub, 'spill-0.bin');
+      const bytes = readFileSync(file);
+      bytes[9]! ^= 0x10;
+      writeFileSync(file, bytes);
+      // ids 1 and 2 are y's here (feature b): y admits them fresh, x's altered records are not read
+      await ec.forward(b([3n, 4n], [1n, 2n]));
+      await roomy.forward(b([], [1n, 2n]));
+      expect(ec.readRows('y', [1n, 2n])).toEqual(roomy.readRows('y', [1n, 2n]));
+    } finally {
+      ec.dispose();
+      roomy.dispose();
+    }
+  });
 });
