@@ -202,9 +202,10 @@ export async function ensureWritableParent(path: string): Promise<void> {
 }
 
 /**
- * Whether a checkpoint could be written at `dir` now: its parent folder made if missing and writable; the
- * IO_ERROR writeCheckpointDir would raise, or undefined. (Ranks of a sharded save agree on it before the
- * save's collectives.)
+ * Whether a checkpoint could be written at `dir` now: its parent folder made if missing, and a temporary
+ * sibling folder made and removed there, as writeCheckpointDir begins (a writable-looking parent such as
+ * /proc may still refuse it); the IO_ERROR writeCheckpointDir would raise, or undefined. (Ranks of a
+ * sharded save agree on it before the save's collectives.)
  */
 export async function checkpointWritable(dir: string): Promise<EmbshardError | undefined> {
   try {
@@ -214,6 +215,10 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
   }
   try {
     await ensureWritableParent(dir);
+    const target = resolve(dir);
+    const probe = join(dirname(target), siblingName(target, 'tmp', newTag()));
+    await fs.mkdir(probe);
+    await fs.rmdir(probe);
     return undefined;
   } catch (e) {
     return new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);

@@ -1,11 +1,13 @@
 // checkpoint.test.ts — save/load round trips (tables, optimizer state, step: training continues
-// identically), atomic replacement (a save cut off between its renames included), and missing / truncated / corrupt checkpoints.
+// identically), atomic replacement (a save cut off between its renames included), missing / truncated / corrupt
+// checkpoints, and the check that a checkpoint could be written before a run starts.
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError } from '../../lib/index.js';
+import { checkpointWritable } from '../../lib/checkpoint.js';
 import type { CollectionConfig } from '../../lib/index.js';
 import { rng } from './oracle.js';
 import { randomBatch, randomGrads, snapshot } from './helpers.js';
@@ -203,4 +205,24 @@ describe('checkpoints', () => {
     writeFileSync(path, text);
     a.dispose();
   }, 60_000);
+});
+
+describe('checkpointWritable', () => {
+  it('says IO_ERROR where a folder cannot be made beside the checkpoint, even under a parent that looks writable; leaves nothing behind', async () => {
+    // the oracle: the file system itself refuses a folder in /proc, whose access() says writable to root
+    let refused = false;
+    try {
+      mkdirSync('/proc/embshard-probe-oracle');
+    } catch {
+      refused = true;
+    }
+    if (refused) expect((await checkpointWritable('/proc/embshard-ck'))?.code).toBe('IO_ERROR');
+    const parent = mkdtempSync(join(tmpdir(), 'embshard-writable-'));
+    try {
+      expect(await checkpointWritable(join(parent, 'ck'))).toBeUndefined();
+      expect(readdirSync(parent)).toEqual([]);
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
 });
