@@ -38,10 +38,13 @@ export function intArg(k: string, v: string, min = 1, max = Number.MAX_SAFE_INTE
   return Number(v);
 }
 
-/** The value of option `k` as a finite number ≥ min. */
+/** A decimal number as written on a command line: 5, -0.5, .5, 1e-3 (not hex, binary, blanks or Infinity). */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/** The value of option `k` as a finite decimal number ≥ min. */
 export function numArg(k: string, v: string, min = 0): number {
   const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || n < min) throw new Error(`${k} must be a number >= ${min} (got '${v}')`);
+  if (!DECIMAL.test(v) || !Number.isFinite(n) || n < min) throw new Error(`${k} must be a number >= ${min} (got '${v}')`);
   return n;
 }
 

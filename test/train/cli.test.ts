@@ -109,6 +109,13 @@ describe('embshard train', () => {
     expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '0'])).toBe(2);
     expect(c.err.join('')).toMatch(/--steps must be an integer/);
     vi.restoreAllMocks();
+    // numbers are decimal: hex, binary, blanks and Infinity are not
+    for (const v of ['0x10', '0b1', ' ', '1 ', 'Infinity', '1e', '.']) {
+      c = capture();
+      expect(await runTrain(['--model', 'dlrm-criteo-kaggle', '--data', 'synthetic', '--steps', '1', '--lr', v]), `--lr '${v}'`).toBe(2);
+      expect(c.err.join('')).toMatch(/--lr must be a number/);
+      vi.restoreAllMocks();
+    }
     // options that would be silently ignored in this combination
     for (const [extra, msg] of [
       [['--cache-policy', 'lfu'], /--cache-policy needs --storage disk:<dir>/],
