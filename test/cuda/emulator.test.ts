@@ -5,24 +5,29 @@
 // rows.cu's gather kernel with a wrong index, a block reduction without its __syncthreads) are caught
 // under every schedule, that misuse a GPU would hang on or leave undefined is reported as a launch
 // failure, and that a seed really changes the order in which threads run. It also builds and runs
-// test/fixtures/native/emu_nccl_check.cc, the emulated NCCL's checks (ranks as threads), which must all pass.
+// test/fixtures/native/emu_nccl_check.cc, the emulated NCCL's checks (ranks as threads), which must all pass,
+// and, where g++ has AddressSanitizer, test/fixtures/native/emu_asan_check.cc with -fsanitize=address: a
+// correct kernel switching fibers at barriers and shuffles must run without a report, and a kernel's store
+// one element past its cudaMalloc'ed array must be reported.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packageRoot } from '../../lib/native.js';
 
 const gxx = spawnSync('g++', ['--version'], { encoding: 'utf8' }).status === 0;
+// g++'s AddressSanitizer runtime: without it -fsanitize=address cannot link
+const asan = gxx && existsSync(spawnSync('g++', ['-print-file-name=libasan.so'], { encoding: 'utf8' }).stdout.trim());
 const SEEDS = ['0', '1', '2', '3'];
 
 const out = mkdtempSync(join(tmpdir(), 'embshard-emu-check-'));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-function build(name: string): Promise<string> {
+function build(name: string, extra: string[] = []): Promise<string> {
   const exe = join(out, name);
   const native = join(packageRoot, 'native');
-  const args = ['-O1', '-std=c++17', '-ffp-contract=off', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter', '-Wno-unknown-pragmas',
+  const args = ['-O1', '-std=c++17', '-ffp-contract=off', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter', '-Wno-unknown-pragmas', ...extra,
     '-DEMBSHARD_CUDA_EMU=1', '-I', join(native, 'cuda', 'emu', 'include'), '-I', native, '-o', exe,
     join(packageRoot, 'test', 'fixtures', 'native', `${name}.cc`)];
   return new Promise((resolve, reject) => {
@@ -93,5 +98,28 @@ describe.runIf(gxx)('the CUDA emulator', () => {
     expect(runs.get('0')!.get('last thread')).toBe(String(16 * 64 - 1));
     const lasts = new Set(SEEDS.map((s) => runs.get(s)!.get('last thread')));
     expect(lasts.size).toBeGreaterThan(1);
+  });
+});
+
+describe.runIf(asan)('the CUDA emulator under AddressSanitizer', () => {
+  let exe = '';
+  beforeAll(async () => {
+    exe = await build('emu_asan_check', ['-fsanitize=address', '-fno-omit-frame-pointer']);
+  }, 180_000);
+  const env = { ...process.env, ASAN_OPTIONS: 'detect_leaks=0' };
+
+  it('fibers switching at barriers and shuffles, over reused stacks: no report, right sums, under every schedule', () => {
+    for (const seed of SEEDS) {
+      const r = spawnSync(exe, [], { encoding: 'utf8', timeout: 60_000, env: { ...env, EMBSHARD_CUDA_EMU_SEED: seed } });
+      expect([r.status, r.stdout.trim(), r.stderr], `seed ${seed}`).toEqual([0, 'in bounds: ok', '']);
+    }
+  });
+
+  it("a kernel's store one element past its cudaMalloc'ed array is reported", () => {
+    const r = spawnSync(exe, ['past-end'], { encoding: 'utf8', timeout: 60_000, env });
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).not.toMatch(/not reported/);
+    expect(r.stderr).toMatch(/ERROR: AddressSanitizer: use-after-poison/);
+    expect(r.stderr).toMatch(/fill_past_end/);
   });
 });

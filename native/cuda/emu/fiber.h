@@ -3,7 +3,9 @@
 // On x86-64 the switch is a dozen instructions (callee-saved registers, MXCSR and the x87 control word:
 // exactly what the SysV ABI says survives a call); elsewhere it falls back to POSIX ucontext.
 // Stacks are mmap'ed with a guard page below them and reused across blocks and launches.
-// (EMBSHARD_EMU_UCONTEXT forces the ucontext path on x86-64 too.)
+// (EMBSHARD_EMU_UCONTEXT forces the ucontext path on x86-64 too.) Under AddressSanitizer every switch is
+// announced to it (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), so a sanitized build
+// of the emulator checks the kernels' memory accesses on the fibers' stacks too.
 #pragma once
 #include <sys/mman.h>
 
@@ -12,6 +14,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "asan.h"
+#if defined(EMBSHARD_EMU_ASAN)
+#include <pthread.h>
+#endif
 
 #if defined(__x86_64__) && !defined(EMBSHARD_EMU_UCONTEXT)
 #define EMBSHARD_EMU_X86_SWITCH 1
@@ -93,15 +100,46 @@ class Stack {
 };
 
 // An execution context: the scheduler's (the launching host thread) or a fiber's.
+using FiberEntry = void (*)(void*);
+
 struct Context {
 #if defined(EMBSHARD_EMU_X86_SWITCH)
   void* sp = nullptr;
 #else
   ucontext_t uc;
 #endif
+#if defined(EMBSHARD_EMU_ASAN)
+  // the stack AddressSanitizer is told about when this context is resumed (the host thread's own stack
+  // for the scheduler's, read when first needed), its fake stack, and a new fiber's real entry
+  const void* stackBottom = nullptr;
+  size_t stackSize = 0;
+  void* fakeStack = nullptr;
+  FiberEntry entry = nullptr;
+  void* arg = nullptr;
+#endif
 };
 
-using FiberEntry = void (*)(void*);
+#if defined(EMBSHARD_EMU_ASAN)
+// A new fiber's first frame under AddressSanitizer: completes the switch that started it, then runs it.
+inline void asan_fiber_start(void* p) {
+  Context& c = *static_cast<Context*>(p);
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+  c.entry(c.arg);
+}
+
+// The bounds of the calling host thread's own stack (whatever stack it runs on now).
+inline void thread_stack(const void** bottom, size_t* size) {
+  pthread_attr_t a;
+  void* addr = nullptr;
+  size_t bytes = 0;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    (void)pthread_attr_getstack(&a, &addr, &bytes);
+    pthread_attr_destroy(&a);
+  }
+  *bottom = addr;
+  *size = bytes;
+}
+#endif
 
 #if !defined(EMBSHARD_EMU_X86_SWITCH)
 inline void ucontext_entry(unsigned flo, unsigned fhi, unsigned alo, unsigned ahi) {
@@ -112,6 +150,16 @@ inline void ucontext_entry(unsigned flo, unsigned fhi, unsigned alo, unsigned ah
 
 // Prepares `c` to run entry(arg) on `stack` when first switched to. entry must never return.
 inline void make_context(Context& c, Stack& stack, FiberEntry entry, void* arg) {
+#if defined(EMBSHARD_EMU_ASAN)
+  // a reused stack still carries the redzones of the frames its last fiber never returned from
+  __asan_unpoison_memory_region(stack.bottom(), kStackBytes);
+  c.stackBottom = stack.bottom();
+  c.stackSize = kStackBytes;
+  c.entry = entry;
+  c.arg = arg;
+  entry = &asan_fiber_start;
+  arg = &c;
+#endif
 #if defined(EMBSHARD_EMU_X86_SWITCH)
   uint64_t* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack.top()) & ~uintptr_t(15));
   uint64_t* ret = top - 3;  // after `ret` pops it, %rsp is 16-aligned for the trampoline's call
@@ -142,10 +190,17 @@ inline void make_context(Context& c, Stack& stack, FiberEntry entry, void* arg) 
 
 // Saves the running context into `from` and resumes `to`.
 inline void switch_context(Context& from, Context& to) {
+#if defined(EMBSHARD_EMU_ASAN)
+  if (to.stackBottom == nullptr) thread_stack(&to.stackBottom, &to.stackSize);  // the scheduler's
+  __sanitizer_start_switch_fiber(&from.fakeStack, to.stackBottom, to.stackSize);
+#endif
 #if defined(EMBSHARD_EMU_X86_SWITCH)
   embshard_emu_switch(&from.sp, to.sp);
 #else
   swapcontext(&from.uc, &to.uc);
+#endif
+#if defined(EMBSHARD_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(from.fakeStack, nullptr, nullptr);
 #endif
 }
 

@@ -17,6 +17,8 @@
 #include <mutex>
 #include <thread>
 
+#include "asan.h"
+
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
@@ -147,9 +149,13 @@ class Memory {
   void* alloc(size_t bytes, bool pinned) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!pinned && bytes > kDeviceMemory - used_) return nullptr;
-    void* p = std::aligned_alloc(256, (bytes + 255) & ~size_t(255));
+    const size_t rounded = (bytes + 255) & ~size_t(255);
+    void* p = std::aligned_alloc(256, rounded);
     if (!p) return nullptr;
     std::memset(p, 0xff, bytes);
+#if defined(EMBSHARD_EMU_ASAN)
+    __asan_poison_memory_region(static_cast<char*>(p) + bytes, rounded - bytes);  // past the array: reported
+#endif
     live_[reinterpret_cast<uintptr_t>(p)] = Block{bytes, pinned};
     if (!pinned) used_ += bytes;
     return p;
