@@ -15,11 +15,9 @@ import { join } from 'node:path';
 import { RecordBatch, Struct, Table, makeData, tableToIPC, type Data } from 'apache-arrow';
 import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
 import { batchToArrow } from '../../lib/data/arrow.js';
-import { embeddingsFor } from '../../lib/train/embeddings.js';
-import { Trainer } from '../../lib/train/trainer.js';
 import { createServer, type EmbshardServer } from '../../lib/serve/index.js';
 import type { Batch } from '../../lib/data/types.js';
-import { writeCriteoTsv } from './fixture.js';
+import { trainOn, writeCriteoTsv } from './fixture.js';
 
 const ROWS = 64, ARROW = 'application/vnd.apache.arrow.stream';
 let dir: string, ck: string, batch: Batch, want: Float32Array;
@@ -84,10 +82,7 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'embshard-hostile-'));
   const file = join(dir, 'd.txt');
   writeCriteoTsv(file, 64);
-  const src = new CriteoTsvSource({ path: file, batchSize: 16, maxRows: ROWS });
-  const emb = embeddingsFor(src.features, src.tableRows, { dim: 4, optimizer: { type: 'adagrad', lr: 0.1 }, seed: 5 });
-  const t = new Trainer({ model: { denseIn: 13, bottom: [8, 4], top: [8, 1], numSparse: 26, embDim: 4, interaction: 'dot' }, embeddings: emb, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 5 });
-  for await (const b of src) await t.step(b);
+  const t = await trainOn(file, { batchSize: 16, seed: 5, maxRows: ROWS });
   ck = join(dir, 'ck');
   await t.save(ck);
   for await (const b of new CriteoTsvSource({ path: file, batchSize: 64, maxRows: ROWS })) batch = b;

@@ -10,12 +10,10 @@ import { join } from 'node:path';
 import { Table, tableToIPC } from 'apache-arrow';
 import { CriteoTsvSource } from '../../lib/data/criteo-tsv.js';
 import { batchToArrow } from '../../lib/data/arrow.js';
-import { embeddingsFor } from '../../lib/train/embeddings.js';
-import { Trainer } from '../../lib/train/trainer.js';
 import { runPredict } from '../../lib/cli/predict.js';
 import type { Batch } from '../../lib/data/types.js';
 import { capture } from '../train/capture.js';
-import { writeCriteoTsv } from './fixture.js';
+import { trainOn, writeCriteoTsv } from './fixture.js';
 
 const ROWS = 64;
 let dir: string, file: string, ck: string, batch: Batch;
@@ -24,10 +22,7 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'embshard-predict-cli-'));
   file = join(dir, 'd.txt');
   writeCriteoTsv(file, 64);
-  const src = new CriteoTsvSource({ path: file, batchSize: 32, maxRows: ROWS });
-  const emb = embeddingsFor(src.features, src.tableRows, { dim: 4, optimizer: { type: 'adagrad', lr: 0.1 }, seed: 3 });
-  const t = new Trainer({ model: { denseIn: 13, bottom: [8, 4], top: [8, 1], numSparse: 26, embDim: 4, interaction: 'dot' }, embeddings: emb, optimizer: { type: 'adagrad', lr: 0.05 }, seed: 3 });
-  for await (const b of src) await t.step(b);
+  const t = await trainOn(file, { batchSize: 32, seed: 3, maxRows: ROWS });
   ck = join(dir, 'ck');
   await t.save(ck);
   t.dispose();
