@@ -143,7 +143,7 @@ export interface TrainerOptions {
    * with `plan`). Default: the group a sharded `embeddings` module runs over (its size when given).
    */
   group?: GradientGroup | ProcessGroup;
-  /** Called after every step (services: push to a metrics system; keep it cheap). */
+  /** Called after every step, once it is applied (services: push to a metrics system; keep it cheap; an exception rejects step() with the step taken). */
   onMetrics?: (m: StepMetrics) => void;
   /** What the model takes as input, saved with checkpoints (default: derived from the tables, modulo hashing). */
   inputs?: ModelInputs;
