@@ -196,7 +196,7 @@ describe('arguments of the wrong kind altogether', () => {
     await typed('INVALID_ARGUMENT', () => g!.allToAllV(Float32Array.of(1), undefined as never), /sendCounts must be an array/);
     const h = new HeraldEmbeddingCollection({ tables }, g!, { cacheRows: 4, batchSize: 2 });
     await typed('INVALID_ARGUMENT', () => h.localize(undefined as never), /localize\(batch\) needs a batch/);
-    await typed('INVALID_ARGUMENT', () => h.backward(null as never, {}), /needs the output of forward\(\)/);
+    await typed('INVALID_ARGUMENT', () => h.backward(null as never, {}), /needs the output of this collection's forward\(\)/);
     await typed('INVALID_ARGUMENT', () => countSamples(0 as never), /countSamples: source must be a BatchSource/);
     g!.close();
   });
