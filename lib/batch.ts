@@ -1,7 +1,8 @@
 // batch.ts — JaggedBatch, the one batch format (KeyedJaggedTensor-like) used by every API: F features ×
 // B samples, lengths feature-major [F*B], ids the concatenation of all bags in that order, optional per-id
-// weights. Construction checks types and sizes in O(1); the sum of lengths and the id ranges are checked
-// natively (in one pass, off the event loop) by whatever consumes the batch.
+// weights. Construction checks types and sizes in O(1), and every weight finite (one pass); the lengths (none
+// negative, their sum the number of ids) are checked by whatever consumes the batch: natively (in one
+// pass, off the event loop, with the id ranges) or, on the first use of `offsets` / `feature()`, here.
 import { EmbshardError } from './errors.js';
 import type { IdArray, NativeBatch } from './binding.js';
 
@@ -15,6 +16,8 @@ export interface JaggedBatchInit {
   /** Float32Array [Σ lengths], optional per-id weights */
   weights?: Float32Array | undefined;
 }
+
+const INT64_MIN = -(1n << 63n), INT64_MAX = (1n << 63n) - 1n;
 
 function isIdArray(a: unknown): a is IdArray {
   return a instanceof BigInt64Array || a instanceof Int32Array || a instanceof Uint32Array;
@@ -40,7 +43,7 @@ export class JaggedBatch {
   static fromLengths(init: JaggedBatchInit): JaggedBatch {
     if (typeof init !== 'object' || init === null) throw new EmbshardError('INVALID_ARGUMENT', 'fromLengths({ features, batchSize, lengths, ids, weights? }) takes an object');
     const { features, batchSize, lengths, ids, weights } = init;
-    if (!Array.isArray(features) || features.some((f) => typeof f !== 'string' || f.length === 0))
+    if (!Array.isArray(features) || !Array.from(features).every((f) => typeof f === 'string' && f.length > 0))
       throw new EmbshardError('INVALID_ARGUMENT', 'features must be an array of non-empty strings');
     if (new Set(features).size !== features.length)
       throw new EmbshardError('DUPLICATE_FEATURE', `a feature is listed twice in [${features.join(', ')}]`);
@@ -59,6 +62,9 @@ export class JaggedBatch {
       if (!(weights instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', 'weights must be a Float32Array');
       if (weights.length !== ids.length)
         throw new EmbshardError('LENGTH_MISMATCH', `weights has ${weights.length} entries but there are ${ids.length} ids`);
+      // a NaN / ±Inf weight would turn its rows' updates NaN (the gradient checks see only the outputs' gradients)
+      for (let i = 0; i < weights.length; i++)
+        if (!Number.isFinite(weights[i]!)) throw new EmbshardError('INVALID_ARGUMENT', `weights[${i}] is ${weights[i]}: weights must be finite`);
     }
     return new JaggedBatch({ features, batchSize, lengths, ids, weights });
   }
@@ -70,6 +76,8 @@ export class JaggedBatch {
   static fromBags(features: readonly string[], bags: readonly (readonly (number | bigint)[])[][], weights?: readonly (readonly number[])[][]): JaggedBatch {
     if (!Array.isArray(features)) throw new EmbshardError('INVALID_ARGUMENT', 'fromBags(features, bags): features must be an array of feature names');
     if (!Array.isArray(bags)) throw new EmbshardError('INVALID_ARGUMENT', 'fromBags(features, bags): bags must be an array (per feature, per sample, the ids)');
+    if (bags.length !== features.length)
+      throw new EmbshardError('LENGTH_MISMATCH', `fromBags(features, bags): ${features.length} features but bags for ${bags.length}`);
     const B = bags[0]?.length ?? 0;
     const lengths = new Int32Array(features.length * B);
     const all: bigint[] = [];
@@ -84,10 +92,13 @@ export class JaggedBatch {
         lengths[f * B + b] = bag.length;
         for (let k = 0; k < bag.length; k++) {
           const id = bag[k]!;
-          if (typeof id === 'bigint') all.push(id);
-          else if (Number.isSafeInteger(id)) all.push(BigInt(id));
-          else throw new EmbshardError('INVALID_ARGUMENT', `bags[${f}][${b}][${k}] is ${String(id)}: ids must be integers`);
-          if (weights) w.push(weights[f]![b]![k]!);
+          if (typeof id === 'bigint' ? id >= INT64_MIN && id <= INT64_MAX : Number.isSafeInteger(id)) all.push(BigInt(id));
+          else throw new EmbshardError('INVALID_ARGUMENT', `bags[${f}][${b}][${k}] is ${String(id)}: ids must be integers (bigints within int64)`);
+          if (weights) {
+            const x = weights[f]![b]![k];
+            if (typeof x !== 'number') throw new EmbshardError('INVALID_ARGUMENT', `weights[${f}][${b}][${k}] is ${String(x)}: weights must be numbers`);
+            w.push(x);
+          }
         }
       }
     }
@@ -104,17 +115,28 @@ export class JaggedBatch {
     return this.ids.length;
   }
 
-  /** Start of every bag in `ids` ([F*B + 1]); computed once, lazily. */
+  /**
+   * Start of every bag in `ids` ([F*B + 1]); computed once, lazily, with the lengths' checks: a negative
+   * length is NEGATIVE_LENGTH, lengths that do not sum to the number of ids LENGTH_MISMATCH.
+   */
   get offsets(): Float64Array {
     if (!this._offsets) {
-      const o = new Float64Array(this.lengths.length + 1);
-      for (let i = 0; i < this.lengths.length; i++) o[i + 1] = o[i]! + this.lengths[i]!;
+      const L = this.lengths, B = this.batchSize;
+      const o = new Float64Array(L.length + 1);
+      for (let i = 0; i < L.length; i++) {
+        const n = L[i]!;
+        if (n < 0)
+          throw new EmbshardError('NEGATIVE_LENGTH', `lengths[${i}] = ${n} is negative (feature '${this.features[Math.floor(i / B)]}', sample ${i % B})`);
+        o[i + 1] = o[i]! + n;
+      }
+      if (o[L.length] !== this.ids.length)
+        throw new EmbshardError('LENGTH_MISMATCH', `lengths sum to ${o[L.length]} but the batch has ${this.ids.length} ids`);
       this._offsets = o;
     }
     return this._offsets;
   }
 
-  /** The slice of one feature: its B lengths and its ids (and weights), as views (no copies). */
+  /** The slice of one feature: its B lengths and its ids (and weights), as views (no copies); the lengths checked as for `offsets`. */
   feature(name: string): { lengths: Int32Array; ids: IdArray; weights: Float32Array | undefined } {
     const f = this.features.indexOf(name);
     if (f < 0) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has no feature '${name}'`);

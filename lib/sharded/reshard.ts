@@ -1,16 +1,17 @@
 // reshard.ts — whole tables out of a sharded collection, and checkpoints that reshard. A sharded save
 // gathers every table and its optimizer state (each cell from exactly one holder) and rank 0 writes an
 // ordinary EmbeddingCollection checkpoint (atomic, checksummed: lib/checkpoint.ts); a load under any plan
-// and world size — or EmbeddingCollection.load on one rank — reads that checkpoint and keeps its slices.
+// and world size — or EmbeddingCollection.load on one rank — reads that checkpoint and keeps its slices,
+// the ranks agreeing on the outcome (a load that fails on one rank fails on all).
 // The checkpoint holds rows by the user's ids (a plan's hot-id remap is undone on the way out) and the plan
 // it was trained under, hot-id remap included (savedPlan). Dynamic tables (rows: 'dynamic') stay empty in
 // that collection: their row shards are stored beside it and load into the same row shards only
 // (dynamic-checkpoint.ts; EmbeddingCollection.load of such a checkpoint gets them empty). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
 // shard (the first column shard's is saved).
-import { EmbshardError } from '../errors.js';
+import { EmbshardError, ErrorCodes } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
-import { checkpointDir, readManifest } from '../checkpoint.js';
-import { configOf } from '../config.js';
+import { checkpointDir, readManifest, type Manifest } from '../checkpoint.js';
+import { configOf, stateWidth } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
 import { agreeOnWrite } from './step-status.js';
@@ -65,11 +66,41 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
 /**
  * Loads a checkpoint written by saveSharded or EmbeddingCollection.save under `plan` (any world size):
  * every rank reads it (verified: sizes, CRC-32C) and keeps its slices. Tables must match the plan's.
+ * A collective: the manifest's checks against the plan fail alike on every rank; past them a rank reads
+ * its own dynamic shards, so the ranks agree on the outcome (one uncounted all-reduce) and a load that
+ * failed on one rank fails on every rank, with that rank's code.
  */
 export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig = {}): Promise<ShardedEmbeddingCollection> {
   dir = await checkpointDir(dir);
   const m = await readManifest(dir);
-  if (plan.tables.some((t) => t.dynamic)) checkDynamicGroups(plan, await savedPlan(dir), dir);
+  if (plan.tables.some((t) => t.dynamic)) checkDynamicGroups(plan, planOf(m), dir);
+  let sc: ShardedEmbeddingCollection | undefined;
+  let failure: unknown;
+  try {
+    sc = await loadLocal(dir, m, plan, group, config);
+  } catch (e) {
+    failure = e;
+  }
+  // per error code, how many ranks failed with it (a failure that is not an EmbshardError counts as INTERNAL)
+  const codes = new Float32Array(ErrorCodes.length);
+  if (failure !== undefined) codes[ErrorCodes.indexOf(failure instanceof EmbshardError ? failure.code : 'INTERNAL')] = 1;
+  try {
+    await group.allReduce(codes, 'sum', { uncounted: true });
+  } catch (e) {
+    sc?.dispose();
+    throw failure ?? e;
+  }
+  if (failure !== undefined) throw failure;
+  const k = codes.findIndex((n) => n > 0);
+  if (k >= 0) {
+    sc!.dispose();
+    throw new EmbshardError(ErrorCodes[k]!, `loading checkpoint '${dir}' failed on another rank (${ErrorCodes[k]}); nothing was loaded`);
+  }
+  return sc!;
+}
+
+/** This rank's part of loadSharded: the checkpoint read, checked against the plan, and its slices kept. */
+async function loadLocal(dir: string, m: Manifest, plan: ShardPlan, group: ProcessGroup, config: ShardedConfig): Promise<ShardedEmbeddingCollection> {
   const ec = await EmbeddingCollection.load(dir, { device: 'cpu' });
   try {
     const cfg = ec.config;
@@ -80,14 +111,17 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
     }
     if (cfg.tables.length !== plan.tables.length) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}' has ${cfg.tables.length} tables; the plan has ${plan.tables.length}`);
     const merged: ShardedConfig = { ...config, optimizer: config.optimizer ?? cfg.optimizer, seed: config.seed ?? cfg.seed };
+    // another optimizer starts from fresh state, which only a stateless one (sgd) leaves to it
+    if (merged.optimizer!.type !== cfg.optimizer.type && stateWidth(cfg.optimizer.type, 1) > 0)
+      throw new EmbshardError('INVALID_CONFIG', `checkpoint '${dir}' holds ${cfg.optimizer.type} optimizer state; config.optimizer.type is ${merged.optimizer!.type}`);
     const sc = new ShardedEmbeddingCollection(plan, group, merged, { initialize: false });
-    plan.tables.forEach((t, i) => {
-      if (t.dynamic) return; // its shards: loadDynamic below
-      const ids = allRows(sc, i);
-      writeCells(sc, i, ids, ec.readRows(t.name, ids), 'rows');
-      if (ec.stateWidth(t.name) > 0) writeCells(sc, i, ids, ec.readState(t.name, ids), 'state');
-    });
     try {
+      plan.tables.forEach((t, i) => {
+        if (t.dynamic) return; // its shards: loadDynamic below
+        const ids = allRows(sc, i);
+        writeCells(sc, i, ids, ec.readRows(t.name, ids), 'rows');
+        if (ec.stateWidth(t.name) > 0) writeCells(sc, i, ids, ec.readState(t.name, ids), 'state');
+      });
       await loadDynamic(sc, dir, m.extra?.dynamicShards as SavedShard[] | undefined);
     } catch (e) {
       sc.dispose();
@@ -102,7 +136,10 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
 
 /** The plan a sharded checkpoint was saved under (its hot-id remap included), or undefined for a checkpoint of one collection. */
 export async function savedPlan(dir: string): Promise<ShardPlan | undefined> {
-  const m = await readManifest(await checkpointDir(dir));
+  return planOf(await readManifest(await checkpointDir(dir)));
+}
+
+function planOf(m: Manifest): ShardPlan | undefined {
   const sharded = m.extra?.sharded as { plan?: unknown } | undefined;
   return sharded?.plan === undefined ? undefined : ShardPlan.fromJSON(sharded.plan);
 }

@@ -1,8 +1,8 @@
 // Checkpoints that reshard: a sharded collection saved under one plan and world size loads under another,
 // and into / from a single EmbeddingCollection, with tables, optimizer state and step identical (bitwise);
-// damaged or mismatched checkpoints are refused.
+// damaged or mismatched checkpoints are refused, on every rank when only one rank reads the damage.
 import { describe, it, expect } from 'vitest';
-import { mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, unlinkSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { JaggedBatch } from '../../lib/batch.js';
@@ -13,6 +13,7 @@ import { ShardedEmbeddingCollection, collectionConfigOf, type ShardedConfig } fr
 import { gatherTable, loadSharded, saveSharded } from '../../lib/sharded/reshard.js';
 // @ts-expect-error plain JS helper shared with the mpirun scripts
 import * as S from './scenario.mjs';
+import { idPool, localBatch as dynamicBatch, makePlan as dynamicPlan } from './dynamic-scenario.js';
 
 const lib = { JaggedBatch, ShardPlan };
 
@@ -125,6 +126,79 @@ describe('resharding checkpoints', () => {
       ec.dispose();
       g!.close();
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a dynamic shard file damaged or missing fails the load on every rank, not only on the rank that reads it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));
+    const W = 2;
+    const plan = dynamicPlan(W, { dyn: 'rb', pooling: 'sum', capacity: 30, seqCapacity: 20 });
+    const dcfg: ShardedConfig = { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 9 };
+    const groups = createInProcessGroups(W, { ranksPerNode: W, timeoutMs: 30_000 });
+    const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, dcfg));
+    try {
+      const pool = idPool(80, 4);
+      for (let k = 0; k < 2; k++) {
+        const outs = await Promise.all(ranks.map((sc, r) => sc.forward(dynamicBatch(pool, r, k))));
+        await Promise.all(ranks.map((sc, r) => sc.backward(outs[r]!, S.gradsFor(outs[r], r, k))));
+      }
+      await Promise.all(ranks.map((sc) => sc.save(join(dir, 'ck'))));
+      // table 0's row shard 1 (rank 1's): its rows, its id map; table 1's shard 0 (rank 0's) missing
+      const damage: [string, (d: string) => void][] = [
+        ['dshard-0-1.rows', (d) => { const b = readFileSync(join(d, 'dshard-0-1.rows')); b[5] ^= 0x10; writeFileSync(join(d, 'dshard-0-1.rows'), b); }],
+        ['dshard-0-1.map', (d) => { const b = readFileSync(join(d, 'dshard-0-1.map')); b[b.length - 9] ^= 0x01; writeFileSync(join(d, 'dshard-0-1.map'), b); }],
+        ['dshard-1-0.map', (d) => unlinkSync(join(d, 'dshard-1-0.map'))],
+      ];
+      for (const [file, spoil] of damage) {
+        const d = join(dir, file);
+        cpSync(join(dir, 'ck'), d, { recursive: true });
+        spoil(d);
+        const g2 = createInProcessGroups(W, { ranksPerNode: W, timeoutMs: 30_000 });
+        try {
+          const results = await Promise.allSettled(g2.map((g) => ShardedEmbeddingCollection.load(d, plan, g, dcfg)));
+          for (const x of results) if (x.status === 'fulfilled') x.value.dispose();
+          expect(results.map((x) => (x.status === 'rejected' ? (x.reason as { code?: string }).code : 'loaded')), file).toEqual(['CHECKPOINT_CORRUPT', 'CHECKPOINT_CORRUPT']);
+        } finally {
+          g2.forEach((g) => g.close());
+        }
+      }
+      // the intact checkpoint still loads on both ranks
+      const g3 = createInProcessGroups(W, { ranksPerNode: W, timeoutMs: 30_000 });
+      const back = await Promise.all(g3.map((g) => ShardedEmbeddingCollection.load(join(dir, 'ck'), plan, g, dcfg)));
+      expect(back.map((sc) => sc.step)).toEqual([2, 2]);
+      back.forEach((sc) => sc.dispose());
+      g3.forEach((g) => g.close());
+    } finally {
+      ranks.forEach((sc) => sc.dispose());
+      groups.forEach((g) => g.close());
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('another optimizer than the checkpoint state\'s is INVALID_CONFIG; after sgd (no state) any optimizer starts fresh', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embshard-reshard-'));
+    const plan = S.makePlan(lib, 1, 1);
+    const [g] = createInProcessGroups(1);
+    try {
+      const ada = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'adagrad', lr: 0.1 }, seed: 2 }));
+      await ada.save(join(dir, 'adagrad'));
+      ada.dispose();
+      for (const type of ['sgd', 'adam', 'rowwise_adagrad'] as const)
+        await expect(loadSharded(join(dir, 'adagrad'), plan, g!, { optimizer: { type, lr: 0.1 } }), type).rejects.toMatchObject({ code: 'INVALID_CONFIG' });
+      const same = await loadSharded(join(dir, 'adagrad'), plan, g!, { optimizer: { type: 'adagrad', lr: 0.5 } });
+      expect(same.learningRate).toBe(0.5);
+      same.dispose();
+      const sgd = new EmbeddingCollection(collectionConfigOf(plan, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 2 }));
+      await sgd.save(join(dir, 'sgd'));
+      const w = sgd.readRows('A', [3]);
+      sgd.dispose();
+      const sc = await loadSharded(join(dir, 'sgd'), plan, g!, { optimizer: { type: 'adam', lr: 0.1 } });
+      expect(await sc.readRows('A', [3])).toEqual(w);
+      expect(await sc.readState('A', [3])).toEqual(new Float32Array(16));
+      sc.dispose();
+    } finally {
+      g!.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });
