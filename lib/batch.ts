@@ -19,6 +19,17 @@ export interface JaggedBatchInit {
 
 const INT64_MIN = -(1n << 63n), INT64_MAX = (1n << 63n) - 1n;
 
+/** Whether an id given as a number or a bigint fits an int64 exactly: a safe integer, or a bigint within int64. */
+export function isId(v: number | bigint): boolean {
+  return typeof v === 'bigint' ? v >= INT64_MIN && v <= INT64_MAX : Number.isSafeInteger(v);
+}
+
+/** One id given as a number or a bigint, as a bigint (INVALID_ARGUMENT unless isId: a wider one would wrap). */
+export function idOf(v: number | bigint): bigint {
+  if (!isId(v)) throw new EmbshardError('INVALID_ARGUMENT', `id ${String(v)} is not an integer that fits 64 bits exactly (a number past 2^53 must be given as a bigint)`);
+  return BigInt(v);
+}
+
 function isIdArray(a: unknown): a is IdArray {
   return a instanceof BigInt64Array || a instanceof Int32Array || a instanceof Uint32Array;
 }
@@ -92,7 +103,7 @@ export class JaggedBatch {
         lengths[f * B + b] = bag.length;
         for (let k = 0; k < bag.length; k++) {
           const id = bag[k]!;
-          if (typeof id === 'bigint' ? id >= INT64_MIN && id <= INT64_MAX : Number.isSafeInteger(id)) all.push(BigInt(id));
+          if (isId(id)) all.push(BigInt(id));
           else throw new EmbshardError('INVALID_ARGUMENT', `bags[${f}][${b}][${k}] is ${String(id)}: ids must be integers (bigints within int64)`);
           if (weights) {
             const x = weights[f]![b]![k];

@@ -10,7 +10,7 @@
 import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
-import { JaggedBatch } from './batch.js';
+import { idOf, JaggedBatch } from './batch.js';
 import { checkpointDir, PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
 import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
@@ -129,11 +129,7 @@ export type Ids = BigInt64Array | Int32Array | Uint32Array | readonly (number | 
 function toBigIds(ids: Ids): BigInt64Array {
   if (ids instanceof BigInt64Array) return ids;
   const out = new BigInt64Array(ids.length);
-  for (let i = 0; i < ids.length; i++) {
-    const v = ids[i]!;
-    if (typeof v === 'number' && !Number.isInteger(v)) throw new EmbshardError('INVALID_ARGUMENT', `id ${v} is not an integer`);
-    out[i] = BigInt(v);
-  }
+  for (let i = 0; i < ids.length; i++) out[i] = idOf(ids[i]!);
   return out;
 }
 

@@ -7,6 +7,7 @@
 // arrive bit for bit). A dynamic table's ids are raw ids: each is held by at most one row shard (the one its
 // hash routes to), which reads it; an id no shard holds reads zero. Its rows are written by training and
 // load only (writes refuse it).
+import { idOf } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { stateWidth } from '../config.js';
 import type { NativeEngine } from '../binding.js';
@@ -87,9 +88,7 @@ export function checkCells(sc: ShardedRows, name: string, ids: ArrayLike<number 
   const dynamic = sc.plan.tables[t]!.dynamic !== undefined; // any 64-bit id
   const big = ids instanceof BigInt64Array ? ids : new BigInt64Array(ids.length);
   for (let i = 0; i < ids.length; i++) {
-    const v = ids[i]!;
-    if (typeof v === 'number' && !Number.isInteger(v)) throw new EmbshardError('INVALID_ARGUMENT', `id ${v} is not an integer`);
-    const b = typeof v === 'bigint' ? v : BigInt(v);
+    const b = idOf(ids[i]!);
     if (!dynamic && (b < 0n || b >= rows)) throw new EmbshardError('ID_OUT_OF_RANGE', `id ${b} is out of range for table '${name}' (rows ${rows})`);
     big[i] = b;
   }

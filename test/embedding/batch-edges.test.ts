@@ -1,7 +1,8 @@
 // batch-edges.test.ts — JaggedBatch at its edges: every id array type and views at offsets through forward
 // and backward against a naive pooling written here (sum / mean / none, weighted); bad lengths caught with
 // their codes wherever a batch is read (one collection, sharded ranks, feature()); weights that are not
-// finite and fromBags input that does not fit a batch refused before anything runs.
+// finite and fromBags input that does not fit a batch refused before anything runs; ids given to row access
+// that do not fit 64 bits exactly refused, not wrapped.
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index.js';
 import type { IdArray } from '../../lib/binding.js';
@@ -179,5 +180,28 @@ describe('JaggedBatch edges', () => {
     expect(codeOf(() => JaggedBatch.fromLengths({ features: ['s', ,] as string[], batchSize: 1, lengths: Int32Array.of(1, 0), ids: BigInt64Array.of(1n) }))).toBe('INVALID_ARGUMENT');
     for (const ids of [BigUint64Array.of(1n), Float64Array.of(1), Int16Array.of(1), Uint8Array.of(1), [1]])
       expect(codeOf(() => JaggedBatch.fromLengths({ features: ['s'], batchSize: 1, lengths: Int32Array.of(1), ids: ids as never }))).toBe('UNSUPPORTED_DTYPE');
+  });
+});
+
+describe('row access by id', () => {
+  it('ids past 64 bits (bigints) or past 2^53 (numbers) are INVALID_ARGUMENT, not wrapped: single and sharded dynamic tables', async () => {
+    const table = { name: 'd', rows: 'dynamic' as const, capacity: 8, dim: 2, features: ['a'] };
+    const ec = new EmbeddingCollection({ tables: [table], seed: 1 });
+    const plan = ShardPlan.create({ topology: S.topology(1, 1), batchSize: 2, tables: [{ table, cluster: 'rb', shards: [{ rows: [0, 8], cols: [0, 2], rank: 0 }] }] as never });
+    const [g] = createInProcessGroups(1, { timeoutMs: 30_000 });
+    const sc = new ShardedEmbeddingCollection(plan, g!, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 1 });
+    try {
+      for (const id of [(1n << 64n) + 3n, 1n << 63n, -(1n << 63n) - 1n, 2 ** 60 + 1, 2 ** 53]) {
+        expect(codeOf(() => ec.readRows('d', [id])), `readRows ${id}`).toBe('INVALID_ARGUMENT');
+        expect(codeOf(() => ec.writeRows('d', [id], Float32Array.of(1, 2))), `writeRows ${id}`).toBe('INVALID_ARGUMENT');
+        await expect(sc.readRows('d', [id]), `sharded readRows ${id}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      }
+      // the extremes of int64 and safe integers are ids like any other (a row without a row reads zeros)
+      expect(ec.readRows('d', [(1n << 63n) - 1n, -(1n << 63n), 2 ** 53 - 1])).toEqual(new Float32Array(6));
+    } finally {
+      ec.dispose();
+      sc.dispose();
+      g!.close();
+    }
   });
 });
