@@ -95,6 +95,8 @@ function elemTypeOf(a: Reducible): 'f32' | 'f64' | 'i32' | 'i64' {
 
 function knownBytes(counts: ArrayLike<number> | undefined, n: number, bpe: number, what: string): Float64Array | undefined {
   if (counts === undefined) return undefined;
+  if (typeof counts !== 'object' || counts === null || typeof counts.length !== 'number')
+    throw new EmbshardError('INVALID_ARGUMENT', `${what}: recvCounts must be an array of element counts, one per rank`);
   if (counts.length !== n) throw new EmbshardError('LENGTH_MISMATCH', `${what}: recvCounts has ${counts.length} entries; the group has ${n} ranks`);
   const out = new Float64Array(n);
   for (let p = 0; p < n; p++) {
@@ -107,6 +109,43 @@ function knownBytes(counts: ArrayLike<number> | undefined, n: number, bpe: numbe
 
 function isCommArray(a: unknown): a is CommArray {
   return ArrayBuffer.isView(a) && !(a instanceof DataView);
+}
+
+/** Throws unless `a` is a typed array over an ArrayBuffer (the transports do not take shared memory). */
+function checkCommArray(a: unknown, what: string): asserts a is CommArray {
+  if (!isCommArray(a)) throw new EmbshardError('INVALID_ARGUMENT', `${what} must be a typed array`);
+  if (typeof SharedArrayBuffer === 'function' && a.buffer instanceof SharedArrayBuffer)
+    throw new EmbshardError('INVALID_ARGUMENT', `${what} must be a typed array over an ArrayBuffer, not a SharedArrayBuffer`);
+}
+
+/**
+ * Buffers that pending collectives of this process read or write (calls per buffer), and the releases
+ * (ProcessGroup.release) waiting for them to settle: a pooled buffer must not go back to the pool while a
+ * transport still touches it.
+ */
+const busy = new Map<ArrayBufferLike, number>();
+const releaseLater = new Map<ArrayBufferLike, { addon: GroupAddon; arrays: (CommArray | ArrayBuffer)[] }>();
+
+/** Marks `array`'s buffer busy until `p` settles; a release asked for meanwhile runs then (if `p` succeeded). */
+function using<T>(array: CommArray, p: Promise<T>): Promise<T> {
+  const buf = array.buffer;
+  busy.set(buf, (busy.get(buf) ?? 0) + 1);
+  const done = (ok: boolean): void => {
+    const left = busy.get(buf)! - 1;
+    if (left > 0) return void busy.set(buf, left);
+    busy.delete(buf);
+    const later = releaseLater.get(buf);
+    releaseLater.delete(buf);
+    // after a failure the transport may hold on to the buffer (a request left in flight): never pooled again
+    if (later && ok) later.addon.releaseBuffers(...later.arrays);
+  };
+  return p.then(
+    (v) => (done(true), v),
+    (e: unknown) => {
+      done(false);
+      throw e;
+    },
+  );
 }
 
 function sameType<T extends CommArray>(like: T, buf: ArrayBuffer): T {
@@ -204,7 +243,7 @@ export class ProcessGroup {
    */
   async allToAllV<T extends CommArray>(send: T, sendCounts: ArrayLike<number>, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
-    if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: send must be a typed array');
+    checkCommArray(send, 'allToAllV: send');
     if (typeof sendCounts !== 'object' || sendCounts === null || typeof sendCounts.length !== 'number')
       throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: sendCounts must be an array of element counts, one per rank');
     if (sendCounts.length !== this.size)
@@ -221,7 +260,7 @@ export class ProcessGroup {
     }
     if (total !== send.length)
       throw new EmbshardError('LENGTH_MISMATCH', `allToAllV: sendCounts add up to ${total} elements but send holds ${send.length}`);
-    const r = await this.clock.track(g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV')));
+    const r = await this.clock.track(using(send, g.allToAllV(send, bytes, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allToAllV'))));
     this.perKind.allToAllV.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -237,9 +276,9 @@ export class ProcessGroup {
   /** All-gather-v: every rank's `send` (sizes may differ), concatenated in rank order, with the counts. */
   async allGather<T extends CommArray>(send: T, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
-    if (!isCommArray(send)) throw new EmbshardError('INVALID_ARGUMENT', 'allGather: send must be a typed array');
+    checkCommArray(send, 'allGather: send');
     const bpe = send.BYTES_PER_ELEMENT;
-    const r = await this.clock.track(g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather')));
+    const r = await this.clock.track(using(send, g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'))));
     this.perKind.allGather.calls++;
     const counts: number[] = [];
     for (let p = 0; p < this.size; p++) {
@@ -269,7 +308,9 @@ export class ProcessGroup {
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     const deterministic = opts?.deterministic ?? false;
     if (typeof deterministic !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'allReduce: deterministic must be a boolean');
-    await this.clock.track(g.allReduce(data, elemTypeOf(data), op, this.timeout(opts), deterministic));
+    const elemType = elemTypeOf(data);
+    checkCommArray(data, 'allReduce: data');
+    await this.clock.track(using(data, g.allReduce(data, elemType, op, this.timeout(opts), deterministic)));
     this.perKind.allReduce.calls++;
     this.countAllReduce(data.length, data.BYTES_PER_ELEMENT, deterministic, opts);
     return data;
@@ -384,10 +425,10 @@ export class ProcessGroup {
   /** Broadcast in place from `root` (and returns `data`); sizes must agree. */
   async broadcast<T extends CommArray>(data: T, root: number, opts?: CollectiveOptions): Promise<T> {
     const g = this.live();
-    if (!isCommArray(data)) throw new EmbshardError('INVALID_ARGUMENT', 'broadcast: data must be a typed array');
+    checkCommArray(data, 'broadcast: data');
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
-    await this.clock.track(g.broadcast(data, root, this.timeout(opts)));
+    await this.clock.track(using(data, g.broadcast(data, root, this.timeout(opts))));
     this.perKind.broadcast.calls++;
     if (this.rank === root) for (let p = 0; p < this.size; p++) if (p !== root) this.count('broadcast', p, data.byteLength, 'sent', opts);
     if (this.rank !== root) this.count('broadcast', root, data.byteLength, 'recv', opts);
@@ -401,10 +442,23 @@ export class ProcessGroup {
   /**
    * Hands the buffers of received results (allToAllV / allGather `data`) back for reuse by later
    * collectives, sparing fresh allocations and their page faults. Each buffer is detached: every view of
-   * it reads as empty afterwards. Arrays that did not come from a collective are left alone.
+   * it reads as empty afterwards. A buffer that a pending collective still sends from or writes to is
+   * released once that collective succeeds (never after a failure: the transport may still hold it).
+   * Arrays that did not come from a collective are left alone.
    */
   release(...arrays: CommArray[]): void {
-    this.addon.releaseBuffers(...arrays);
+    const now: CommArray[] = [];
+    for (const a of arrays) {
+      const buf = ArrayBuffer.isView(a) ? a.buffer : (a as unknown as ArrayBuffer);
+      if (!busy.has(buf)) {
+        now.push(a);
+        continue;
+      }
+      const later = releaseLater.get(buf) ?? { addon: this.addon, arrays: [] };
+      later.arrays.push(a);
+      releaseLater.set(buf, later);
+    }
+    if (now.length > 0) this.addon.releaseBuffers(...now);
   }
 
   /** MPI only: a plain MPI_Alltoallv of the same layout, for benchmarks; resolves to its seconds. */

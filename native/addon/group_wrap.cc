@@ -177,6 +177,7 @@ namespace {
 // Runs a job against `group` and records its failure, if any, in the job (worker thread, or the JS thread
 // for a one-rank group).
 void run_job(GroupJob* job, comm::Group* group, std::string* initError) {
+  const uint64_t abandoned = group ? group->abandoned() : 0;
   try {
     if (!group && !job->init) fail("COMM_FAILED", "the process group could not be created: %s", initError->c_str());
     job->run(group);
@@ -194,8 +195,9 @@ void run_job(GroupJob* job, comm::Group* group, std::string* initError) {
     job->code = "INTERNAL";
     job->message = e.what();
   }
-  // A timed-out request may still be read or written by the transport: leak what it references.
-  if (job->failed && job->code == "COMM_TIMEOUT") job->leak = true;
+  // A request left in flight (timed out, or abandoned when the group broke, e.g. closed under it) may still
+  // be read or written by the transport: leak what it references.
+  if (job->failed && (job->code == "COMM_TIMEOUT" || (group && group->abandoned() != abandoned))) job->leak = true;
 }
 }  // namespace
 

@@ -30,8 +30,12 @@ ReduceOp parse_reduce_op(const std::string& s) {
 }
 
 Deadline Deadline::after(double timeoutMs) {
+  // The clock counts nanoseconds in 64 bits: a longer span would wrap round to a deadline already passed.
+  const Clock::time_point now = Clock::now();
+  const double room = std::chrono::duration<double, std::milli>(Clock::time_point::max() - now).count() / 2;
+  if (!(timeoutMs < room)) return Deadline{now + (Clock::time_point::max() - now) / 2, timeoutMs};
   auto span = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(timeoutMs));
-  return Deadline{Clock::now() + span, timeoutMs};
+  return Deadline{now + span, timeoutMs};
 }
 
 namespace {

@@ -22,7 +22,8 @@ ReduceOp parse_reduce_op(const std::string& s);  // "sum" | "max" | "min"
 
 using Clock = std::chrono::steady_clock;
 
-// The absolute time by which a call must complete.
+// The absolute time by which a call must complete (a timeout beyond the clock's range waits as long as
+// the clock reaches).
 struct Deadline {
   Clock::time_point at;
   double ms;
@@ -98,6 +99,10 @@ class Group {
   // Breaks the group (every pending and later call on every rank fails with COMM_FAILED where the
   // implementation can tell its peers, otherwise they time out).
   virtual void abort(const std::string& why) = 0;
+  // How many requests this group has left in flight so far, abandoned at a deadline or by a broken group:
+  // a call that fails while this grows leaves its buffers to the transport, which may still read or write
+  // them, so they must stay alive.
+  virtual uint64_t abandoned() const { return 0; }
 
  protected:
   Group(int rank, int size, int ranksPerNode) : rank_(rank), size_(size), ranksPerNode_(ranksPerNode) {}

@@ -32,7 +32,11 @@ struct Post {
   const int64_t* offsets = nullptr;  // per-peer offsets (all-to-all-v)
   int64_t a = 0;                     // total bytes (all-gather, broadcast)
   int64_t b = 0;                     // root (broadcast)
+  std::string call;                  // the all-reduce this is a phase of ("" for a collective of its own)
 };
+
+// What a rank called, for messages: the all-reduce a phase belongs to, else the collective.
+static std::string call_name(const Post& p) { return p.call.empty() ? op_name(p.op) : p.call + " (" + op_name(p.op) + ")"; }
 
 class Rendezvous {
  public:
@@ -80,7 +84,7 @@ void collective(Rendezvous& rv, int rank, int n, uint64_t& seqCounter, Post mine
         for (int p = 0; p < n; ++p)
           if (rv.posts[static_cast<size_t>(p)].seq != seq) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
         std::string msg = format("rank %d: %s (collective #%llu) timed out after %.0f ms waiting for rank(s) %s", rank,
-                                 op_name(mine.op), static_cast<unsigned long long>(seq), d.ms, missing.c_str());
+                                 call_name(mine).c_str(), static_cast<unsigned long long>(seq), d.ms, missing.c_str());
         rv.posts[static_cast<size_t>(rank)].seq = 0;  // withdraw the buffers
         rv.break_locked(msg);
         throw Error("COMM_TIMEOUT", msg);
@@ -93,9 +97,9 @@ void collective(Rendezvous& rv, int rank, int n, uint64_t& seqCounter, Post mine
     // Every rank sees the same posts, so every rank reaches the same verdict on a mismatch.
     for (int p = 0; p < n; ++p) {
       const Post& q = rv.posts[static_cast<size_t>(p)];
-      if (q.op != mine.op) {
+      if (q.op != mine.op || q.call != mine.call) {
         std::string msg = format("mismatched collectives at #%llu: rank %d called %s, rank %d called %s",
-                                 static_cast<unsigned long long>(seq), rank, op_name(mine.op), p, op_name(q.op));
+                                 static_cast<unsigned long long>(seq), rank, call_name(mine).c_str(), p, call_name(q).c_str());
         rv.break_locked(msg);
         throw Error("COMM_FAILED", msg);
       }
@@ -142,6 +146,7 @@ InProcessGroup::InProcessGroup(std::shared_ptr<Rendezvous> rv, int rank, int siz
 
 void InProcessGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::Counts;
   mine.bytes = sendBytes;
   collective(*rv_, rank_, size_, seq_, mine, d, [&](const std::vector<Post>& posts) {
@@ -153,6 +158,7 @@ void InProcessGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes,
                                   uint8_t* recv, const int64_t* recvBytes, const int64_t* recvOffsets,
                                   const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::AllToAllV;
   mine.data = send;
   mine.bytes = sendBytes;
@@ -171,6 +177,7 @@ void InProcessGroup::all_to_all_v(const uint8_t* send, const int64_t* sendBytes,
 
 void InProcessGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::GatherCounts;
   mine.a = bytes;
   collective(*rv_, rank_, size_, seq_, mine, d, [&](const std::vector<Post>& posts) {
@@ -181,6 +188,7 @@ void InProcessGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Dead
 void InProcessGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* recv, const int64_t* recvBytes,
                                   const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::AllGatherV;
   mine.data = send;
   mine.a = bytes;
@@ -199,6 +207,7 @@ void InProcessGroup::all_gather_v(const uint8_t* send, int64_t bytes, uint8_t* r
 
 void InProcessGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::Broadcast;
   mine.data = data;
   mine.a = bytes;
@@ -216,8 +225,21 @@ void InProcessGroup::broadcast(uint8_t* data, int64_t bytes, int root, const Dea
 
 void InProcessGroup::barrier(const Deadline& d) {
   Post mine;
+  mine.call = call_;
   mine.op = Op::Barrier;
   collective(*rv_, rank_, size_, seq_, mine, d, [](const std::vector<Post>&) {});
+}
+
+void InProcessGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
+  static const char* const types[] = {"f32", "f64", "i32", "i64", "u16"};
+  static const char* const ops[] = {"sum", "max", "min"};
+  call_ = format("allReduce (%s %s of %lld elements%s)", types[static_cast<int>(t)], ops[static_cast<int>(op)],
+                 static_cast<long long>(count), deterministic ? ", deterministic" : "");
+  struct Reset {
+    std::string& s;
+    ~Reset() { s.clear(); }
+  } reset{call_};
+  Group::all_reduce(data, count, t, op, deterministic, d);
 }
 
 void InProcessGroup::abort(const std::string& why) {

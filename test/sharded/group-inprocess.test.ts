@@ -274,6 +274,104 @@ describe('in-process group accounting and failures', () => {
   });
 });
 
+describe('in-process all-reduce signatures, deadlines, shared memory and releases', () => {
+  /** Every rank's outcome: 'ok' or the error's code. */
+  async function outcomes(ps: Promise<unknown>[]): Promise<string[]> {
+    const rs = await Promise.allSettled(ps);
+    return rs.map((r) => (r.status === 'fulfilled' ? 'ok' : ((r.reason as EmbshardError).code ?? 'untyped')));
+  }
+
+  it('an allReduce that disagrees across ranks on element type, op, count or mode fails with COMM_FAILED on every rank', async () => {
+    // same bytes per phase on both ranks, so only the call itself tells them apart
+    const cases: [string, (g: ProcessGroup) => Promise<unknown>][] = [
+      ['f32 × 4 against f64 × 2', (g) => g.allReduce(g.rank === 0 ? Float32Array.of(1, 2, 3, 4) : Float64Array.of(1, 2))],
+      ['f32 against i32', (g) => g.allReduce(g.rank === 0 ? Float32Array.of(1, 2) : Int32Array.of(1, 2))],
+      ['sum against max', (g) => g.allReduce(Int32Array.of(1, 2), g.rank === 0 ? 'sum' : 'max')],
+      ['deterministic f32 × 2 against i32 × 2', (g) => g.allReduce(g.rank === 0 ? Float32Array.of(1, 2) : Int32Array.of(1, 2), 'sum', { deterministic: true })],
+      ['deterministic against not', (g) => g.allReduce(Int32Array.of(1, 2), 'sum', { deterministic: g.rank === 0 })],
+    ];
+    for (const [what, call] of cases) {
+      const gs = createInProcessGroups(2, { timeoutMs: 10_000 });
+      expect(await outcomes(gs.map(call)), what).toEqual(['COMM_FAILED', 'COMM_FAILED']);
+      // the group stays broken
+      expect(await outcomes(gs.map((g) => g.barrier())), what).toEqual(['COMM_FAILED', 'COMM_FAILED']);
+      closeAll(gs);
+    }
+    // agreeing calls of every type and op still reduce (naive loop over ranks)
+    const gs = createInProcessGroups(3);
+    for (const op of ['sum', 'max', 'min'] as const) {
+      const bufs = gs.map((g) => Int32Array.of(g.rank * 3 - 4, 7 - g.rank));
+      await Promise.all(gs.map((g, r) => g.allReduce(bufs[r]!, op)));
+      const col = (i: number): number[] => gs.map((g) => [g.rank * 3 - 4, 7 - g.rank][i]!);
+      const red = (v: number[]): number => (op === 'sum' ? v.reduce((a, b) => a + b, 0) : op === 'max' ? Math.max(...v) : Math.min(...v));
+      for (const b of bufs) expect(Array.from(b)).toEqual([red(col(0)), red(col(1))]);
+    }
+    closeAll(gs);
+  });
+
+  it('a timeout beyond the clock range waits for a late rank instead of expiring at once', async () => {
+    for (const timeoutMs of [1e13, 1e300, Number.MAX_VALUE]) {
+      const gs = createInProcessGroups(2);
+      const early = gs[0]!.allToAllV(Int32Array.of(1, 2), [1, 1], { timeoutMs });
+      await new Promise((r) => setTimeout(r, 100));
+      const late = gs[1]!.allToAllV(Int32Array.of(3, 4), [1, 1], { timeoutMs });
+      const [a, b] = await Promise.all([early, late]);
+      expect(Array.from(a.data)).toEqual([1, 3]);
+      expect(Array.from(b.data)).toEqual([2, 4]);
+      closeAll(gs);
+    }
+  });
+
+  it('rejects typed arrays over shared memory and recvCounts that are not arrays, with a code naming the argument', async () => {
+    const gs = createInProcessGroups(2);
+    const g = gs[0]!;
+    const shared = new Int32Array(new SharedArrayBuffer(8));
+    const sharedF = new Float32Array(new SharedArrayBuffer(8));
+    await expect(g.allToAllV(shared, [1, 1])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/allToAllV: send/) });
+    await expect(g.allGather(shared)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/allGather: send/) });
+    await expect(g.allReduce(sharedF)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/allReduce: data/) });
+    await expect(g.broadcast(shared, 0)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/broadcast: data/) });
+    for (const recvCounts of [null, 5, true]) {
+      await expect(g.allToAllV(Int32Array.of(1, 2), [1, 1], { recvCounts: recvCounts as unknown as number[] })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/allToAllV: recvCounts/),
+      });
+      await expect(g.allGather(Int32Array.of(1), { recvCounts: recvCounts as unknown as number[] })).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/allGather: recvCounts/),
+      });
+    }
+    // nothing was sent: the group still works
+    await Promise.all(gs.map((x) => x.barrier()));
+    expect(g.stats().allToAllV.sent + g.stats().allGather.sent + g.traffic.local).toBe(0);
+    closeAll(gs);
+  });
+
+  it('release() of a buffer a pending collective writes waits for it: the pool cannot hand it out meanwhile', async () => {
+    const len = 4096;
+    const gs = createInProcessGroups(2);
+    const [local] = createInProcessGroups(1);
+    // pooled receive buffers, one per rank
+    const got = await Promise.all(gs.map((g) => g.allToAllV(new Float32Array(2 * len).fill(g.rank + 1), [len, len])));
+    const x = got.map((r) => r.data);
+    // rank 0's all-reduce waits for rank 1 while its buffer is released and fresh results are taken
+    const p0 = gs[0]!.allReduce(x[0]!);
+    gs[0]!.release(x[0]!);
+    expect(x[0]!.length).toBe(2 * len); // still the collective's until it settles
+    const fresh = [];
+    for (let k = 0; k < 4; k++) fresh.push((await local!.allToAllV(new Float32Array(2 * len).fill(7 + k), [2 * len])).data);
+    const p1 = gs[1]!.allReduce(x[1]!);
+    await Promise.all([p0, p1]);
+    for (let k = 0; k < 4; k++) expect(fresh[k]!.every((v) => v === 7 + k)).toBe(true);
+    // rank 0's array held the sum until the call settled, then was released
+    expect(x[0]!.length).toBe(0);
+    // rank order: rank 0's block then rank 1's, each summed over both ranks
+    expect(x[1]!.every((v, i) => v === (i < len ? 2 : 4))).toBe(true);
+    closeAll(gs);
+    local!.close();
+  });
+});
+
 describe('localDevice', () => {
   it("'cuda:local' is the GPU of the local rank on its node; other devices pass through", () => {
     // 2 nodes of 4 ranks: ranks 0..7 → GPUs 0 1 2 3 0 1 2 3

@@ -1,5 +1,6 @@
 // The MPI process group under mpirun -np 2 and -np 4: every collective against closed-form results,
-// mismatched calls, byte counters (one node and two modelled nodes), and a rank killed mid-run.
+// mismatched calls, byte counters (one node and two modelled nodes), a rank killed mid-run, and a group
+// closed under a pending collective.
 import { describe, it, expect, beforeAll } from 'vitest';
 import { compileTs, mpiSuitesRun, mpirun } from './mpi-harness.js';
 
@@ -40,6 +41,18 @@ describe.runIf(run)('MPI process group (mpirun)', () => {
     expect(r.lines).toHaveLength(4);
     for (const l of r.lines) expect(l).toMatchObject({ ok: true, ranksPerNode: 2 });
   });
+
+  for (const [np, what] of [[2, 'known'], [2, 'counts'], [3, 'allReduce'], [3, 'deterministic']] as const) {
+    it(`close() during a pending ${what} collective rejects it with COMM_FAILED and leaves the process intact (${np} ranks)`, async () => {
+      const r = await mpirun(np, 'test/sharded/mpi/close.mjs', [what], { recovery: true, limitMs: 60_000 });
+      expect(r.stderr + r.stdout).not.toMatch(/Segmentation fault|signal 11|Read -1/);
+      expect(r.lines.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual(Array.from({ length: np }, (_, i) => i));
+      for (const l of r.lines) {
+        if (l.rank === 0) expect(l).toMatchObject({ code: 'COMM_FAILED', intact: true });
+        else expect(['ok', 'COMM_TIMEOUT', 'COMM_FAILED']).toContain(l.code);
+      }
+    });
+  }
 
   for (const np of [2, 4]) {
     it(`a rank killed mid-run makes the ${np - 1} survivor(s) fail within the timeout (${np} ranks)`, async () => {

@@ -51,6 +51,11 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// The buffers of a signature or count exchange: this rank's part and everyone's.
+struct Exchange {
+  std::vector<int64_t> out, in;
+};
+
 // An all-to-all-v's per-peer byte counts and offsets as MPI's int counts and displacements (send, recv).
 struct IntLayout {
   std::vector<int> sc, sd, rc, rd;
@@ -148,6 +153,22 @@ void MpiGroup::abort(const std::string& why) {
   if (!broken_.exchange(true)) why_ = why;
 }
 
+void MpiGroup::abandon() {
+  g_abandoned.store(true);
+  abandoned_.fetch_add(1);
+}
+
+template <class T>
+void MpiGroup::wait_holding(MPI_Request& req, const Deadline& d, const char* what, std::unique_ptr<T>& bufs) {
+  const uint64_t before = abandoned_.load();
+  try {
+    wait(req, d, what);
+  } catch (...) {
+    if (abandoned_.load() != before) bufs.release();  // deliberately never freed: MPI may still write it
+    throw;
+  }
+}
+
 bool MpiGroup::poll(MPI_Request& req, const char* what) {
   int flag = 0;
   MPI_Status st;
@@ -158,7 +179,10 @@ bool MpiGroup::poll(MPI_Request& req, const char* what) {
     throw Error("COMM_FAILED", msg);
   }
   if (flag) return true;
-  if (broken_.load()) fail("COMM_FAILED", "rank %d: %s abandoned: the MPI group is broken (%s)", rank_, what, why_.c_str());
+  if (broken_.load()) {
+    abandon();
+    fail("COMM_FAILED", "rank %d: %s abandoned: the MPI group is broken (%s)", rank_, what, why_.c_str());
+  }
   return false;
 }
 
@@ -172,7 +196,7 @@ void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
     if (now >= d.at) {
       std::string msg = format("rank %d: %s timed out after %.0f ms (a peer died, stalled or called another collective)",
                                rank_, what, d.ms);
-      g_abandoned.store(true);
+      abandon();
       abort(msg);
       throw Error("COMM_TIMEOUT", msg);
     }
@@ -185,6 +209,10 @@ void MpiGroup::wait(MPI_Request& req, const Deadline& d, const char* what) {
 class MpiStarted : public Started {
  public:
   MpiStarted(MpiGroup* g, IntLayout l, const char* what) : g_(g), l_(std::move(l)), what_(what) {}
+  // A request left in flight keeps its layout: MPI may still read it.
+  ~MpiStarted() override {
+    if (!done_ && req_ != MPI_REQUEST_NULL) new IntLayout(std::move(l_));  // deliberately never freed
+  }
   bool test() override { return done_ || (done_ = g_->poll(req_, what_)); }
   void wait(const Deadline& d) override {
     if (!done_) g_->wait(req_, d, what_);
@@ -202,14 +230,13 @@ class MpiStarted : public Started {
 
 void MpiGroup::check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what) {
   const uint64_t seq = ++seq_;
-  int64_t mine[4] = {kind, static_cast<int64_t>(seq), a, b};
-  std::vector<int64_t> all(static_cast<size_t>(size_) * 4);
+  auto bufs = std::make_unique<Exchange>(Exchange{{kind, static_cast<int64_t>(seq), a, b}, std::vector<int64_t>(static_cast<size_t>(size_) * 4)});
   MPI_Request req;
-  int rc = MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req);
+  int rc = MPI_Iallgather(bufs->out.data(), 4, MPI_INT64_T, bufs->in.data(), 4, MPI_INT64_T, comm_, &req);
   if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: %s: %s", rank_, what, mpi_error_string(rc).c_str());
-  wait(req, d, what);
+  wait_holding(req, d, what, bufs);
   for (int p = 0; p < size_; ++p) {
-    const int64_t* s = &all[static_cast<size_t>(p) * 4];
+    const int64_t* s = &bufs->in[static_cast<size_t>(p) * 4];
     if (s[0] != kind || s[1] != static_cast<int64_t>(seq) || s[3] != b || (sameA && s[2] != a)) {
       std::string msg = format(
           "mismatched collectives: rank %d called %s #%llu (%lld, %lld), rank %d called %s #%lld (%lld, %lld)", rank_,
@@ -226,16 +253,18 @@ void MpiGroup::exchange_counts(const int64_t* sendBytes, int64_t* recvBytes, con
   check_usable();
   const uint64_t seq = ++seq_;
   const size_t n = static_cast<size_t>(size_);
-  std::vector<int64_t> out(n * 3), in(n * 3);
+  auto bufs = std::make_unique<Exchange>(Exchange{std::vector<int64_t>(n * 3), std::vector<int64_t>(n * 3)});
+  std::vector<int64_t>& out = bufs->out;
+  const std::vector<int64_t>& in = bufs->in;
   for (size_t p = 0; p < n; ++p) {
     out[p * 3] = kCounts;
     out[p * 3 + 1] = static_cast<int64_t>(seq);
     out[p * 3 + 2] = sendBytes[p];
   }
   MPI_Request req;
-  int rc = MPI_Ialltoall(out.data(), 3, MPI_INT64_T, in.data(), 3, MPI_INT64_T, comm_, &req);
+  int rc = MPI_Ialltoall(out.data(), 3, MPI_INT64_T, bufs->in.data(), 3, MPI_INT64_T, comm_, &req);
   if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allToAllV counts: %s", rank_, mpi_error_string(rc).c_str());
-  wait(req, d, "allToAllV (count exchange)");
+  wait_holding(req, d, "allToAllV (count exchange)", bufs);
   for (size_t p = 0; p < n; ++p) {
     if (in[p * 3] != kCounts || in[p * 3 + 1] != static_cast<int64_t>(seq)) {
       std::string msg = format("mismatched collectives: rank %d called allToAllV #%llu, rank %zu called %s #%lld", rank_,
@@ -282,14 +311,13 @@ void MpiGroup::gather_counts(int64_t bytes, int64_t* recvBytes, const Deadline& 
   check_usable();
   // The same 4-wide signature as every other collective, carrying this rank's byte count.
   const uint64_t seq = ++seq_;
-  int64_t mine[4] = {kGatherCounts, static_cast<int64_t>(seq), bytes, 0};
-  std::vector<int64_t> all(static_cast<size_t>(size_) * 4);
+  auto bufs = std::make_unique<Exchange>(Exchange{{kGatherCounts, static_cast<int64_t>(seq), bytes, 0}, std::vector<int64_t>(static_cast<size_t>(size_) * 4)});
   MPI_Request req;
-  int rc = MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req);
+  int rc = MPI_Iallgather(bufs->out.data(), 4, MPI_INT64_T, bufs->in.data(), 4, MPI_INT64_T, comm_, &req);
   if (rc != MPI_SUCCESS) fail("COMM_FAILED", "rank %d: allGather counts: %s", rank_, mpi_error_string(rc).c_str());
-  wait(req, d, "allGather (count exchange)");
+  wait_holding(req, d, "allGather (count exchange)", bufs);
   for (int p = 0; p < size_; ++p) {
-    const int64_t* s = &all[static_cast<size_t>(p) * 4];
+    const int64_t* s = &bufs->in[static_cast<size_t>(p) * 4];
     if (s[0] != kGatherCounts || s[1] != static_cast<int64_t>(seq)) {
       std::string msg = format("mismatched collectives: rank %d called allGather #%llu, rank %d called %s #%lld", rank_,
                                static_cast<unsigned long long>(seq), p, kind_name(static_cast<int>(s[0])),
@@ -329,7 +357,19 @@ void MpiGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bo
                   static_cast<int64_t>(t) * 16 + static_cast<int64_t>(op) * 2 + (deterministic ? 1 : 0), true, d,
                   "allReduce (signature)");
   if (deterministic) {
-    Group::all_reduce(data, count, t, op, true, d);
+    // Group::all_reduce's gather-and-sum, its receive buffer left to MPI if the gather is abandoned.
+    const int64_t bytes = count * static_cast<int64_t>(elem_size(t));
+    std::vector<int64_t> each(static_cast<size_t>(size_), bytes);
+    auto all = std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(bytes) * static_cast<size_t>(size_));
+    auto s = start_all_gather_v(static_cast<const uint8_t*>(data), bytes, all->data(), each.data());
+    const uint64_t before = abandoned_.load();
+    try {
+      s->wait(d);
+    } catch (...) {
+      if (abandoned_.load() != before) all.release();  // deliberately never freed: MPI may still write it
+      throw;
+    }
+    reduce_in_rank_order(all->data(), size_, count, t, op, data);
     return;
   }
   // MPI's own all-reduce (Open MPI picks ring / Rabenseifner / recursive doubling by size).

@@ -4,7 +4,8 @@
 // small signature exchange (collective kind, sequence number, sizes) so a mismatched call fails with
 // COMM_FAILED on every rank; an error from MPI (a peer's connection dropped) gives COMM_FAILED and a
 // silent peer gives COMM_TIMEOUT. A request abandoned at a deadline is never completed, so the group
-// is broken afterwards and the buffers it referenced must stay alive (the binding leaks them).
+// is broken afterwards and the buffers it referenced must stay alive (the binding leaks them; so does a
+// request abandoned because the group broke under it, e.g. close() during a call).
 #pragma once
 // The C API only: Open MPI's (removed-from-the-standard) C++ bindings would need libmpi_cxx.
 #ifndef OMPI_SKIP_MPICXX
@@ -43,6 +44,7 @@ class MpiGroup : public Group {
   void broadcast(uint8_t* data, int64_t bytes, int root, const Deadline& d) override;
   void barrier(const Deadline& d) override;
   void abort(const std::string& why) override;
+  uint64_t abandoned() const override { return abandoned_.load(); }
 
   // Plain blocking MPI_Alltoallv over the same communicator, no signature, no deadline: the reference
   // the benchmark compares the group's all-to-all bandwidth against.
@@ -56,15 +58,22 @@ class MpiGroup : public Group {
  private:
   void check_usable() const;
   friend class MpiStarted;
-  // One MPI_Test of `req`: true when it is done; COMM_FAILED on an MPI error or a broken group.
+  // One MPI_Test of `req`: true when it is done; COMM_FAILED on an MPI error or a broken group (the
+  // request then stays in flight: abandoned).
   bool poll(MPI_Request& req, const char* what);
   void wait(MPI_Request& req, const Deadline& d, const char* what);
+  // wait() for a request on buffers of this call (`bufs`): freed when it completes, left to MPI otherwise.
+  template <class T>
+  void wait_holding(MPI_Request& req, const Deadline& d, const char* what, std::unique_ptr<T>& bufs);
+  // Counts a request left in flight at a failure (see Group::abandoned).
+  void abandon();
   // All-gathers {kind, seq, a, b} and checks every rank called the same collective with the same a, b.
   void check_signature(int kind, int64_t a, int64_t b, bool sameA, const Deadline& d, const char* what);
 
   MPI_Comm comm_;
   uint64_t seq_ = 0;
   std::atomic<bool> broken_{false};
+  std::atomic<uint64_t> abandoned_{0};
   std::string why_;
 };
 
