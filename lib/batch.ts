@@ -1,8 +1,8 @@
 // batch.ts — JaggedBatch, the one batch format (KeyedJaggedTensor-like) used by every API: F features ×
 // B samples, lengths feature-major [F*B], ids the concatenation of all bags in that order, optional per-id
-// weights. Construction checks types and sizes in O(1), and every weight finite (one pass); the lengths (none
-// negative, their sum the number of ids) are checked by whatever consumes the batch: natively (in one
-// pass, off the event loop, with the id ranges) or, on the first use of `offsets` / `feature()`, here.
+// weights. Construction checks types and sizes in O(1); the lengths (none negative, their sum the number of
+// ids) and the weights (finite) are checked by whatever consumes the batch: natively (in one pass, off the
+// event loop, with the id ranges), the lengths also on the first use of `offsets` / `feature()` here.
 import { EmbshardError } from './errors.js';
 import type { IdArray, NativeBatch } from './binding.js';
 
@@ -73,9 +73,6 @@ export class JaggedBatch {
       if (!(weights instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', 'weights must be a Float32Array');
       if (weights.length !== ids.length)
         throw new EmbshardError('LENGTH_MISMATCH', `weights has ${weights.length} entries but there are ${ids.length} ids`);
-      // a NaN / ±Inf weight would turn its rows' updates NaN (the gradient checks see only the outputs' gradients)
-      for (let i = 0; i < weights.length; i++)
-        if (!Number.isFinite(weights[i]!)) throw new EmbshardError('INVALID_ARGUMENT', `weights[${i}] is ${weights[i]}: weights must be finite`);
     }
     return new JaggedBatch({ features, batchSize, lengths, ids, weights });
   }

@@ -187,6 +187,9 @@ export class HeraldEmbeddingCollection {
 
   private enqueueSchedule(global: JaggedBatch): Scheduled {
     if (!(global instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
+    // every rank schedules the same global batch, so every rank refuses it alike
+    if (global.weights && !exchangeOps().allFinite(global.weights))
+      throw new EmbshardError('INVALID_ARGUMENT', 'herald: the batch has a weight that is NaN or ±Inf: weights must be finite');
     const plan = this.scheduler.schedule(global);
     const s = { global, plan, local: takeSparse(global, plan.samples[this.group.rank]!) };
     this.queue.push(s);
@@ -203,7 +206,8 @@ export class HeraldEmbeddingCollection {
   /** Schedules the next global batch while the current step runs (the trainer calls it during the dense compute). */
   prepare(next: JaggedBatch): Promise<void> {
     if (this.preparing) return this.preparing.global === next ? this.preparing.done : Promise.resolve();
-    if (!(next instanceof JaggedBatch) || this.queue.some((q) => q.global === next)) return Promise.resolve();
+    // a batch that cannot be scheduled is left to assign(), which refuses it when it is trained
+    if (!(next instanceof JaggedBatch) || this.queue.some((q) => q.global === next) || (next.weights && !exchangeOps().allFinite(next.weights))) return Promise.resolve();
     const done = this.scheduler.scheduleAsync(next).then(
       (plan) => {
         this.queue.push({ global: next, plan, local: takeSparse(next, plan.samples[this.group.rank]!) });

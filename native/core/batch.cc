@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "core/parallel.h"
+#include "core/value_scan.h"
 
 namespace embshard {
 
@@ -100,6 +101,13 @@ void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch
   if (v.weights && v.numWeights != v.numIds)
     fail("LENGTH_MISMATCH", "weights has %lld entries but the batch has %lld ids", static_cast<long long>(v.numWeights),
          static_cast<long long>(v.numIds));
+  // a NaN / ±Inf weight would turn its rows' updates NaN (the gradient checks see the outputs' gradients only)
+  if (v.weights) {
+    const int64_t bad = first_outside(v.weights, v.numWeights, -FLT_MAX, FLT_MAX);
+    if (bad >= 0)
+      fail("INVALID_ARGUMENT", "weights[%lld] is %g: weights must be finite", static_cast<long long>(bad),
+           static_cast<double>(v.weights[bad]));
+  }
   out.weights = v.weights;
   out.rawIds = v.ids;
   out.idType = v.idType;

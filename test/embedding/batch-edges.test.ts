@@ -153,16 +153,38 @@ describe('JaggedBatch edges', () => {
     }
   });
 
-  it('weights that are NaN or ±Inf are INVALID_ARGUMENT (they would turn the rows they touch NaN)', () => {
-    for (const x of [NaN, Infinity, -Infinity]) {
-      expect(codeOf(() => JaggedBatch.fromLengths({ features: ['s'], batchSize: 1, lengths: Int32Array.of(2), ids: BigInt64Array.of(1n, 2n), weights: Float32Array.of(1, x) }))).toBe('INVALID_ARGUMENT');
-      expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[x, 1]]]))).toBe('INVALID_ARGUMENT');
+  it('weights that are NaN or ±Inf are INVALID_ARGUMENT where the batch is read, one collection or sharded ranks, changing nothing', async () => {
+    const ec = new EmbeddingCollection({ tables: [tables[0]!], optimizer: { type: 'sgd', lr: LR }, seed: 3 });
+    const lib = { JaggedBatch, ShardPlan };
+    const plan = S.makePlan(lib, 2, 2);
+    const groups = createInProcessGroups(2, { ranksPerNode: 2, timeoutMs: 20_000 });
+    const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, { optimizer: { type: 'sgd' as const, lr: 0.1 }, seed: 5 }));
+    try {
+      const before = ec.readRows('s', [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+      for (const x of [NaN, Infinity, -Infinity]) {
+        const bad = JaggedBatch.fromLengths({ features: ['s'], batchSize: 1, lengths: Int32Array.of(2), ids: BigInt64Array.of(1n, 2n), weights: Float32Array.of(1, x) });
+        await expect(ec.forward(bad)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/weights\[1\] is -?(nan|inf).*must be finite/) });
+        expect(codeOf(() => ec.forwardSync(bad))).toBe('INVALID_ARGUMENT');
+        // a weighted batch of the sharded scenario with one weight not finite on rank 1: every rank refuses
+        const good = [0, 1].map((r) => S.localBatch(lib, plan, r, 0, { weighted: true }) as JaggedBatch);
+        const w = Float32Array.from(good[1]!.weights!);
+        w[w.length - 1] = x;
+        const b1 = JaggedBatch.fromLengths({ features: good[1]!.features, batchSize: good[1]!.batchSize, lengths: good[1]!.lengths, ids: good[1]!.ids, weights: w });
+        const res = await Promise.allSettled(ranks.map((sc, r) => sc.forward(r === 1 ? b1 : good[0]!)));
+        expect(res.map((o) => o.status === 'rejected' && (o.reason as EmbshardError).code)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+        expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[x, 1]]]).weights)).toBe('no error'); // refused when read, not built
+      }
+      expect(ec.readRows('s', [0, 1, 2, 3, 4, 5, 6, 7, 8])).toEqual(before);
+      expect([ec.step, ...ranks.map((sc) => sc.step)]).toEqual([0, 0, 0]);
+      // a weight missing from its bag's list (a hole) or of another type
+      // eslint-disable-next-line no-sparse-arrays
+      expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[1, ,] as number[]]]))).toBe('INVALID_ARGUMENT');
+      expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[1, '2' as never]]]))).toBe('INVALID_ARGUMENT');
+    } finally {
+      ec.dispose();
+      ranks.forEach((sc) => sc.dispose());
+      groups.forEach((g) => g.close());
     }
-    expect(() => JaggedBatch.fromLengths({ features: ['s'], batchSize: 1, lengths: Int32Array.of(2), ids: BigInt64Array.of(1n, 2n), weights: Float32Array.of(1, NaN) })).toThrow('weights[1] is NaN');
-    // a weight missing from its bag's list (a hole) or of another type
-    // eslint-disable-next-line no-sparse-arrays
-    expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[1, ,] as number[]]]))).toBe('INVALID_ARGUMENT');
-    expect(codeOf(() => JaggedBatch.fromBags(['s'], [[[1, 2]]], [[[1, '2' as never]]]))).toBe('INVALID_ARGUMENT');
   });
 
   it('fromBags: ids beyond int64 and bags for more features than named are refused, not wrapped or dropped', () => {
