@@ -12,7 +12,7 @@ void HostSlots::get(const int64_t* slots, int64_t n, uint8_t* w, float* s) {
   parallel_for(n, 1024, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       std::memcpy(w + i * rb_, w_ + slots[i] * rb_, rb_);
-      std::memcpy(s + i * k_, s_ + slots[i] * k_, 4 * k_);
+      if (k_) std::memcpy(s + i * k_, s_ + slots[i] * k_, 4 * k_);  // no state (SGD): no state arrays
     }
   });
 }
@@ -21,7 +21,7 @@ void HostSlots::put(const int64_t* slots, int64_t n, const uint8_t* w, const flo
   parallel_for(n, 1024, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       std::memcpy(w_ + slots[i] * rb_, w + i * rb_, rb_);
-      std::memcpy(s_ + slots[i] * k_, s + i * k_, 4 * k_);
+      if (k_) std::memcpy(s_ + slots[i] * k_, s + i * k_, 4 * k_);
     }
   });
 }
