@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/errors.h"
@@ -40,12 +41,23 @@ Deadline Deadline::after(double timeoutMs) {
 
 namespace {
 template <typename T>
+T add(T a, T b) {
+  // integers wrap modulo 2^bits, as MPI and NCCL sums do in practice (signed overflow is undefined in C++)
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
 void reduce_typed(const T* src, int n, int64_t count, ReduceOp op, T* dst) {
   for (int64_t i = 0; i < count; ++i) {
     T acc = src[i];
     for (int r = 1; r < n; ++r) {
       T v = src[static_cast<int64_t>(r) * count + i];
-      if (op == ReduceOp::Sum) acc = acc + v;
+      if (op == ReduceOp::Sum) acc = add(acc, v);
       else if (op == ReduceOp::Max) acc = std::max(acc, v);
       else acc = std::min(acc, v);
     }

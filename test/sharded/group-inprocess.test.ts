@@ -109,6 +109,21 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
     closeAll(gs);
   });
 
+  it('integer sums wrap modulo 2^32 / 2^64, both modes (BigInt.asIntN of the exact sum)', async () => {
+    const gs = createInProcessGroups(3);
+    for (const deterministic of [false, true]) {
+      const i32 = gs.map((g) => Int32Array.from([2 ** 31 - 1, -(2 ** 31), 7 * (g.rank + 1)]));
+      const i64 = gs.map(() => BigInt64Array.from([(1n << 63n) - 1n, -(1n << 63n), 3n]));
+      await Promise.all(gs.map((g, r) => g.allReduce(i32[r]!, 'sum', { deterministic })));
+      await Promise.all(gs.map((g, r) => g.allReduce(i64[r]!, 'sum', { deterministic })));
+      const want32 = [3n * (2n ** 31n - 1n), -3n * 2n ** 31n, 42n].map((x) => Number(BigInt.asIntN(32, x)));
+      const want64 = [3n * ((1n << 63n) - 1n), -3n * (1n << 63n), 9n].map((x) => BigInt.asIntN(64, x));
+      for (const a of i32) expect(Array.from(a), `int32, deterministic ${deterministic}`).toEqual(want32);
+      for (const a of i64) expect(Array.from(a), `int64, deterministic ${deterministic}`).toEqual(want64);
+    }
+    closeAll(gs);
+  });
+
   it('allReduce, bandwidth-optimal and deterministic, equals the rank-order sum and counts its bytes in stats()', async () => {
     const rpn = n === 4 ? 2 : n;
     const gs = createInProcessGroups(n, { ranksPerNode: rpn });
