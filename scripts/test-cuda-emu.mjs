@@ -10,28 +10,11 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { CUDA_EMU_SUITES } from './cuda-emu-suites.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const out = process.env.EMBSHARD_BUILD_DIR ?? 'build';
 const jobs = process.env.EMBSHARD_JOBS ?? String(cpus().length);
-
-// The suites that skip without a CUDA device (their CUDA parts, the NCCL group), run against the emulated one.
-const SUITES = [
-  'test/cuda/parity.test.ts',
-  'test/cuda/device-array.test.ts',
-  'test/train/cuda-layers.test.ts',
-  'test/train/cuda-model.test.ts',
-  'test/train/device-handoff.test.ts',
-  'test/embedding/forward-backward.test.ts',
-  'test/embedding/errors.test.ts',
-  'test/storage/dynamic.test.ts',
-  'test/storage/dynamic-default.test.ts',
-  'test/sharded/group-nccl.test.ts',
-  'test/sharded/sharded-device.test.ts',
-  'test/herald/herald-cuda.test.ts',
-  'test/storage/cuda-disk.test.ts',
-  'test/train/cli-comm.test.ts',
-];
 
 const args = process.argv.slice(2);
 const jsonAt = args.indexOf('--json');
@@ -66,7 +49,7 @@ for (const seed of seeds) {
   const report = join(dir, `seed-${seed}.json`);
   const env = { ...process.env, EMBSHARD_CUDA_EMU: '1', EMBSHARD_CUDA_EMU_SEED: seed };
   const vitest = join(root, 'node_modules', 'vitest', 'vitest.mjs');
-  const s = run(process.execPath, [vitest, 'run', ...SUITES, '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...extra], env);
+  const s = run(process.execPath, [vitest, 'run', ...CUDA_EMU_SUITES, '--reporter=default', '--reporter=json', `--outputFile.json=${report}`, ...extra], env);
   if (s !== 0) status = s;
   if (!existsSync(report)) {
     console.log(`seed ${seed}: no vitest report was written`);
