@@ -68,6 +68,16 @@ export interface CollectiveOptions {
   recvCounts?: ArrayLike<number>;
 }
 
+const COLLECTIVE_FIELDS = fieldsOf<CollectiveOptions>({ timeoutMs: true, uncounted: true, counters: true, recvCounts: true });
+const ALL_REDUCE_FIELDS = fieldsOf<AllReduceOptions>({ timeoutMs: true, uncounted: true, counters: true, deterministic: true });
+const NO_COUNTS_FIELDS = fieldsOf<Omit<CollectiveOptions, 'recvCounts'>>({ timeoutMs: true, uncounted: true, counters: true });
+
+/** A collective's options: absent, or an object of the known fields (INVALID_CONFIG naming another, before anything is sent). */
+function checkOptions(opts: object | null | undefined, fields: readonly string[], what: string): void {
+  if (opts === undefined || opts === null) return;
+  rejectUnknownFields(opts, fields, `${what} options`);
+}
+
 export interface GroupOptions {
   /** Default timeout of every collective, in ms (default 60 000). */
   timeoutMs?: number;
@@ -243,6 +253,7 @@ export class ProcessGroup {
    */
   async allToAllV<T extends CommArray>(send: T, sendCounts: ArrayLike<number>, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
+    checkOptions(opts, COLLECTIVE_FIELDS, 'allToAllV');
     checkCommArray(send, 'allToAllV: send');
     if (typeof sendCounts !== 'object' || sendCounts === null || typeof sendCounts.length !== 'number')
       throw new EmbshardError('INVALID_ARGUMENT', 'allToAllV: sendCounts must be an array of element counts, one per rank');
@@ -276,6 +287,7 @@ export class ProcessGroup {
   /** All-gather-v: every rank's `send` (sizes may differ), concatenated in rank order, with the counts. */
   async allGather<T extends CommArray>(send: T, opts?: CollectiveOptions): Promise<{ data: T; counts: number[] }> {
     const g = this.live();
+    checkOptions(opts, COLLECTIVE_FIELDS, 'allGather');
     checkCommArray(send, 'allGather: send');
     const bpe = send.BYTES_PER_ELEMENT;
     const r = await this.clock.track(using(send, g.allGather(send, this.timeout(opts), knownBytes(opts?.recvCounts, this.size, bpe, 'allGather'))));
@@ -304,6 +316,7 @@ export class ProcessGroup {
    */
   async allReduce<T extends Reducible>(data: T, op: ReduceOp = 'sum', opts?: AllReduceOptions): Promise<T> {
     const g = this.live();
+    checkOptions(opts, ALL_REDUCE_FIELDS, 'allReduce');
     if (op !== 'sum' && op !== 'max' && op !== 'min')
       throw new EmbshardError('INVALID_ARGUMENT', `allReduce: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     const deterministic = opts?.deterministic ?? false;
@@ -336,6 +349,7 @@ export class ProcessGroup {
    */
   async allReduceDevice(buffer: DeviceBuffer, op: ReduceOp = 'sum', opts?: Omit<CollectiveOptions, 'recvCounts'>): Promise<void> {
     const g = this.live();
+    checkOptions(opts, NO_COUNTS_FIELDS, 'allReduceDevice');
     if (op !== 'sum' && op !== 'max' && op !== 'min')
       throw new EmbshardError('INVALID_ARGUMENT', `allReduceDevice: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     if (typeof g.allReduceDevice !== 'function') throw new EmbshardError('BACKEND_UNAVAILABLE', 'allReduceDevice: this addon has no device collectives');
@@ -354,6 +368,7 @@ export class ProcessGroup {
    * as allToAllV.
    */
   async allToAllDevice(send: DeviceArray | DeviceBuffer, sendCounts: ArrayLike<number>, recv: DeviceArray | DeviceBuffer, opts?: CollectiveOptions): Promise<{ counts: number[] }> {
+    checkOptions(opts, COLLECTIVE_FIELDS, 'allToAllDevice');
     const g = this.deviceGroup('allToAllDevice');
     const [s, r, bpe] = this.devicePair('allToAllDevice', send, recv);
     if (sendCounts.length !== this.size)
@@ -381,6 +396,7 @@ export class ProcessGroup {
    * counts per rank. The same rules as allToAllDevice; counted as allGather.
    */
   async allGatherDevice(send: DeviceArray | DeviceBuffer, count: number, recv: DeviceArray | DeviceBuffer, opts?: CollectiveOptions): Promise<{ counts: number[] }> {
+    checkOptions(opts, COLLECTIVE_FIELDS, 'allGatherDevice');
     const g = this.deviceGroup('allGatherDevice');
     const [s, r, bpe] = this.devicePair('allGatherDevice', send, recv);
     if (!Number.isSafeInteger(count) || count < 0) throw new EmbshardError('INVALID_ARGUMENT', `allGatherDevice: count must be a non-negative integer (got ${String(count)})`);
@@ -425,6 +441,7 @@ export class ProcessGroup {
   /** Broadcast in place from `root` (and returns `data`); sizes must agree. */
   async broadcast<T extends CommArray>(data: T, root: number, opts?: CollectiveOptions): Promise<T> {
     const g = this.live();
+    checkOptions(opts, NO_COUNTS_FIELDS, 'broadcast');
     checkCommArray(data, 'broadcast: data');
     if (!Number.isInteger(root) || root < 0 || root >= this.size)
       throw new EmbshardError('INVALID_ARGUMENT', `broadcast: root must be an integer in [0, ${this.size}) (got ${root})`);
@@ -436,6 +453,7 @@ export class ProcessGroup {
   }
 
   async barrier(opts?: CollectiveOptions): Promise<void> {
+    checkOptions(opts, NO_COUNTS_FIELDS, 'barrier');
     await this.clock.track(this.live().barrier(this.timeout(opts)));
   }
 

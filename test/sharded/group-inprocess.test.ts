@@ -109,6 +109,24 @@ describe.each([1, 2, 3, 4])('in-process group of %i ranks', (n) => {
     closeAll(gs);
   });
 
+  it('a collective option the group does not know is INVALID_CONFIG naming it, before anything is sent', async () => {
+    const gs = createInProcessGroups(2);
+    const g = gs[0]!;
+    const calls: [string, () => Promise<unknown>][] = [
+      ['allToAllV options.timeout', () => g.allToAllV(Float32Array.of(1, 2), [1, 1], { timeout: 5 } as never)],
+      ['allGather options.timeout', () => g.allGather(Float32Array.of(1), { timeout: 5 } as never)],
+      ['allReduce options.recvCounts', () => g.allReduce(Float32Array.of(1), 'sum', { recvCounts: [1, 1] } as never)],
+      ['allReduce options.determinstic', () => g.allReduce(Float32Array.of(1), 'sum', { determinstic: true } as never)],
+      ['broadcast options.recvCounts', () => g.broadcast(Float32Array.of(1), 0, { recvCounts: [1, 1] } as never)],
+      ['barrier options.timeout', () => g.barrier({ timeout: 5 } as never)],
+    ];
+    for (const [field, call] of calls) await expect(call(), field).rejects.toMatchObject({ code: 'INVALID_CONFIG', message: expect.stringContaining(`${field}: unknown field`) });
+    expect(Object.values(g.stats()).reduce((n, k) => n + k.calls + k.sent, 0)).toBe(0);
+    // the group still works: known options pass
+    await Promise.all(gs.map((x) => x.barrier({ timeoutMs: 5000 })));
+    closeAll(gs);
+  });
+
   it('integer sums wrap modulo 2^32 / 2^64, both modes (BigInt.asIntN of the exact sum)', async () => {
     const gs = createInProcessGroups(3);
     for (const deterministic of [false, true]) {
