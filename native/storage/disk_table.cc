@@ -165,6 +165,7 @@ void DiskTable::write_values(const uint64_t* rows, int64_t n, const float* in) {
 
 void DiskTable::read_state(const uint64_t* rows, int64_t n, float* out) {
   const uint64_t k = file_.layout().statePerRow;
+  if (k == 0) return;  // no optimizer state (SGD)
   for (int64_t i = 0; i < n; ++i) {
     load_one(rows[i]);
     std::memcpy(out + i * k, spanS_.data(), 4 * k);
@@ -173,6 +174,7 @@ void DiskTable::read_state(const uint64_t* rows, int64_t n, float* out) {
 
 void DiskTable::write_state(const uint64_t* rows, int64_t n, const float* in) {
   const uint64_t k = file_.layout().statePerRow;
+  if (k == 0) return;  // no optimizer state (SGD): nothing to write
   verify_rows(rows, n);
   for (int64_t i = 0; i < n; ++i) {
     load_one(rows[i]);
