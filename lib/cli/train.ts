@@ -40,7 +40,7 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
   model options:  --bottom 13-512-256-64-16 --top 512-256-1 [--interaction dot|cross|concat]
                   [--cross-layers 3 --cross-rank 512]   (custom layer lists; override a preset's)
   optimizers:     [--optimizer sgd|adagrad|adam] [--lr X] [--emb-lr X]   (default: the preset's reference)
-                  [--warmup N] [--decay-start N --decay-steps N]
+                  [--warmup N] [--decay-start N (default: --warmup's N) --decay-steps N]
   data:           [--max-rows N] (cap every table)  [--table-rows N] (arrow: rows per table)
                   [--seed 0] [--prefetch 4]
                   [--dynamic-capacity N] (every table keyed by the raw ids, N rows held; under mpirun each

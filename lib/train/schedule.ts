@@ -7,7 +7,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 export interface LrSchedule {
   /** Steps of linear warmup: step t < warmupSteps runs at (t+1)/warmupSteps of the base rate. Default 0. */
   warmupSteps?: number;
-  /** First step of the decay. Default 0 (with decaySteps > 0). */
+  /** First step of the decay. Default warmupSteps: the decay follows the warmup (DLRM requires it not to start before). */
   decayStartStep?: number;
   /** Length of the decay; 0 = no decay. Default 0. */
   decaySteps?: number;
@@ -34,9 +34,10 @@ export function resolveSchedule(s: LrSchedule = {}): ResolvedSchedule {
       throw new EmbshardError('INVALID_CONFIG', `schedule.${name} must be a number in [${lo}, ${hi}] (got ${String(v)})`);
     return x;
   };
+  const warmupSteps = int(s.warmupSteps, 'warmupSteps');
   return {
-    warmupSteps: int(s.warmupSteps, 'warmupSteps'),
-    decayStartStep: int(s.decayStartStep, 'decayStartStep'),
+    warmupSteps,
+    decayStartStep: s.decayStartStep === undefined ? warmupSteps : int(s.decayStartStep, 'decayStartStep'),
     decaySteps: int(s.decaySteps, 'decaySteps'),
     decayPower: num(s.decayPower, 2, 'decayPower', 0, 16),
     minFactor: num(s.minFactor, 0, 'minFactor', 0, 1),

@@ -167,6 +167,15 @@ describe('learning-rate schedule', () => {
     expect(() => resolveSchedule({ warmupSteps: -1 })).toThrow(EmbshardError);
   });
 
+  it('without decayStartStep the decay begins where the warmup ends: no jump at the end of the warmup', () => {
+    const s = resolveSchedule({ warmupSteps: 100, decaySteps: 500 });
+    expect(s.decayStartStep).toBe(100);
+    // closed form: (t+1)/100 in the warmup, then ((500 − (t − 100)) / 500)^2
+    [[98, 0.99], [99, 1], [100, 1], [101, (499 / 500) ** 2], [350, 0.25], [600, 0]].forEach(([t, want]) => expect(lrFactor(s, t!)).toBeCloseTo(want!, 12));
+    // given, it is taken as it is (as checkpoints store it)
+    expect(resolveSchedule({ warmupSteps: 100, decayStartStep: 0, decaySteps: 500 }).decayStartStep).toBe(0);
+  });
+
   it('fit: the same losses as step() by hand; stops at `steps` and closes the source', async () => {
     const data = source(32);
     const byHand = makeTrainer('adam', 0.01);
