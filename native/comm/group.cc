@@ -13,20 +13,26 @@ namespace embshard::comm {
 
 size_t elem_size(ElemType t) { return t == ElemType::U16 ? 2 : t == ElemType::F32 || t == ElemType::I32 ? 4 : 8; }
 
+namespace {
+// the names of ElemType and ReduceOp, in their enums' order
+constexpr const char* kElemTypeNames[] = {"f32", "f64", "i32", "i64", "u16"};
+constexpr const char* kReduceOpNames[] = {"sum", "max", "min"};
+}  // namespace
+
+const char* elem_type_name(ElemType t) { return kElemTypeNames[static_cast<int>(t)]; }
+
+const char* reduce_op_name(ReduceOp op) { return kReduceOpNames[static_cast<int>(op)]; }
+
 ElemType parse_elem_type(const std::string& s) {
-  if (s == "f32") return ElemType::F32;
-  if (s == "f64") return ElemType::F64;
-  if (s == "i32") return ElemType::I32;
-  if (s == "i64") return ElemType::I64;
-  if (s == "u16") return ElemType::U16;
+  for (int i = 0; i < 5; ++i)
+    if (s == kElemTypeNames[i]) return static_cast<ElemType>(i);
   fail("UNSUPPORTED_DTYPE", "allReduce: data must be a Float32Array, Float64Array, Int32Array or BigInt64Array (got %s)",
        s.c_str());
 }
 
 ReduceOp parse_reduce_op(const std::string& s) {
-  if (s == "sum") return ReduceOp::Sum;
-  if (s == "max") return ReduceOp::Max;
-  if (s == "min") return ReduceOp::Min;
+  for (int i = 0; i < 3; ++i)
+    if (s == kReduceOpNames[i]) return static_cast<ReduceOp>(i);
   fail("INVALID_ARGUMENT", "allReduce: op must be 'sum', 'max' or 'min' (got '%s')", s.c_str());
 }
 

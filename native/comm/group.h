@@ -19,6 +19,8 @@ enum class ReduceOp : uint8_t { Sum = 0, Max = 1, Min = 2 };
 size_t elem_size(ElemType t);
 ElemType parse_elem_type(const std::string& s);  // "f32" | "f64" | "i32" | "i64" | "u16"
 ReduceOp parse_reduce_op(const std::string& s);  // "sum" | "max" | "min"
+const char* elem_type_name(ElemType t);          // the name parse_elem_type reads
+const char* reduce_op_name(ReduceOp op);         // the name parse_reduce_op reads
 
 using Clock = std::chrono::steady_clock;
 

@@ -231,10 +231,8 @@ void InProcessGroup::barrier(const Deadline& d) {
 }
 
 void InProcessGroup::all_reduce(void* data, int64_t count, ElemType t, ReduceOp op, bool deterministic, const Deadline& d) {
-  static const char* const types[] = {"f32", "f64", "i32", "i64", "u16"};
-  static const char* const ops[] = {"sum", "max", "min"};
-  call_ = format("allReduce (%s %s of %lld elements%s)", types[static_cast<int>(t)], ops[static_cast<int>(op)],
-                 static_cast<long long>(count), deterministic ? ", deterministic" : "");
+  call_ = format("allReduce (%s %s of %lld elements%s)", elem_type_name(t), reduce_op_name(op), static_cast<long long>(count),
+                 deterministic ? ", deterministic" : "");
   struct Reset {
     std::string& s;
     ~Reset() { s.clear(); }
