@@ -62,24 +62,15 @@ class TranslateWorker : public PromiseWorker {
       : PromiseWorker(env), m_(std::move(m)), ids_(ids), lengths_(lengths), F_(F), B_(B), mine_(mine), out_(out) {}
   void Run() override {
     std::lock_guard<std::mutex> lock(m_->mu);
-    // the spilled rows of this table's features' ids are read and verified first: a bad record fails the
-    // step before the map changes (other tables' ids are not this spill file's business)
-    // (a batch whose lengths disagree with its ids stages nothing: translate() below refuses it)
+    // the spilled rows of this table's features' ids are read and verified first (the batch's lengths
+    // checked before): a bad record fails the step before the map changes (other tables' ids are not this
+    // spill file's business)
     if (m_->spill) {
-      std::vector<int64_t> count(static_cast<size_t>(F_), 0);
-      bool wellFormed = true;
-      int64_t total = 0;
-      for (int64_t f = 0; f < F_; ++f)
-        for (int64_t b = 0; b < B_; ++b) {
-          wellFormed = wellFormed && lengths_[f * B_ + b] >= 0;
-          count[f] += lengths_[f * B_ + b];
-        }
-      for (int64_t c : count) total += c;
+      const std::vector<int64_t> count = feature_id_counts(lengths_, F_, B_, ids_.n);
       std::vector<uint64_t> ids;
-      if (wellFormed && total == ids_.n)
-        for (int64_t f = 0, i = 0; f < F_; i += count[f], ++f)
-          if (mine_[f])
-            for (int64_t k = i; k < i + count[f]; ++k) ids.push_back(ids_.at(k));
+      for (int64_t f = 0, i = 0; f < F_; i += count[static_cast<size_t>(f)], ++f)
+        if (mine_[f])
+          for (int64_t k = i; k < i + count[static_cast<size_t>(f)]; ++k) ids.push_back(ids_.at(k));
       m_->spill->stage(ids.data(), ids.size());
     }
     struct Unstage {

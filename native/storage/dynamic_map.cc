@@ -126,20 +126,29 @@ void DynamicMap::forget_candidate(uint64_t id) {
   cfree_.push_back(c);
 }
 
-void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F, int64_t B, const uint8_t* mine,
-                           int64_t* out, Admitted& admitted) {
-  // every check first: nothing changes on a bad batch
-  int64_t total = 0, own = 0;
-  for (int64_t f = 0; f < F; ++f)
+std::vector<int64_t> feature_id_counts(const int32_t* lengths, int64_t F, int64_t B, int64_t n) {
+  std::vector<int64_t> counts(static_cast<size_t>(F), 0);
+  int64_t total = 0;
+  for (int64_t f = 0; f < F; ++f) {
     for (int64_t b = 0; b < B; ++b) {
       const int32_t len = lengths[f * B + b];
       if (len < 0) fail("NEGATIVE_LENGTH", "batch.lengths[%lld] is negative (%d)", static_cast<long long>(f * B + b), len);
-      total += len;
-      if (mine[f]) own += len;
+      counts[static_cast<size_t>(f)] += len;
     }
-  if (total != ids.n)
-    fail("LENGTH_MISMATCH", "the lengths sum to %lld but the batch has %lld ids", static_cast<long long>(total),
-         static_cast<long long>(ids.n));
+    total += counts[static_cast<size_t>(f)];
+  }
+  if (total != n)
+    fail("LENGTH_MISMATCH", "the lengths sum to %lld but the batch has %lld ids", static_cast<long long>(total), static_cast<long long>(n));
+  return counts;
+}
+
+void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F, int64_t B, const uint8_t* mine,
+                           int64_t* out, Admitted& admitted) {
+  // every check first: nothing changes on a bad batch
+  const std::vector<int64_t> count = feature_id_counts(lengths, F, B, ids.n);
+  int64_t own = 0;
+  for (int64_t f = 0; f < F; ++f)
+    if (mine[f]) own += count[static_cast<size_t>(f)];
 
   ++step_;
   fresh_.reset(static_cast<uint64_t>(own));
@@ -148,8 +157,7 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
   // pass 1: hits touch their row, misses are counted (and sighted as candidates)
   int64_t pos = 0;
   for (int64_t f = 0; f < F; ++f) {
-    int64_t len = 0;
-    for (int64_t b = 0; b < B; ++b) len += lengths[f * B + b];
+    const int64_t len = count[static_cast<size_t>(f)];
     if (!mine[f]) {
       pos += len;
       continue;
@@ -215,8 +223,7 @@ void DynamicMap::translate(const RawIds& ids, const int32_t* lengths, int64_t F,
   // pass 3: misses read their new slot, or the sink
   pos = 0;
   for (int64_t f = 0; f < F; ++f) {
-    int64_t len = 0;
-    for (int64_t b = 0; b < B; ++b) len += lengths[f * B + b];
+    const int64_t len = count[static_cast<size_t>(f)];
     if (mine[f])
       for (int64_t i = pos; i < pos + len; ++i) {
         if (out[i] >= 0) continue;

@@ -70,6 +70,10 @@ struct Admitted {
   std::vector<uint64_t> evictedIds;
 };
 
+// The number of ids of each of a batch's F features (lengths [F*B], feature-major): NEGATIVE_LENGTH for a
+// negative length, LENGTH_MISMATCH unless they sum to the batch's n ids.
+std::vector<int64_t> feature_id_counts(const int32_t* lengths, int64_t F, int64_t B, int64_t n);
+
 class DynamicMap {
  public:
   explicit DynamicMap(const DynamicSpec& spec);
@@ -80,7 +84,7 @@ class DynamicMap {
   uint64_t candidates() const { return pendingIndex_.size(); }
   int64_t sink() const { return spec_.capacity; }
 
-  // Checks a batch's lengths ([F*B] feature-major, none negative, Σ = ids.n) and then translates the ids
+  // Checks a batch's lengths (feature_id_counts) and then translates the ids
   // of the batch features where `mine[f]` is set into slots in `out` (other positions untouched).
   // Throws NEGATIVE_LENGTH / LENGTH_MISMATCH before changing anything.
   void translate(const RawIds& ids, const int32_t* lengths, int64_t F, int64_t B, const uint8_t* mine, int64_t* out,
