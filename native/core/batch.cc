@@ -101,13 +101,7 @@ void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch
   if (v.weights && v.numWeights != v.numIds)
     fail("LENGTH_MISMATCH", "weights has %lld entries but the batch has %lld ids", static_cast<long long>(v.numWeights),
          static_cast<long long>(v.numIds));
-  // a NaN / ±Inf weight would turn its rows' updates NaN (the gradient checks see the outputs' gradients only)
-  if (v.weights) {
-    const int64_t bad = first_outside(v.weights, v.numWeights, -FLT_MAX, FLT_MAX);
-    if (bad >= 0)
-      fail("INVALID_ARGUMENT", "weights[%lld] is %g: weights must be finite", static_cast<long long>(bad),
-           static_cast<double>(v.weights[bad]));
-  }
+  if (v.weights) check_weights(v.weights, v.numWeights);
   out.weights = v.weights;
   out.rawIds = v.ids;
   out.idType = v.idType;
@@ -121,6 +115,13 @@ void prepare_batch(const CollectionSpec& spec, const BatchView& v, PreparedBatch
     case IdType::I32: resolve_ids(spec, static_cast<const int32_t*>(v.ids), out); break;
     case IdType::U32: resolve_ids(spec, static_cast<const uint32_t*>(v.ids), out); break;
   }
+}
+
+void check_weights(const float* weights, int64_t n, const char* what) {
+  const int64_t bad = first_outside(weights, n, -FLT_MAX, FLT_MAX);
+  if (bad >= 0)
+    fail("INVALID_ARGUMENT", "%s%sweights[%lld] is %g: weights must be finite", what ? what : "", what ? ": " : "",
+         static_cast<long long>(bad), static_cast<double>(weights[bad]));
 }
 
 int64_t sequence_values(const CollectionSpec& spec, const PreparedBatch& b, uint32_t feature) {

@@ -46,8 +46,12 @@ struct PreparedBatch {
 
 // Maps the batch's feature names onto the collection's features: UNKNOWN_FEATURE, MISSING_FEATURE,
 // DUPLICATE_FEATURE. Then checks lengths (NEGATIVE_LENGTH, LENGTH_MISMATCH), weights
-// (LENGTH_MISMATCH) and ids (ID_OUT_OF_RANGE unless the table's policy is modulo).
+// (LENGTH_MISMATCH, check_weights) and ids (ID_OUT_OF_RANGE unless the table's policy is modulo).
 void prepare_batch(const CollectionSpec& spec, const BatchView& view, PreparedBatch& out, bool resolveIds = true);
+
+// INVALID_ARGUMENT naming the first of n weights that is NaN or ±Inf (its rows' updates would turn NaN; the
+// gradient checks see the outputs' gradients only); `what` prefixes the message when given.
+void check_weights(const float* weights, int64_t n, const char* what = nullptr);
 
 // The raw id at position i as a signed 64-bit value.
 inline int64_t raw_id(const PreparedBatch& b, int64_t i) {

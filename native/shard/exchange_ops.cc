@@ -9,8 +9,8 @@
 #include "core/errors.h"
 #include "core/half.h"
 #include "core/id_hash.h"
+#include "core/batch.h"
 #include "core/pooling.h"
-#include "core/value_scan.h"
 
 namespace embshard::shard {
 
@@ -41,11 +41,7 @@ void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, 
   for (int64_t b = 0; b < B; ++b) total += lengths[b];
   if (total != n)
     fail("LENGTH_MISMATCH", "%s: lengths add up to %lld but there are %lld ids", what, static_cast<long long>(total), static_cast<long long>(n));
-  if (weights) {
-    const int64_t bad = first_outside(weights, n, -FLT_MAX, FLT_MAX);
-    if (bad >= 0)
-      fail("INVALID_ARGUMENT", "%s: weights[%lld] is %g: weights must be finite", what, static_cast<long long>(bad), static_cast<double>(weights[bad]));
-  }
+  if (weights) check_weights(weights, n, what);
   std::vector<int32_t> seg(static_cast<size_t>(n));
   out.lengths.assign(static_cast<size_t>(S) * static_cast<size_t>(B), 0);
   out.counts.assign(static_cast<size_t>(S), 0);
