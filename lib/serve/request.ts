@@ -21,8 +21,6 @@ import type { PredictBatch } from '../train/trainer.js';
 import { concatBatches } from './merge.js';
 
 const BODY_FIELDS = ['dense', 'sparse'];
-/** A raw Criteo categorical value: 1 to 8 hex digits (hashHexString reads its characters as latin1 bytes). */
-const HEX = /^[0-9a-fA-F]{1,8}$/;
 
 function fail(code: 'INVALID_ARGUMENT' | 'INVALID_SIZE' | 'LENGTH_MISMATCH' | 'UNKNOWN_FEATURE' | 'MISSING_FEATURE' | 'ID_OUT_OF_RANGE', message: string): never {
   throw new EmbshardError(code, message);
@@ -91,7 +89,7 @@ export function parseJsonRequest(body: unknown, inputs: ModelInputs, maxSamples:
           if (!Number.isInteger(v) || v < 0 || v >= rows) fail('ID_OUT_OF_RANGE', `sparse.${name}[${b}][${i}] = ${v} is not a row of its table (an integer in [0, ${rows}))`);
           id = v;
         } else if (typeof v === 'string') {
-          id = HEX.test(v) ? hashHexString(v, f, rows, inputs.hash) : -1;
+          id = hashHexString(v, f, rows, inputs.hash);
           if (id < 0) fail('INVALID_ARGUMENT', `sparse.${name}[${b}][${i}] = '${v.slice(0, 20)}' is not a Criteo hex value of 1 to 8 digits`);
         } else fail('INVALID_ARGUMENT', `sparse.${name}[${b}][${i}] must be an integer id or a hex string`);
         ids[k++] = id;
