@@ -169,19 +169,14 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
   // answers' count.
   const track = (route: string, reply: FastifyReply): void => {
     reply.raw.once('close', () => {
-      if (timedOut.has(reply.raw)) {
-        metrics.requests.inc({ route, status: '408' });
-        metrics.latency.observe({ route }, reply.elapsedTime / 1000);
-        metrics.errors.inc({ code: 'INVALID_ARGUMENT' });
-        return;
-      }
-      if (!reply.raw.writableFinished) {
+      const late = timedOut.has(reply.raw);
+      if (!late && !reply.raw.writableFinished) {
         metrics.requests.inc({ route, status: 'aborted' });
         return;
       }
-      metrics.requests.inc({ route, status: String(reply.statusCode) });
+      metrics.requests.inc({ route, status: late ? '408' : String(reply.statusCode) });
       metrics.latency.observe({ route }, reply.elapsedTime / 1000);
-      const code = refused.get(reply);
+      const code = late ? 'INVALID_ARGUMENT' : refused.get(reply);
       if (code !== undefined) metrics.errors.inc({ code });
     });
   };
