@@ -18,7 +18,7 @@ import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
 import { NpyFile, writeNpy } from './npy.js';
 import { NpzFile } from './npz.js';
-import { batchSizeOf, boolOption, listOption, nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, boolOption, featureNamesOption, listOption, nonNegativeInt, positiveInt, type Batch, type BatchSource } from './types.js';
 
 export interface CriteoNpyOptions {
   /** Folder holding day_{d}_{dense,sparse,labels}.npy (with `days`). */
@@ -97,11 +97,7 @@ export function resolveCriteoNpy(o: CriteoNpyOptions): CriteoNpyConfig {
   const worldSize = o.worldSize === undefined ? 1 : positiveInt('worldSize', o.worldSize);
   const rank = o.rank === undefined ? 0 : nonNegativeInt('rank', o.rank);
   if (rank >= worldSize) throw new EmbshardError('INVALID_ARGUMENT', `rank ${rank} must be below worldSize ${worldSize}`);
-  const features = listOption('features', o.features) ?? null;
-  features?.forEach((n, i) => {
-    if (typeof n !== 'string' || n.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `features[${i}] must be a non-empty string`);
-  });
-  if (features && new Set(features).size !== features.length) throw new EmbshardError('DUPLICATE_FEATURE', 'features lists a name twice');
+  const features = featureNamesOption('features', o.features) ?? null;
   return {
     dense, sparse, labels, batchSize: batchSizeOf('batchSize', o.batchSize), hashes, rank, worldSize,
     dropLast: boolOption('dropLast', o.dropLast, false), features,

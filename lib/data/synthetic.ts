@@ -32,7 +32,7 @@ import {
 import { PlantedModel, resolvePlanted, type PlantedConfig, type PlantedOptions } from './planted.js';
 import { auc, expectedAUC } from './metrics.js';
 import { hash2 } from '../random/rng.js';
-import { batchSizeOf, listOption, positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
+import { batchSizeOf, featureNamesOption, listOption, positiveInt, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { makeScatter, scatter, zipfParams, zipfRankProbability, type Scatter, type ZipfParams } from '../random/zipf.js';
 import { resolveSessions, SessionModel, type SessionConfig, type SessionOptions } from './synthetic-sessions.js';
 
@@ -145,12 +145,8 @@ export function resolveSynthetic(o: SyntheticOptions): SyntheticConfig {
   if (cards.length === 0) throw new EmbshardError('INVALID_CONFIG', 'cardinalities must not be empty');
   cards.forEach((c, f) => positiveInt(`cardinalities[${f}]`, c));
   const F = cards.length;
-  const features = listOption('features', o.features) ?? (o.cardinalities ? Array.from({ length: F }, (_, i) => `cat_${i}`) : [...pre.features]);
-  features.forEach((n, i) => {
-    if (typeof n !== 'string' || n.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `features[${i}] must be a non-empty string`);
-  });
+  const features = featureNamesOption('features', o.features) ?? (o.cardinalities ? Array.from({ length: F }, (_, i) => `cat_${i}`) : [...pre.features]);
   if (features.length !== F) throw new EmbshardError('LENGTH_MISMATCH', `features has ${features.length} names but there are ${F} cardinalities`);
-  if (new Set(features).size !== F) throw new EmbshardError('DUPLICATE_FEATURE', 'features lists a name twice');
   const maxRows = o.maxRows === undefined ? MAX_ROWS : positiveInt('maxRows', o.maxRows);
   if (maxRows > MAX_ROWS) throw new EmbshardError('INVALID_SIZE', `maxRows must be at most 2^31 − 1 (got ${maxRows})`);
   const tableRows = cards.map((c) => Math.min(c, maxRows));

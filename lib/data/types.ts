@@ -97,6 +97,16 @@ export function listOption<T>(name: string, v: readonly T[] | undefined): T[] | 
   return [...(v as readonly T[])];
 }
 
+/** A list of feature names (`undefined` passes through): non-empty strings, none twice; naming the field on failure. */
+export function featureNamesOption(name: string, v: readonly string[] | undefined): string[] | undefined {
+  const names = listOption(name, v);
+  names?.forEach((n, i) => {
+    if (typeof n !== 'string' || n.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `${name}[${i}] must be a non-empty string`);
+  });
+  if (names && new Set(names).size !== names.length) throw new EmbshardError('DUPLICATE_FEATURE', `${name} lists a name twice`);
+  return names;
+}
+
 /** Validates an optional boolean option, naming the field on failure; `undefined` gives the default. */
 export function boolOption(name: string, v: unknown, dflt: boolean): boolean {
   if (v === undefined) return dflt;
