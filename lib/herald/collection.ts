@@ -19,7 +19,7 @@ import { checkLearningRate } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnBatch, agreeOnGradients, agreeOnWrite, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
+import { agreeOnCall, agreeOnGradients, agreeOnWrite, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
@@ -401,7 +401,7 @@ export class HeraldEmbeddingCollection {
         bad = e;
       }
     }
-    await agreeOnBatch(g, bad);
+    await agreeOnCall(g, bad, 'batch', 'call');
     const pooled = new Float32Array(batch.batchSize * this.pooledDim);
     for (let ti = 0; ti < this.tables.length; ti++) {
       const t = this.tables[ti]!;

@@ -8,13 +8,13 @@
 // that collection: their row shards are stored beside it and load into the same row shards only
 // (dynamic-checkpoint.ts; EmbeddingCollection.load of such a checkpoint gets them empty). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
 // shard (the first column shard's is saved).
-import { EmbshardError, ErrorCodes } from '../errors.js';
+import { EmbshardError } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
 import { checkpointDir, readManifest, type Manifest } from '../checkpoint.js';
 import { configOf, stateWidth } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
-import { agreeOnWrite } from './step-status.js';
+import { agreeOnCall, agreeOnWrite } from './step-status.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
 import { checkDynamicGroups, gatherDynamic, loadDynamic, writeDynamic, type SavedShard } from './dynamic-checkpoint.js';
@@ -81,20 +81,13 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
   } catch (e) {
     failure = e;
   }
-  // per error code, how many ranks failed with it (a failure that is not an EmbshardError counts as INTERNAL)
-  const codes = new Float32Array(ErrorCodes.length);
-  if (failure !== undefined) codes[ErrorCodes.indexOf(failure instanceof EmbshardError ? failure.code : 'INTERNAL')] = 1;
+  // a failure that is not an EmbshardError counts as INTERNAL; this rank's own is thrown as it was
+  const bad = failure === undefined || failure instanceof EmbshardError ? failure : new EmbshardError('INTERNAL', String((failure as Error)?.message ?? failure));
   try {
-    await group.allReduce(codes, 'sum', { uncounted: true });
+    await agreeOnCall(group, bad, `part of checkpoint '${dir}'`, 'load');
   } catch (e) {
     sc?.dispose();
     throw failure ?? e;
-  }
-  if (failure !== undefined) throw failure;
-  const k = codes.findIndex((n) => n > 0);
-  if (k >= 0) {
-    sc!.dispose();
-    throw new EmbshardError(ErrorCodes[k]!, `loading checkpoint '${dir}' failed on another rank (${ErrorCodes[k]}); nothing was loaded`);
   }
   return sc!;
 }

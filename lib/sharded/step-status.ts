@@ -3,9 +3,9 @@
 // counts (the relays' id gather under the hierarchical protocol, the input metadata under the flat one)
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
-// agreement (agreeOnGradients) does the same for gradients, before any of them moves, agreeOnBatch for
-// calls whose first exchange carries no status (a Herald lookup), and agreeOnWrite for checkpoints one
-// rank writes.
+// agreement (agreeOnGradients) does the same for gradients, before any of them moves, agreeOnCall for
+// calls whose first exchange carries no status (a Herald lookup, a sharded load), and agreeOnWrite for
+// checkpoints one rank writes.
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
@@ -70,14 +70,15 @@ export function nonFiniteOutcome(finite: boolean, nonFinite: 'error' | 'skip', w
 }
 
 /**
- * The first collective of a call every rank makes with its own batch (a Herald lookup): every rank's
- * status (0, or rejectionStatus of the error that rejects its batch) in one uncounted all-reduce (max). A
- * rank with an error throws it; when another rank rejected its batch, this one throws that code.
+ * The agreement of a call every rank makes with its own input (a Herald lookup's batch, a sharded load's
+ * part of a checkpoint): every rank's status (0, or rejectionStatus of the error that rejects its `what`)
+ * in one uncounted all-reduce (max). A rank with an error throws it; when another rank rejected its
+ * input, this one throws that code.
  */
-export async function agreeOnBatch(group: ProcessGroup, bad: EmbshardError | undefined): Promise<void> {
+export async function agreeOnCall(group: ProcessGroup, bad: EmbshardError | undefined, what: string, scope: string): Promise<void> {
   const all = await maxStatus(group, bad ? rejectionStatus(bad.code) : 0);
   if (bad) throw bad;
-  if (all !== 0) throw rejectedBy(all, 'another rank', 'batch', 'call');
+  if (all !== 0) throw rejectedBy(all, 'another rank', what, scope);
 }
 
 /**
