@@ -10,7 +10,7 @@ import { EmbshardError, isEmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { Trainer } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
-import { DATA_SPEC_FORMS, isEndlessSpec, openDataSpec } from './sources.js';
+import { DATA_SPEC_FORMS, isEndlessSpec, openDataSpec, splitSpec } from './sources.js';
 import { progressLine } from './progress.js';
 import { intArg, parseArgs, runCommand } from './command.js';
 import { MAX_BATCH_SIZE } from '../data/types.js';
@@ -125,7 +125,7 @@ function arrowSink(file: WriteStream): Sink {
 
 /** The files a data spec reads (none for synthetic data) and the checkpoint's, which --out must not be. */
 function inputFiles(spec: string, checkpoint: string): string[] {
-  const colon = spec.indexOf(':'), kind = spec.slice(0, colon), arg = spec.slice(colon + 1);
+  const { kind, arg } = splitSpec(spec);
   const under = (dir: string) => {
     try {
       return readdirSync(dir, { recursive: true }).map((f) => join(dir, String(f)));

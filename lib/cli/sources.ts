@@ -50,7 +50,7 @@ function rowsList(o: OpenSpecOptions, n: number, what: string): number[] {
 }
 
 /** The kind of a data spec (what precedes its first ':'), and its argument. */
-function splitSpec(spec: string): { kind: string; arg: string } {
+export function splitSpec(spec: string): { kind: string; arg: string } {
   const colon = spec.indexOf(':');
   return colon < 0 ? { kind: spec, arg: '' } : { kind: spec.slice(0, colon), arg: spec.slice(colon + 1) };
 }
