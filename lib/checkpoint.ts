@@ -229,8 +229,9 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
  * Writes a checkpoint folder atomically — the one writer every checkpoint of the package goes through:
  * `fill(tmpDir)` writes the payload files into a fresh temporary sibling folder and returns the manifest,
  * written last, sealed (MANIFEST_SEAL), as `manifestFile`; every file and the folder are fsynced, then
- * the folder replaces `dir` by renames and the parent folder is fsynced. A crash leaves the old checkpoint or the new one (see
- * checkpointDir); the next save tidies what a crashed one left. One writer per path at a time.
+ * the folder replaces `dir` by renames and the parent folder is fsynced. A crash leaves the old checkpoint
+ * or the new one (see checkpointDir); the next save tidies what a crashed one left. One writer per path at
+ * a time.
  */
 export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Promise<object>, manifestFile = MANIFEST_FILE): Promise<void> {
   checkDir(dir);
