@@ -13,6 +13,8 @@
 //   Compute phases: t = width-penalised HBM bytes / HBM bandwidth. Messages to self are free (no link), and
 //   per-message latency is not modelled.
 import { COMM_PHASES, EFF_BWD, EFF_FWD, HBM_BWD, HBM_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
+import { EmbshardError } from '../errors.js';
+import { normalizeTopology } from './topology.js';
 import type { Topology } from './types.js';
 
 export const STAGES = ['fwdIn', 'fwdLookup', 'fwdOut', 'bwdComm', 'bwdUpdate', 'sync'] as const;
@@ -53,6 +55,11 @@ export function stageTimes(load: Load, topo: Topology, out: Float64Array = new F
 
 /** Predicted embedding-stage time of one iteration (see the overlap model above). */
 export function simulate(load: Load, topo: Topology, hierarchical = false): SimResult {
+  if (!(load instanceof Load)) throw new EmbshardError('INVALID_ARGUMENT', 'simulate: load must be a Load (measureTraffic(...).load or expectedLoad(...))');
+  normalizeTopology(topo, 'simulate: topology', 'INVALID_ARGUMENT');
+  if (load.W !== topo.worldSize || load.rpn !== topo.ranksPerNode)
+    throw new EmbshardError('INVALID_ARGUMENT', `simulate: the load is of ${load.W} ranks, ${load.rpn} per node; topology has ${topo.worldSize}, ${topo.ranksPerNode} per node`);
+  if (typeof hierarchical !== 'boolean') throw new EmbshardError('INVALID_ARGUMENT', 'simulate: hierarchical must be a boolean');
   const W = load.W;
   const t = stageTimes(load, topo, undefined, hierarchical);
   const stages = {} as Record<Stage, number>;

@@ -8,7 +8,9 @@ import { baselinePlan, planShards, runBaselines } from '../../lib/plan/planner.j
 import { estimatePlan } from '../../lib/plan/cost-model.js';
 import { ShardPlan } from '../../lib/plan/shard-plan.js';
 import { normalizeTopology, topologyPreset } from '../../lib/plan/topology.js';
-import type { DynamicTableSpec, TableSpec } from '../../lib/plan/types.js';
+import type { DynamicTableSpec, TableSpec, Topology } from '../../lib/plan/types.js';
+import { simulate } from '../../lib/plan/simulator.js';
+import { Load } from '../../lib/plan/load.js';
 import { runPlan } from '../../lib/cli/plan.js';
 import { generateBatch, generateBatches } from '../../lib/workloads/generator.js';
 import { workload, type Workload } from '../../lib/workloads/presets.js';
@@ -206,5 +208,18 @@ describe('embshard plan', () => {
     } finally {
       err.mockRestore();
     }
+  });
+});
+
+describe('simulate: its arguments', () => {
+  const topo = smallTopology(4, 2);
+  it('a Load of the topology\'s ranks is simulated; anything else is INVALID_ARGUMENT naming what is wrong', () => {
+    expect(simulate(new Load(topo), topo).time).toBe(0);
+    expectError(() => simulate(null as unknown as Load, topo), 'INVALID_ARGUMENT', 'load');
+    expectError(() => simulate({ W: 4, data: new Float64Array(4) } as unknown as Load, topo), 'INVALID_ARGUMENT', 'load');
+    expectError(() => simulate(new Load(topo), null as unknown as Topology), 'INVALID_ARGUMENT', 'topology');
+    expectError(() => simulate(new Load(topo), { ...topo, interNodeBandwidth: 0 }), 'INVALID_ARGUMENT', 'interNodeBandwidth');
+    expectError(() => simulate(new Load(smallTopology(8, 2)), topo), 'INVALID_ARGUMENT', '8 ranks');
+    expectError(() => simulate(new Load(topo), topo, 'yes' as unknown as boolean), 'INVALID_ARGUMENT', 'hierarchical');
   });
 });
