@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/errors.h"
 #include "core/init.h"
@@ -13,6 +14,7 @@ namespace embshard::storage {
 
 namespace {
 constexpr uint64_t kSpanRows = 1024;
+constexpr int64_t kReadChunkRows = 1024;
 }
 
 DiskTable::DiskTable(const TableSpec& ts, uint64_t statePerRow, uint32_t optimizer, const DiskStorageSpec& s, RowInit init)
@@ -112,75 +114,96 @@ void DiskTable::stage(const uint64_t* rows, int64_t n, bool prefetch, int64_t* s
   }
 }
 
-void DiskTable::load_one(uint64_t row) {
+void DiskTable::read_uncached(const uint64_t* rows, int64_t n) {
   const RecordLayout& L = file_.layout();
-  spanW_.resize(L.rowBytes);
-  spanS_.resize(L.statePerRow);
-  const int64_t s = cache_.find(row);
-  if (s >= 0) return store_->get(&s, 1, spanW_.data(), spanS_.data());
-  rec_.resize(L.recordBytes);
-  written_.resize(1);
-  file_.read(&row, 1, rec_.data(), written_.data());
-  unpack(rec_.data(), written_[0] != 0, row, spanW_.data(), spanS_.data());
-}
-
-void DiskTable::store_one(uint64_t row) {
-  const RecordLayout& L = file_.layout();
-  const int64_t s = cache_.find(row);
-  if (s >= 0) {
-    store_->put(&s, 1, spanW_.data(), spanS_.data());
-    cache_.mark_dirty(s);
-    return;
-  }
-  rec_.resize(L.recordBytes);
-  pack(spanW_.data(), spanS_.data(), rec_.data());
-  file_.write(&row, 1, rec_.data());
-}
-
-void DiskTable::read_values(const uint64_t* rows, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    load_one(rows[i]);
-    for (uint32_t c = 0; c < spec_.dim; ++c) out[i * spec_.dim + c] = load_value(spec_.dtype, spanW_.data(), c);
-  }
-}
-
-void DiskTable::verify_rows(const uint64_t* rows, int64_t n) {
   ioRows_.clear();
-  for (int64_t i = 0; i < n; ++i)
-    if (cache_.find(rows[i]) < 0) ioRows_.push_back(rows[i]);
+  vslot_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    vslot_[i] = cache_.find(rows[i]);
+    if (vslot_[i] < 0) ioRows_.push_back(rows[i]);
+  }
   const int64_t nf = static_cast<int64_t>(ioRows_.size());
-  rec_.resize(static_cast<size_t>(nf) * file_.layout().recordBytes);
+  rec_.resize(static_cast<size_t>(nf) * L.recordBytes);
   written_.resize(static_cast<size_t>(nf));
   file_.read(ioRows_.data(), nf, rec_.data(), written_.data());
+  spanW_.resize(L.rowBytes);
+  spanS_.resize(L.statePerRow);
+}
+
+void DiskTable::load_row(const uint64_t* rows, int64_t i, int64_t& k) {
+  if (vslot_[i] >= 0) return store_->get(&vslot_[i], 1, spanW_.data(), spanS_.data());
+  unpack(rec_.data() + uint64_t(k) * file_.layout().recordBytes, written_[k] != 0, rows[i], spanW_.data(), spanS_.data());
+  ++k;
+}
+
+// Reads go in chunks of rows, so that a read of a whole table needs no copy of its file in memory.
+void DiskTable::read_values(const uint64_t* rows, int64_t n, float* out) {
+  for (int64_t at = 0; at < n; at += kReadChunkRows) {
+    const int64_t m = std::min<int64_t>(kReadChunkRows, n - at);
+    read_uncached(rows + at, m);
+    for (int64_t i = 0, k = 0; i < m; ++i) {
+      load_row(rows + at, i, k);
+      for (uint32_t c = 0; c < spec_.dim; ++c) out[(at + i) * spec_.dim + c] = load_value(spec_.dtype, spanW_.data(), c);
+    }
+  }
+}
+
+// A write: the records of the rows that are not resident are read and verified first (a damaged one
+// fails the write before any row changes), each row is rewritten in order (`put(i, w, s)` overwrites its
+// weights or its state wholly), resident rows in their cache slots, the others in the records already
+// read, and those records go back in one batch, each row's once: for a row given twice, the record of its
+// last occurrence, which holds the last write of the part `put` writes and the rest as it was read.
+template <typename F>
+void DiskTable::overwrite_rows(const uint64_t* rows, int64_t n, F&& put) {
+  const uint64_t rb = file_.layout().recordBytes;
+  read_uncached(rows, n);
+  std::unordered_map<uint64_t, int64_t> last;  // file row -> its last occurrence among ioRows_
+  for (int64_t i = 0, k = 0; i < n; ++i) {
+    load_row(rows, i, k);
+    put(i, spanW_.data(), spanS_.data());
+    if (vslot_[i] >= 0) {
+      store_->put(&vslot_[i], 1, spanW_.data(), spanS_.data());
+      cache_.mark_dirty(vslot_[i]);
+    } else {
+      pack(spanW_.data(), spanS_.data(), rec_.data() + uint64_t(k - 1) * rb);
+      last[rows[i]] = k - 1;
+    }
+  }
+  int64_t nw = 0;
+  for (int64_t k = 0; k < static_cast<int64_t>(ioRows_.size()); ++k) {
+    if (last[ioRows_[k]] != k) continue;
+    if (nw != k) {
+      ioRows_[nw] = ioRows_[k];
+      std::memmove(rec_.data() + uint64_t(nw) * rb, rec_.data() + uint64_t(k) * rb, rb);
+    }
+    ++nw;
+  }
+  file_.write(ioRows_.data(), nw, rec_.data());
 }
 
 void DiskTable::write_values(const uint64_t* rows, int64_t n, const float* in) {
-  verify_rows(rows, n);
-  for (int64_t i = 0; i < n; ++i) {
-    load_one(rows[i]);
-    for (uint32_t c = 0; c < spec_.dim; ++c) store_value(spec_.dtype, spanW_.data(), c, in[i * spec_.dim + c]);
-    store_one(rows[i]);
-  }
+  overwrite_rows(rows, n, [&](int64_t i, uint8_t* w, float*) {
+    for (uint32_t c = 0; c < spec_.dim; ++c) store_value(spec_.dtype, w, c, in[i * spec_.dim + c]);
+  });
 }
 
 void DiskTable::read_state(const uint64_t* rows, int64_t n, float* out) {
   const uint64_t k = file_.layout().statePerRow;
   if (k == 0) return;  // no optimizer state (SGD)
-  for (int64_t i = 0; i < n; ++i) {
-    load_one(rows[i]);
-    std::memcpy(out + i * k, spanS_.data(), 4 * k);
+  for (int64_t at = 0; at < n; at += kReadChunkRows) {
+    const int64_t m = std::min<int64_t>(kReadChunkRows, n - at);
+    read_uncached(rows + at, m);
+    for (int64_t i = 0, r = 0; i < m; ++i) {
+      load_row(rows + at, i, r);
+      std::memcpy(out + (at + i) * k, spanS_.data(), 4 * k);
+    }
   }
 }
 
 void DiskTable::write_state(const uint64_t* rows, int64_t n, const float* in) {
   const uint64_t k = file_.layout().statePerRow;
   if (k == 0) return;  // no optimizer state (SGD): nothing to write
-  verify_rows(rows, n);
-  for (int64_t i = 0; i < n; ++i) {
-    load_one(rows[i]);
-    std::memcpy(spanS_.data(), in + i * k, 4 * k);
-    store_one(rows[i]);
-  }
+  overwrite_rows(rows, n, [&](int64_t i, uint8_t*, float* st) { std::memcpy(st, in + i * k, 4 * k); });
 }
 
 void DiskTable::load_span(uint64_t first, uint64_t n) {

@@ -94,11 +94,14 @@ class DiskTable {
   template <typename F>
   void walk_spans(bool state, uint64_t off, uint64_t bytes, F&& fn);
   void store_span(uint64_t first, uint64_t n);
-  // Brings one row's weights / state into w1_ / s1_ for a read-modify-write of any row.
-  void load_one(uint64_t row);
-  void store_one(uint64_t row);
-  // Reads and verifies the records of the rows that are not resident (a write's check before it starts).
-  void verify_rows(const uint64_t* rows, int64_t n);
+  // The records of the rows that are not resident, read and verified in one batch: vslot_[i] is row i's
+  // cache slot or -1, ioRows_ / rec_ / written_ hold the others in order.
+  void read_uncached(const uint64_t* rows, int64_t n);
+  // Row i of that read into spanW_ / spanS_: from its slot, else from record k (and k moves on).
+  void load_row(const uint64_t* rows, int64_t i, int64_t& k);
+  // A write of whole weights or whole state of rows (see disk_table.cc).
+  template <typename F>
+  void overwrite_rows(const uint64_t* rows, int64_t n, F&& put);
 
   TableSpec spec_;
   RowInit init_;
