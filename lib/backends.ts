@@ -61,6 +61,8 @@ export interface BackendInfo {
   runtimeVersion?: number;
   /** cpu: the dense layers' GEMM backend */
   dense?: DenseBackendInfo;
+  /** cpu: threads of the host pool every CPU kernel runs on (EMBSHARD_THREADS, else every core) */
+  threads?: number;
 }
 
 export type BinaryProbe = { ok: true; info: NativeCudaInfo } | { ok: false; reason: string };
@@ -118,7 +120,7 @@ function probeCpu(): BackendInfo {
   try {
     const addon = loadAddon() as Addon & { denseOps?: { gemmInfo(): DenseBackendInfo } };
     const info = addon.denseOps?.gemmInfo();
-    return { name: 'cpu', available: true, ...(info ? { dense: { backend: info.backend, reason: info.reason } } : {}) };
+    return { name: 'cpu', available: true, threads: addon.threads(), ...(info ? { dense: { backend: info.backend, reason: info.reason } } : {}) };
   } catch (e) {
     return { name: 'cpu', available: false, reason: (e as Error).message };
   }

@@ -52,8 +52,20 @@ function openmpDefaults(): void {
   process.env.OMP_WAIT_POLICY ??= 'passive';
 }
 
+// EMBSHARD_THREADS sizes the host thread pool when the process first uses it (native/core/parallel.cc
+// reads it there); a value the pool would not take is refused here, before any addon loads.
+function checkThreadsVariable(): void {
+  const v = process.env.EMBSHARD_THREADS;
+  if (v === undefined || v === '') return;
+  if (!/^\d{1,4}$/.test(v) || Number(v) > MAX_POOL_THREADS)
+    throw new EmbshardError('INVALID_CONFIG', `EMBSHARD_THREADS: must be an integer in [0, ${MAX_POOL_THREADS}] (0 = every core; got '${v}')`, { path: 'EMBSHARD_THREADS' });
+}
+/** kMaxPoolThreads of native/core/parallel.h */
+const MAX_POOL_THREADS = 1024;
+
 export function loadAddon(): Addon {
   if (cpuAddon) return cpuAddon;
+  checkThreadsVariable();
   openmpDefaults();
   const tried: string[] = [];
   const candidates: string[] = [];

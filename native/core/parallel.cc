@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -103,13 +104,23 @@ class Pool {
   bool quit_ = false;
 };
 
-int default_threads() {
+int all_cores() {
   unsigned h = std::thread::hardware_concurrency();
   return h == 0 ? 1 : static_cast<int>(h);
 }
 
+// The pool's size when the process first uses it: EMBSHARD_THREADS (an integer in [1, kMaxPoolThreads];
+// lib/native.ts refuses other values before an addon loads), else every core.
+int initial_threads() {
+  const char* e = std::getenv("EMBSHARD_THREADS");
+  if (e == nullptr || *e == '\0') return all_cores();
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  return *end == '\0' && n >= 1 && n <= kMaxPoolThreads ? static_cast<int>(n) : all_cores();
+}
+
 Pool& pool() {
-  static Pool* p = new Pool(default_threads());  // never destroyed: workers may outlive static teardown
+  static Pool* p = new Pool(initial_threads());  // never destroyed: workers may outlive static teardown
   return *p;
 }
 
@@ -117,7 +128,7 @@ Pool& pool() {
 
 int pool_threads() { return pool().size(); }
 
-void set_pool_threads(int n) { pool().resize(n <= 0 ? default_threads() : n); }
+void set_pool_threads(int n) { pool().resize(n <= 0 ? all_cores() : n); }
 
 void parallel_threads(const std::function<void(int)>& fn) { pool().run(fn); }
 
