@@ -47,7 +47,10 @@ export interface ExchangeOps {
   allFinite(a: Float32Array): boolean;
   /** a zeroed Float32Array in a buffer of the addon's output pool (a forward's outputs; back with the addon's releaseBuffers) */
   outputArray(n: number): Float32Array;
-  initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array): void;
+  /** the init values of rows r0 + j·rowStride (j < nRows) × cols [c0, c1) of a table, as a single collection sets them */
+  initSlice(kind: 'uniform' | 'normal' | 'constant', a: number, b: number, seed: number, table: number, dim: number, r0: number, nRows: number, c0: number, c1: number, out: Float32Array, rowStride?: number): void;
+  /** out[j] = first + j */
+  rowIds(first: number, out: BigInt64Array): void;
 }
 
 let cached: ExchangeOps | undefined;

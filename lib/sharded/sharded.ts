@@ -283,29 +283,26 @@ export class ShardedEmbeddingCollection extends EngineOwner {
   private initializeShards(): void {
     const K = exchangeOps();
     const e = this.live();
-    const chunk = 1 << 14;
+    const chunk = 1 << 16;
     // the whole collection's init parameters (defaults resolved against the whole table's rows)
     const inits = toNativeConfig(this.config, true).tables.map((t) => t.init);
+    let ids = new BigInt64Array(0), vals = new Float32Array(0); // reused from chunk to chunk
     this.layout.localTables.forEach((lt, i) => {
       // dynamic shards: an admitted id's row gets its init when it is admitted
       if (lt.part === 'idle' || lt.dynamic) return;
       const t = this.config.tables[lt.t]!;
       const { kind, a, b } = inits[lt.t]!;
       const cols = lt.c1 - lt.c0;
-      if (lt.part === 'node') {
-        // local row j holds tier row (rank mod rpn) + j·rpn
-        const j0 = this.group.rank % this.layout.rpn;
-        const vals = new Float32Array(lt.rows * cols);
-        for (let j = 0; j < lt.rows; j++)
-          K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, lt.r0 + j0 + j * this.layout.rpn, 1, lt.c0, lt.c1, vals.subarray(j * cols, (j + 1) * cols));
-        e.writeRows(i, BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j)), vals);
-        return;
-      }
+      // local row j holds table row r0 + j (node tier: tier row (rank mod rpn) + j·rpn)
+      const [first, stride] = lt.part === 'node' ? [lt.r0 + (this.group.rank % this.layout.rpn), this.layout.rpn] : [lt.r0, 1];
       for (let r = 0; r < lt.rows; r += chunk) {
         const n = Math.min(chunk, lt.rows - r);
-        const vals = new Float32Array(n * cols);
-        K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, lt.r0 + r, n, lt.c0, lt.c1, vals);
-        e.writeRows(i, BigInt64Array.from({ length: n }, (_, j) => BigInt(r + j)), vals);
+        if (ids.length !== n) ids = new BigInt64Array(n);
+        if (vals.length < n * cols) vals = new Float32Array(chunk * cols);
+        const v = vals.subarray(0, n * cols);
+        K.initSlice(kind, a, b, this.config.seed, lt.t, t.dim, first + r * stride, n, lt.c0, lt.c1, v, stride);
+        K.rowIds(r, ids);
+        e.writeRows(i, ids, v);
       }
     });
     // remapped tables: the rows that hold moved ids start with those ids' values

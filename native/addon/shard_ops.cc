@@ -332,7 +332,8 @@ Napi::Value AllFinite(const Napi::CallbackInfo& info) {
   });
 }
 
-// initSlice(kind: 'uniform'|'normal'|'constant', a, b, seed, table, dim, r0, nRows, c0, c1, out: Float32Array)
+// initSlice(kind: 'uniform'|'normal'|'constant', a, b, seed, table, dim, r0, nRows, c0, c1, out: Float32Array,
+//           rowStride = 1): rows r0 + j·rowStride
 Napi::Value InitSlice(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guard(env, [&]() -> Napi::Value {
@@ -347,7 +348,20 @@ Napi::Value InitSlice(const Napi::CallbackInfo& info) {
     const int64_t c0 = int_arg(env, info[8], "initSlice: c0"), c1 = int_arg(env, info[9], "initSlice: c1");
     if (c1 < c0 || c1 > dim) bad(env, "initSlice: columns outside the table");
     float* out = typed_array<float>(env, info[10], napi_float32_array, "initSlice: out", nRows * (c1 - c0));
-    shard::init_slice(kind, a, b, static_cast<uint64_t>(seed), static_cast<uint64_t>(table), dim, r0, nRows, c0, c1, out);
+    const int64_t stride = info[11].IsUndefined() ? 1 : int_arg(env, info[11], "initSlice: rowStride");
+    shard::init_slice(kind, a, b, static_cast<uint64_t>(seed), static_cast<uint64_t>(table), dim, r0, stride, nRows, c0, c1, out);
+    return env.Undefined();
+  });
+}
+
+// rowIds(first, out: BigInt64Array): out[j] = first + j
+Napi::Value RowIds(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    const int64_t first = int_arg(env, info[0], "rowIds: first");
+    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_bigint64_array) bad(env, "rowIds: out must be a BigInt64Array");
+    Napi::BigInt64Array out = info[1].As<Napi::BigInt64Array>();
+    shard::row_ids(first, static_cast<int64_t>(out.ElementLength()), out.Data());
     return env.Undefined();
   });
 }
@@ -396,6 +410,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   o.Set("groupRows", Napi::Function::New(env, GroupRows, "groupRows"));
   o.Set("bagOffsets", Napi::Function::New(env, BagOffsets, "bagOffsets"));
   o.Set("initSlice", Napi::Function::New(env, InitSlice, "initSlice"));
+  o.Set("rowIds", Napi::Function::New(env, RowIds, "rowIds"));
   o.Set("hashKeys", Napi::Function::New(env, HashKeys, "hashKeys"));
   o.Set("outputArray", Napi::Function::New(env, OutputArray, "outputArray"));
   exports.Set("shard", o);

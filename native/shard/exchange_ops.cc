@@ -206,13 +206,22 @@ void divide_bags(float* m, int64_t stride, int64_t col, int64_t dim, const int32
 }  // namespace embshard::shard
 
 #include "core/init.h"
+#include "core/parallel.h"
 
 namespace embshard::shard {
-void init_slice(InitKind kind, float a, float b, uint64_t seed, uint64_t table, int64_t dim, int64_t r0, int64_t nRows,
-                int64_t c0, int64_t c1, float* out) {
+void init_slice(InitKind kind, float a, float b, uint64_t seed, uint64_t table, int64_t dim, int64_t r0, int64_t rowStride,
+                int64_t nRows, int64_t c0, int64_t c1, float* out) {
   const int64_t cols = c1 - c0;
-  for (int64_t r = 0; r < nRows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[r * cols + c] = init_value(kind, a, b, seed, table, static_cast<uint64_t>((r0 + r) * dim + c0 + c));
+  const uint64_t stream = init_stream(seed, table);
+  parallel_for(nRows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const uint64_t base = static_cast<uint64_t>((r0 + r * rowStride) * dim + c0);
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = init_value_at(kind, a, b, stream, base + c);
+    }
+  });
+}
+
+void row_ids(int64_t first, int64_t n, int64_t* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = first + j;
 }
 }  // namespace embshard::shard

@@ -85,9 +85,11 @@ void bag_offsets(const int32_t* lengths, int64_t B, int32_t* out);
 }  // namespace embshard::shard
 
 namespace embshard::shard {
-// The initial fp32 values of rows [r0, r0 + nRows) × cols [c0, c1) of table `table` (of width `dim`) of a
-// collection with `seed`: exactly what a single collection initialises there (core/init.h), so a shard
-// starts equal to its slice of the whole table.
-void init_slice(InitKind kind, float a, float b, uint64_t seed, uint64_t table, int64_t dim, int64_t r0, int64_t nRows,
-                int64_t c0, int64_t c1, float* out);
+// The initial fp32 values of rows r0 + j·rowStride (j < nRows) × cols [c0, c1) of table `table` (of width
+// `dim`) of a collection with `seed`: exactly what a single collection initialises there (core/init.h), so
+// a shard starts equal to its slice of the whole table. Rows in parallel on the host pool.
+void init_slice(InitKind kind, float a, float b, uint64_t seed, uint64_t table, int64_t dim, int64_t r0, int64_t rowStride,
+                int64_t nRows, int64_t c0, int64_t c1, float* out);
+// out[j] = first + j (n values): the row ids of a run of local rows.
+void row_ids(int64_t first, int64_t n, int64_t* out);
 }  // namespace embshard::shard

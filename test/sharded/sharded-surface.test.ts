@@ -53,6 +53,39 @@ function idsOf(rows: number, seed: number): number[] {
   return [...ids, ids[0]!, ids[rows >> 1]!];
 }
 
+describe('ShardedEmbeddingCollection starts equal to one collection', () => {
+  it('every shard holds exactly its slice of the init, bitwise, for tables longer than one init chunk (65,536 rows)', async () => {
+    // a node tier long enough that each holder's share (every RPN-th row) spans several chunks too
+    const rows = 140_011, dim = 5;
+    const plan = ShardPlan.create({
+      topology: S.topology(W, RPN), batchSize: 4,
+      tables: [
+        { table: { name: 'R', rows, dim, pooling: 'sum', features: ['r'] }, cluster: 'rb', tiers: { replicated: 3, node: 132_001 },
+          shards: [{ rows: [132_004, 136_000], cols: [0, 2], rank: 1 }, { rows: [132_004, 136_000], cols: [2, 5], rank: 2 }, { rows: [136_000, rows], cols: [0, 5], rank: 3 }] },
+        { table: { name: 'U', rows: 66_001, dim: 3, pooling: 'sum', features: ['u'] }, cluster: 'ub', shards: [{ rows: [0, 66_001], cols: [0, 3], rank: 0 }] },
+      ],
+    });
+    const cfg: ShardedConfig = { seed: 11, init: { R: { type: 'normal', mean: 0.5, std: 2 } } };
+    const groups = createInProcessGroups(W, { ranksPerNode: RPN, timeoutMs: 30_000 });
+    const ranks = groups.map((g) => new ShardedEmbeddingCollection(plan, g, cfg));
+    const oracle = new EmbeddingCollection(collectionConfigOf(plan, cfg));
+    try {
+      for (const t of plan.tables) {
+        const all = Array.from({ length: t.rows }, (_, i) => i);
+        const want = oracle.readRows(t.name, all);
+        const got = await Promise.all(ranks.map((sc) => sc.readRows(t.name, all))); // a collective
+        // bitwise, compared as bytes (an element-wise toEqual of 700,000 values takes seconds)
+        const bytes = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+        got.forEach((g, r) => expect(g.length === want.length && bytes(g).equals(bytes(want)), `${t.name} on rank ${r}`).toBe(true));
+      }
+    } finally {
+      for (const sc of ranks) sc.dispose();
+      for (const g of groups) g.close();
+      oracle.dispose();
+    }
+  });
+});
+
 describe('ShardedEmbeddingCollection has the surface of EmbeddingCollection', () => {
   it('readRows / readState by global row id equal one collection, on every rank, for every table', async () => {
     const { plan, ranks, oracle, close } = setup({ type: 'adam', lr: 0.01 });
