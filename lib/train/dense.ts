@@ -177,6 +177,8 @@ export class DenseModel {
   private readonly mirror: Partial<Record<DenseBuffer, Float32Array>> = {};
   /** The dense input of a forwardBottom whose output is kept (dropped by any other call or a parameter write). */
   private bottomFor: Float32Array | undefined;
+  /** Forward / backward / update calls not settled yet: the buffers are not to be written meanwhile. */
+  private inFlight = 0;
 
   constructor(model: PresetName | DenseModelSpec, options: DenseModelOptions = {}) {
     rejectUnknownFields(options, OPTIONS_FIELDS, 'options');
@@ -221,7 +223,7 @@ export class DenseModel {
   get state(): Float32Array {
     return this.read('state');
   }
-  /** Overwrites all parameters (same length as params). */
+  /** Overwrites all parameters (same length as params); INVALID_ARGUMENT while a call is in flight, as for the other writes. */
   setParams(src: Float32Array): void {
     this.write('params', src);
   }
@@ -263,12 +265,13 @@ export class DenseModel {
   }
 
   /**
-   * Logits [B] of a batch: dense [B × denseIn], pooled [B × sparseWidth]. On a GPU `pooled` may be a
-   * DeviceArray (f32) on the model's device, e.g. an embedding collection's device output: no host copy.
+   * Logits [B] of a batch: dense [B × denseIn] (finite: a NaN / ±Inf value is INVALID_ARGUMENT naming it),
+   * pooled [B × sparseWidth]. On a GPU `pooled` may be a DeviceArray (f32) on the model's device, e.g. an
+   * embedding collection's device output: no host copy.
    */
   forward(dense: Float32Array, pooled: Float32Array | DeviceArray | null, batchSize: number): Promise<Float32Array> {
     this.bottomFor = undefined;
-    return this.native.forward(dense, this.sparseArg(pooled, 'pooled'), batchSize);
+    return this.track(this.native.forward(dense, this.sparseArg(pooled, 'pooled'), batchSize));
   }
 
   /**
@@ -278,7 +281,7 @@ export class DenseModel {
    */
   forwardBottom(dense: Float32Array, batchSize: number): Promise<{ forwardMs: number }> {
     this.bottomFor = undefined;
-    return this.native.forwardBottom(dense, batchSize).then((r) => {
+    return this.track(this.native.forwardBottom(dense, batchSize)).then((r) => {
       this.bottomFor = dense;
       return r;
     });
@@ -288,7 +291,8 @@ export class DenseModel {
    * Mean BCE loss; grads ← gradScale·∂loss/∂params; sparseGrad ← gradScale·∂loss/∂pooled. `bottomReady`:
    * use forwardBottom's output (the same numbers; INVALID_ARGUMENT unless it ran on this `dense` and size).
    * On a GPU `pooled` and `sparseGrad` may be DeviceArrays (f32, B × sparseWidth) on the model's device:
-   * the pooled embeddings are read and their gradients written there, with no host copy.
+   * the pooled embeddings are read and their gradients written there, with no host copy. `logits` and
+   * `sparseGrad` must not share memory with the inputs or each other (INVALID_ARGUMENT).
    */
   forwardBackward(
     dense: Float32Array,
@@ -303,13 +307,13 @@ export class DenseModel {
       return Promise.reject(new EmbshardError('INVALID_ARGUMENT', 'bottomReady: forwardBottom has not run on this dense array since the last call'));
     const sparse = this.sparseArg(pooled, 'pooled');
     const sparseGrad = this.sparseArg(options.sparseGrad ?? null, 'sparseGrad');
-    return this.native.forwardBackward(dense, sparse, labels, batchSize, { ...options, sparseGrad });
+    return this.track(this.native.forwardBackward(dense, sparse, labels, batchSize, { ...options, sparseGrad }));
   }
 
   /** One optimizer update with the current gradients (lr defaults to the configured one). */
   update(lr?: number): Promise<void> {
     this.bottomFor = undefined;
-    return this.native.update(lr);
+    return this.track(this.native.update(lr));
   }
 
   /**
@@ -321,6 +325,14 @@ export class DenseModel {
   dispose(): void {
     this.bottomFor = undefined;
     this.native.dispose();
+  }
+
+  /** A started native call's promise, marking the model busy until it settles. */
+  private track<T>(call: Promise<T>): Promise<T> {
+    this.inFlight++;
+    return call.finally(() => {
+      this.inFlight--;
+    });
   }
 
   /** A DeviceArray as the native object the GPU model reads; INVALID_ARGUMENT on the CPU model. */
@@ -340,6 +352,9 @@ export class DenseModel {
 
   private write(which: DenseBuffer, src: Float32Array): void {
     if (!(src instanceof Float32Array)) throw new EmbshardError('INVALID_ARGUMENT', `${which} must be a Float32Array`);
+    // the call in flight reads (and update writes) these buffers on another thread: a write now would tear them
+    if (this.inFlight > 0)
+      throw new EmbshardError('INVALID_ARGUMENT', `${which} cannot be set while a forward / backward / update call is in flight (await it first)`);
     if (which === 'params') this.bottomFor = undefined;
     if (this.gpu) {
       this.gpu.write(which, src); // LENGTH_MISMATCH naming the buffer before any copy

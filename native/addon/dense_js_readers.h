@@ -3,6 +3,7 @@
 #pragma once
 #include <napi.h>
 
+#include <cfloat>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -22,10 +23,12 @@ inline int64_t integer(Napi::Env env, Napi::Value v, const std::string& field, i
   return static_cast<int64_t>(d);
 }
 
+// A number the dense code uses as a float: finite in float32 too (beyond ±FLT_MAX the cast gives ±Inf).
 inline double number(Napi::Env env, Napi::Value v, const std::string& field) {
   if (!v.IsNumber()) throw_error(env, "INVALID_ARGUMENT", field + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
-  if (!std::isfinite(d)) throw_error(env, "INVALID_ARGUMENT", field + " must be finite");
+  if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(FLT_MAX))
+    throw_error(env, "INVALID_ARGUMENT", field + " must be finite in float32 (|x| <= 3.4028235e38; got " + v.ToString().Utf8Value() + ")");
   return d;
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "addon/dense_js_readers.h"
 #include "addon/dense_model_args.h"
@@ -23,6 +24,21 @@ using dense::DenseModelSpec;
 namespace da = dense_js_readers;
 using namespace dense_model_args;
 namespace dw = dense_workers;
+
+// A zeroed Float32Array of n values made as `new Float32Array(n)` does, so memory the system refuses is
+// ALLOC_FAILED (napi_create_arraybuffer ends the process instead).
+Napi::Float32Array zeros(Napi::Env env, int64_t n, const char* what) {
+  Napi::Function ctor = env.Global().Get("Float32Array").As<Napi::Function>();
+  Napi::Value a;
+  try {
+    a = ctor.New({Napi::Number::New(env, static_cast<double>(n))});
+  } catch (const Napi::Error& e) {
+    throw_error(env, "ALLOC_FAILED", "DenseModel: no memory for its " + std::string(what) + " (" + std::to_string(n) + " floats): " + e.Message());
+  }
+  if (!a.IsTypedArray() || a.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array || a.As<Napi::TypedArray>().ElementLength() != static_cast<size_t>(n))
+    throw_error(env, "INTERNAL", "DenseModel: the global Float32Array constructor did not make a Float32Array");
+  return a.As<Napi::Float32Array>();
+}
 
 class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
  public:
@@ -51,9 +67,9 @@ class DenseModelWrap : public Napi::ObjectWrap<DenseModelWrap> {
     bool init = c.Get("initialize").IsUndefined() || c.Get("initialize").ToBoolean().Value();
     guard(env, [&] { owned.reset(std::make_unique<DenseModel>(std::move(spec))); });
     DenseModel& m = owned.live(env);
-    auto params = Napi::Float32Array::New(env, static_cast<size_t>(m.param_count()));
-    auto grads = Napi::Float32Array::New(env, static_cast<size_t>(m.param_count()));
-    auto state = Napi::Float32Array::New(env, static_cast<size_t>(m.state_count()));
+    auto params = zeros(env, m.param_count(), "parameters");
+    auto grads = zeros(env, m.param_count(), "gradients");
+    auto state = zeros(env, m.state_count(), "optimizer state");
     params_ = Napi::Persistent(params);
     grads_ = Napi::Persistent(grads);
     state_ = Napi::Persistent(state);

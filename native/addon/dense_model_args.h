@@ -6,11 +6,15 @@
 #pragma once
 #include <napi.h>
 
+#include <cfloat>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "addon/dense_js_readers.h"
 #include "addon/device_buffer.h"
 #include "addon/errors.h"
+#include "core/value_scan.h"
 #include "dense/model.h"
 
 namespace embshard::addon::dense_model_args {
@@ -71,6 +75,17 @@ inline SparseArg read_sparse(Napi::Env env, Napi::Value v, const std::string& fi
   return a;
 }
 
+// Dense features must be finite: a NaN or ±Inf one leaves a ReLU as 0, so the logit would come out finite
+// and wrong. INVALID_ARGUMENT naming the first bad value, its sample and feature.
+inline void check_dense_values(Napi::Env env, const Napi::Float32Array& dense, int64_t denseIn) {
+  const float* d = const_cast<Napi::Float32Array&>(dense).Data();
+  const int64_t i = first_outside(d, static_cast<int64_t>(dense.ElementLength()), -FLT_MAX, FLT_MAX);
+  if (i < 0) return;
+  throw_error(env, "INVALID_ARGUMENT", "dense[" + std::to_string(i) + "] (sample " + std::to_string(i / denseIn) + ", feature " +
+                                           std::to_string(i % denseIn) + ") is " + Napi::Number::New(env, d[i]).ToString().Utf8Value() +
+                                           ": dense features must be finite");
+}
+
 // Validated inputs of forward / forwardBackward.
 struct Inputs {
   int64_t B = 0;
@@ -82,6 +97,7 @@ inline Inputs read_inputs(Napi::Env env, const DenseModel& m, Napi::Value denseV
   Inputs in;
   in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
   in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
+  check_dense_values(env, in.dense, m.spec().denseIn);
   if (m.sparse_width() > 0) in.sparse = read_sparse(env, sparseV, "sparse", in.B * m.sparse_width(), device);
   else if (!sparseV.IsNull() && !sparseV.IsUndefined()) in.sparse = read_sparse(env, sparseV, "sparse", 0, device);
   return in;
@@ -92,6 +108,7 @@ inline Inputs read_dense_input(Napi::Env env, const DenseModel& m, Napi::Value d
   Inputs in;
   in.B = da::integer(env, bV, "batchSize", 1, 1 << 24);
   in.dense = da::f32(env, denseV, "dense", in.B * m.spec().denseIn);
+  check_dense_values(env, in.dense, m.spec().denseIn);
   return in;
 }
 
@@ -103,6 +120,26 @@ struct FbArgs {
   float gradScale = 1.0f;
   bool bottomReady = false;
 };
+
+// Whether two host arrays share memory (an empty or absent one shares none).
+inline bool share_memory(Napi::Float32Array a, Napi::Float32Array b) {
+  if (a.IsEmpty() || b.IsEmpty() || a.ElementLength() == 0 || b.ElementLength() == 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a.Data()), pb = reinterpret_cast<uintptr_t>(b.Data());
+  return pa < pb + b.ByteLength() && pb < pa + a.ByteLength();
+}
+
+// The outputs (logits, sparseGrad) are written while the inputs are still read: INVALID_ARGUMENT naming both
+// when an output shares memory with an input or with the other output (logits over labels would make the loss
+// of the logits themselves; over dense, the first layer's weight gradients).
+inline void check_outputs_apart(Napi::Env env, const FbArgs& a) {
+  const std::pair<const char*, Napi::Float32Array> outs[] = {{"logits", a.logits}, {"sparseGrad", a.sparseGrad.host}};
+  const std::pair<const char*, Napi::Float32Array> all[] = {
+      {"dense", a.in.dense}, {"sparse", a.in.sparse.host}, {"labels", a.labels}, {"logits", a.logits}, {"sparseGrad", a.sparseGrad.host}};
+  for (const auto& o : outs)
+    for (const auto& x : all)
+      if (std::string(o.first) != x.first && share_memory(o.second, x.second))
+        throw_error(env, "INVALID_ARGUMENT", std::string(o.first) + " shares memory with " + x.first + ": an output must be an array of its own");
+}
 
 inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::CallbackInfo& info, int device = -1) {
   FbArgs a;
@@ -125,6 +162,7 @@ inline FbArgs read_fb_args(Napi::Env env, const DenseModel& m, const Napi::Callb
       a.bottomReady = br.As<Napi::Boolean>().Value();
     }
   }
+  check_outputs_apart(env, a);
   return a;
 }
 

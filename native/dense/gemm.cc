@@ -68,8 +68,9 @@ void blocked_accumulate(bool transA, bool transB, int64_t M, int64_t N, int64_t 
           for (int64_t m = m0; m < m1; ++m) {
             float* c = C + m * ldc + n0;
             for (int64_t k = k0; k < k1; ++k) {
+              // no shortcut for a == 0: 0·NaN and 0·Inf are NaN, as on the other backends, so a non-finite
+              // input reaches the result (a masked sample's NaN features reach its weight gradients)
               float a = alpha * (transA ? A[k * lda + m] : A[m * lda + k]);
-              if (a == 0.0f) continue;
               const float* p = P + (k - k0) * nn;
               for (int64_t n = 0; n < nn; ++n) c[n] += a * p[n];
             }

@@ -42,11 +42,18 @@ DenseModel::DenseModel(DenseModelSpec spec) : spec_(std::move(spec)) {
     if (s.crossRank <= 0 || s.crossRank > (1 << 16)) fail("INVALID_SIZE", "crossRank = %lld must be in [1, 65536]", static_cast<long long>(s.crossRank));
   }
   if (!(s.optimizer.lr >= 0.0f) || !std::isfinite(s.optimizer.lr)) fail("INVALID_CONFIG", "optimizer.lr must be a finite number >= 0");
-  if (!(s.optimizer.eps > 0.0f)) fail("INVALID_CONFIG", "optimizer.eps must be > 0");
+  if (!(s.optimizer.eps > 0.0f) || !std::isfinite(s.optimizer.eps)) fail("INVALID_CONFIG", "optimizer.eps must be a finite number > 0");
   if (!(s.optimizer.beta1 >= 0.0f && s.optimizer.beta1 < 1.0f)) fail("INVALID_CONFIG", "optimizer.beta1 must be in [0, 1)");
   if (!(s.optimizer.beta2 >= 0.0f && s.optimizer.beta2 < 1.0f)) fail("INVALID_CONFIG", "optimizer.beta2 must be in [0, 1)");
-  if (!(s.optimizer.weightDecay >= 0.0f)) fail("INVALID_CONFIG", "optimizer.weightDecay must be >= 0");
+  if (!(s.optimizer.weightDecay >= 0.0f) || !std::isfinite(s.optimizer.weightDecay))
+    fail("INVALID_CONFIG", "optimizer.weightDecay must be a finite number >= 0");
   layout();
+  // Parameters, gradients and state are each one Float32Array of at most 2^32 values: a larger model is
+  // refused here, before anything is allocated (an allocation that large would end the process).
+  constexpr int64_t kMaxBufferFloats = int64_t{1} << 32;
+  if (paramCount_ > kMaxBufferFloats || state_count() > kMaxBufferFloats)
+    fail("INVALID_SIZE", "the layer sizes give %lld parameters (optimizer state: %lld floats); at most 2^32 = %lld each",
+         static_cast<long long>(paramCount_), static_cast<long long>(state_count()), static_cast<long long>(kMaxBufferFloats));
 }
 
 int64_t DenseModel::interaction_width() const {
