@@ -2,8 +2,8 @@
 // samples/s) per preset, Criteo TSV parsing, torchrec .npy reading, the Arrow path, and a worker-thread
 // source against the in-thread one. Writes bench/results/data.json and prints a markdown table.
 // Run: npm run build:ts && node dist/bench/data.js   (EMBSHARD_BENCH_QUICK=1 for a short run)
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync, statSync, openSync, writeSync, closeSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync, statSync, openSync, writeSync, closeSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import {
@@ -11,6 +11,11 @@ import {
   type Batch, type BatchSource, type SyntheticOptions,
 } from '../lib/data/index.js';
 import { tableFromIPC, tableToIPC } from 'apache-arrow';
+import { benchArgs, benchTempDir } from './report.js';
+
+benchArgs(`usage: embshard bench data   (npm run bench:data)
+Throughput of the data pipeline: synthetic generation, Criteo TSV parsing, torchrec .npy days, Arrow, worker
+threads. Writes bench/results/data.json. EMBSHARD_BENCH_QUICK=1: a short run.`);
 
 const quick = process.env.EMBSHARD_BENCH_QUICK === '1';
 interface Row {
@@ -104,12 +109,12 @@ async function files(dir: string): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'embshard-bench-data-'));
+  const { dir, remove } = benchTempDir('embshard-bench-data-');
   try {
     await synthetic();
     await files(dir);
   } finally {
-    rmSync(dir, { recursive: true, force: true });
+    remove();
   }
   const out = join(packageRoot, 'bench', 'results');
   mkdirSync(out, { recursive: true });

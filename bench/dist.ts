@@ -23,15 +23,15 @@ import { ShardedEmbeddingCollection } from '../lib/sharded/sharded.js';
 import { DenseModel, type DenseModelSpec } from '../lib/train/dense.js';
 import { Trainer, type StepTimes } from '../lib/train/trainer.js';
 import type { Batch } from '../lib/data/types.js';
-import { machine } from './report.js';
+import { benchArgs, envInt, envInts, machine } from './report.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
 const PLANS = ['dp', 'table', 'row-rb', 'col-rb', 'row-ub', 'hot-rb'] as const;
 type PlanType = (typeof PLANS)[number];
-const RANKS = (process.env.EMBSHARD_BENCH_RANKS ?? '1,2,4').split(',').map(Number);
+const RANKS = envInts('EMBSHARD_BENCH_RANKS', [1, 2, 4]);
 const TABLES = 4, ROWS = 200_000, DIM = 64, B = 2048, POOL = 8;
-const WARMUP = 2, STEPS = Number(process.env.EMBSHARD_BENCH_STEPS ?? 8);
+const WARMUP = 2, STEPS = envInt('EMBSHARD_BENCH_STEPS', 8);
 
 function median(xs: number[]): number {
   const v = xs.filter(Number.isFinite).sort((a, b) => a - b);
@@ -357,8 +357,17 @@ function main(): void {
   console.log(md);
 }
 
-const wi = process.argv.indexOf('--worker');
-if (wi >= 0) await worker(process.argv[wi + 1] as PlanType);
-else if (process.argv.includes('--allreduce')) await allReduceWorker();
-else if (process.argv.includes('--trainer')) await trainerWorker();
-else main();
+// --worker <plan>, --allreduce and --trainer: the bench's own ranks, which it starts under mpirun
+const args = benchArgs(`usage: embshard bench dist   (npm run bench:dist)
+Sharded training across 1, 2 and 4 MPI ranks on this machine (mpirun): steps/s and exact bytes per plan type,
+the Trainer with and without overlap, and the dense all-reduce, each against raw MPI. Writes
+bench/results/dist.{json,md}. EMBSHARD_BENCH_RANKS (comma-separated) and EMBSHARD_BENCH_STEPS change the run.`, { flags: ['--allreduce', '--trainer'], options: ['--worker'] });
+const plan = args.options.get('--worker');
+if (plan !== undefined && !(PLANS as readonly string[]).includes(plan)) {
+  console.error(`--worker must be one of ${PLANS.join(', ')} (got '${plan}')`);
+  process.exit(2);
+}
+if (plan !== undefined) await worker(plan as PlanType);
+else if (args.flags.has('--allreduce')) await allReduceWorker();
+else if (args.flags.has('--trainer')) await trainerWorker();
+else await main();

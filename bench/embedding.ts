@@ -13,11 +13,14 @@ import type { OptimizerConfig } from '../lib/index.js';
 import { stateWidth } from '../lib/config.js';
 import { loadAddon } from '../lib/native.js';
 import { makeScatter, scatter, zipfParams, zipfRank } from '../lib/random/zipf.js';
-import { machine, table, writeResults } from './report.js';
+import { benchArgs, benchDevice, machine, table, writeResults } from './report.js';
 
-const args = process.argv.slice(2);
-const device = args.includes('--device') ? args[args.indexOf('--device') + 1]! : 'cpu';
-const quick = args.includes('--quick');
+const USAGE = `usage: embshard bench embedding [--device cpu|cuda:N] [--quick]   (npm run bench [-- …])
+The embedding engine's forward and forward + backward + update per optimizer on 8 tables × 1M rows, against
+this machine's memory probes. Writes bench/results/embedding{,-cuda}.{json,md}. --quick: 200k rows, fewer steps.`;
+const args = benchArgs(USAGE, { flags: ['--quick'], options: ['--device'] });
+const device = benchDevice(args, USAGE);
+const quick = args.flags.has('--quick');
 const T = 8, ROWS = quick ? 200_000 : 1_000_000, DIM = 64, B = 8192, L = 20;
 const ITERS = quick ? 3 : 8;
 const ROW_BYTES = DIM * 4;

@@ -26,20 +26,26 @@ import { planShards } from '../lib/plan/planner.js';
 import { topologyPreset } from '../lib/plan/topology.js';
 import { measureTraffic } from '../lib/plan/traffic.js';
 import { workload } from '../lib/workloads/presets.js';
+import { benchArgs, envInt, envInts } from './report.js';
+
+benchArgs(`usage: node dist/bench/herald.js   (npm run bench:herald)
+Embedding transmissions per step of Herald scheduling against random placement, plain caches, no cache and
+the best static plan; then steps/s at 4 MPI ranks (EMBSHARD_BENCH_MPI=0 leaves them out). Writes
+bench/results/herald.{json,md}. EMBSHARD_BENCH_RANKS, _BATCH, _CACHE, _WARM and _STEPS change the run.`);
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
 const outDir = join(root, 'bench', 'results');
 
-const RANKS = (process.env.EMBSHARD_BENCH_RANKS ?? '4,8,64').split(',').map(Number);
+const RANKS = envInts('EMBSHARD_BENCH_RANKS', [4, 8, 64]);
 /** samples per rank (Herald's reference runs use 256) */
-const BATCH = Number(process.env.EMBSHARD_BENCH_BATCH ?? 256);
+const BATCH = envInt('EMBSHARD_BENCH_BATCH', 256);
 /** cache slots per rank per table; the larger ones only up to LARGE_MAX_RANKS ranks */
-const CACHES = (process.env.EMBSHARD_BENCH_CACHE ?? '1024,16384').split(',').map(Number);
+const CACHES = envInts('EMBSHARD_BENCH_CACHE', [1024, 16384]);
 const LARGE_MAX_RANKS = 8;
 /** steps that fill the caches before counting, and steps counted */
-const WARM = Number(process.env.EMBSHARD_BENCH_WARM ?? 40);
-const STEPS = Number(process.env.EMBSHARD_BENCH_STEPS ?? 5);
+const WARM = envInt('EMBSHARD_BENCH_WARM', 40, 0);
+const STEPS = envInt('EMBSHARD_BENCH_STEPS', 5);
 const MPI = process.env.EMBSHARD_BENCH_MPI !== '0';
 const SEED = 2024;
 const OPTIMIZER = 'adagrad' as const;

@@ -23,19 +23,25 @@ import type { Topology } from '../lib/plan/types.js';
 import { createInProcessGroups } from '../lib/sharded/group.js';
 import { ShardedEmbeddingCollection } from '../lib/sharded/sharded.js';
 import { generateBatches } from '../lib/workloads/generator.js';
-import { workload, type Workload } from '../lib/workloads/presets.js';
+import { workload, WORKLOAD_NAMES, type Workload } from '../lib/workloads/presets.js';
+import { benchArgs, envInt, envInts, envNames } from './report.js';
+
+benchArgs(`usage: node dist/bench/placement.js   (npm run bench:placement)
+Hot-row tiers on ids that are not frequency-ordered: plans from the declared law and from profiled ids,
+measured exactly on held-out batches. Writes bench/results/placement.{json,md}. EMBSHARD_BENCH_MODELS,
+EMBSHARD_BENCH_GPUS, EMBSHARD_BENCH_TOP_K and EMBSHARD_BENCH_PROFILE_STEPS change the run.`);
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
 const outDir = join(root, 'bench', 'results');
 
-const MODELS = (process.env.EMBSHARD_BENCH_MODELS ?? 'criteo-kaggle,seq-skewed').split(',');
-const GPUS = Number(process.env.EMBSHARD_BENCH_GPUS ?? 16);
+const MODELS = envNames('EMBSHARD_BENCH_MODELS', ['criteo-kaggle', 'seq-skewed'], WORKLOAD_NAMES);
+const GPUS = envInt('EMBSHARD_BENCH_GPUS', 16);
 const RPN = 8;
 const BATCH = 2048;
-const TOP_K = Number(process.env.EMBSHARD_BENCH_TOP_K ?? 262_144);
+const TOP_K = envInt('EMBSHARD_BENCH_TOP_K', 262_144);
 /** sample steps profiled (all ranks' batches of each), one profiled plan per entry */
-const PROFILE_STEPS = (process.env.EMBSHARD_BENCH_PROFILE_STEPS ?? '2,8').split(',').map(Number);
+const PROFILE_STEPS = envInts('EMBSHARD_BENCH_PROFILE_STEPS', [2, 8]);
 const SEED = 2024, PERM_SEED = 77;
 const SEARCH = { maxIterations: 2000, timeBudgetMs: Number.POSITIVE_INFINITY } as const;
 /** the runtime check: this many in-process ranks, tables capped at this many rows */

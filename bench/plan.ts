@@ -16,16 +16,23 @@ import { topologyPreset } from '../lib/plan/topology.js';
 import { measureTraffic } from '../lib/plan/traffic.js';
 import type { ShardPlan } from '../lib/plan/shard-plan.js';
 import { generateBatches } from '../lib/workloads/generator.js';
-import { workload } from '../lib/workloads/presets.js';
+import { workload, WORKLOAD_NAMES } from '../lib/workloads/presets.js';
+import { benchArgs, envFileName, envInt, envInts, envNames } from './report.js';
+
+benchArgs(`usage: embshard bench plan   (npm run bench:plan)
+embshard's plans against every baseline for each workload at 8, 64 and 128 GPUs of dgx-h100: predicted and
+simulated embedding-stage time, exact bytes, memory; the hierarchical protocol against the flat one.
+Writes bench/results/<EMBSHARD_BENCH_NAME or plan>.{json,md}. EMBSHARD_BENCH_MODELS (comma-separated
+workloads), EMBSHARD_BENCH_GPUS (comma-separated GPU counts) and EMBSHARD_BENCH_PROTOCOL_IDS restrict the run.`);
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = here.endsWith(join('dist', 'bench')) ? join(here, '..', '..') : join(here, '..');
 const outDir = join(root, 'bench', 'results');
 /** base name of the result files (a run restricted to some models or GPU counts can write beside the full one) */
-const OUT_NAME = process.env.EMBSHARD_BENCH_NAME ?? 'plan';
+const OUT_NAME = envFileName('EMBSHARD_BENCH_NAME', 'plan');
 
-const MODELS = (process.env.EMBSHARD_BENCH_MODELS ?? 'dlrm-dcnv2,t180,t200,t510,seq-skewed,criteo-kaggle').split(',');
-const GPUS = (process.env.EMBSHARD_BENCH_GPUS ?? '8,64,128').split(',').map(Number);
+const MODELS = envNames('EMBSHARD_BENCH_MODELS', ['dlrm-dcnv2', 't180', 't200', 't510', 'seq-skewed', 'criteo-kaggle'], WORKLOAD_NAMES);
+const GPUS = envInts('EMBSHARD_BENCH_GPUS', [8, 64, 128]);
 /** per-rank batch of the cost model */
 const BATCH = 2048;
 /** ids per sample batch (all ranks together) for the exact traffic */
@@ -125,7 +132,7 @@ interface ProtocolRow {
 }
 const PROTOCOL_MODELS = ['dlrm-dcnv2', 't180', 't200', 't510'];
 /** ids per generated step (all ranks together) of the protocol comparison: node-level deduplication grows with the batch */
-const PROTOCOL_IDS = Number(process.env.EMBSHARD_BENCH_PROTOCOL_IDS ?? 24_000_000);
+const PROTOCOL_IDS = envInt('EMBSHARD_BENCH_PROTOCOL_IDS', 24_000_000);
 
 function compareProtocols(model: string, gpus: number, name: string, plan: ShardPlan): ProtocolRow {
   const w = workload(model);

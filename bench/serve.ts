@@ -7,16 +7,19 @@
 // Run: npm run bench:serve   (EMBSHARD_BENCH_QUICK=1: shorter runs; EMBSHARD_BENCH_FULL=1: the full
 // Kaggle cardinalities, 33.8M rows, instead of tables capped at 1M rows)
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { packageRoot } from '../lib/native.js';
 import { CAT_FEATURE_NAMES, CRITEO_KAGGLE_CARDINALITIES } from '../lib/data/criteo.js';
 import { embeddingsFor } from '../lib/train/embeddings.js';
 import { Trainer } from '../lib/train/trainer.js';
-import { machine, table, writeResults } from './report.js';
+import { benchArgs, benchTempDir, machine, onInterrupt, table, writeResults } from './report.js';
 import { pacedLoad } from './paced-load.js';
+
+benchArgs(`usage: node dist/bench/serve.js   (npm run bench:serve)
+The inference server (embshard serve, in its own process) under closed- and open-loop load.
+Writes bench/results/serve.{json,md}. EMBSHARD_BENCH_QUICK=1: shorter runs; EMBSHARD_BENCH_FULL=1: the full
+Kaggle cardinalities instead of tables capped at 1M rows.`);
 
 const quick = process.env.EMBSHARD_BENCH_QUICK === '1';
 const full = process.env.EMBSHARD_BENCH_FULL === '1';
@@ -79,13 +82,15 @@ async function load(url: string, name: string, o: { path: string; body?: string;
 
 async function main(): Promise<void> {
   const rows = CRITEO_KAGGLE_CARDINALITIES.map((r) => (full ? r : Math.min(r, CAP)));
-  const dir = mkdtempSync(join(tmpdir(), 'embshard-bench-serve-'));
+  const { dir, remove } = benchTempDir('embshard-bench-serve-');
   const ck = join(dir, 'model');
   const emb = embeddingsFor(CAT_FEATURE_NAMES, rows, { dim: 16, optimizer: { type: 'sgd', lr: 0.1 }, seed: 1 });
   const trainer = new Trainer({ model: 'dlrm-criteo-kaggle', embeddings: emb, seed: 1 });
   await trainer.save(ck);
   emb.dispose();
   const { url, child } = await startServer(ck);
+  // an interrupted bench stops its server too
+  const forget = onInterrupt(() => child.kill('SIGTERM'));
   const runs: Run[] = [];
   try {
     const one = body(1, rows), many = body(64, rows);
@@ -107,8 +112,9 @@ async function main(): Promise<void> {
     runs.push({ name: 'healthz (HTTP alone, probe), open loop', samplesPerRequest: 0, connections: 0, rate: 1000, requestsPerSec: h.achievedPerSec, samplesPerSec: 0, p50Ms: +h.p50Ms.toFixed(2), p99Ms: +h.p99Ms.toFixed(2), errors: h.errors });
     runs.push(await load(url, 'healthz (HTTP alone, probe)', { path: '/healthz', samples: 0, connections: 32 }));
   } finally {
+    forget();
     child.kill('SIGTERM');
-    rmSync(dir, { recursive: true, force: true });
+    remove();
   }
   const target = runs.find((r) => r.rate === 1000 && r.samplesPerRequest === 1)!;
   const floor = runs.find((r) => r.rate === 1000 && r.samplesPerRequest === 0)!;

@@ -11,9 +11,11 @@ import { EmbeddingCollection, JaggedBatch } from '../lib/index.js';
 import type { TableConfig } from '../lib/index.js';
 import { Rng } from '../lib/random/rng.js';
 import { zipfParams, zipfRank } from '../lib/random/zipf.js';
-import { machine, table, writeResults } from './report.js';
+import { benchArgs, machine, table, writeResults } from './report.js';
 
-const quick = process.argv.includes('--quick');
+const quick = benchArgs(`usage: node dist/bench/storage-dynamic.js [--quick]   (npm run bench:dynamic [-- --quick])
+A dynamic table's training step against a dense table of the same size on the same access pattern.
+Writes bench/results/storage-dynamic.{json,md}. --quick: 100,000 ids per table.`, { flags: ['--quick'] }).flags.has('--quick');
 const T = 4, ROWS = quick ? 100_000 : 500_000, DIM = 64, B = 4096, L = 16;
 const ITERS = quick ? 4 : 8;
 const WARM = 6;

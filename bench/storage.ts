@@ -4,20 +4,23 @@
 // written per step, set against a sequential read of the table file (the raw read probe). Every number
 // of a row comes from the same run of this process, so ratios hold on a busy machine where absolute
 // times do not.
-import { mkdtempSync, openSync, readSync, closeSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { openSync, readSync, closeSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { EmbeddingCollection, JaggedBatch } from '../lib/index.js';
 import { Rng } from '../lib/random/rng.js';
 import { makeScatter, scatter, ZipfSampler } from '../lib/random/zipf.js';
 import { SLOT_META_BYTES } from '../lib/storage/constants.js';
-import { machine, table, writeResults } from './report.js';
+import { benchArgs, benchTempDir, envInt, machine, table, writeResults } from './report.js';
 
-const ROWS = Number(process.env.BENCH_ROWS ?? 400_000);
+benchArgs(`usage: node dist/bench/storage.js   (npm run bench:storage)
+Training steps of a disk-backed table against the same table in memory, caches of 1% to 100% of the table.
+Writes bench/results/storage.{json,md}. BENCH_ROWS (400000) and BENCH_STEPS (100) size the run.`);
+
+const ROWS = envInt('BENCH_ROWS', 400_000);
 const DIM = 32;
 const B = 512;
 const L = 4;
-const STEPS = Number(process.env.BENCH_STEPS ?? 100);
+const STEPS = envInt('BENCH_STEPS', 100);
 const ROUND = 10;
 const FRACTIONS = [0.01, 0.05, 0.25, 1];
 const ALPHAS = [0, 1.05, 1.2];
@@ -76,7 +79,7 @@ function sequentialRead(file: string): number {
   return total / ((performance.now() - t0) / 1000);
 }
 
-const dir = mkdtempSync(join(tmpdir(), 'embshard-bench-storage-'));
+const { dir, remove } = benchTempDir('embshard-bench-storage-');
 const pooled = new Float32Array(B * DIM).fill(0.01);
 const rows: Record<string, unknown>[] = [];
 let probe = 0;
@@ -115,7 +118,7 @@ try {
     }
   }
 } finally {
-  rmSync(dir, { recursive: true, force: true });
+  remove();
 }
 
 const md = [

@@ -23,7 +23,13 @@ import { SyntheticSource, type SyntheticOptions } from '../lib/data/index.js';
 import { DenseModel, Trainer, embeddingsFor, resolveDenseSpec, type DenseModelSpec, type PresetName, type StepTimes } from '../lib/train/index.js';
 import { denseAddon, type GemmBackendName, type Precision } from '../lib/train/binding.js';
 import { backends } from '../lib/index.js';
-import { machine, table, writeResults } from './report.js';
+import { benchArgs, benchDevice, machine, table, writeResults } from './report.js';
+
+const USAGE = `usage: embshard bench train [--device cpu|cuda:N]   (npm run bench:train [-- …])
+Training throughput and the split of a step's time (fp32 and bf16), and the dense layers' GEMM throughput
+against this machine's GEMM peak. Writes bench/results/train.{json,md} (with --device cuda:N:
+train-cuda.{json,md}). EMBSHARD_BENCH_QUICK=1: a short run.`;
+const device = benchDevice(benchArgs(USAGE, { options: ['--device'] }), USAGE);
 
 const quick = process.env.EMBSHARD_BENCH_QUICK === '1';
 const loadAtStart = loadavg()[0]!;
@@ -285,6 +291,5 @@ async function gpuMain(device: string): Promise<void> {
   writeResults('train-cuda', { machine: machine(), device, steps: STEPS, warmup: WARMUP, rows: out }, md);
 }
 
-const argv = process.argv.slice(2);
-if (argv.includes('--device') && argv[argv.indexOf('--device') + 1] !== 'cpu') await gpuMain(argv[argv.indexOf('--device') + 1]!);
+if (device !== 'cpu') await gpuMain(device);
 else await main();

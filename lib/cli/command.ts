@@ -1,7 +1,10 @@
 // command.ts — what an `embshard` subcommand does around its work: --help prints the usage (exit 0), a
 // usage error prints the problem and the usage (exit 2), an EmbshardError prints its code and message
-// (exit 1); and the checked number options.
-import { isEmbshardError } from '../errors.js';
+// (exit 1); the checked number options; and output files, checked before the work and written whole or
+// not at all.
+import { accessSync, closeSync, constants, existsSync, openSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { EmbshardError, isEmbshardError } from '../errors.js';
 
 /** Runs a subcommand on its parsed arguments ('help', a usage error, or the options). */
 export async function runCommand<A extends object>(name: string, usage: string, parsed: A | string, body: (a: A) => Promise<number>): Promise<number> {
@@ -49,20 +52,32 @@ export function numArg(k: string, v: string, min = 0): number {
 }
 
 /**
- * Walks `--key value` options and bare `flags`: 'help' for --help / -h, an error message for a stray
- * argument, an unknown option or a bad value (from `option`'s return or throw), undefined when all is well.
+ * Walks `--key value` and `--key=value` options and bare `flags`: 'help' for --help / -h, an error message
+ * for a stray argument, an unknown option, an option given twice, an option without its value (the end of
+ * the line, or the next option in its place), a flag given a value, or a bad value (from `option`'s return
+ * or throw); undefined when all is well. With `known`, the options `option` takes, an unknown one is named as
+ * such before its value is looked for.
  */
-export function parseArgs(argv: string[], flags: Record<string, () => void>, option: (k: string, v: string) => string | undefined): string | undefined {
+export function parseArgs(argv: string[], flags: Record<string, () => void>, option: (k: string, v: string) => string | undefined, known?: readonly string[]): string | undefined {
+  const seen = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
-    const k = argv[i]!;
-    if (k === '--help' || k === '-h') return 'help';
-    const flag = flags[k];
+    const arg = argv[i]!;
+    if (arg === '--help' || arg === '-h') return 'help';
+    const eq = arg.startsWith('--') ? arg.indexOf('=') : -1;
+    const k = eq > 0 ? arg.slice(0, eq) : arg;
+    if (k.startsWith('--') && seen.has(k)) return `${k} is given twice`;
+    seen.add(k);
+    const flag = Object.hasOwn(flags, k) ? flags[k] : undefined;
     if (flag) {
+      if (eq > 0) return `${k} takes no value (got '${arg}')`;
       flag();
       continue;
     }
-    const v = argv[++i];
-    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
+    if (!k.startsWith('--')) return `unexpected argument '${k}'`;
+    if (known && !known.includes(k)) return `unknown option '${k}'`;
+    const v = eq > 0 ? arg.slice(eq + 1) : argv[++i];
+    if (v === undefined) return `${k} needs a value`;
+    if (eq < 0 && v.startsWith('--')) return `${k} needs a value (got the option '${v}')`;
     try {
       const problem = option(k, v);
       if (problem !== undefined) return problem;
@@ -71,4 +86,53 @@ export function parseArgs(argv: string[], flags: Record<string, () => void>, opt
     }
   }
   return undefined;
+}
+
+/**
+ * Throws IO_ERROR naming `option` unless `path` can take an output file: its folder exists and is writable,
+ * and the path is not a folder nor a file without write permission. Run before the work, so none is lost.
+ */
+export function checkOutputPath(option: string, path: string): void {
+  let why: string | undefined;
+  try {
+    const exists = existsSync(path);
+    if (exists && statSync(path).isDirectory()) why = 'it is a folder';
+    else {
+      if (exists) accessSync(path, constants.W_OK);
+      // the file is written beside itself and renamed into place: its folder must take a new file
+      const dir = dirname(exists ? realpathSync(path) : resolve(path));
+      if (!statSync(dir).isDirectory()) why = `'${dir}' is not a folder`;
+      else accessSync(dir, constants.W_OK);
+    }
+  } catch (e) {
+    why = (e as NodeJS.ErrnoException).code ?? (e as Error).message;
+  }
+  if (why !== undefined) throw new EmbshardError('IO_ERROR', `${option} '${path}' cannot be written (${why})`);
+}
+
+/**
+ * Writes every file or none: each text goes to a new temporary file beside its path, and only when all are
+ * written are they renamed into place (a path that is a link is written through). A failure removes the
+ * temporary files it made and throws IO_ERROR naming the path; the paths are left as they were.
+ */
+export function writeOutputs(files: readonly (readonly [path: string, text: string])[]): void {
+  const targets = files.map(([p]) => (existsSync(p) ? realpathSync(p) : p));
+  const temps = targets.map((p) => join(dirname(p), `.${basename(p)}.${process.pid}.tmp`));
+  const made: string[] = [];
+  let i = 0;
+  try {
+    for (; i < files.length; i++) {
+      const fd = openSync(temps[i]!, 'wx');
+      made.push(temps[i]!);
+      try {
+        writeFileSync(fd, files[i]![1]);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    for (i = 0; i < files.length; i++) renameSync(temps[i]!, targets[i]!);
+  } catch (e) {
+    for (const t of made) rmSync(t, { force: true });
+    throw new EmbshardError('IO_ERROR', `'${files[i]![0]}' could not be written (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
 }

@@ -2,7 +2,7 @@
 // access law, or from id frequencies measured on a data source (--profile: hot-id remaps, lib/plan/profile.ts)
 // — prints the planner statistics, writes the plan JSON and its picture (SVG). Wired into the `embshard`
 // binary by lib/cli/main.ts.
-import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { planShardsReport } from '../plan/planner.js';
@@ -12,7 +12,7 @@ import { DATA_SPEC_FORMS, openDataSpec } from './sources.js';
 import { planSvg } from '../report/plan-chart.js';
 import { PRESET_NAMES, topologyPreset } from '../plan/topology.js';
 import { workload, WORKLOAD_NAMES } from '../workloads/presets.js';
-import { runCommand } from './command.js';
+import { checkOutputPath, intArg, parseArgs, runCommand, writeOutputs } from './command.js';
 import { MAX_BATCH_SIZE } from '../data/types.js';
 
 export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('|')}> --gpus <N>
@@ -21,10 +21,12 @@ export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('
                      [--profile <source> [--profile-batches 8] [--top-k 262144] [--min-hits 2] [--max-rows N]]
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
 and per-table statistics and the baselines, writes the plan (format embshard.plan v2) to --out and draws
-it (memory and bytes per rank, tables by cluster) to --svg. With --profile, the tables' access comes from
---profile-batches batches of --batch samples read from the source (${DATA_SPEC_FORMS}; --max-rows caps
-the tables as for training): each table's most frequent ids (hit --min-hits times or more, at most --top-k) become
-its hot rows (a hot-id remap saved in the plan), so hot-row tiers hold them whatever their ids.`;
+it (memory and bytes per rank, tables by cluster) to --svg: both once the plan is made, together, replacing
+files of those names (their folders must exist). Options also read --key=value. With --profile, the tables'
+access comes from --profile-batches batches of --batch samples read from the source
+(${DATA_SPEC_FORMS}; --max-rows caps the tables as for training): each table's most frequent ids
+(hit --min-hits times or more, at most --top-k) become its hot rows (a hot-id remap saved in the plan),
+so hot-row tiers hold them whatever their ids.`;
 
 interface Args {
   model?: string;
@@ -45,62 +47,42 @@ interface Args {
 /** What --profile reads and keeps unless told otherwise. */
 const PROFILE_DEFAULTS = { profileBatches: 8, topK: 262_144, minHits: 2 } as const;
 
+/** The options `embshard plan` takes, each with a value. */
+const OPTIONS = ['--model', '--preset', '--out', '--svg', '--profile', '--gpus', '--ranks-per-node', '--batch', '--time-budget-ms', '--profile-batches', '--top-k', '--min-hits', '--max-rows'];
+
 function parse(argv: string[]): Args | string {
   const a: Args = { preset: 'dgx-h100', batch: 4096 };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i]!;
-    if (k === '--help' || k === '-h') return 'help';
-    const v = argv[i + 1];
-    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
-    i++;
-    const int = (name: string): number | string => (/^[1-9][0-9]*$/.test(v) && Number.isSafeInteger(Number(v)) ? Number(v) : `${name} must be a positive integer (got '${v}')`);
+  const problem = parseArgs(argv, {}, (k, v) => {
+    const int = (max?: number): number => intArg(k, v, 1, max);
+    const path = (): string => {
+      if (v === '') throw new Error(`${k} must not be empty`);
+      return v;
+    };
     switch (k) {
-      case '--model':
-        a.model = v;
-        break;
-      case '--preset':
-        a.preset = v;
-        break;
-      case '--out':
-        a.out = v;
-        break;
-      case '--svg':
-        a.svg = v;
-        break;
-      case '--profile':
-        a.profile = v;
-        break;
-      case '--gpus':
-      case '--ranks-per-node':
-      case '--batch':
-      case '--time-budget-ms':
-      case '--profile-batches':
-      case '--top-k':
-      case '--min-hits':
-      case '--max-rows': {
-        const n = int(k);
-        if (typeof n === 'string') return n;
-        if (k === '--gpus') a.gpus = n;
-        else if (k === '--ranks-per-node') a.ranksPerNode = n;
-        else if (k === '--batch') a.batch = n;
-        else if (k === '--profile-batches') a.profileBatches = n;
-        else if (k === '--top-k') a.topK = n;
-        else if (k === '--min-hits') a.minHits = n;
-        else if (k === '--max-rows') a.maxRows = n;
-        else a.timeBudgetMs = n;
-        break;
-      }
-      default:
-        return `unknown option '${k}'`;
+      case '--model': a.model = v; break;
+      case '--preset': a.preset = v; break;
+      case '--out': a.out = path(); break;
+      case '--svg': a.svg = path(); break;
+      case '--profile': a.profile = path(); break;
+      case '--gpus': a.gpus = int(); break;
+      case '--ranks-per-node': a.ranksPerNode = int(); break;
+      case '--batch': a.batch = int(MAX_BATCH_SIZE); break;
+      case '--time-budget-ms': a.timeBudgetMs = int(); break;
+      case '--profile-batches': a.profileBatches = int(); break;
+      case '--top-k': a.topK = int(); break;
+      case '--min-hits': a.minHits = int(); break;
+      case '--max-rows': a.maxRows = int(); break;
     }
-  }
+    return undefined;
+  }, OPTIONS);
+  if (problem !== undefined) return problem;
   if (!a.model) return '--model is required';
   if (!a.gpus) return '--gpus is required';
+  if (a.out !== undefined && a.svg !== undefined && resolve(a.out) === resolve(a.svg)) return `--out and --svg name the same file ('${a.out}')`;
   if (!a.profile) {
     const given = ([['--max-rows', a.maxRows], ['--profile-batches', a.profileBatches], ['--top-k', a.topK], ['--min-hits', a.minHits]] as const).find(([, v]) => v !== undefined);
     if (given) return `${given[0]} needs --profile`;
   }
-  if (a.batch > MAX_BATCH_SIZE) return `--batch must be at most ${MAX_BATCH_SIZE} samples per rank (got ${a.batch})`;
   return a;
 }
 
@@ -141,6 +123,9 @@ export function runPlan(argv: string[]): Promise<number> {
 }
 
 async function plan(a: Args): Promise<number> {
+  // before the planning: a plan is not lost to an output it cannot write
+  if (a.out !== undefined) checkOutputPath('--out', a.out);
+  if (a.svg !== undefined) checkOutputPath('--svg', a.svg);
   const w = workload(a.model!);
   const topo = topologyPreset(a.preset, { worldSize: a.gpus!, ...(a.ranksPerNode ? { ranksPerNode: a.ranksPerNode } : {}) });
   const tables = a.profile ? await profiledTables(w.tables, a, w.name) : w.tables;
@@ -151,13 +136,11 @@ async function plan(a: Args): Promise<number> {
   console.log(`Planner: ${r.iterations} greedy moves from the '${r.start}' start in ${r.elapsedMs} ms. Baselines under the same cost model:`);
   for (const b of r.baselines)
     console.log(`  ${b.name.padEnd(15)} ${b.time === null ? `does not fit (${b.reason})` : `${(b.time * 1e3).toFixed(3)} ms  (embshard ${(b.time / r.time).toFixed(2)}× faster)`}`);
-  if (a.out) {
-    writeFileSync(a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n');
-    console.log(`wrote ${a.out}`);
-  }
-  if (a.svg) {
-    writeFileSync(a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`));
-    console.log(`wrote ${a.svg}`);
-  }
+  // both files rendered first, then written together: a failure leaves neither half-written
+  const outputs: [string, string][] = [];
+  if (a.out !== undefined) outputs.push([a.out, JSON.stringify(r.plan.toJSON(), null, 1) + '\n']);
+  if (a.svg !== undefined) outputs.push([a.svg, await planSvg(r.plan, `${w.name}: ${w.tables.length} tables on ${a.gpus} ranks (${topo.name})`)]);
+  writeOutputs(outputs);
+  for (const [path] of outputs) console.log(`wrote ${path}`);
   return 0;
 }
