@@ -8,6 +8,10 @@
 // contributions in rank order and applies the optimizer once: the same update as one collection trained
 // on the global batch (equal up to the order of that sum; rows read by one rank only are bitwise equal).
 // Only the latest training forward's output goes through backward: the next one moves rows and cache slots.
+// Every forward opens with one uncounted agreement (lib/sharded/step-status.ts agreeOnKind): a training step
+// one rank cannot take (its options, the caller's reject, a batch it could not schedule, or a forward of
+// another batch) ends on every rank before any row moves, and the scheduler forgets every step it planned
+// and did not carry out, so the next batch is scheduled as if the refused one never came.
 import { JaggedBatch } from '../batch.js';
 import { CallQueue } from '../call-queue.js';
 import { checkBackwardOptions, checkForwardOptions, EmbeddingCollection, type BackwardOptions, type ForwardOptions } from '../collection.js';
@@ -19,7 +23,7 @@ import { checkLearningRate } from '../engine-owner.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { exchangeOps } from '../sharded/exchange-ops.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnCall, agreeOnGradients, agreeOnWrite, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
+import { agreeOnCall, agreeOnGradients, agreeOnKind, agreeOnWrite, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus } from '../sharded/step-status.js';
 import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
@@ -50,6 +54,13 @@ interface Scheduled {
   global: JaggedBatch;
   plan: StepPlan;
   local: JaggedBatch;
+}
+
+/** A global batch the trainer's localize() could not schedule: its forward refuses the step on every rank. */
+interface Unschedulable {
+  global: unknown;
+  local: unknown;
+  refused: EmbshardError;
 }
 
 interface TableStep {
@@ -84,7 +95,7 @@ export class HeraldEmbeddingCollection {
   lastCounts: StepCounts | undefined;
   private readonly tables: HeraldTable[];
   private readonly featCol = new Map<string, number>();
-  private readonly queue: Scheduled[] = [];
+  private readonly queue: (Scheduled | Unschedulable)[] = [];
   /** the batch prepare() is scheduling off the event loop */
   private preparing: { global: JaggedBatch; done: Promise<void> } | undefined;
   private readonly calls = new CallQueue();
@@ -97,6 +108,9 @@ export class HeraldEmbeddingCollection {
   private readonly featBase: Int32Array;
   /** training forwards executed */
   private forwards = 0;
+  /** the latest training step, until its backward applies or skips it (every rank has it alike) */
+  private open: StepCtx | undefined;
+  private disposed = false;
 
   constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
@@ -110,7 +124,7 @@ export class HeraldEmbeddingCollection {
     this.scheduler = new HeraldScheduler(this.tables, {
       world: group.size, batchSize: options.batchSize, cacheRows: options.cacheRows,
       ...(options.allocation !== undefined ? { allocation: options.allocation } : {}), ...(options.seed !== undefined ? { seed: options.seed } : {}),
-      rank: group.rank,
+      rank: group.rank, undo: true,
     });
     const O = (this.owners = this.scheduler.owners);
     const r = group.rank;
@@ -157,6 +171,7 @@ export class HeraldEmbeddingCollection {
   }
   /** Changes the learning rate for the steps called after this call; those still queued keep theirs (as EmbeddingCollection's). */
   setLearningRate(lr: number): void {
+    this.live();
     checkLearningRate(lr);
     this.lr = lr;
     this.calls.inOrder(() => {
@@ -177,37 +192,69 @@ export class HeraldEmbeddingCollection {
    * rank's samples as a batch for forward(). Batches scheduled ahead (prepare) are taken from the queue.
    */
   assign(global: JaggedBatch): JaggedBatch {
+    this.live();
     const head = this.queue[0];
-    if (head && head.global === global) return head.local;
+    if (head && head.global === global) return head.local as JaggedBatch;
     if (head) throw new EmbshardError('INVALID_ARGUMENT', 'herald: this is not the batch scheduled next (prepare(next) must be followed by training next)');
     if (this.preparing)
       throw new EmbshardError('INVALID_ARGUMENT', 'herald: the next batch is still being scheduled (await prepare(next) before training)');
     return this.enqueueSchedule(global).local;
   }
 
-  private enqueueSchedule(global: JaggedBatch): Scheduled {
-    if (!(global instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
-    // every rank schedules the same global batch, so every rank refuses it alike
+  /** What keeps a global batch from being scheduled before the scheduler sees it (its ids and lengths are the scheduler's to check). */
+  private scheduleError(global: unknown): EmbshardError | undefined {
+    if (!(global instanceof JaggedBatch)) return new EmbshardError('INVALID_ARGUMENT', 'herald: expected a JaggedBatch');
     if (global.weights && !exchangeOps().allFinite(global.weights))
-      throw new EmbshardError('INVALID_ARGUMENT', 'herald: the batch has a weight that is NaN or ±Inf: weights must be finite');
+      return new EmbshardError('INVALID_ARGUMENT', 'herald: the batch has a weight that is NaN or ±Inf: weights must be finite');
+    return this.featureError(global);
+  }
+
+  /** As one collection refuses them: UNKNOWN_FEATURE for a batch feature no table has, MISSING_FEATURE for a table's feature the batch lacks; or undefined. */
+  private featureError(batch: JaggedBatch): EmbshardError | undefined {
+    const extra = batch.features.find((x) => !this.featCol.has(x));
+    if (extra !== undefined) return new EmbshardError('UNKNOWN_FEATURE', `batch feature '${extra}' is not a feature of this collection`);
+    const missing = this.pooledFeatures.find((x) => !batch.features.includes(x));
+    return missing === undefined ? undefined : new EmbshardError('MISSING_FEATURE', `the batch has no feature '${missing}'`);
+  }
+
+  private enqueueSchedule(global: JaggedBatch): Scheduled {
+    // every rank schedules the same global batch, so every rank refuses it alike
+    const bad = this.scheduleError(global);
+    if (bad) throw bad;
     const plan = this.scheduler.schedule(global);
     const s = { global, plan, local: takeSparse(global, plan.samples[this.group.rank]!) };
     this.queue.push(s);
     return s;
   }
 
-  /** The trainer's hook: this rank's share of a global training batch (dense data and labels follow their samples). */
+  /**
+   * The trainer's hook: this rank's share of a global training batch (dense data and labels follow their
+   * samples). A batch this rank cannot schedule is returned as it is, and its forward then refuses the step
+   * on every rank (the other ranks may have scheduled their copy of it).
+   */
   localize(b: Batch): Batch {
     if (typeof b !== 'object' || b === null) throw new EmbshardError('INVALID_ARGUMENT', 'herald: localize(batch) needs a batch { dense, sparse, labels, size }');
+    this.live();
+    const head = this.queue[0];
+    if (head && 'refused' in head && head.global === b.sparse) return b;
+    if (!head && !this.preparing) {
+      try {
+        this.enqueueSchedule(b.sparse);
+      } catch (e) {
+        if (!(e instanceof EmbshardError)) throw e;
+        this.queue.push({ global: b.sparse, local: b.sparse, refused: e });
+        return b;
+      }
+    }
     const local = this.assign(b.sparse);
-    return takeBatch(b, this.queue[0]!.plan.samples[this.group.rank]!, local);
+    return takeBatch(b, (this.queue[0] as Scheduled).plan.samples[this.group.rank]!, local);
   }
 
   /** Schedules the next global batch while the current step runs (the trainer calls it during the dense compute). */
   prepare(next: JaggedBatch): Promise<void> {
     if (this.preparing) return this.preparing.global === next ? this.preparing.done : Promise.resolve();
     // a batch that cannot be scheduled is left to assign(), which refuses it when it is trained
-    if (!(next instanceof JaggedBatch) || this.queue.some((q) => q.global === next) || (next.weights && !exchangeOps().allFinite(next.weights))) return Promise.resolve();
+    if (this.disposed || this.scheduleError(next) || this.queue.some((q) => q.global === next)) return Promise.resolve();
     const done = this.scheduler.scheduleAsync(next).then(
       (plan) => {
         this.queue.push({ global: next, plan, local: takeSparse(next, plan.samples[this.group.rank]!) });
@@ -222,47 +269,81 @@ export class HeraldEmbeddingCollection {
 
   /**
    * This rank's forward of the batch assign() returned: the step's row exchange, then pooling. Any other
-   * batch is looked up without training (a collective: every rank calls forward with its own batch; a
-   * batch one rank cannot look up — not a JaggedBatch, a feature missing, an id out of range — bad options
-   * or `options.reject` ends the lookup on every rank, after one uncounted agreement).
+   * batch is looked up without training (every rank calls forward with its own batch). Either way a
+   * collective that opens with one uncounted agreement: a batch one rank cannot look up (not a
+   * JaggedBatch, a feature missing, an id out of range), bad options or `options.reject` on one rank, a
+   * training batch one rank could not schedule, or one rank looking up while the others train, ends the
+   * call on every rank with nothing changed; a refused training step is forgotten by every rank's
+   * scheduler, with the batches scheduled after it (they are scheduled again when they are trained).
    */
   forward(batch: JaggedBatch, options: ForwardOptions = {}): Promise<HeraldForwardOutput> {
+    if (this.disposed) return Promise.reject(this.disposedError());
     return this.calls.run(async () => {
       const s = this.queue[0];
-      if (!s || s.local !== batch) {
-        // not a training step's batch: a lookup (evaluation), every rank with its own batch; a batch or
-        // options this rank cannot use still join the lookup's agreement, so every rank rejects
-        let bad: EmbshardError | undefined;
-        try {
-          bad = checkForwardOptions(options).reject;
-          if (!bad && !(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: forward(batch) expected a JaggedBatch');
-        } catch (e) {
-          if (!(e instanceof EmbshardError)) throw e;
-          bad = e;
-        }
-        return { pooled: await this.lookup(batch, bad), samples: new Int32Array(0), batch };
+      const training = s !== undefined && s.local === batch;
+      // a batch or options this rank cannot use still join the agreement, so every rank rejects
+      let bad = training && 'refused' in s ? s.refused : undefined;
+      try {
+        bad ??= checkForwardOptions(options).reject;
+        if (!bad && !(batch instanceof JaggedBatch)) throw new EmbshardError('INVALID_ARGUMENT', 'herald: forward(batch) expected a JaggedBatch');
+      } catch (e) {
+        if (!(e instanceof EmbshardError)) throw e;
+        bad = e;
       }
-      if (checkForwardOptions(options).reject)
-        throw new EmbshardError('INVALID_ARGUMENT', "herald: forward options.reject ends a lookup; a training step's batch is rejected in backward()");
-      this.queue.shift();
+      if (!training) return { pooled: await this.lookup(batch, bad), samples: new Int32Array(0), batch };
+      await this.agree(bad, 1, bad ? 0 : planSignature(s as Scheduled));
+      const step = this.queue.shift() as Scheduled;
+      this.scheduler.commit();
       const seq = ++this.forwards;
-      const copies = await this.exchangeRows(s.plan);
-      const ctx: StepCtx = { owner: this, seq, s, tables: [] };
-      const out: Out = { pooled: this.pool(s, copies, ctx), samples: s.plan.samples[this.group.rank]!, batch };
+      const copies = await this.exchangeRows(step.plan);
+      const ctx: StepCtx = { owner: this, seq, s: step, tables: [] };
+      const out: Out = { pooled: this.pool(step, copies, ctx), samples: step.plan.samples[this.group.rank]!, batch };
       out[STEP] = ctx;
-      this.lastCounts = s.plan.counts;
+      this.open = ctx;
+      this.lastCounts = step.plan.counts;
       return out;
     });
   }
 
+  /**
+   * A forward's agreement (kind 1: the scheduled training step, 0: a lookup). When it ends the call and
+   * some rank was training, every rank forgets the steps it scheduled and did not carry out.
+   */
+  private async agree(bad: EmbshardError | undefined, kind: 0 | 1, signature = 0): Promise<void> {
+    const differ = (why: 'kind' | 'signature') =>
+      new EmbshardError('INVALID_ARGUMENT', why === 'signature'
+        ? 'herald: the ranks scheduled different steps (every rank must assign() the same global batches in the same order); the step changed nothing on any rank'
+        : kind === 1
+          ? "herald: another rank's forward was not given the batch assign() returned (it looked up another batch while this rank trained the scheduled step); the step changed nothing on any rank"
+          : 'herald: this batch is not the one assign() returned, while another rank trains the scheduled step; the step changed nothing on any rank');
+    const r = await agreeOnKind(this.group, bad, kind, signature, 'batch', kind === 1 ? 'step' : 'call', differ);
+    if (!r.error) return;
+    if (r.some) await this.dropSchedule();
+    throw r.error;
+  }
+
+  /** Forgets every step scheduled and not carried out (a refused step and those prepared after it). */
+  private async dropSchedule(): Promise<void> {
+    while (this.preparing) await this.preparing.done;
+    this.queue.length = 0;
+    this.scheduler.rollback();
+  }
+
   /** Gradients of this rank's pooled outputs: partial sums per row, one exchange to owners, one engine update per rank. */
   backward(out: HeraldForwardOutput, grads: { pooled?: Float32Array }, options: Pick<BackwardOptions, 'reject'> = {}): Promise<{ skipped: boolean; uniqueRows: number }> {
+    if (this.disposed) return Promise.reject(this.disposedError());
     return this.calls.run(async () => {
       const ctx = (out as Out | null | undefined)?.[STEP];
-      if (!ctx || ctx.owner !== this) throw new EmbshardError('INVALID_ARGUMENT', "herald: backward(out, grads) needs the output of this collection's forward()");
-      // the next training forward moved rows and cache slots: an earlier step's plan no longer names them
-      if (ctx.seq !== this.forwards)
-        throw new EmbshardError('INVALID_ARGUMENT', 'herald: stale forward output: a later training forward has run since; only the latest step goes through backward()');
+      const wrong = !ctx || ctx.owner !== this
+        ? new EmbshardError('INVALID_ARGUMENT', "herald: backward(out, grads) needs the output of this collection's forward() (its latest training step)")
+        : ctx.seq !== this.forwards // the next training forward moved rows and cache slots: an earlier step's plan no longer names them
+          ? new EmbshardError('INVALID_ARGUMENT', 'herald: stale forward output: a later training forward has run since; only the latest step goes through backward()')
+          : undefined;
+      if (wrong) {
+        // while a step waits for its backward on every rank, this rank joins the others' agreement, so every rank rejects
+        if (this.open) await agreeOnGradients(this.group, rejectionStatus(wrong.code));
+        throw wrong;
+      }
       let reject: EmbshardError | undefined;
       try {
         reject = checkBackwardOptions(options).reject;
@@ -288,13 +369,19 @@ export class HeraldEmbeddingCollection {
       if (!sizeOk) throw new EmbshardError('GRAD_SIZE_MISMATCH', `herald: grads.pooled must be a Float32Array of ${B} × ${this.pooledDim} values`);
       if (!go) {
         const skipped = nonFiniteOutcome(finite, this.config.optimizer.nonFinite, 'herald: ');
-        delete (out as Out)[STEP];
+        this.close(out as Out);
         return skipped;
       }
-      delete (out as Out)[STEP];
-      const partial = this.partials(ctx, out.batch, g);
-      return this.applyGradients(ctx.s.plan, partial);
+      this.close(out as Out);
+      const partial = this.partials(ctx!, out.batch, g);
+      return this.applyGradients(ctx!.s.plan, partial);
     });
+  }
+
+  /** The step of `out` has gone through its backward (applied or skipped): its output is spent. */
+  private close(out: Out): void {
+    delete out[STEP];
+    this.open = undefined;
   }
 
   // ---- the step's stages ----
@@ -392,7 +479,7 @@ export class HeraldEmbeddingCollection {
     // every rank's batch checked (its features and ids, or its caller's reject) and agreed on first, so a
     // bad batch on one rank ends the lookup on every rank
     let parts: ReturnType<HeraldEmbeddingCollection['distinct']>[] = [];
-    let bad = reject;
+    let bad = reject ?? this.featureError(batch);
     if (!bad) {
       try {
         parts = this.tables.map((_, ti) => this.distinct(batch, ti));
@@ -401,7 +488,7 @@ export class HeraldEmbeddingCollection {
         bad = e;
       }
     }
-    await agreeOnCall(g, bad, 'batch', 'call');
+    await this.agree(bad, 0);
     const pooled = new Float32Array(batch.batchSize * this.pooledDim);
     for (let ti = 0; ti < this.tables.length; ti++) {
       const t = this.tables[ti]!;
@@ -473,6 +560,7 @@ export class HeraldEmbeddingCollection {
    * every rank calls it between steps): [rows × dim] and [rows × stateWidth].
    */
   gather(table: string): Promise<{ weights: Float32Array; state: Float32Array }> {
+    if (this.disposed) return Promise.reject(this.disposedError());
     return this.calls.run(async () => {
       const ti = this.tables.findIndex((t) => t.name === table);
       if (ti < 0) throw new EmbshardError('UNKNOWN_TABLE', `no table named '${table}'`);
@@ -502,7 +590,16 @@ export class HeraldEmbeddingCollection {
 
   /** Writes one collection's checkpoint of the whole tables (a collective; rank 0 writes `dir`). */
   async save(dir: string, extra?: Record<string, unknown>): Promise<void> {
-    checkDir(dir); // before the gather: every rank passes the same folder
+    this.live();
+    // every rank's folder checked and agreed on before the gather, so a bad one on one rank ends every rank's save
+    let bad: EmbshardError | undefined;
+    try {
+      checkDir(dir);
+    } catch (e) {
+      if (!(e instanceof EmbshardError)) throw e;
+      bad = e;
+    }
+    await agreeOnCall(this.group, bad, 'checkpoint folder', 'save');
     const full: { weights: Float32Array; state: Float32Array }[] = [];
     for (const t of this.tables) full.push(await this.gather(t.name));
     let failure: unknown;
@@ -526,12 +623,38 @@ export class HeraldEmbeddingCollection {
     await agreeOnWrite(this.group, failure, () => new EmbshardError('IO_ERROR', `herald: saving the checkpoint '${dir}' failed on rank 0`));
   }
 
+  /**
+   * Frees this rank's tables once the calls already made have settled (a step in flight ends on every
+   * rank); any later call raises DISPOSED at once, without joining a collective.
+   */
   dispose(): void {
-    this.local.dispose();
+    if (this.disposed) return;
+    this.disposed = true;
+    void this.calls.run(() => this.local.dispose());
+  }
+
+  private live(): void {
+    if (this.disposed) throw this.disposedError();
+  }
+
+  private disposedError(): EmbshardError {
+    return new EmbshardError('DISPOSED', 'this HeraldEmbeddingCollection has been disposed');
   }
 }
 
 const NONE = new Float32Array(0);
+
+/**
+ * A number below 2^24 that every rank computes alike for the same scheduled step: its number, its plan's
+ * counts and its global batch's ids. Ranks that scheduled different global batches almost surely differ in
+ * it, and the forward's agreement refuses their step before any row moves.
+ */
+function planSignature(s: Scheduled): number {
+  const c = s.plan.counts;
+  let h = s.plan.step % 16777213;
+  for (const x of [c.moves, c.evictions, c.copies, c.grads, c.bytes, c.reads, c.hits, c.score, s.global.ids.length]) h = (h * 31 + x) % 16777213;
+  return h;
+}
 
 function total(counts: Float64Array): number {
   return counts.reduce((a, b) => a + b, 0);

@@ -16,7 +16,9 @@
 // the plan names its rows by engine id on both sides (lib/herald/owners.ts). The per-id work (keys, scores,
 // caches, the plan) runs natively (native/herald/scheduler.cc): synchronously in schedule(), on a worker
 // thread in scheduleAsync(). With a `rank`, every plan also carries that rank's view of the step
-// (rank-view.ts), computed natively beside it.
+// (rank-view.ts), computed natively beside it. With `undo`, the scheduler keeps what each step changed until
+// commit() (the step was carried out) or rollback() (the steps not committed are forgotten: a step the ranks
+// refused changes nothing, and the next batch is scheduled as if it never came).
 import type { JaggedBatch } from '../batch.js';
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
@@ -40,9 +42,11 @@ export interface SchedulerOptions {
   seed?: number;
   /** the rank whose view of every step (rank-view.ts) the plans carry (none: counting only) */
   rank?: number;
+  /** keep each step's changes until commit() or rollback() (default false) */
+  undo?: boolean;
 }
 
-const OPTION_FIELDS = fieldsOf<SchedulerOptions>({ world: true, batchSize: true, cacheRows: true, allocation: true, seed: true, rank: true });
+const OPTION_FIELDS = fieldsOf<SchedulerOptions>({ world: true, batchSize: true, cacheRows: true, allocation: true, seed: true, rank: true, undo: true });
 
 /** What one step moves between ranks, in rows (transmissions) and bytes. */
 export interface StepCounts {
@@ -121,12 +125,15 @@ interface NativeFeature {
 interface NativeScheduler {
   scheduleSync(step: number, feats: NativeFeature[], assign: Int32Array | null): NativeStep;
   schedule(step: number, feats: NativeFeature[], assign: Int32Array | null): Promise<NativeStep>;
+  commit(): void;
+  rollback(): void;
 }
 type NativeSchedulerCtor = new (
   world: number,
   batchSize: number,
   tables: { name: string; rows: number; dim: number; stateWidth: number; slots: number }[],
   view?: { rank: number; pooledDim: number; cols: Int32Array },
+  undo?: boolean,
 ) => NativeScheduler;
 
 export class HeraldScheduler {
@@ -137,6 +144,10 @@ export class HeraldScheduler {
   readonly seed: number;
   /** steps scheduled so far */
   steps = 0;
+  readonly undo: boolean;
+  /** with `undo`: steps whose native record is kept (the last `pending` of `steps`), of them the oldest `committed` carried out */
+  private pending = 0;
+  private committed = 0;
   private readonly core: NativeScheduler;
 
   constructor(
@@ -155,6 +166,8 @@ export class HeraldScheduler {
     const seed = o.seed ?? 0;
     if (!Number.isSafeInteger(seed) || seed < 0) throw new EmbshardError('INVALID_CONFIG', `seed must be a non-negative integer (got ${String(seed)})`);
     this.seed = seed;
+    if (o.undo !== undefined && typeof o.undo !== 'boolean') throw new EmbshardError('INVALID_CONFIG', `undo must be a boolean (got ${String(o.undo)})`);
+    this.undo = o.undo ?? false;
     let view: { rank: number; pooledDim: number; cols: Int32Array } | undefined;
     if (o.rank !== undefined) {
       if (!Number.isSafeInteger(o.rank) || o.rank < 0 || o.rank >= o.world)
@@ -171,7 +184,35 @@ export class HeraldScheduler {
       this.batchSize,
       tables.map((t, i) => ({ name: t.name, rows: t.rows, dim: t.dim, stateWidth: t.stateWidth, slots: this.owners.slots[i]! })),
       view,
+      this.undo,
     );
+  }
+
+  /**
+   * With `undo`: the oldest step not committed was carried out. Its record is dropped before the next
+   * schedule or rollback (never while scheduleAsync runs), so this may be called at any time.
+   */
+  commit(): void {
+    this.needUndo('commit');
+    if (this.committed < this.pending) this.committed++;
+  }
+
+  /** With `undo`: every step not committed is undone, newest first, and scheduled again by the next calls (not while scheduleAsync runs). */
+  rollback(): void {
+    this.needUndo('rollback');
+    this.dropCommitted();
+    this.core.rollback();
+    this.steps -= this.pending;
+    this.pending = 0;
+  }
+
+  /** The native records of the steps committed, dropped. */
+  private dropCommitted(): void {
+    for (; this.committed > 0; this.committed--, this.pending--) this.core.commit();
+  }
+
+  private needUndo(what: string): void {
+    if (!this.undo) throw new EmbshardError('INVALID_ARGUMENT', `herald: ${what}() needs a scheduler built with undo: true`);
   }
 
   /**
@@ -180,14 +221,18 @@ export class HeraldScheduler {
    */
   schedule(batch: JaggedBatch): StepPlan {
     const { feats, assign } = this.inputs(batch);
+    this.dropCommitted();
     const out = this.core.scheduleSync(this.steps, feats, assign);
+    if (this.undo) this.pending++;
     return this.plan(this.steps++, out);
   }
 
   /** schedule() off the event loop (one at a time; the next call waits for this one to settle). */
   async scheduleAsync(batch: JaggedBatch): Promise<StepPlan> {
     const { feats, assign } = this.inputs(batch);
+    this.dropCommitted();
     const out = await this.core.schedule(this.steps, feats, assign);
+    if (this.undo) this.pending++;
     return this.plan(this.steps++, out);
   }
 

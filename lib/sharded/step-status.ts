@@ -4,7 +4,8 @@
 // instead of ids; after that exchange every rank ends the step with the same error code and nothing
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
 // agreement (agreeOnGradients) does the same for gradients, before any of them moves, agreeOnCall for
-// calls whose first exchange carries no status (a Herald lookup, a sharded load), and agreeOnWrite for
+// calls whose first exchange carries no status (a sharded load), agreeOnKind for calls of two kinds that
+// every rank must make alike (a Herald forward: its training step or a lookup), and agreeOnWrite for
 // checkpoints one rank writes.
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
@@ -70,8 +71,8 @@ export function nonFiniteOutcome(finite: boolean, nonFinite: 'error' | 'skip', w
 }
 
 /**
- * The agreement of a call every rank makes with its own input (a Herald lookup's batch, a sharded load's
- * part of a checkpoint): every rank's status (0, or rejectionStatus of the error that rejects its `what`)
+ * The agreement of a call every rank makes with its own input (a sharded load's part of a checkpoint, a Herald save's folder):
+ * every rank's status (0, or rejectionStatus of the error that rejects its `what`)
  * in one uncounted all-reduce (max). A rank with an error throws it; when another rank rejected its
  * input, this one throws that code.
  */
@@ -79,6 +80,38 @@ export async function agreeOnCall(group: ProcessGroup, bad: EmbshardError | unde
   const all = await maxStatus(group, bad ? rejectionStatus(bad.code) : 0);
   if (bad) throw bad;
   if (all !== 0) throw rejectedBy(all, 'another rank', what, scope);
+}
+
+/** What agreeOnKind found: whether some rank made the call of kind 1, and the error that ends it here (none: go on). */
+export interface KindAgreement {
+  some: boolean;
+  error?: EmbshardError;
+}
+
+/**
+ * The agreement of a call of two kinds (0 or 1) that every rank must make alike, each with its own input (a
+ * Herald forward: a lookup, or the step its scheduler planned): every rank's status (as agreeOnCall), kind
+ * and `signature` (an integer below 2^24 that ranks making the same call compute alike: a Herald step's
+ * plan) in one uncounted all-reduce (max) of five values. The call ends on every rank when some rank
+ * rejected its `what` (this rank's own error, or that code), or with `differ(why)` when the ranks' kinds
+ * differ ('kind') or, of one kind, their signatures ('signature'); `some` says whether any rank made the
+ * call of kind 1, so every rank can undo what such a call prepared.
+ */
+export async function agreeOnKind(
+  group: ProcessGroup,
+  bad: EmbshardError | undefined,
+  kind: 0 | 1,
+  signature: number,
+  what: string,
+  scope: string,
+  differ: (why: 'kind' | 'signature') => EmbshardError,
+): Promise<KindAgreement> {
+  const all = await group.allReduce(Float32Array.of(bad ? rejectionStatus(bad.code) : 0, kind, 1 - kind, signature, -signature), 'max', { uncounted: true });
+  const some = all[1] === 1;
+  if (bad) return { some, error: bad };
+  if (all[0] !== 0) return { some, error: rejectedBy(all[0]!, 'another rank', what, scope) };
+  if (all[1] === 1 && all[2] === 1) return { some, error: differ('kind') };
+  return all[3] !== -all[4]! ? { some, error: differ('signature') } : { some };
 }
 
 /**

@@ -1,9 +1,10 @@
 // herald_ops.cc — binding of Herald's scheduler (native/herald/scheduler.h) and of a rank's step work
 // (native/herald/rank_view.h):
 //   herald.Scheduler(world, batchSize, tables: [{ name, rows, dim, stateWidth, slots }],
-//                    view?: { rank, pooledDim, cols: Int32Array })
+//                    view?: { rank, pooledDim, cols: Int32Array }, undo?: boolean)
 //     .scheduleSync(step, feats: [{ table, lengths: Int32Array, ids }], assign: Int32Array | null) → StepOut
 //     .schedule(step, feats, assign) → Promise<StepOut>   (off the event loop; one call at a time)
+//     .commit() / .rollback()   (with undo: forget the oldest step's record / undo every step not committed)
 //   herald.copySegments(dsts: Float32Array[], srcs: Float32Array[], segs: Int32Array)   (rank_view.h copy_segments)
 //   herald.applySlots(slotKey: Float64Array, freeSlots, freeKeys, holdSlots, holdKeys)   (rank_view.h apply_slots)
 //   herald.heldSlots(slotKey: Float64Array, owned, rowBase) → { rows: Float64Array, ids: BigInt64Array }   (lookup.h)
@@ -120,7 +121,9 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
  public:
   static void Init(Napi::Env env, Napi::Object target) {
     target.Set("Scheduler", DefineClass(env, "Scheduler", {InstanceMethod<&SchedulerWrap::ScheduleSync>("scheduleSync"),
-                                                           InstanceMethod<&SchedulerWrap::Schedule>("schedule")}));
+                                                           InstanceMethod<&SchedulerWrap::Schedule>("schedule"),
+                                                           InstanceMethod<&SchedulerWrap::Commit>("commit"),
+                                                           InstanceMethod<&SchedulerWrap::Rollback>("rollback")}));
   }
 
   explicit SchedulerWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SchedulerWrap>(info) {
@@ -157,7 +160,8 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
           if (view.cols[t] < 0 || static_cast<int64_t>(view.cols[t]) + tables[t].dim > view.pooledDim)
             throw_error(env, "INVALID_ARGUMENT", "herald: view.cols must place every table inside pooledDim");
       }
-      sched_ = std::make_unique<herald::Scheduler>(static_cast<int32_t>(W), static_cast<int32_t>(B), std::move(tables), std::move(names), std::move(view));
+      const bool undo = info.Length() > 4 && info[4].ToBoolean().Value();
+      sched_ = std::make_unique<herald::Scheduler>(static_cast<int32_t>(W), static_cast<int32_t>(B), std::move(tables), std::move(names), std::move(view), undo);
       return env.Undefined();
     });
   }
@@ -171,8 +175,7 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
   };
 
   Args parse(Napi::Env env, const Napi::CallbackInfo& info) {
-    if (!sched_) throw_error(env, "INVALID_ARGUMENT", "herald: Scheduler was not constructed");
-    if (busy_) throw_error(env, "BUSY", "herald: a schedule is still running");
+    ready(env);
     const int64_t G = static_cast<int64_t>(sched_->world()) * sched_->batchSize();
     Args a;
     a.step = int_arg(env, info[0], "herald: step", 0);
@@ -228,6 +231,30 @@ class SchedulerWrap : public Napi::ObjectWrap<SchedulerWrap> {
       worker->Keep(info.This());
       busy_ = true;
       return worker->Start();
+    });
+  }
+
+  // what every call but the constructor needs: a scheduler, and no schedule running on a worker thread
+  void ready(Napi::Env env) {
+    if (!sched_) throw_error(env, "INVALID_ARGUMENT", "herald: Scheduler was not constructed");
+    if (busy_) throw_error(env, "INVALID_ARGUMENT", "herald: a schedule is still running (await scheduleAsync first)");
+  }
+
+  Napi::Value Commit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      ready(env);
+      sched_->commit();
+      return env.Undefined();
+    });
+  }
+
+  Napi::Value Rollback(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return guard(env, [&]() -> Napi::Value {
+      ready(env);
+      sched_->rollback();
+      return env.Undefined();
     });
   }
 

@@ -8,23 +8,81 @@
 
 namespace embshard::herald {
 
-void Scheduler::Cache::unlink(int32_t s) {
+namespace {
+// x = v, its old value recorded in `log` when there is one
+template <typename T>
+inline void set(std::vector<std::pair<T*, T>>* log, T& x, T v) {
+  if (log) log->emplace_back(&x, x);
+  x = v;
+}
+}  // namespace
+
+void Scheduler::Cache::unlink(int32_t s, Journal* j) {
+  auto* L = j ? &j->links : nullptr;
   const int32_t p = prev[s], n = next[s];
-  if (p >= 0) next[p] = n; else head = n;
-  if (n >= 0) prev[n] = p; else tail = p;
-  prev[s] = next[s] = -1;
+  if (p >= 0) set(L, next[p], n); else set(L, head, n);
+  if (n >= 0) set(L, prev[n], p); else set(L, tail, p);
+  set(L, prev[s], -1);
+  set(L, next[s], -1);
 }
 
-void Scheduler::Cache::append(int32_t s, int64_t k) {
-  key[s] = k;
-  prev[s] = tail;
-  next[s] = -1;
-  if (tail >= 0) next[tail] = s; else head = s;
-  tail = s;
+void Scheduler::Cache::append(int32_t s, int64_t k, Journal* j) {
+  auto* L = j ? &j->links : nullptr;
+  set(j ? &j->keys : nullptr, key[s], k);
+  set(L, prev[s], tail);
+  set(L, next[s], -1);
+  if (tail >= 0) set(L, next[tail], s); else set(L, head, s);
+  set(L, tail, s);
 }
 
-Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names, ViewSpec view)
-    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), viewSpec_(std::move(view)), tables_(std::move(tables)), names_(std::move(names)) {
+void Scheduler::pushFree(Cache& c, int32_t s) {
+  if (j_) j_->frees.emplace_back(&c, s);
+  c.free.push_back(s);
+}
+
+int32_t Scheduler::popFree(Cache& c) {
+  const int32_t s = c.free.back();
+  if (j_) j_->frees.emplace_back(&c, -1 - s);
+  c.free.pop_back();
+  return s;
+}
+
+void Scheduler::homePut(uint64_t key, uint32_t slot) {
+  if (j_) j_->homes.emplace_back(key, home_.find(key));
+  home_.put(key, slot);
+}
+
+void Scheduler::homeErase(uint64_t key) {
+  if (j_) j_->homes.emplace_back(key, home_.find(key));
+  home_.erase(key);
+}
+
+void Scheduler::undo(const Journal& j) {
+  for (auto e = j.links.rbegin(); e != j.links.rend(); ++e) *e->first = e->second;
+  for (auto e = j.keys.rbegin(); e != j.keys.rend(); ++e) *e->first = e->second;
+  for (auto e = j.frees.rbegin(); e != j.frees.rend(); ++e) {
+    if (e->second >= 0) e->first->free.pop_back();
+    else e->first->free.push_back(-1 - e->second);
+  }
+  for (auto e = j.homes.rbegin(); e != j.homes.rend(); ++e) {
+    if (e->second == IdIndex::kNone) home_.erase(e->first);
+    else home_.put(e->first, e->second);
+  }
+}
+
+void Scheduler::commit() {
+  if (!journals_.empty()) journals_.pop_front();
+}
+
+void Scheduler::rollback() {
+  while (!journals_.empty()) {
+    undo(journals_.back());
+    journals_.pop_back();
+  }
+}
+
+Scheduler::Scheduler(int32_t world, int32_t batchSize, std::vector<TableInfo> tables, std::vector<std::string> names, ViewSpec view, bool undo)
+    : W_(world), B_(batchSize), T_(static_cast<int32_t>(tables.size())), viewSpec_(std::move(view)), tables_(std::move(tables)), names_(std::move(names)), undo_(undo) {
   if (viewSpec_.rank >= W_ || (viewSpec_.rank >= 0 && static_cast<int32_t>(viewSpec_.cols.size()) != T_))
     throw Error("INVALID_ARGUMENT", "herald: the view's rank must be in the world and name every table's column");
   int64_t perRank = 0;
@@ -87,7 +145,22 @@ inline int64_t id_at(const void* ids, IdType type, int64_t i) {
 
 void Scheduler::schedule(int64_t step, const std::vector<FeatureSpan>& feats, const int32_t* assign, StepOut& out) {
   out.view = RankView{};
-  plan(step, feats, assign, out);  // with a view rank, fills the view's inverse
+  if (undo_) j_ = &journals_.emplace_back();
+  try {
+    plan(step, feats, assign, out);  // with a view rank, fills the view's inverse
+    view(out);
+  } catch (...) {
+    if (j_) {  // a step that failed leaves the state as it was
+      undo(*j_);
+      journals_.pop_back();
+      j_ = nullptr;
+    }
+    throw;
+  }
+  j_ = nullptr;
+}
+
+void Scheduler::view(StepOut& out) const {
   const int32_t me = viewSpec_.rank;
   if (me < 0) return;
   std::vector<ViewTable> vt(T_);
@@ -287,9 +360,9 @@ void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const 
     const int32_t t = ktab[k], o = kown[k], h = slotRank_[cur[k]], slot = slotNo_[cur[k]];
     move(x, t, h, o, slotId(h, t, slot), x - rowBase_[t] - lo(t, o));
     Cache& c = cache(h, t);
-    c.unlink(slot);
-    c.free.push_back(slot);
-    home_.erase(static_cast<uint64_t>(x));
+    c.unlink(slot, j_);
+    pushFree(c, slot);
+    homeErase(static_cast<uint64_t>(x));
     cur[k] = IdIndex::kNone;
   };
   // ---- 1: rows held in a cache: kept (their only reader holds them), or sent home
@@ -300,18 +373,14 @@ void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const 
     if (!several[k] && u == h) {
       Cache& c = cache(h, ktab[k]);
       const int32_t s = slotNo_[held[k]];
-      c.unlink(s);
-      c.append(s, kkey[k]);  // most recently used
+      c.unlink(s, j_);
+      c.append(s, kkey[k], j_);  // most recently used
     } else if (several[k] || u == kown[k]) flush(k);
   }
   // ---- 2: rows with one reader that is not their owner: moved into the reader's cache when it has room
   auto alloc = [&](int32_t w, int32_t t) -> int32_t {
     Cache& c = cache(w, t);
-    if (!c.free.empty()) {
-      const int32_t s = c.free.back();
-      c.free.pop_back();
-      return s;
-    }
+    if (!c.free.empty()) return popFree(c);
     if (c.head < 0) return -1;
     const int32_t s = c.head;
     const int64_t y = c.key[s];
@@ -319,8 +388,8 @@ void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const 
     const int32_t oy = ownerOf(t, y - rowBase_[t]);
     move(y, t, w, oy, slotId(w, t, s), y - rowBase_[t] - lo(t, oy));
     counts[EVICTIONS]++;
-    c.unlink(s);
-    home_.erase(static_cast<uint64_t>(y));
+    c.unlink(s, j_);
+    homeErase(static_cast<uint64_t>(y));
     return s;
   };
   for (int32_t r = 0; r < K; ++r) {
@@ -339,12 +408,12 @@ void Scheduler::plan(int64_t step, const std::vector<FeatureSpan>& feats, const 
         const int32_t hs = slotNo_[gx];
         move(x, t, h, u, slotId(h, t, hs), slotId(u, t, s));
         Cache& ch = cache(h, t);
-        ch.unlink(hs);
-        ch.free.push_back(hs);
+        ch.unlink(hs, j_);
+        pushFree(ch, hs);
       }
-      cache(u, t).append(s, x);
+      cache(u, t).append(s, x, j_);
       cur[k] = slotKey(u, t, s);
-      home_.put(static_cast<uint64_t>(x), cur[k]);
+      homePut(static_cast<uint64_t>(x), cur[k]);
     } else if (h != o) flush(k);  // no room: the owner applies its update
   }
   // ---- 3: every rank's reads: local (owned at home, or in its cache) or a copy from where the row lived

@@ -1,6 +1,8 @@
 // Herald scheduling over MPI (mpirun -np 4): outputs, gathered tables, optimizer state and a lookup within
-// 1e-5 of one EmbeddingCollection trained on the same global batches; a rank killed mid-run makes the
-// 3 survivors fail with COMM_TIMEOUT / COMM_FAILED within their timeout.
+// 1e-5 of one EmbeddingCollection trained on the same global batches; training steps one rank refuses in
+// its forward end on every rank with its code, change nothing, and the next step is bitwise that of a run
+// that never saw them; a rank killed mid-run makes the 3 survivors fail with COMM_TIMEOUT / COMM_FAILED
+// within their timeout.
 import { describe, it, expect, beforeAll } from 'vitest';
 import { compileTs, expectSurvivorsFail, mpiSuitesRun, mpirun } from '../sharded/mpi-harness.js';
 
@@ -23,6 +25,21 @@ describe.runIf(run)('HeraldEmbeddingCollection over MPI (mpirun)', () => {
         if (cache !== '0') expect(l.moves as number).toBeGreaterThan(0);
       }
     });
+
+  it('4 ranks: steps refused by one rank end on every rank with its code, change nothing, and the next step is that of a run without them', async () => {
+    const seen = await mpirun(4, 'test/herald/mpi/herald-refused.mjs', ['refused']);
+    const clean = await mpirun(4, 'test/herald/mpi/herald-refused.mjs', ['clean']);
+    expect(seen.lines.length, seen.stdout + seen.stderr).toBe(4);
+    expect(clean.lines.length, clean.stdout + clean.stderr).toBe(4);
+    const byRank = (r: typeof seen) => [...r.lines].sort((a, b) => (a.rank as number) - (b.rank as number));
+    const s = byRank(seen), c = byRank(clean);
+    for (let r = 0; r < 4; r++) {
+      expect(s[r]!.codes).toEqual(['NON_FINITE_GRADIENT', 'INVALID_ARGUMENT']);
+      expect(s[r]!.unchanged).toBe(true);
+      expect(s[r]!.digest).toBe(c[r]!.digest);
+      expect(s[r]!.tableErr as number).toBeLessThan(1e-5);
+    }
+  });
 
   it('a rank killed mid-run makes the 3 survivors fail with a clear error within the timeout', async () => {
     await expectSurvivorsFail('test/herald/mpi/herald-kill.mjs');

@@ -210,3 +210,64 @@ describe('HeraldScheduler vs a naive simulation of the same caches', () => {
     }
   });
 });
+
+describe('undo: steps the ranks refused are forgotten', () => {
+  for (const allocation of ['herald', 'random'] as Allocation[])
+    it(`${allocation}: after rollback() the steps are those of a scheduler that never saw the refused batches (plans equal, the naive simulation's counts)`, async () => {
+      const W = 4, B = 12, cacheRows = 3;
+      const o = { world: W, batchSize: B, cacheRows, allocation, seed: 3, rank: 1 };
+      const s = new HeraldScheduler(TABLES, { ...o, undo: true });
+      const fresh = new HeraldScheduler(TABLES, o);
+      const n = new Naive(W, cacheRows);
+      let refused = 100;
+      for (let k = 0; k < 6; k++) {
+        const g: JaggedBatch = S.globalBatch(lib, k, W * B);
+        const p = k % 2 ? await s.scheduleAsync(g) : s.schedule(g);
+        expect(p).toEqual(fresh.schedule(g));
+        const keys = n.sampleKeys(g);
+        const want = allocation === 'herald' ? n.greedy(keys, B, k) : undefined;
+        const assign = new Int32Array(W * B);
+        p.samples.forEach((list, w) => list.forEach((i) => (assign[i] = w)));
+        if (want) expect(Array.from(assign)).toEqual(want);
+        const { moves, evictions, copies, grads, reads, hits, score } = p.counts;
+        expect({ moves, evictions, copies, grads, reads, hits, score }).toEqual(n.step(keys, assign));
+        // refused steps: one to three scheduled after it (one off the event loop), then, after the kept
+        // step was committed or not, all of them rolled back
+        const extra = 1 + (k % 3);
+        for (let j = 0; j < extra; j++) {
+          const bad: JaggedBatch = S.globalBatch(lib, refused++, W * B);
+          if (j === 1) await s.scheduleAsync(bad);
+          else s.schedule(bad);
+        }
+        if (k % 2 === 0) s.commit();
+        expect(s.steps).toBe(k + 1 + extra);
+        if (k % 2 === 0) {
+          s.rollback();
+          expect(s.steps).toBe(k + 1);
+        } else {
+          // not committed: the kept step goes too, and is scheduled again
+          s.rollback();
+          expect(s.steps).toBe(k);
+          expect(s.schedule(g)).toEqual(p);
+          s.commit();
+        }
+      }
+    });
+
+  it('undo must be a boolean; commit() and rollback() need it, and none of them runs beside scheduleAsync (INVALID_ARGUMENT, a known code)', async () => {
+    const o = { world: 2, batchSize: 4, cacheRows: 4 };
+    expect(() => new HeraldScheduler(TABLES, { ...o, undo: 'yes' } as never)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(/^undo/) }));
+    const plain = new HeraldScheduler(TABLES, o);
+    for (const f of [() => plain.commit(), () => plain.rollback()]) expect(f).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/undo: true/) }));
+    const s = new HeraldScheduler(TABLES, { ...o, undo: true });
+    s.schedule(S.globalBatch(lib, 0, 8));
+    s.commit();
+    const running = s.scheduleAsync(S.globalBatch(lib, 1, 8));
+    for (const f of [() => s.rollback(), () => s.schedule(S.globalBatch(lib, 2, 8))]) expect(f).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/still running/) }));
+    const busy = plain.scheduleAsync(S.globalBatch(lib, 0, 8));
+    expect(() => plain.schedule(S.globalBatch(lib, 1, 8))).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/still running/) }));
+    await Promise.all([running, busy]);
+    s.rollback();
+    expect(s.steps).toBe(1);
+  });
+});
