@@ -89,6 +89,8 @@ export class HeraldEmbeddingCollection {
   readonly owners: RowOwners;
   readonly pooledDim: number;
   readonly pooledFeatures: readonly string[];
+  /** A training forward moves rows and cache slots (lib/train/embeddings.ts) */
+  readonly forwardMovesRows = true;
   /** this rank's engine: its row range of every table, then its cache slots */
   readonly local: EmbeddingCollection;
   /** transmissions of the latest step this rank executed (the whole group's, from the shared plan) */

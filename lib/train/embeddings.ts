@@ -35,6 +35,11 @@ export interface EmbeddingModule {
    * GPU; optional (EmbeddingCollection on 'cuda:N'). The backward of such an output takes device gradients.
    */
   forwardOnDevice?(batch: JaggedBatch, options?: { reject?: EmbshardError }): Promise<{ pooled: DeviceArray }>;
+  /**
+   * Whether a training forward changes the tables (Herald moves rows and cache slots): a step the Trainer
+   * rejects before it starts is then ended in the forward, not in the backward; optional (absent: false).
+   */
+  readonly forwardMovesRows?: boolean;
   /** Whether forwardOnDevice works for this module; optional (absent: it does not). */
   readonly outputsOnDevice?: boolean;
   /** 'cpu' or 'cuda:N': where forwardOnDevice keeps its output; optional. */

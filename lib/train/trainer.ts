@@ -803,7 +803,9 @@ export class Trainer {
     const clock = this.clock;
     const c0 = clock.read();
     // with overlap the bottom MLP (it needs no embeddings) runs while the embeddings are looked up and exchanged
-    const lookup = onGpu ? this.embeddings.forwardOnDevice!(b.sparse) : this.embeddings.forward(b.sparse);
+    // a module whose forward moves rows ends a step rejected already here, before anything moves
+    const early = reject && this.embeddings.forwardMovesRows ? { reject } : undefined;
+    const lookup = onGpu ? this.embeddings.forwardOnDevice!(b.sparse, early) : this.embeddings.forward(b.sparse, early);
     const fwd = await Promise.allSettled([lookup, this.overlap && !reject ? this.dense.forwardBottom(b.dense, B) : undefined]);
     for (const x of fwd) if (x.status === 'rejected') throw x.reason;
     const out = (fwd[0] as PromiseFulfilledResult<EmbeddingOutput>).value;

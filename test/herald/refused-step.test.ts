@@ -248,4 +248,16 @@ describe('the Trainer over Herald tables: a global batch one rank cannot schedul
     expect(sameEngines(seen.engines, clean.engines)).toBe(true);
     seen.dense.forEach((d, r) => expect(S.bitwise(d, clean.dense[r]!)).toBe(true));
   });
+
+  it('a batch the Trainer itself refuses (a NaN dense feature) moves no rows: training goes on bitwise as if it never came', async () => {
+    const good = [0, 1, 2].map((k) => trainBatch(k));
+    const nan = trainBatch(9);
+    nan.dense[4] = NaN;
+    const seen = await runTrainers([{ batch: () => good[0]! }, { batch: () => nan }, { batch: () => good[1]! }, { batch: () => good[2]! }]);
+    const clean = await runTrainers([{ batch: () => good[0]! }, { batch: () => good[1]! }, { batch: () => good[2]! }]);
+    expect(seen.rejected).toEqual([['INVALID_ARGUMENT', 'INVALID_ARGUMENT']]);
+    expect(seen.steps).toEqual([3, 3]);
+    expect(sameEngines(seen.engines, clean.engines)).toBe(true);
+    seen.dense.forEach((d, r) => expect(S.bitwise(d, clean.dense[r]!)).toBe(true));
+  });
 });
