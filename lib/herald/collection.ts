@@ -153,16 +153,20 @@ export class HeraldEmbeddingCollection {
 
   /** Fills this rank's row ranges with exactly what one collection starts with there. */
   private initializeOwned(): void {
-    const K = exchangeOps(), O = this.owners, r = this.group.rank, chunk = 1 << 14;
+    const K = exchangeOps(), O = this.owners, r = this.group.rank, chunk = 1 << 16;
     const inits = toNativeConfig(this.config, true).tables.map((t) => t.init);
+    let ids = new BigInt64Array(0), vals = new Float32Array(0); // reused from chunk to chunk
     this.tables.forEach((t, i) => {
       const lo = O.lo(i, r), n = O.owned(i, r);
       const { kind, a, b } = inits[i]!;
       for (let s = 0; s < n; s += chunk) {
         const m = Math.min(chunk, n - s);
-        const vals = new Float32Array(m * t.dim);
-        K.initSlice(kind, a, b, this.config.seed, i, t.dim, lo + s, m, 0, t.dim, vals);
-        this.local.writeRows(t.name, Int32Array.from({ length: m }, (_, j) => s + j), vals);
+        if (ids.length !== m) ids = new BigInt64Array(m);
+        if (vals.length < m * t.dim) vals = new Float32Array(chunk * t.dim);
+        const v = vals.subarray(0, m * t.dim);
+        K.initSlice(kind, a, b, this.config.seed, i, t.dim, lo + s, m, 0, t.dim, v);
+        K.rowIds(s, ids);
+        this.local.writeRows(t.name, ids, v);
       }
     });
   }
