@@ -150,6 +150,29 @@ export interface GatherProbeResult {
   threads: number;
 }
 
+/**
+ * The Arrow reader's per-element work (native/addon/arrow_ops.cc), synchronous; every typed array is
+ * read and written in place. `offsets` are a list column's Int32 value offsets.
+ */
+export interface NativeArrowOps {
+  /** lengths[at + b] = offsets[b + 1] − offsets[b] for b < B, wrapped to int32; 0 past the offsets' end. */
+  bagLengths(offsets: Int32Array, B: number, lengths: Int32Array, at: number): void;
+  /** out [B + 1]: the offsets with each null slot an empty bag (validity bit bitOffset + b; null: all valid). */
+  validBagOffsets(offsets: Int32Array, bitmap: Uint8Array | null, bitOffset: number, B: number, out: Int32Array): void;
+  /** Copies the valid bags' values to `ids` at `out`'s offsets; false when one would land outside `ids`. */
+  copyValidBags(offsets: Int32Array, out: Int32Array, values: IdArray, ids: IdArray): boolean;
+  /** dst[start + k · stride] = src[k] as Float32 for k < n (NaN past src's end). */
+  toFloat32(src: ArrayBufferView, n: number, dst: Float32Array, start: number, stride: number): void;
+  /** dst[at + k] = src[k]. */
+  widenIds(src: Int32Array | Uint32Array, dst: BigInt64Array, at: number): void;
+  /** INVALID_ARGUMENT naming the column and row when offsets[0 … B] run backwards. */
+  checkOffsets(name: string, offsets: Int32Array, B: number): void;
+  /** INVALID_ARGUMENT naming the column, row (firstRow + i / D) and value of the first non-finite value. */
+  checkDenseFinite(name: string, dense: Float32Array, D: number, firstRow: number): void;
+  /** ids checked against [0, rows) (ID_OUT_OF_RANGE naming the column and id) into dst[at …) as Int32; returns ids.length. */
+  idsToRows(name: string, ids: IdArray, rows: number, dst: Int32Array, at: number): number;
+}
+
 export interface Addon {
   readonly variant: 'cpu' | 'cuda';
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -160,4 +183,5 @@ export interface Addon {
   probeMemory(bufferBytes: number, rowBytes: number, gathers: number, seed: number): Promise<GatherProbeResult>;
   threads(): number;
   setThreads(n: number): void;
+  arrow: NativeArrowOps;
 }

@@ -1,5 +1,6 @@
-// arrow.ts — Apache Arrow RecordBatches as a BatchSource, read zero-copy from the column buffers, and
-// the writer of that layout. The layout (one RecordBatch = one Batch):
+// arrow.ts — Apache Arrow RecordBatches as a BatchSource, read zero-copy from the column buffers; the
+// writer of that layout; the checks of an untrusted body's columns (the server's). The layout (one
+// RecordBatch = one Batch):
 //   label    Float32                         (Int8/Int32/Uint8/Float64 accepted, converted: one pass)
 //   dense    FixedSizeList<Float32>[D]       the [B × D] block itself (or D Float32 columns, interleaved: one pass)
 //   <feat>   List<Int32 | Uint32 | Int64>     one column per sparse feature, a bag per row
@@ -10,13 +11,17 @@
 // otherwise one memcpy per feature into a fresh array (always the case after IPC, where each list's
 // offsets buffer lies between two features' values). Arrow JS keeps `values`/`valueOffsets` positioned at a Data's first row
 // (slice() subarrays them), so a sliced column reads values[0 …) and ids [valueOffsets[0], valueOffsets[B]).
+// The per-element work (bag lengths, null slots, conversions to Float32, the interleaving of dense
+// columns, the widening of 32-bit ids, the checks) runs natively on the buffers in place
+// (native/data/arrow_columns.h).
 import {
   Data, Field, FixedSizeList, Float32, Int32, Int64, List, RecordBatch, Schema, Struct, Table, Type, Uint32, makeData,
   type DataType,
 } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
 import { JaggedBatch } from '../batch.js';
-import type { IdArray } from '../binding.js';
+import type { IdArray, NativeArrowOps } from '../binding.js';
+import { loadAddon } from '../native.js';
 import { batchSizeOf, listOption, nonNegativeInt, type Batch, type BatchSource } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
@@ -33,6 +38,11 @@ export interface ArrowSourceOptions {
 
 export type ArrowInput = Table | readonly RecordBatch[] | (() => Iterable<RecordBatch> | AsyncIterable<RecordBatch>);
 
+let ops: NativeArrowOps | undefined;
+function arrowOps(): NativeArrowOps {
+  return (ops ??= loadAddon().arrow);
+}
+
 function col(rb: RecordBatch, name: string): Data {
   const i = rb.schema.fields.findIndex((f) => f.name === name);
   if (i < 0) throw new EmbshardError('MISSING_FEATURE', `the RecordBatch has no column '${name}'`);
@@ -43,19 +53,26 @@ function noNulls(d: Data, name: string): void {
   if (d.nullCount > 0) throw new EmbshardError('INVALID_ARGUMENT', `column '${name}' has ${d.nullCount} nulls; only list columns may hold nulls (empty bags)`);
 }
 
-function toFloat32(d: Data, name: string): Float32Array {
+/** The values of a number column that read as Float32 (its first d.length, or fewer when the buffer is short). */
+function numberValues(d: Data, name: string): ArrayBufferView & { length: number } {
   noNulls(d, name);
-  const v = d.values as ArrayLike<number | bigint>;
+  const v = d.values as unknown;
   if (d.typeId === Type.Float && v instanceof Float32Array) return v.subarray(0, d.length);
   // Float16 values are raw half-float bits (a Uint16Array): read as numbers they would be garbage
   if (d.typeId === Type.Float && !(v instanceof Float64Array))
     throw new EmbshardError('UNSUPPORTED_DTYPE', `column '${name}' must be Float32 (or Float64, or a 32-bit-or-smaller integer type); got ${String(d.type)}`);
-  if ((d.typeId === Type.Int || d.typeId === Type.Float) && !(v instanceof BigInt64Array) && !(v instanceof BigUint64Array)) {
-    const out = new Float32Array(d.length);
-    for (let i = 0; i < d.length; i++) out[i] = v[i] as number;
-    return out;
-  }
+  if ((d.typeId === Type.Int || d.typeId === Type.Float) && ArrayBuffer.isView(v) && !(v instanceof BigInt64Array) && !(v instanceof BigUint64Array) && !(v instanceof DataView))
+    return (v as Int32Array).subarray(0, d.length);
   throw new EmbshardError('UNSUPPORTED_DTYPE', `column '${name}' must be Float32 (or a 32-bit-or-smaller number type); got ${String(d.type)}`);
+}
+
+/** A number column as Float32: a view of a Float32 column, else converted (NaN past a short buffer's end). */
+function toFloat32(d: Data, name: string): Float32Array {
+  const v = numberValues(d, name);
+  if (v instanceof Float32Array) return v;
+  const out = new Float32Array(d.length);
+  arrowOps().toFloat32(v, d.length, out, 0, 1);
+  return out;
 }
 
 interface IdView {
@@ -87,10 +104,11 @@ function idView(d: Data, name: string): IdView {
  */
 function withoutNullBags(d: Data, offsets: Int32Array, values: Int32Array | Uint32Array | BigInt64Array): IdView {
   const B = d.length, out = new Int32Array(B + 1);
-  for (let b = 0; b < B; b++) out[b + 1] = out[b]! + (d.getValid(b) ? offsets[b + 1]! - offsets[b]! : 0);
+  // Data.getValid's rule: bit d.offset + b of the bitmap; no bitmap, every slot valid
+  arrowOps().validBagOffsets(offsets, d.nullable ? (d.nullBitmap as Uint8Array) : null, d.offset, B, out);
   const ids = new (values.constructor as new (n: number) => typeof values)(out[B]!);
-  for (let b = 0; b < B; b++)
-    if (out[b + 1]! > out[b]!) (ids as Int32Array).set((values as Int32Array).subarray(offsets[b]!, offsets[b + 1]!), out[b]!);
+  // offsets that run backwards or past the ids can put a bag outside the ids: TypedArray.set's error
+  if (!arrowOps().copyValidBags(offsets, out, values, ids)) throw new RangeError('offset is out of bounds');
   return { ids: ids as IdArray, offsets: out };
 }
 const ARROW_FIELDS = fieldsOf<ArrowSourceOptions>({ features: true, label: true, dense: true, maxBatchSize: true });
@@ -121,19 +139,16 @@ export function recordBatchToBatch(rb: RecordBatch, o: ArrowSourceOptions = {}):
     noNulls(child, `${denseSpec}.item`);
     dense = child.values.subarray(0, B * D);
   } else {
-    const D = denseNames.length;
-    dense = new Float32Array(B * D);
-    denseNames.forEach((n, j) => {
-      const v = toFloat32(col(rb, n), n);
-      for (let b = 0; b < B; b++) dense[b * D + j] = v[b]!;
-    });
+    const D = denseNames.length, dst = new Float32Array(B * D);
+    // column j → dst[b · D + j], converted in the same pass
+    denseNames.forEach((n, j) => arrowOps().toFloat32(numberValues(col(rb, n), n), B, dst, j, D));
+    dense = dst;
   }
 
   const views = features.map((f) => idView(col(rb, f), f));
   const lengths = new Int32Array(features.length * B);
   views.forEach((v, f) => {
-    const off = v.offsets;
-    if (off) for (let b = 0; b < B; b++) lengths[f * B + b] = off[b + 1]! - off[b]!;
+    if (v.offsets) arrowOps().bagLengths(v.offsets, B, lengths, f * B);
     else lengths.fill(1, f * B, (f + 1) * B);
   });
   const ids = joinIds(views.map((v) => v.ids));
@@ -171,7 +186,7 @@ function joinIds(parts: IdArray[]): IdArray {
   let o = 0;
   for (const p of parts) {
     if (p instanceof BigInt64Array) out.set(p, o);
-    else for (let i = 0; i < p.length; i++) out[o + i] = BigInt(p[i]!);
+    else arrowOps().widenIds(p, out, o);
     o += p.length;
   }
   return out;
@@ -277,4 +292,34 @@ export function arrowSource(input: Table | readonly RecordBatch[], options: Arro
     numDense: b.dense.length / b.size,
     batchSize: Math.min(first.numRows, options.maxBatchSize ?? Infinity),
   });
+}
+
+// The checks of an untrusted Arrow body's columns (the Arrow reader trusts the counts in its metadata):
+// each throws the typed error naming the column, the per-element scans native.
+
+/** A list column's offsets: B + 1 entries within its ids, none running backwards (INVALID_ARGUMENT); other columns pass. */
+export function checkListOffsets(rb: RecordBatch, name: string): void {
+  const i = rb.schema.fields.findIndex((f) => f.name === name);
+  const d = i < 0 ? undefined : rb.data.children[i];
+  if (d?.typeId !== Type.List) return; // a missing or one-hot column: recordBatchToBatch's checks
+  const off = d.valueOffsets as Int32Array | undefined, ids = (d.children[0]?.values as ArrayLike<unknown> | undefined)?.length ?? 0;
+  const bad: (why: string) => never = (why) => {
+    throw new EmbshardError('INVALID_ARGUMENT', `column '${name}': its list offsets ${why}; the Arrow body is corrupt`);
+  };
+  if (!off || off.length < d.length + 1) bad(`hold ${off?.length ?? 0} entries for ${d.length} rows`);
+  if (off[0]! < 0 || off[d.length]! > ids) bad(`span [${off[0]}, ${off[d.length]}) but the column holds ${ids} ids`);
+  arrowOps().checkOffsets(name, off, d.length);
+}
+
+/** Dense values [rows × D] all finite (INVALID_ARGUMENT naming column 'dense', the row counted from firstRow, and the value). */
+export function checkDenseFinite(dense: Float32Array, D: number, firstRow: number): void {
+  arrowOps().checkDenseFinite('dense', dense, D, firstRow);
+}
+
+/**
+ * A feature's ids checked against [0, rows) (ID_OUT_OF_RANGE naming the column and the id) and written to
+ * dst[at …) as Int32; returns how many.
+ */
+export function idsToRows(ids: IdArray, rows: number, name: string, dst: Int32Array, at: number): number {
+  return arrowOps().idsToRows(name, ids, rows, dst, at);
 }

@@ -1,19 +1,26 @@
-// batch-message.ts — a Batch as a structured-clone message whose typed arrays travel by transfer: every array
-// that does not own its whole ArrayBuffer is copied first (transferring a shared buffer would detach
+// batch-message.ts — a Batch (or a prediction's samples: a batch without labels, what the server's Arrow
+// decoding worker sends back) as a structured-clone message whose typed arrays travel by transfer: every
+// array that does not own its whole ArrayBuffer is copied first (transferring a shared buffer would detach
 // the other views), each buffer is listed once.
 import { JaggedBatch } from '../batch.js';
 import type { IdArray } from '../binding.js';
 import type { Batch } from './types.js';
 
-export interface BatchMessage {
+/** A batch's samples without labels: dense features and sparse ids. */
+export type Samples = Pick<Batch, 'dense' | 'sparse' | 'size'>;
+
+export interface SamplesMessage {
   size: number;
   dense: Float32Array;
-  labels: Float32Array;
-  planted?: Float32Array | undefined;
   features: string[];
   lengths: Int32Array;
   ids: IdArray;
   weights?: Float32Array | undefined;
+}
+
+export interface BatchMessage extends SamplesMessage {
+  labels: Float32Array;
+  planted?: Float32Array | undefined;
 }
 
 /** `a`, or a copy of it when it does not own its whole (unshared) buffer: a view whose buffer can be transferred. */
@@ -23,27 +30,42 @@ export function owned<T extends ArrayBufferView>(a: T): T {
     : ((a as unknown as { slice(): T }).slice());
 }
 
-export function batchTransfer(b: Batch): { message: BatchMessage; transfer: ArrayBuffer[] } {
+/** The buffers of a message's arrays, each once. */
+function buffersOf(arrays: readonly (ArrayBufferView | undefined)[]): ArrayBuffer[] {
+  const bufs = new Set<ArrayBuffer>();
+  for (const a of arrays) if (a) bufs.add(a.buffer as ArrayBuffer);
+  return [...bufs];
+}
+
+function samplesMessage(b: Samples): SamplesMessage {
   const s = b.sparse;
-  const message: BatchMessage = {
+  return {
     size: b.size,
     dense: owned(b.dense),
-    labels: owned(b.labels),
-    planted: b.planted ? owned(b.planted) : undefined,
     features: [...s.features],
     lengths: owned(s.lengths),
     ids: owned(s.ids),
     weights: s.weights ? owned(s.weights) : undefined,
   };
-  const bufs = new Set<ArrayBuffer>();
-  for (const a of [message.dense, message.labels, message.planted, message.lengths, message.ids, message.weights])
-    if (a) bufs.add(a.buffer as ArrayBuffer);
-  return { message, transfer: [...bufs] };
+}
+
+export function samplesTransfer(b: Samples): { message: SamplesMessage; transfer: ArrayBuffer[] } {
+  const message = samplesMessage(b);
+  return { message, transfer: buffersOf([message.dense, message.lengths, message.ids, message.weights]) };
+}
+
+export function batchTransfer(b: Batch): { message: BatchMessage; transfer: ArrayBuffer[] } {
+  const message: BatchMessage = { ...samplesMessage(b), labels: owned(b.labels), planted: b.planted ? owned(b.planted) : undefined };
+  return { message, transfer: buffersOf([message.dense, message.labels, message.planted, message.lengths, message.ids, message.weights]) };
+}
+
+export function samplesFromMessage(m: SamplesMessage): Samples {
+  const sparse = JaggedBatch.fromLengths({ features: m.features, batchSize: m.size, lengths: m.lengths, ids: m.ids, weights: m.weights });
+  return { dense: m.dense, sparse, size: m.size };
 }
 
 export function batchFromMessage(m: BatchMessage): Batch {
-  const sparse = JaggedBatch.fromLengths({ features: m.features, batchSize: m.size, lengths: m.lengths, ids: m.ids, weights: m.weights });
-  const b: Batch = { dense: m.dense, sparse, labels: m.labels, size: m.size };
+  const b: Batch = { ...samplesFromMessage(m), labels: m.labels };
   if (m.planted) b.planted = m.planted;
   return b;
 }

@@ -5,7 +5,7 @@
 // so the server keeps answering. The deadline counts from when a started worker takes the body, so a
 // worker's start-up is not charged to it. Bodies are decoded one at a time, in arrival order.
 import type { Worker } from 'node:worker_threads';
-import { JaggedBatch } from '../batch.js';
+import { samplesFromMessage } from '../data/batch-message.js';
 import { CallQueue } from '../call-queue.js';
 import { startWorker } from '../worker-thread.js';
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
@@ -101,7 +101,7 @@ export class ArrowDecoder {
           return;
         }
         try {
-          resolve({ dense: r.dense, sparse: JaggedBatch.fromLengths({ features: r.features, batchSize: r.size, lengths: r.lengths, ids: r.ids }), size: r.size });
+          resolve(samplesFromMessage(r.batch));
         } catch (e) {
           reject(e);
         }

@@ -1,8 +1,10 @@
 // arrow-worker.ts — the worker-thread side of ArrowDecoder (arrow-decoder.ts): says 'ready' once loaded,
 // then decodes each Arrow IPC request body it is sent with parseArrowRequest and posts the batch back,
-// its arrays transferred, or the typed error's code and message.
+// its arrays transferred (batch-message.ts), or the typed error's code and message. The Arrow reader's
+// per-element work runs in the native addon, which this thread loads for itself.
 import { parentPort } from 'node:worker_threads';
-import { owned } from '../data/batch-message.js';
+import { samplesTransfer, type SamplesMessage } from '../data/batch-message.js';
+import { loadAddon } from '../native.js';
 import type { ModelInputs } from '../train/inputs.js';
 import { parseArrowRequest } from './request.js';
 
@@ -13,21 +15,21 @@ export interface DecodeRequest {
 }
 
 export type DecodeReply =
-  | { ok: true; dense: Float32Array; features: string[]; lengths: Int32Array; ids: Int32Array; size: number }
+  | { ok: true; batch: SamplesMessage }
   | { ok: false; code: string; message: string };
 
 const port = parentPort!;
 port.on('message', (m: DecodeRequest) => {
   let reply: DecodeReply, transfer: ArrayBuffer[] = [];
   try {
-    const b = parseArrowRequest(m.body, m.inputs, m.maxSamples);
-    const dense = owned(b.dense), lengths = owned(b.sparse.lengths), ids = owned(b.sparse.ids as Int32Array);
-    reply = { ok: true, dense, features: [...b.sparse.features], lengths, ids, size: b.size };
-    transfer = [...new Set([dense.buffer, lengths.buffer, ids.buffer] as ArrayBuffer[])];
+    const { message, transfer: buffers } = samplesTransfer(parseArrowRequest(m.body, m.inputs, m.maxSamples));
+    reply = { ok: true, batch: message };
+    transfer = buffers;
   } catch (e) {
     const err = e as { code?: unknown; message?: unknown };
     reply = { ok: false, code: typeof err.code === 'string' ? err.code : 'INTERNAL', message: String(err.message ?? e) };
   }
   port.postMessage(reply, transfer);
 });
+loadAddon(); // before 'ready': a body's deadline is not charged with it, and a failure is a failed start
 port.postMessage('ready');

@@ -9,13 +9,12 @@
 //          FixedSizeList<Float32> column, one Int32/Uint32/Int64 list column per feature; no label).
 //          The reader trusts the body's metadata, so what it yields is checked as JSON is: list offsets
 //          that run backwards or past their ids, non-finite dense values, ids outside the tables.
-import { tableFromIPC, Type, type RecordBatch } from 'apache-arrow';
+import { tableFromIPC, type RecordBatch } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
 import { rejectUnknownFields } from '../fields.js';
 import { JaggedBatch } from '../batch.js';
-import type { IdArray } from '../binding.js';
 import { hashHexString } from '../data/criteo-hash.js';
-import { recordBatchToBatch } from '../data/arrow.js';
+import { checkDenseFinite, checkListOffsets, idsToRows, recordBatchToBatch } from '../data/arrow.js';
 import type { ModelInputs } from '../train/inputs.js';
 import type { PredictBatch } from '../train/trainer.js';
 import { concatBatches } from './merge.js';
@@ -99,27 +98,6 @@ export function parseJsonRequest(body: unknown, inputs: ModelInputs, maxSamples:
   return { dense, sparse: JaggedBatch.fromLengths({ features: inputs.sparse, batchSize: B, lengths, ids }), size: B };
 }
 
-/** Ids of one feature checked against [0, rows) and returned as Int32 (views when they are Int32 already). */
-function checkIds(ids: IdArray, rows: number, name: string): Int32Array {
-  for (let i = 0; i < ids.length; i++) {
-    const v = Number(ids[i]!);
-    if (!(v >= 0 && v < rows)) fail('ID_OUT_OF_RANGE', `column '${name}': id ${String(ids[i])} is not a row of its table (an integer in [0, ${rows}))`);
-  }
-  return ids instanceof Int32Array ? ids : Int32Array.from(ids as ArrayLike<number>, Number);
-}
-
-/** A list column's offsets: non-decreasing, within its ids (else its bag lengths would not be its ids'). */
-function checkOffsets(rb: RecordBatch, name: string): void {
-  const i = rb.schema.fields.findIndex((f) => f.name === name);
-  const d = i < 0 ? undefined : rb.data.children[i];
-  if (d?.typeId !== Type.List) return; // a missing or one-hot column: recordBatchToBatch's checks
-  const off = d.valueOffsets as Int32Array | undefined, ids = (d.children[0]?.values as ArrayLike<unknown> | undefined)?.length ?? 0;
-  const bad: (why: string) => never = (why) => fail('INVALID_ARGUMENT', `column '${name}': its list offsets ${why}; the Arrow body is corrupt`);
-  if (!off || off.length < d.length + 1) bad(`hold ${off?.length ?? 0} entries for ${d.length} rows`);
-  if (off[0]! < 0 || off[d.length]! > ids) bad(`span [${off[0]}, ${off[d.length]}) but the column holds ${ids} ids`);
-  for (let b = 0; b < d.length; b++) if (off[b + 1]! < off[b]!) bad(`run backwards at row ${b} (${off[b]} → ${off[b + 1]})`);
-}
-
 /** An Arrow IPC body → one batch (all its record batches) for the model with these inputs. */
 export function parseArrowRequest(body: Uint8Array, inputs: ModelInputs, maxSamples: number): PredictBatch {
   let table;
@@ -142,24 +120,19 @@ export function parseArrowRequest(body: Uint8Array, inputs: ModelInputs, maxSamp
 }
 
 function checkedArrow(batches: RecordBatch[], inputs: ModelInputs): PredictBatch {
-  for (const rb of batches) for (const name of inputs.sparse) checkOffsets(rb, name);
+  for (const rb of batches) for (const name of inputs.sparse) checkListOffsets(rb, name);
   const parts = batches.map((rb) => recordBatchToBatch(rb, { features: inputs.sparse, label: null, dense: 'dense' }));
   const D = inputs.numDense;
   let row = 0;
   for (const p of parts) {
     if (p.dense.length !== p.size * D) fail('LENGTH_MISMATCH', `column 'dense' has ${p.dense.length / p.size} values per sample; the model takes ${D}`);
-    for (let i = 0; i < p.dense.length; i++)
-      if (!Number.isFinite(p.dense[i]!)) fail('INVALID_ARGUMENT', `column 'dense': row ${row + Math.floor(i / D)}, value ${i % D} is ${p.dense[i]}; dense values must be finite`);
+    checkDenseFinite(p.dense, D, row);
     row += p.size;
   }
   const checked = parts.map((p) => {
     const ids = new Int32Array(p.sparse.ids.length);
     let o = 0;
-    inputs.sparse.forEach((name, f) => {
-      const part = checkIds(p.sparse.feature(name).ids, inputs.tableRows[f]!, name);
-      ids.set(part, o);
-      o += part.length;
-    });
+    inputs.sparse.forEach((name, f) => (o += idsToRows(p.sparse.feature(name).ids, inputs.tableRows[f]!, name, ids, o)));
     return { dense: p.dense, sparse: JaggedBatch.fromLengths({ features: inputs.sparse, batchSize: p.size, lengths: p.sparse.lengths, ids }), size: p.size };
   });
   return checked.length === 1 ? checked[0]! : concatBatches(checked);
