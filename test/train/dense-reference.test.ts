@@ -221,15 +221,6 @@ function close(got: ArrayLike<number>, want: ArrayLike<number>): number {
   return ref.worstRatio(got, want, 1e-4 * maxAbs(want) + 1e-30, 1e-3);
 }
 
-function relNorm(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0, den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}
-
 interface Case {
   spec: DenseModelSpec;
   B: number;
@@ -336,8 +327,8 @@ describe('bf16 DenseModel against the reference with bf16-rounded GEMM inputs', 
       await m.forwardBackward(dense, sparse, labels, B, { logits, sparseGrad: sg });
       // a rounding boundary can fall between fp32 and float64 intermediates: norm-wise, well below bf16's 2⁻⁸
       for (const [got, want, fp] of [[logits, rounded.logits, full.logits], [m.grads, rounded.grads, full.grads], [sg, rounded.dSparse, full.dSparse]] as const) {
-        expect(relNorm(got, want)).toBeLessThanOrEqual(1e-3);
-        expect(relNorm(got, want)).toBeLessThan(relNorm(got, fp) / 4);
+        expect(ref.relNorm(got, want)).toBeLessThanOrEqual(1e-3);
+        expect(ref.relNorm(got, want)).toBeLessThan(ref.relNorm(got, fp) / 4);
       }
       // the update is fp32 on fp32 master weights: p − lr·g exactly as float32 computes it
       const g = Float32Array.from(m.grads);

@@ -23,15 +23,6 @@ function withinBound(got: ArrayLike<number>, want: ArrayLike<number>, bound: Arr
   return worst;
 }
 
-function relNorm(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0, den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}
-
 const abs = (x: ArrayLike<number>) => Float64Array.from(x, Math.abs);
 
 describe('bf16 linear layer', () => {
@@ -92,7 +83,7 @@ describe('bf16 dot interaction (batched GEMMs)', () => {
     const dxBound = Float64Array.from(ab.dx, (v, i) => U * (v - passAbs[i]!));
     expect(withinBound(got.dx, fp.dx, dxBound)).toBeLessThanOrEqual(1);
     expect(withinBound(got.de, fp.de, Float64Array.from(ab.de, (v) => U * v))).toBeLessThanOrEqual(1);
-    expect(relNorm(got.de, fp.de)).toBeGreaterThan(0); // really computed in bf16
+    expect(ref.relNorm(got.de, fp.de)).toBeGreaterThan(0); // really computed in bf16
   });
 });
 
@@ -119,11 +110,11 @@ describe('bf16 DenseModel', () => {
       expect(h.m.params).toBeInstanceOf(Float32Array);
       expect(h.m.params).toEqual(f.m.params); // same fp32 master weights from the same seed
       const tol = gemms * 2 ** -7;
-      expect(relNorm(h.logits, f.logits)).toBeLessThanOrEqual(tol);
+      expect(ref.relNorm(h.logits, f.logits)).toBeLessThanOrEqual(tol);
       expect(Math.abs(h.loss - f.loss) / f.loss).toBeLessThanOrEqual(tol);
-      expect(relNorm(h.grads, f.grads)).toBeLessThanOrEqual(tol);
-      expect(relNorm(h.sg, f.sg)).toBeLessThanOrEqual(2 * tol);
-      expect(relNorm(h.grads, f.grads)).toBeGreaterThan(0); // not silently fp32
+      expect(ref.relNorm(h.grads, f.grads)).toBeLessThanOrEqual(tol);
+      expect(ref.relNorm(h.sg, f.sg)).toBeLessThanOrEqual(2 * tol);
+      expect(ref.relNorm(h.grads, f.grads)).toBeGreaterThan(0); // not silently fp32
       await h.m.update();
       expect(h.m.state.length).toBe(h.m.params.length); // adagrad accumulators, fp32
     });

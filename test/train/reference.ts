@@ -182,6 +182,16 @@ export function fdGradient(f: () => number, x: Float64Array, h = 1e-6): Float64A
   return g;
 }
 
+/** ‖a − b‖₂ / ‖b‖₂. */
+export function relNorm(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let num = 0, den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i]! - b[i]!) ** 2;
+    den += b[i]! ** 2;
+  }
+  return Math.sqrt(num / den);
+}
+
 /** Largest |a − b| / (atol + rtol·|b|) — a value ≤ 1 means every element is within tolerance. */
 export function worstRatio(a: Vec, b: Vec, atol: number, rtol: number): number {
   if (a.length !== b.length) return Infinity;
