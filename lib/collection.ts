@@ -126,6 +126,9 @@ export interface FeatureInfo {
 
 export type Ids = BigInt64Array | Int32Array | Uint32Array | readonly (number | bigint)[];
 
+/** Outputs handed back by release(): no backward may apply them (their memory may already hold a later forward's). */
+const released = new WeakSet<ForwardOutput | DeviceForwardOutput>();
+
 function toBigIds(ids: Ids): BigInt64Array {
   if (ids instanceof BigInt64Array) return ids;
   const out = new BigInt64Array(ids.length);
@@ -271,8 +274,9 @@ export class EmbeddingCollection extends EngineOwner {
   /**
    * Hands a forward output's arrays back for reuse once no call still needs them (it waits for the calls
    * queued before it). The arrays are detached: afterwards they have length 0 and the output must not
-   * be used again. backward() does this by itself; release() is for outputs that never go through
-   * backward (evaluation) or were kept (`keepOutput`). Optional — unreleased outputs are recycled when
+   * be used again (a backward of it is INVALID_ARGUMENT and changes nothing). backward() does this by
+   * itself; release() is for outputs that never go through backward (evaluation) or were kept
+   * (`keepOutput`). Optional — unreleased outputs are recycled when
    * garbage-collected — but such a loop that releases its outputs reuses the same few buffers instead of
    * faulting in fresh memory every step. Resolves to the number of arrays released.
    */
@@ -282,6 +286,7 @@ export class EmbeddingCollection extends EngineOwner {
         const d = out as DeviceForwardOutput;
         return this.enqueue(async () => {
           this.live();
+          released.add(d);
           // an output a backward already consumed gave its arrays back then (a later forward may hold them now)
           if (!this.pending.delete(d)) return 0;
           this.deviceOutputs?.give(d.pooled, d.sequences);
@@ -291,7 +296,12 @@ export class EmbeddingCollection extends EngineOwner {
       if (!out || !(out.pooled instanceof Float32Array))
         throw new EmbshardError('INVALID_ARGUMENT', 'release(out) needs the output of forward()');
       const arrays = [out.pooled, ...Object.values(out.sequences ?? {}).map((s) => s.values)];
-      return this.enqueue(async () => this.live().releaseOutputs(arrays));
+      return this.enqueue(async () => {
+        const engine = this.live();
+        released.add(out);
+        this.pending.delete(out);
+        return engine.releaseOutputs(arrays);
+      });
     });
   }
 
@@ -504,7 +514,8 @@ export class EmbeddingCollection extends EngineOwner {
     // device gradients (checked there), or host arrays per sequence feature
     const device = this.deviceGradients(out.batch, grads);
     const host = grads as Gradients;
-    const seq = device ? [] : this.featureInfo.map((f) => (f.pooling === 'none' ? host.sequences?.[f.name] ?? null : null));
+    const given = (name: string) => (host.sequences && Object.hasOwn(host.sequences, name) ? host.sequences[name] : undefined);
+    const seq = device ? [] : this.featureInfo.map((f) => (f.pooling === 'none' ? given(f.name) ?? null : null));
     if (!device)
       for (const name of Object.keys(host.sequences ?? {}))
         if (!this.sequenceFeatures.includes(name))
@@ -530,9 +541,13 @@ export class EmbeddingCollection extends EngineOwner {
     };
   }
 
-  /** An output of this collection's forward goes through one backward, as a sharded collection's does. */
+  /**
+   * An output of this collection's forward goes through one backward, as a sharded collection's does, and
+   * none after release().
+   */
   private checkApplied(out: ForwardOutput | DeviceForwardOutput): void {
     if (this.applied.has(out)) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has already been through backward()');
+    if (released.has(out)) throw new EmbshardError('INVALID_ARGUMENT', 'this forward output has been released; run forward() again');
   }
 
   /** A forward's slots are meaningful only while no later forward evicted rows (checked again when the backward runs). */

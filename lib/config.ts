@@ -165,6 +165,8 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     stochasticRounding: o.stochasticRounding ?? false,
     nonFinite: o.nonFinite ?? 'error',
   };
+  if (o.stochasticRounding !== undefined && typeof o.stochasticRounding !== 'boolean')
+    bad('INVALID_CONFIG', `optimizer.stochasticRounding must be a boolean (got ${String(o.stochasticRounding)})`);
   if (optimizer.lr < 0 || optimizer.eps < 0) bad('INVALID_CONFIG', 'optimizer lr and eps must be >= 0');
   if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1))
     bad('INVALID_CONFIG', 'optimizer beta1 and beta2 must be in [0, 1)');

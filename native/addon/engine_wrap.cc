@@ -5,6 +5,7 @@
 // same output reuses. Arguments are read with js_args.h.
 #include <napi.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -382,6 +383,7 @@ class EngineWrap : public Napi::ObjectWrap<EngineWrap> {
   void SetStep(const Napi::CallbackInfo& info, const Napi::Value& v) {
     Guarded& g = live(info.Env());
     const double t = number_arg(info.Env(), v, "step", 0, 9007199254740991.0);
+    if (std::floor(t) != t) throw_error(info.Env(), "INVALID_ARGUMENT", format("step must be an integer (got %g)", t));
     std::lock_guard<std::mutex> lk(g.mu);
     g.engine->set_step(static_cast<int64_t>(t));
   }

@@ -22,7 +22,7 @@ struct GradientView {
 };
 
 // GRAD_SIZE_MISMATCH unless the pooled gradient holds batchSize × pooledDim values and each sequence
-// feature's holds (its ids × dim) values.
+// feature's holds (its ids × dim) values, exactly, none expected included (a missing array: no values).
 void check_gradient_sizes(const CollectionSpec& spec, const Layout& layout, const PreparedBatch& b, const GradientView& g);
 
 // The outcome of a backward whose gradients hold NaN or Inf: a skipped step under nonFinite 'skip',

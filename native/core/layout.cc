@@ -47,6 +47,33 @@ std::string arena_description(const CollectionSpec& spec, const Layout& L, bool 
                 spec.tables.size(), spec.tables[big].name.c_str(), static_cast<unsigned long long>(bigBytes));
 }
 
+namespace {
+
+// INVALID_CONFIG unless every value the table's init can give is finite in fp32 (a NaN or an overflowing
+// bound would fill the table with NaN / Inf before the first step).
+void check_init(const TableSpec& t) {
+  const InitSpec& i = t.init;
+  bool ok;
+  const char* fields;
+  switch (i.kind) {
+    case InitKind::Uniform:
+      ok = std::isfinite(i.a) && std::isfinite(i.b) && std::isfinite(i.b - i.a);
+      fields = "low and high (and high - low)";
+      break;
+    case InitKind::Normal:  // Box–Muller draws at most about 5.8 standard deviations from the mean
+      ok = std::isfinite(i.a) && std::isfinite(i.b) && std::isfinite(std::fabs(i.a) + 6.0f * std::fabs(i.b));
+      fields = "mean and std (and |mean| + 6·|std|)";
+      break;
+    default:
+      ok = std::isfinite(i.a);
+      fields = "value";
+      break;
+  }
+  if (!ok) fail("INVALID_CONFIG", "table '%s': init %s must be finite numbers in fp32", t.name.c_str(), fields);
+}
+
+}  // namespace
+
 Layout make_layout(const CollectionSpec& spec) {
   constexpr uint64_t kMaxRows = 1ull << 40;
   constexpr uint32_t kMaxDim = 65536;
@@ -62,6 +89,7 @@ Layout make_layout(const CollectionSpec& spec) {
            static_cast<unsigned long long>(t.rows));
     if (t.dim == 0 || t.dim > kMaxDim)
       fail("INVALID_SIZE", "table '%s': dim must be in [1, %u] (got %u)", t.name.c_str(), kMaxDim, t.dim);
+    check_init(t);
     TableStorage tl;
     tl.rowBytes = static_cast<uint64_t>(t.dim) * dtype_size(t.dtype);
     tl.weightOffset = wOff;
@@ -106,6 +134,10 @@ Layout make_layout(const CollectionSpec& spec) {
   const OptimizerConfig& o = spec.optimizer;
   if (!(std::isfinite(o.lr) && o.lr >= 0)) fail("INVALID_CONFIG", "optimizer lr must be a finite number >= 0");
   if (!(std::isfinite(o.eps) && o.eps >= 0)) fail("INVALID_CONFIG", "optimizer eps must be a finite number >= 0");
+  // adagrad, rowwise adagrad and adam divide by √s + eps: with eps 0 a zero (or underflowing) gradient
+  // over zero state is 0 / 0, and the row turns NaN
+  if (o.type != OptType::SGD && !(o.eps > 0))
+    fail("INVALID_CONFIG", "optimizer eps must be > 0 in fp32 for %s (got %g)", optimizer_name(o.type), static_cast<double>(o.eps));
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
     fail("INVALID_CONFIG", "adam betas must be in [0, 1)");
   if (!std::isfinite(o.weightDecay)) fail("INVALID_CONFIG", "weightDecay must be finite");

@@ -336,8 +336,8 @@ void update_targets(const CpuEngine& e, std::vector<uint64_t>& tableEnd, std::ve
     maxDim = std::max(maxDim, spec.tables[t].dim);
   }
   const int64_t t1 = e.step() + 1;  // the step being applied (1-based)
-  u = cpu::UpdateContext{&opt, spec.seed, static_cast<uint64_t>(t1), 1.0f - std::pow(opt.beta1, static_cast<float>(t1)),
-                         1.0f - std::pow(opt.beta2, static_cast<float>(t1))};
+  u = cpu::UpdateContext{&opt, spec.seed, static_cast<uint64_t>(t1), adam_bias_correction(opt.beta1, t1),
+                         adam_bias_correction(opt.beta2, t1)};
 }
 
 // ---- owner-partitioned grouping ----

@@ -11,10 +11,24 @@
 
 namespace embshard {
 
+namespace {
+
+// The weights' bytes, once both arenas together are known to fit the machine's memory and swap (each is
+// checked alone when it is made; together past it, committing their pages would end the process).
+uint64_t weight_bytes_fitting(const CollectionSpec& spec, const Layout& layout) {
+  const uint64_t w = layout.weightBytes, s = layout.stateFloats * 4, limit = host_memory_limit();
+  if (w <= limit && s <= limit && w + s > limit)
+    fail("ALLOC_FAILED", "cannot allocate %llu bytes of weights and %llu bytes of optimizer state (%s): together past the %llu bytes of this machine's memory and swap",
+         static_cast<unsigned long long>(w), static_cast<unsigned long long>(s), arena_description(spec, layout, false).c_str(),
+         static_cast<unsigned long long>(limit));
+  return w;
+}
+
+}  // namespace
 
 CpuEngine::CpuEngine(const CollectionSpec& spec, const Layout& layout, bool initialize)
     : Engine(spec, layout),
-      weights_(layout.weightBytes, arena_description(spec, layout, false)),
+      weights_(weight_bytes_fitting(spec, layout), arena_description(spec, layout, false)),
       state_(layout.stateFloats * 4, arena_description(spec, layout, true)) {
   // Commit every page now (zero state, and zero weights when a checkpoint will fill them), so the first
   // training steps do not pay page faults and an over-committed machine fails here, not mid-step.

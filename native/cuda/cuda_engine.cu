@@ -380,8 +380,8 @@ BackwardResult CudaEngine::run_backward(const PreparedBatch& b, const float* poo
   a.beta1 = opt.beta1;
   a.beta2 = opt.beta2;
   a.weightDecay = opt.weightDecay;
-  a.bc1 = 1.0f - std::pow(opt.beta1, static_cast<float>(t1));
-  a.bc2 = 1.0f - std::pow(opt.beta2, static_cast<float>(t1));
+  a.bc1 = adam_bias_correction(opt.beta1, t1);
+  a.bc2 = adam_bias_correction(opt.beta2, t1);
   a.stochasticRounding = opt.stochasticRounding;
   a.seed = spec_.seed;
   a.step = static_cast<uint64_t>(t1);

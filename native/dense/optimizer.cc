@@ -45,8 +45,8 @@ void dense_optimizer_step(const DenseOptConfig& c, float lr, int64_t t, float* p
       });
       break;
     case DenseOpt::Adam: {
-      const float bc1 = 1.0f - std::pow(c.beta1, static_cast<float>(t));
-      const float bc2 = 1.0f - std::pow(c.beta2, static_cast<float>(t));
+      const float bc1 = adam_bias_correction(c.beta1, t);
+      const float bc2 = adam_bias_correction(c.beta2, t);
       float* m = state;
       float* v = state + n;
       parallel_for(n, 1 << 15, [&](int64_t a, int64_t b) {

@@ -136,8 +136,9 @@ export class Oracle {
       }
     }
     const o = this.opt;
-    const bc1 = 1 - Math.pow(o.beta1, this.t);
-    const bc2 = 1 - Math.pow(o.beta2, this.t);
+    // bias corrections 1 - β^t of the fp32 β, exact, rounded once to fp32
+    const bc1 = f(1 - Math.pow(f(o.beta1), this.t));
+    const bc2 = f(1 - Math.pow(f(o.beta2), this.t));
     for (const { table, row, g } of acc.values()) {
       const T = this.tables[table]!;
       const D = T.dim;

@@ -239,8 +239,8 @@ void bce(const float* z, const float* y, int64_t B, float scale, double* loss, f
 void optimizer_step(int type, float lr, float eps, float beta1, float beta2, float wd, int64_t t, float* params,
                     const float* grads, float* state, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  // bias corrections computed on the host in float, as dense/optimizer.cc
-  const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t)), bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+  // bias corrections computed on the host, as dense/optimizer.cc
+  const float bc1 = adam_bias_correction(beta1, t), bc2 = adam_bias_correction(beta2, t);
   EMB_LAUNCH(optimizer_kernel, blocks_for(n), kThreads, 0, s, type, lr, eps, beta1, beta2, wd, bc1, bc2, params, grads, state, n);
   EMB_CUDA_CHECK_LAUNCH();
 }
