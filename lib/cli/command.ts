@@ -1,9 +1,9 @@
 // command.ts — what an `embshard` subcommand does around its work: --help prints the usage (exit 0), a
 // usage error prints the problem and the usage (exit 2), an EmbshardError prints its code and message
-// (exit 1); the checked number options; and output files, checked before the work and written whole or
-// not at all.
+// (exit 1); the checked number options; and output files, checked before the work (against each other and
+// the inputs too) and written whole or not at all.
 import { accessSync, closeSync, constants, existsSync, openSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { EmbshardError, isEmbshardError } from '../errors.js';
 
 /** Runs a subcommand on its parsed arguments ('help', a usage error, or the options). */
@@ -44,10 +44,11 @@ export function intArg(k: string, v: string, min = 1, max = Number.MAX_SAFE_INTE
 /** A decimal number as written on a command line: 5, -0.5, .5, 1e-3 (not hex, binary, blanks or Infinity). */
 const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
-/** The value of option `k` as a finite decimal number ≥ min. */
-export function numArg(k: string, v: string, min = 0): number {
+/** The value of option `k` as a finite decimal number in [min, max]. */
+export function numArg(k: string, v: string, min = 0, max = Infinity): number {
   const n = Number(v);
-  if (!DECIMAL.test(v) || !Number.isFinite(n) || n < min) throw new Error(`${k} must be a number >= ${min} (got '${v}')`);
+  if (!DECIMAL.test(v) || !Number.isFinite(n) || n < min || n > max)
+    throw new Error(`${k} must be a number ${max === Infinity ? `>= ${min}` : `in [${min}, ${max}]`} (got '${v}')`);
   return n;
 }
 
@@ -84,6 +85,56 @@ export function parseArgs(argv: string[], flags: Record<string, () => void>, opt
     } catch (e) {
       return (e as Error).message;
     }
+  }
+  return undefined;
+}
+
+/** The path as the file system reaches it: absolute, with the links of the part of it that exists resolved. */
+export function canonicalPath(path: string): string {
+  const rest: string[] = [];
+  for (let p = resolve(path); ; p = dirname(p)) {
+    try {
+      return join(realpathSync(p), ...rest);
+    } catch {
+      if (dirname(p) === p) return resolve(path);
+      rest.unshift(basename(p));
+    }
+  }
+}
+
+/** Whether canonical path `inner` is `outer` or lies inside it. */
+export function isWithin(inner: string, outer: string): boolean {
+  const r = relative(outer, inner);
+  return r === '' || (r !== '..' && !r.startsWith(`..${sep}`) && !isAbsolute(r));
+}
+
+/** A path a command reads or writes, and the option (with what it is) that names it. */
+export interface NamedPath {
+  /** The option, e.g. '--report'. */
+  option: string;
+  path: string;
+  /** What it is, for messages: 'input', 'file', 'folder'. */
+  what: string;
+}
+
+/**
+ * A usage message when an output would write over an input or another output (the same path, or one lying
+ * inside the other), else undefined. Outputs are compared both ways; an output only with the inputs inside it
+ * (an output file inside an input folder is left alone).
+ */
+export function outputClash(outputs: readonly NamedPath[], inputs: readonly NamedPath[]): string | undefined {
+  const canon = (x: NamedPath) => ({ ...x, at: canonicalPath(x.path) });
+  const outs = outputs.map(canon), ins = inputs.map(canon);
+  for (let i = 0; i < outs.length; i++) {
+    const o = outs[i]!;
+    for (const p of outs.slice(i + 1)) {
+      if (o.at === p.at) return `${o.option} and ${p.option} name the same path '${p.path}'`;
+      const [inner, outer] = isWithin(p.at, o.at) ? [p, o] : isWithin(o.at, p.at) ? [o, p] : [];
+      if (inner && outer) return `${inner.option} '${inner.path}' lies inside ${outer.option} '${outer.path}', the ${outer.what} it writes`;
+    }
+    for (const p of ins)
+      if (isWithin(p.at, o.at))
+        return `${o.option} '${o.path}' would write over the ${p.option} ${p.what} '${p.path}'${o.at === p.at ? '' : ` (it lies inside ${o.option})`}`;
   }
   return undefined;
 }

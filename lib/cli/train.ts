@@ -1,15 +1,17 @@
 // train.ts — `embshard train`: trains a preset or custom DLRM/DCNv2 on synthetic data, Criteo TSV,
 // torchrec's binary (npy) days or an Arrow IPC file, with a progress line on stderr (samples/s, loss,
-// held-out AUC) and a final summary on stdout. Wired into the `embshard` binary by lib/cli/main.ts.
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+// held-out AUC) and a final summary on stdout. Its options are read by the shared parser of command.ts;
+// its outputs (--save, --report) are checked against each other and its inputs before anything trains.
+// Wired into the `embshard` binary by lib/cli/main.ts.
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { checkpointWritable, ensureWritableParent } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { MAX_BATCH_SIZE, plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
-import { isEndlessSpec, openDataSpec } from './sources.js';
+import { isEndlessSpec, openDataSpec, splitSpec } from './sources.js';
 import { fmtRate } from './progress.js';
-import { intArg, numArg, runCommand } from './command.js';
+import { intArg, numArg, outputClash, parseArgs, runCommand, writeOutputs, type NamedPath } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
 import { trainReportHtml } from '../report/train-report.js';
 import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, type PresetName } from '../train/dense.js';
@@ -103,96 +105,105 @@ interface Args {
   comm: CommChoice;
 }
 
+/** The largest finite float32. */
+const FLOAT32_MAX = 3.4028234663852886e38;
+
+/** The options `embshard train` takes (its one flag, --quiet, aside). */
+const TRAIN_OPTIONS = [
+  '--model', '--data', '--steps', '--epochs', '--batch', '--device', '--comm', '--plan', '--bottom', '--top', '--interaction', '--cross-layers',
+  '--cross-rank', '--optimizer', '--lr', '--emb-lr', '--warmup', '--decay-start', '--decay-steps', '--max-rows', '--table-rows',
+  '--dynamic-capacity', '--eval-batches', '--eval-data', '--eval-split', '--eval-every', '--seed', '--prefetch', '--threads', '--precision',
+  '--save', '--report', '--schedule', '--cache-rows', '--storage', '--cache-bytes', '--cache-policy',
+] as const;
+
+/** Reads option `k`'s value `v` into `a`; a message for a bad value (or a throw from intArg / numArg). */
+function option(a: Args, k: string, v: string): string | undefined {
+  // an empty value (`--report=`) names nothing: it would be dropped or fail late
+  if (v === '') return `${k} needs a value (got an empty one)`;
+  const int = (min = 1): number => intArg(k, v, min);
+  const num = (): number => numArg(k, v, 0);
+  // learning rates are float32 in the optimizers: larger ones would become Infinity there
+  const rate = (): number => numArg(k, v, 0, FLOAT32_MAX);
+  switch (k) {
+    case '--model': a.model = v; break;
+    case '--data': a.data = v; break;
+    case '--steps': a.steps = int(); break;
+    case '--epochs': a.epochs = int(); break;
+    case '--batch': a.batch = intArg(k, v, 1, MAX_BATCH_SIZE); break;
+    case '--device': a.device = v; break;
+    case '--comm':
+      if (!(COMM_CHOICES as readonly string[]).includes(v)) return `--comm must be ${COMM_CHOICES.join(', ')} (got '${v}')`;
+      a.comm = v as CommChoice;
+      break;
+    case '--plan': a.plan = v; break;
+    case '--bottom': a.bottom = parseLayers(v, '--bottom'); break;
+    case '--top': a.top = parseLayers(v, '--top'); break;
+    case '--interaction':
+      if (v !== 'dot' && v !== 'cross' && v !== 'concat') return `--interaction must be dot, cross or concat (got '${v}')`;
+      a.interaction = v;
+      break;
+    case '--cross-layers': a.crossLayers = int(); break;
+    case '--cross-rank': a.crossRank = int(); break;
+    case '--optimizer':
+      if (v !== 'sgd' && v !== 'adagrad' && v !== 'adam') return `--optimizer must be sgd, adagrad or adam (got '${v}')`;
+      a.optimizer = v;
+      break;
+    case '--lr': a.lr = rate(); break;
+    case '--emb-lr': a.embLr = rate(); break;
+    case '--warmup': a.warmup = int(0); break;
+    case '--decay-start': a.decayStart = int(0); break;
+    case '--decay-steps': a.decaySteps = int(0); break;
+    case '--max-rows': a.maxRows = int(); break;
+    case '--table-rows': a.tableRows = int(); break;
+    case '--dynamic-capacity': a.dynamicCapacity = int(); break;
+    case '--eval-batches': a.evalBatches = v === 'all' ? Infinity : int(0); break;
+    case '--eval-data': a.evalData = v; break;
+    case '--eval-split':
+      a.evalSplit = num();
+      if (!(a.evalSplit > 0 && a.evalSplit < 1)) return `--eval-split must be a fraction in (0, 1) (got '${v}')`;
+      break;
+    case '--eval-every': a.evalEvery = int(); break;
+    case '--seed': a.seed = int(0); break;
+    case '--prefetch': a.prefetch = int(); break;
+    case '--threads': a.threads = int(); break;
+    case '--precision':
+      if (!isPrecision(v)) return `--precision must be fp32 or bf16 (got '${v}')`;
+      a.precision = v;
+      break;
+    case '--save': a.save = v; break;
+    case '--report': a.report = v; break;
+    case '--schedule':
+      if (v !== 'herald') return `--schedule must be herald (got '${v}')`;
+      a.schedule = v;
+      break;
+    case '--cache-rows': a.cacheRows = int(0); break;
+    case '--storage':
+      if (v === 'memory') a.storageDir = undefined;
+      else if (v.startsWith('disk:') && v.length > 5) a.storageDir = v.slice(5);
+      else return `--storage must be memory or disk:<dir> (got '${v}')`;
+      break;
+    case '--cache-bytes': a.cacheBytes = int(); break;
+    case '--cache-policy':
+      if (v !== 'lru' && v !== 'lfu') return `--cache-policy must be lru or lfu (got '${v}')`;
+      a.cachePolicy = v;
+      break;
+    default: return `unknown option '${k}'`;
+  }
+  return undefined;
+}
+
 function parse(argv: string[]): Args | string {
   const a: Args = { batch: 2048, device: 'cpu', warmup: 0, decaySteps: 0, evalBatches: 4, seed: 0, prefetch: 4, quiet: false, comm: 'auto' };
-  for (let i = 0; i < argv.length; i++) {
-    const k = argv[i]!;
-    if (k === '--help' || k === '-h') return 'help';
-    if (k === '--quiet') {
-      a.quiet = true;
-      continue;
-    }
-    const v = argv[i + 1];
-    if (!k.startsWith('--') || v === undefined) return `unexpected argument '${k}'`;
-    i++;
-    const int = (min = 1): number => intArg(k, v, min);
-    const num = (): number => numArg(k, v, 0);
-    try {
-      switch (k) {
-        case '--model': a.model = v; break;
-        case '--data': a.data = v; break;
-        case '--steps': a.steps = int(); break;
-        case '--epochs': a.epochs = int(); break;
-        case '--batch': a.batch = intArg(k, v, 1, MAX_BATCH_SIZE); break;
-        case '--device': a.device = v; break;
-        case '--comm':
-          if (!(COMM_CHOICES as readonly string[]).includes(v)) return `--comm must be ${COMM_CHOICES.join(', ')} (got '${v}')`;
-          a.comm = v as CommChoice;
-          break;
-        case '--plan': a.plan = v; break;
-        case '--bottom': a.bottom = parseLayers(v, '--bottom'); break;
-        case '--top': a.top = parseLayers(v, '--top'); break;
-        case '--interaction':
-          if (v !== 'dot' && v !== 'cross' && v !== 'concat') return `--interaction must be dot, cross or concat (got '${v}')`;
-          a.interaction = v;
-          break;
-        case '--cross-layers': a.crossLayers = int(); break;
-        case '--cross-rank': a.crossRank = int(); break;
-        case '--optimizer':
-          if (v !== 'sgd' && v !== 'adagrad' && v !== 'adam') return `--optimizer must be sgd, adagrad or adam (got '${v}')`;
-          a.optimizer = v;
-          break;
-        case '--lr': a.lr = num(); break;
-        case '--emb-lr': a.embLr = num(); break;
-        case '--warmup': a.warmup = int(0); break;
-        case '--decay-start': a.decayStart = int(0); break;
-        case '--decay-steps': a.decaySteps = int(0); break;
-        case '--max-rows': a.maxRows = int(); break;
-        case '--table-rows': a.tableRows = int(); break;
-        case '--dynamic-capacity': a.dynamicCapacity = int(); break;
-        case '--eval-batches': a.evalBatches = v === 'all' ? Infinity : int(0); break;
-        case '--eval-data': a.evalData = v; break;
-        case '--eval-split':
-          a.evalSplit = num();
-          if (!(a.evalSplit > 0 && a.evalSplit < 1)) return `--eval-split must be a fraction in (0, 1) (got '${v}')`;
-          break;
-        case '--eval-every': a.evalEvery = int(); break;
-        case '--seed': a.seed = int(0); break;
-        case '--prefetch': a.prefetch = int(); break;
-        case '--threads': a.threads = int(); break;
-        case '--precision':
-          if (!isPrecision(v)) return `--precision must be fp32 or bf16 (got '${v}')`;
-          a.precision = v;
-          break;
-        case '--save': a.save = v; break;
-        case '--report': a.report = v; break;
-        case '--schedule':
-          if (v !== 'herald') return `--schedule must be herald (got '${v}')`;
-          a.schedule = v;
-          break;
-        case '--cache-rows': a.cacheRows = int(0); break;
-        case '--storage':
-          if (v === 'memory') a.storageDir = undefined;
-          else if (v.startsWith('disk:') && v.length > 5) a.storageDir = v.slice(5);
-          else return `--storage must be memory or disk:<dir> (got '${v}')`;
-          break;
-        case '--cache-bytes': a.cacheBytes = int(); break;
-        case '--cache-policy':
-          if (v !== 'lru' && v !== 'lfu') return `--cache-policy must be lru or lfu (got '${v}')`;
-          a.cachePolicy = v;
-          break;
-        default: return `unknown option '${k}'`;
-      }
-    } catch (e) {
-      return (e as Error).message;
-    }
-  }
+  const problem = parseArgs(argv, { '--quiet': () => (a.quiet = true) }, (k, v) => option(a, k, v), TRAIN_OPTIONS);
+  if (problem !== undefined) return problem;
   if (!a.model) return '--model is required';
   if (!a.data) return '--data is required';
   if ((a.storageDir === undefined) !== (a.cacheBytes === undefined)) return '--storage disk:<dir> and --cache-bytes N go together';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
   if (a.epochs !== undefined && isEndlessSpec(a.data)) return '--epochs needs a finite source; synthetic data never ends: give --steps N';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
+  if (a.evalBatches === 0 && (a.evalEvery !== undefined || a.evalData !== undefined))
+    return `--eval-batches 0 runs no evaluation; ${a.evalEvery !== undefined ? '--eval-every' : '--eval-data'} would be ignored`;
   // synthetic evaluation data (--eval-data, or --data's own held-out samples) never ends
   if (a.evalBatches === Infinity && a.evalSplit === undefined && isEndlessSpec(a.evalData ?? a.data))
     return `--eval-batches all needs a finite evaluation source; ${a.evalData !== undefined ? '--eval-data' : '--data'} ${a.evalData ?? a.data} is synthetic and never ends: give a number of batches`;
@@ -204,7 +215,33 @@ function parse(argv: string[]): Args | string {
   if (a.tableRows !== undefined && ![a.data, a.evalData].some((d) => d?.startsWith('arrow:')))
     return '--table-rows gives the rows of an arrow: source\'s tables; the other sources know theirs (--max-rows caps them)';
   if (a.schedule === 'herald' && a.plan !== undefined) return '--schedule herald places rows itself; it takes no --plan';
-  return a;
+  return outputClash(outputsOf(a), inputsOf(a)) ?? a;
+}
+
+/** The files and folders a data spec reads (none for synthetic data). */
+function specPaths(spec: string): string[] {
+  const { kind, arg } = splitSpec(spec);
+  if (!arg) return [];
+  if (kind === 'criteo-tsv') return arg.split(',');
+  return kind === 'binary' || kind === 'arrow' ? [arg] : [];
+}
+
+/** What the run writes: --save's checkpoint folder and --report's file. */
+function outputsOf(a: Args): NamedPath[] {
+  return [
+    ...(a.save !== undefined ? [{ option: '--save', path: a.save, what: 'checkpoint folder' }] : []),
+    ...(a.report !== undefined ? [{ option: '--report', path: a.report, what: 'report file' }] : []),
+  ];
+}
+
+/** What the run reads or keeps while it trains, which no output may write over. */
+function inputsOf(a: Args): NamedPath[] {
+  return [
+    ...specPaths(a.data!).map((path) => ({ option: '--data', path, what: 'input' })),
+    ...(a.evalData !== undefined ? specPaths(a.evalData).map((path) => ({ option: '--eval-data', path, what: 'input' })) : []),
+    ...(a.plan !== undefined && a.plan !== 'auto' ? [{ option: '--plan', path: a.plan, what: 'file' }] : []),
+    ...(a.storageDir !== undefined ? [{ option: '--storage', path: a.storageDir, what: 'folder' }] : []),
+  ];
 }
 
 /** The dense spec of --model plus any layer overrides. */
@@ -491,7 +528,7 @@ async function train(a: Args): Promise<number> {
         const i = line.indexOf(': ');
         recorder.fact(i > 0 && i < 30 ? line.slice(0, i) : 'run', i > 0 && i < 30 ? line.slice(i + 2) : line);
       }
-      writeFileSync(a.report!, await trainReportHtml(recorder.log));
+      writeOutputs([[a.report!, await trainReportHtml(recorder.log)]]);
       console.log(`report written to ${a.report}`);
     }
     emb.dispose?.();

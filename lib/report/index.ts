@@ -3,6 +3,6 @@
 export { renderSvg } from './vega.js';
 export type { ChartSpec } from './vega.js';
 export { trainReportHtml, xmlEscape } from './train-report.js';
-export { RunRecorder } from './run-log.js';
-export type { RunLog, StepRecord, EvalRecord } from './run-log.js';
+export { RunRecorder, CHART_POINTS } from './run-log.js';
+export type { RunLog, StepRecord, StepPoint, StepTotals, StepPartTimes, EvalRecord, EvalPoint } from './run-log.js';
 export { planSvg } from './plan-chart.js';

@@ -1,4 +1,4 @@
-// parse-args.test.ts — the option walk every `embshard` command but train shares (lib/cli/command.ts) and the
+// parse-args.test.ts — the option walk every `embshard` command shares (lib/cli/command.ts) and the
 // progress line's rate: `--key value` and `--key=value` read the same; an option given twice, an option
 // whose value is missing or is the next option, a flag given a value, and an unknown option are each named;
 // a rate is printed in the unit its rounded value fits (never '1000.0k').

@@ -57,6 +57,8 @@ describe('pictures', () => {
       const data = JSON.parse(/<script type="application\/json" id="embshard-run">(.*?)<\/script>/s.exec(html)![1]!);
       const losses = data.steps.map((s: { loss: number }) => s.loss) as number[];
       expect(losses.length).toBe(60);
+      expect(data.stepTotals.count).toBe(60);
+      expect(data.stepTotals.meanLoss).toBeCloseTo(losses.reduce((s, x) => s + x, 0) / 60, 9);
       const final = Number(/final loss \(mean of the last 50 steps\): ([0-9.]+)/.exec(text)![1]);
       expect(losses.slice(-50).reduce((s, x) => s + x, 0) / 50).toBeCloseTo(final, 4);
       const aucs = m.filter((x) => x.AUC !== undefined);
@@ -110,13 +112,14 @@ describe('odd runs and names', () => {
   /** What XML can carry of a string: the characters outside XML 1.0 Char as U+FFFD. */
   const shown = (s: string) => [...s].map((c) => (XML_CHAR.test(c) ? c : '\uFFFD')).join('');
   const times = { embeddingForward: 1, denseForward: 2, denseBackward: 3, communication: 4, embeddingBackward: 5, denseUpdate: 6, total: 21, dataWait: 0.5 };
-  const step = (i: number, o: Partial<RunLog['steps'][number]> = {}) => ({ step: i, elapsed: i / 10, loss: 0.5, samplesPerSec: 1000, times: { ...times }, ...o });
+  const step = (i: number, o: Partial<RunLog['steps'][number]> = {}) => ({ step: i, steps: 1, elapsed: i / 10, loss: 0.5, lossMin: 0.5, lossMax: 0.5, samplesPerSec: 1000, times: { ...times }, ...o });
   const logs: [string, RunLog][] = [
     ['no steps', { title: 'empty', facts: [], steps: [], evals: [] }],
     ['one step', { title: 'one', facts: [['k', 'v']], steps: [step(0)], evals: [] }],
-    ['markup, ]]> and control characters in the title and facts', { title: odd, facts: [[odd, `v]]>&<script>'`]], steps: [step(0), step(1)], evals: [{ step: 1, auc: 0.5, logloss: 0.7, samples: 4 }] }],
-    ['NaN and Infinity metrics', { title: 'nan', facts: [], steps: [step(0, { loss: Number.NaN }), step(1, { loss: Infinity, samplesPerSec: Number.NaN }), step(2, { loss: -Infinity, times: { ...times, total: Infinity } })], evals: [{ step: 1, auc: Number.NaN, logloss: Infinity, samples: 3 }] }],
+    ['markup, ]]> and control characters in the title and facts', { title: odd, facts: [[odd, `v]]>&<script>'`]], steps: [step(0), step(1)], evals: [{ step: 1, auc: 0.5, logloss: 0.7, samples: 4, evaluations: 1 }] }],
+    ['NaN and Infinity metrics', { title: 'nan', facts: [], steps: [step(0, { loss: Number.NaN }), step(1, { loss: Infinity, samplesPerSec: Number.NaN }), step(2, { loss: -Infinity, times: { ...times, total: Infinity } })], evals: [{ step: 1, auc: Number.NaN, logloss: Infinity, samples: 3, evaluations: 1 }] }],
     ['huge step numbers', { title: 'huge', facts: [], steps: [step(1e15), step(1e15 + 1)], evals: [] }],
+    ['points that are spans of steps', { title: 'spans', facts: [], steps: [step(4, { steps: 4, lossMin: 0.4, lossMax: 0.6 }), step(8, { steps: 4, lossMin: Number.NaN })], evals: [{ step: 8, auc: 0.6, logloss: 0.6, samples: 8, evaluations: 2 }] }],
   ];
   for (const [name, log] of logs)
     it(`the training report of a run with ${name}`, async () => {
