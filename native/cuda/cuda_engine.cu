@@ -17,6 +17,7 @@
 #include "core/errors.h"
 #include "core/gradients.h"
 #include "core/init.h"
+#include "core/optim.h"
 #include "core/parallel.h"
 #include "cuda/buffers.h"
 #include "cuda/cuda_check.h"
