@@ -4,6 +4,7 @@
 // its outputs (--save, --report) are checked against each other and its inputs before anything trains.
 // Wired into the `embshard` binary by lib/cli/main.ts.
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import { checkpointWritable, ensureWritableParent } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
@@ -312,10 +313,23 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
     const sampleOffset = 1e12;
     const src = new SyntheticSource({ ...d.synthetic, rank: 0, worldSize: 1, sampleOffset, numBatches: a.evalBatches });
     ev = [];
-    for await (const b of src) ev.push(b);
+    for await (const b of src) {
+      // they are held in memory for every evaluation: refused after the first if all of them would not fit
+      if (ev.length === 0) heldOutFits(b, a.evalBatches);
+      ev.push(b);
+    }
     evalFrom = { describe: d.describe, start: sampleOffset };
   }
   return { train: d.source, eval: ev, evalFrom, synthetic: d.synthetic !== undefined, tableRows: d.tableRows, describe: d.describe, close };
+}
+
+/** INVALID_CONFIG naming --eval-batches when `n` batches like `first` would take more than a quarter of this machine's memory. */
+function heldOutFits(first: Batch, n: number): void {
+  const s = first.sparse;
+  const bytes = first.dense.byteLength + (first.labels?.byteLength ?? 0) + s.ids.byteLength + s.lengths.byteLength + (s.weights?.byteLength ?? 0) + (first.planted?.byteLength ?? 0);
+  const limit = totalmem() / 4;
+  if (n * bytes > limit)
+    throw new EmbshardError('INVALID_CONFIG', `--eval-batches ${n}: the held-out batches are kept in memory, ${(n * bytes / 2 ** 30).toFixed(1)} GiB of them; at most ${Math.floor(limit / bytes)} batches of this size fit in a quarter of this machine's ${(totalmem() / 2 ** 30).toFixed(1)} GiB`);
 }
 
 /** IO_ERROR naming the option when rank 0 could not write --save's checkpoint or --report's file (their folders are made). */

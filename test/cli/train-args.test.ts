@@ -6,9 +6,11 @@
 // one an input file or a folder holding one, through a link too) are refused before anything is read or
 // trained, the inputs left as they were.
 import { describe, it, expect, vi, afterEach } from 'vitest';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runTrain } from '../../lib/cli/train.js';
+import { packageRoot } from '../../lib/native.js';
 import { capture } from '../train/capture.js';
 import { tempDir } from '../temp-dir.js';
 
@@ -112,4 +114,15 @@ describe('embshard train options', () => {
     expect(r.rc, r.err).toBe(0);
     expect(existsSync(join(ck, 'trainer.json')) && existsSync(html)).toBe(true);
   }, 60_000);
+});
+
+describe('embshard train --eval-batches on synthetic data', () => {
+  it('held-out batches that would not fit in memory are refused after the first is made, naming --eval-batches', () => {
+    // a child whose address space is capped at 4 GB: the held-out set must be refused, not grown into the cap
+    const cli = join(packageRoot, 'dist', 'lib', 'cli', 'main.js');
+    const args = ['train', ...MODEL, '--data', 'synthetic', '--steps', '1', '--eval-batches', '100000000', '--quiet'];
+    const r = spawnSync('/bin/sh', ['-c', 'ulimit -v 4000000 && exec "$0" "$@"', process.execPath, cli, ...args], { encoding: 'utf8', timeout: 120_000 });
+    expect(r.status, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/INVALID_CONFIG.*--eval-batches 100000000: the held-out batches are kept in memory/);
+  });
 });
