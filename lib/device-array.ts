@@ -62,7 +62,7 @@ export class DeviceArray {
   /** `length` zeroed elements of `type` on the device (BACKEND_UNAVAILABLE without it). */
   static alloc(type: DeviceElemType, length: number, options: DeviceArrayOptions = {}): DeviceArray {
     rejectUnknownFields(options, OPTION_FIELDS, 'DeviceArray options'); // also: an object at all
-    if (!(type in HOST)) throw new EmbshardError('INVALID_ARGUMENT', `DeviceArray: type must be one of ${Object.keys(HOST).join(', ')} (got '${String(type)}')`);
+    if (typeof type !== 'string' || !Object.hasOwn(HOST, type)) throw new EmbshardError('INVALID_ARGUMENT', `DeviceArray: type must be one of ${Object.keys(HOST).join(', ')} (got '${String(type)}')`);
     if (!Number.isSafeInteger(length) || length < 0) throw new EmbshardError('INVALID_ARGUMENT', `DeviceArray: length must be a non-negative integer (got ${String(length)})`);
     const device = options.device ?? 'cuda:0';
     const m = typeof device === 'string' ? /^cuda:(\d+)$/.exec(device) : null;

@@ -3,6 +3,7 @@
 export const CUDA_EMU_SUITES = [
   'test/cuda/parity.test.ts',
   'test/cuda/device-array.test.ts',
+  'test/cuda/odd-configs.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
   'test/train/device-handoff.test.ts',

@@ -119,14 +119,21 @@ class DeviceArrayWrap : public Napi::ObjectWrap<DeviceArrayWrap> {
       if (!mem_) throw_error(env, "INVALID_ARGUMENT", std::string(what) + ": the device array was freed");
       if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != typed_array_of(type_))
         throw_error(env, "INVALID_ARGUMENT", format("%s: the host array must be a typed array of the device array's type '%s'", what, elem_name(type_)));
-      auto ta = info[0].As<Napi::TypedArray>();
-      const int64_t n = static_cast<int64_t>(ta.ElementLength());
+      // the data pointer from napi_get_typedarray_info (already at the byte offset): it also serves typed
+      // arrays over a SharedArrayBuffer, which Napi::TypedArray::ArrayBuffer() refuses
+      napi_typedarray_type t;
+      size_t length = 0, byteOffset = 0;
+      void* data = nullptr;
+      napi_value buffer;
+      if (napi_get_typedarray_info(env, info[0], &t, &length, &data, &buffer, &byteOffset) != napi_ok)
+        throw_error(env, "INVALID_ARGUMENT", format("%s: cannot read the host array", what));
+      const int64_t n = static_cast<int64_t>(length);
       const int64_t offset = int_arg(env, info[1], (std::string(what) + ": offset").c_str(), 0, length_);
       if (offset + n > length_)
         throw_error(env, "LENGTH_MISMATCH", format("%s: %lld elements at offset %lld overrun the device array's %lld", what,
                                                    static_cast<long long>(n), static_cast<long long>(offset), static_cast<long long>(length_)));
       const uint64_t es = comm::elem_size(type_);
-      uint8_t* host = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+      uint8_t* host = static_cast<uint8_t*>(data);
       auto* w = new CopyWorker(env, mem_, host, static_cast<uint64_t>(offset) * es, static_cast<uint64_t>(n) * es, up);
       w->Keep(info[0]);
       return w->Start();

@@ -49,6 +49,13 @@ struct ObjectArgs {
   DeviceBuffer buffer(const char* k) const { return read_device_buffer(env, o.Get(k), field(k).c_str()); }
 };
 
+// offset + (rows − 1) · stride + cols ≤ count for rows ≥ 1, in arithmetic that cannot overflow (the
+// arguments reach 2^53, so the product of a row count and a stride does not fit 64 bits).
+bool rows_fit(int64_t offset, int64_t stride, int64_t rows, int64_t cols, int64_t count) {
+  if (offset < 0 || stride < 0 || cols < 0 || rows < 1 || offset > count || cols > count - offset) return false;
+  return rows == 1 || stride <= (count - offset - cols) / (rows - 1);
+}
+
 // The value kind of a buffer: 'fp32' (undefined too) for an f32 buffer, 'fp16' / 'bf16' for a u16 one.
 DType kind_of(Napi::Env env, const Napi::Value& v, const DeviceBuffer& b, const char* what) {
   const DType k = v.IsUndefined() ? DType::F32 : guard(env, [&] { return parse_dtype(string_arg(env, v, what).c_str(), what); });
@@ -73,7 +80,7 @@ Napi::Value CopyDeviceBlocks(const Napi::CallbackInfo& info) {
     std::vector<cuda::CopyBlock> blocks(n);
     // the last element a block touches in a buffer of `count` elements
     auto within = [](int64_t offset, int64_t stride, int64_t rows, int64_t cols, int64_t count) {
-      return rows == 0 || cols == 0 || (offset >= 0 && stride >= 0 && offset + (rows - 1) * stride + cols <= count);
+      return rows == 0 || cols == 0 || rows_fit(offset, stride, rows, cols, count);
     };
     for (size_t k = 0; k < n; ++k) {
       int64_t v[7];
@@ -110,7 +117,7 @@ Napi::Value PoolDeviceRows(const Napi::CallbackInfo& info) {
     if (rows.device != dst.device || meta.device != dst.device || (weighted && w.device != dst.device))
       throw_error(env, "INVALID_ARGUMENT", "poolDeviceRows: every buffer must be on one device");
     if (rowsAt > rows.count || inverseAt + ids > meta.count || offsetsAt + bags + 1 > meta.count || (weighted && weightsAt + ids > w.count) ||
-        (bags > 0 && (col + dim > stride || (bags - 1) * stride + col + dim > dst.count)))
+        (bags > 0 && (col + dim > stride || !rows_fit(col, stride, bags, dim, dst.count))))
       throw_error(env, "LENGTH_MISMATCH", "poolDeviceRows: a range lies outside its buffer");
     const int32_t* m = static_cast<const int32_t*>(meta.ptr);
     cuda::pool_rows(dst.device, static_cast<const float*>(rows.ptr) + rowsAt, dim, m + inverseAt, m + offsetsAt, bags,
@@ -127,7 +134,7 @@ Napi::Value DivideDeviceBags(const Napi::CallbackInfo& info) {
     const int64_t stride = a.num("stride"), col = a.num("col"), dim = a.num("dim"), lengthsAt = a.num("lengthsAt"), bags = a.num("bags");
     if (m.type != comm::ElemType::F32 || meta.type != comm::ElemType::I32) throw_error(env, "INVALID_ARGUMENT", "divideDeviceBags: m holds f32, meta i32");
     if (m.device != meta.device) throw_error(env, "INVALID_ARGUMENT", "divideDeviceBags: every buffer must be on one device");
-    if (lengthsAt + bags > meta.count || (bags > 0 && (col + dim > stride || (bags - 1) * stride + col + dim > m.count)))
+    if (lengthsAt + bags > meta.count || (bags > 0 && (col + dim > stride || !rows_fit(col, stride, bags, dim, m.count))))
       throw_error(env, "LENGTH_MISMATCH", "divideDeviceBags: a range lies outside its buffer");
     cuda::divide_bags(m.device, static_cast<float*>(m.ptr), stride, col, dim, static_cast<const int32_t*>(meta.ptr) + lengthsAt, bags);
     return env.Undefined();
@@ -146,7 +153,7 @@ Napi::Value SumDeviceRows(const Napi::CallbackInfo& info) {
     if (src.device != dst.device || meta.device != dst.device || scales.device != dst.device)
       throw_error(env, "INVALID_ARGUMENT", "sumDeviceRows: every buffer must be on one device");
     if (startAt + rows + 1 > meta.count || orderAt + ids > meta.count || rowAt + ids > meta.count || colAt + ids > meta.count ||
-        scalesAt + ids > scales.count || dstAt + rows * dim > dst.count)
+        scalesAt + ids > scales.count || dstAt > dst.count || (rows > 0 && !rows_fit(dstAt, dim, rows, dim, dst.count)))
       throw_error(env, "LENGTH_MISMATCH", "sumDeviceRows: a range lies outside its buffer");
     const int32_t* m = static_cast<const int32_t*>(meta.ptr);
     cuda::sum_rows(dst.device, static_cast<const float*>(src.ptr), stride, m + startAt, m + orderAt, m + rowAt, m + colAt,
@@ -174,7 +181,7 @@ Napi::Value IndexDeviceRows(const Napi::CallbackInfo& info) {
     // the indexed side's extent is the caller's (its rows are those the index names); the other is checked
     const int64_t plainOffset = gather ? dstOffset : srcOffset, plainStride = gather ? dstStride : srcStride;
     const int64_t plainCount = gather ? dst.count : src.count;
-    if (idxAt + rows > meta.count || (rows > 0 && plainOffset + (rows - 1) * plainStride + cols > plainCount))
+    if (idxAt + rows > meta.count || (rows > 0 && !rows_fit(plainOffset, plainStride, rows, cols, plainCount)))
       throw_error(env, "LENGTH_MISMATCH", "indexDeviceRows: a range lies outside its buffer");
     cuda::index_rows(dst.device, src.ptr, sk, srcOffset, srcStride, static_cast<const int32_t*>(meta.ptr) + idxAt, rows, cols, dst.ptr, dk,
                      dstOffset, dstStride, mode);

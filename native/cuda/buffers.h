@@ -58,6 +58,8 @@ class DeviceScratch {
     cap_ = want;
     return p_;
   }
+  // Bytes held now (0 before the first ensure).
+  uint64_t capacity() const { return cap_; }
   void release() {
     if (p_) (void)cudaFree(p_);
     p_ = nullptr;

@@ -112,7 +112,8 @@ class CudaEngine final : public Engine {
   void run_forward(const PreparedBatch& b, float* pooled, float* const* seq, float* seqDev, bool onDevice);
   BackwardResult run_backward(const PreparedBatch& b, const float* pooledGrad, const float* const* seqGrad, const float* seqDev,
                               bool onDevice);
-  // Row-wise transfers in chunks of at most kChunkBytes of device scratch.
+  // Row-wise transfers in chunks of at most kChunkBytes of device scratch, and at most half of what the
+  // row scratch can grow into beside the tables (they may fill the device), but always at least one row.
   template <typename Fn>
   void in_row_chunks(int64_t n, uint64_t bytesPerRow, Fn&& fn);
   // Keeps only the last occurrence of every row (sequential "last write wins", as on the CPU).
@@ -120,6 +121,7 @@ class CudaEngine final : public Engine {
                           std::vector<float>& keptValues, bool* dup);
 
   static constexpr uint64_t kChunkBytes = 64ull << 20;
+  static constexpr uint64_t kMinChunkBytes = 1ull << 20;
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -400,7 +402,14 @@ BackwardResult CudaEngine::run_backward(const PreparedBatch& b, const float* poo
 
 template <typename Fn>
 void CudaEngine::in_row_chunks(int64_t n, uint64_t bytesPerRow, Fn&& fn) {
-  const int64_t per = static_cast<int64_t>(std::max<uint64_t>(1, kChunkBytes / std::max<uint64_t>(bytesPerRow, 1)));
+  uint64_t budget = kChunkBytes;
+  size_t freeB = 0, totalB = 0;
+  const cudaError_t e = cudaMemGetInfo(&freeB, &totalB);
+  if (e == cudaSuccess)
+    budget = std::min<uint64_t>(budget, std::max<uint64_t>(kMinChunkBytes, (freeB + rowsScratch_.capacity()) / 2));
+  else
+    (void)cudaGetLastError();
+  const int64_t per = static_cast<int64_t>(std::max<uint64_t>(1, budget / std::max<uint64_t>(bytesPerRow, 1)));
   for (int64_t lo = 0; lo < n; lo += per) fn(lo, std::min(n, lo + per) - lo);
 }
 
