@@ -343,19 +343,21 @@ export class ProcessGroup {
   }
 
   /**
-   * The default all-reduce in place on a buffer in device memory (a GPU dense model's deviceGrads()), with
+   * The default all-reduce in place on a buffer in device memory (a GPU dense model's deviceGrads(), or a
+   * DeviceArray of f32 / f64 / i32 / i64 values; u16 ones are UNSUPPORTED_DTYPE), with
    * no host staging: NCCL groups only (others reject with BACKEND_UNAVAILABLE), the buffer on the group's
    * device. Counted as allReduce, like allReduce() of the same size, and it matches a peer's allReduce().
    */
-  async allReduceDevice(buffer: DeviceBuffer, op: ReduceOp = 'sum', opts?: Omit<CollectiveOptions, 'recvCounts'>): Promise<void> {
+  async allReduceDevice(buffer: DeviceArray | DeviceBuffer, op: ReduceOp = 'sum', opts?: Omit<CollectiveOptions, 'recvCounts'>): Promise<void> {
     const g = this.live();
     checkOptions(opts, NO_COUNTS_FIELDS, 'allReduceDevice');
     if (op !== 'sum' && op !== 'max' && op !== 'min')
       throw new EmbshardError('INVALID_ARGUMENT', `allReduceDevice: op must be 'sum', 'max' or 'min' (got '${String(op)}')`);
     if (typeof g.allReduceDevice !== 'function') throw new EmbshardError('BACKEND_UNAVAILABLE', 'allReduceDevice: this addon has no device collectives');
-    await this.clock.track(g.allReduceDevice(buffer, op, this.timeout(opts)));
+    const b = this.deviceSide('allReduceDevice', buffer, 'buffer');
+    await this.clock.track(g.allReduceDevice(b.native, op, this.timeout(opts)));
     this.perKind.allReduce.calls++;
-    this.countAllReduce(buffer.count, 4, false, opts);
+    this.countAllReduce(b.count, deviceElemBytes(b.type), false, opts);
   }
 
   /**
@@ -421,21 +423,27 @@ export class ProcessGroup {
     return g;
   }
 
+  /** One buffer of a device collective: its native buffer, element type, elements and device, checked. */
+  private deviceSide(what: string, b: DeviceArray | DeviceBuffer, name: string): { native: object; type: DeviceElemType; count: number; device: number } {
+    if (b instanceof DeviceArray) {
+      if (b.freed) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} was freed`);
+      return { native: b.native, type: b.type, count: b.length, device: b.native.device };
+    }
+    if (typeof b !== 'object' || b === null || !('handle' in b)) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} must be a DeviceArray or a DeviceBuffer`);
+    return { native: b, type: 'f32', count: b.count, device: b.device };
+  }
+
+  private onGroupDevice(what: string, device: number, name: string): void {
+    if (device !== this.cudaDevice) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} is on cuda:${device}, the group's communicator on cuda:${this.cudaDevice}`);
+  }
+
   /** The native buffers of a device collective and their element bytes, checked: one type, the group's device. */
   private devicePair(what: string, send: DeviceArray | DeviceBuffer, recv: DeviceArray | DeviceBuffer): [object, object, number] {
-    const side = (b: DeviceArray | DeviceBuffer, name: string): { native: object; type: string; device: number } => {
-      if (b instanceof DeviceArray) {
-        if (b.freed) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} was freed`);
-        return { native: b.native, type: b.type, device: b.native.device };
-      }
-      if (typeof b !== 'object' || b === null || !('handle' in b)) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} must be a DeviceArray or a DeviceBuffer`);
-      return { native: b, type: 'f32', device: b.device };
-    };
-    const s = side(send, 'send'), r = side(recv, 'recv');
+    const s = this.deviceSide(what, send, 'send'), r = this.deviceSide(what, recv, 'recv');
     if (s.type !== r.type) throw new EmbshardError('INVALID_ARGUMENT', `${what}: send holds ${s.type}, recv ${r.type}`);
-    for (const [x, name] of [[s, 'send'], [r, 'recv']] as const)
-      if (x.device !== this.cudaDevice) throw new EmbshardError('INVALID_ARGUMENT', `${what}: ${name} is on cuda:${x.device}, the group's communicator on cuda:${this.cudaDevice}`);
-    return [s.native, r.native, deviceElemBytes(s.type as DeviceElemType)];
+    this.onGroupDevice(what, s.device, 'send');
+    this.onGroupDevice(what, r.device, 'recv');
+    return [s.native, r.native, deviceElemBytes(s.type)];
   }
 
   /** Broadcast in place from `root` (and returns `data`); sizes must agree. */

@@ -118,6 +118,35 @@ describe('NCCL process group', () => {
       closeAll(g, boot);
     });
 
+    it('allReduceDevice takes DeviceArrays: f32 and i64 summed in place against the naive sum, counted by their element size; u16 refused', async () => {
+      const { boot, g } = await ncclGroups(N);
+      const on = (x: ProcessGroup) => ({ device: `cuda:${x.cudaDevice}` });
+      const f = g.map((_, r) => Float32Array.from({ length: 37 }, (_, i) => Math.fround(Math.cos(r * 5 + i))));
+      const q = g.map((_, r) => BigInt64Array.from({ length: 11 }, (_, i) => BigInt((r + 1) * 1_000_000_007 * (i - 5))));
+      const fd = await Promise.all(g.map((x, r) => DeviceArray.from(f[r]!, on(x))));
+      const qd = await Promise.all(g.map((x, r) => DeviceArray.from(q[r]!, on(x))));
+      const before = g.map((x) => x.stats().allReduce.sent);
+      await Promise.all(g.map((x, r) => x.allReduceDevice(fd[r]!, 'sum')));
+      await Promise.all(g.map((x, r) => x.allReduceDevice(qd[r]!, 'sum')));
+      for (let r = 0; r < N; r++) {
+        const got = (await fd[r]!.read()) as Float32Array;
+        got.forEach((v, i) => expect(Math.abs(v - f.reduce((a, h) => a + h[i]!, 0))).toBeLessThanOrEqual(1e-5));
+        expect(Array.from((await qd[r]!.read()) as BigInt64Array)).toEqual(Array.from(q[0]!, (_, i) => q.reduce((a, h) => a + h[i]!, 0n)));
+      }
+      // the bytes of host all-reduces of the same sizes: reduce-scatter + all-gather, chunk p to rank p
+      const sent = (n: number, bytes: number, r: number) => {
+        const chunk = (p: number) => Math.floor((n * (p + 1)) / N) - Math.floor((n * p) / N);
+        let w = 0;
+        for (let p = 0; p < N; p++) if (p !== r) w += bytes * (chunk(p) + chunk(r));
+        return w;
+      };
+      g.forEach((x, r) => expect(x.stats().allReduce.sent - before[r]!).toBe(sent(37, 4, r) + sent(11, 8, r)));
+      const half = DeviceArray.alloc('u16', 4, on(g[0]!));
+      await expect(g[0]!.allReduceDevice(half, 'sum')).rejects.toMatchObject({ code: 'UNSUPPORTED_DTYPE' });
+      for (const a of [...fd, ...qd, half]) a.free();
+      closeAll(g, boot);
+    });
+
     it('allReduceDevice sums GPU dense models\' gradients in device memory: the naive sum of their host copies, counted as allReduce', async () => {
       const { boot, g } = await ncclGroups(N);
       const spec = { denseIn: 3, bottom: [6, 4], top: [5, 1], numSparse: 2, embDim: 4, interaction: 'dot' as const };
