@@ -18,36 +18,10 @@ import type { OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { cudaBackend, resolveBackend } from '../../lib/backends.js';
 import { DeviceArray } from '../../lib/device-array.js';
 import { rng, worst } from '../embedding/oracle.js';
-import { allRows, pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
+import { allRows, bitDiff, codeOf, expectSameBits, ids, pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
 
 const cuda = cudaBackend();
 if (!cuda.available) console.log(`test/cuda/odd-configs: skipped — the CUDA backend is unavailable here: ${cuda.reason}`);
-
-/** null when a and b hold the same bits; otherwise where and how they differ. */
-function bitDiff(a: Float32Array, b: Float32Array): string | null {
-  if (a.length !== b.length) return `lengths ${a.length} vs ${b.length}`;
-  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return `index ${i}: ${a[i]} vs ${b[i]}`;
-  return null;
-}
-
-function expectSameBits(a: Float32Array[], b: Float32Array[], what: string): void {
-  expect(a.length).toBe(b.length);
-  a.forEach((x, i) => expect(bitDiff(x, b[i]!), `${what} [${i}]`).toBeNull());
-}
-
-async function codeOf(fn: () => unknown): Promise<string> {
-  try {
-    await fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(EmbshardError);
-    return (e as EmbshardError).code;
-  }
-  return 'no error';
-}
-
-const ids = (n: number) => BigInt64Array.from({ length: n }, (_, i) => BigInt(i));
 
 const OPTIMIZERS: OptimizerConfig[] = [
   { type: 'sgd', lr: 0.05 },

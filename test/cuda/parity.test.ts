@@ -13,27 +13,13 @@ import { cudaBackend, probeCudaBinary } from '../../lib/backends.js';
 import { cudaAddonCandidates, loadAddonFile } from '../../lib/native.js';
 import type { NativeCollectionConfig } from '../../lib/binding.js';
 import { rng, worst } from '../embedding/oracle.js';
-import { pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
+import { bitDiff, expectSameBits, pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
 import { tempDir } from '../temp-dir.js';
 
 const tmp = tempDir('cuda');
 
 const cuda = cudaBackend();
 if (!cuda.available) console.log(`test/cuda/parity: skipped — the CUDA backend is unavailable here: ${cuda.reason}`);
-
-/** null when a and b hold the same bits; otherwise where and how they differ. */
-function bitDiff(a: Float32Array, b: Float32Array): string | null {
-  if (a.length !== b.length) return `lengths ${a.length} vs ${b.length}`;
-  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return `index ${i}: ${a[i]} vs ${b[i]}`;
-  return null;
-}
-
-function expectSameBits(a: Float32Array[], b: Float32Array[], what: string): void {
-  expect(a.length).toBe(b.length);
-  a.forEach((x, i) => expect(bitDiff(x, b[i]!), `${what} [${i}]`).toBeNull());
-}
 
 function twins(tables: TableConfig[], optimizer: OptimizerConfig, seed = 11): { cpu: EmbeddingCollection; gpu: EmbeddingCollection } {
   return {

@@ -1,6 +1,8 @@
 // helpers.ts — builds a native EmbeddingCollection and the naive Oracle over the same initial tables,
-// and random jagged batches (empty bags, duplicate ids within and across bags, optional weights).
-import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
+// and random jagged batches (empty bags, duplicate ids within and across bags, optional weights); bit-exact
+// comparison of arrays and the code of a typed error, shared by the CPU and CUDA suites.
+import { expect } from 'vitest';
+import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index.js';
 import type { CollectionConfig, TableConfig, OptimizerConfig } from '../../lib/index.js';
 import { Oracle, type OBatch, type OFeature, type OTable } from './oracle.js';
 
@@ -76,3 +78,32 @@ export function snapshot(ec: EmbeddingCollection): Float32Array[] {
     return [ec.readRows(t.name, ids), ec.readState(t.name, ids)];
   });
 }
+
+/** null when a and b hold the same bits; otherwise where and how they differ. */
+export function bitDiff(a: Float32Array, b: Float32Array): string | null {
+  if (a.length !== b.length) return `lengths ${a.length} vs ${b.length}`;
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return `index ${i}: ${a[i]} vs ${b[i]}`;
+  return null;
+}
+
+/** Arrays pairwise bit for bit equal. */
+export function expectSameBits(a: Float32Array[], b: Float32Array[], what: string): void {
+  expect(a.length).toBe(b.length);
+  a.forEach((x, i) => expect(bitDiff(x, b[i]!), `${what} [${i}]`).toBeNull());
+}
+
+/** The code of the EmbshardError `fn` throws or rejects with ('no error' when none). */
+export async function codeOf(fn: () => unknown): Promise<string> {
+  try {
+    await fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(EmbshardError);
+    return (e as EmbshardError).code;
+  }
+  return 'no error';
+}
+
+/** Row ids 0 … n−1. */
+export const ids = (n: number) => BigInt64Array.from({ length: n }, (_, i) => BigInt(i));

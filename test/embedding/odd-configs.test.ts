@@ -16,7 +16,7 @@ import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index
 import type { CollectionConfig, OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { loadAddon, packageRoot } from '../../lib/native.js';
 import { rng, roundTo, worst, type Oracle } from './oracle.js';
-import { allRows, pair, randomBatch, randomGrads, snapshot } from './helpers.js';
+import { allRows, codeOf, ids, pair, randomBatch, randomGrads, snapshot } from './helpers.js';
 
 const OPTIMIZERS: OptimizerConfig[] = [
   { type: 'sgd', lr: 0.05 },
@@ -59,18 +59,6 @@ function setOracleState(oracle: Oracle, i: number, type: OptimizerConfig['type']
         if (type === 'adam') t.state[1]![row * t.dim + c] = vals[row * w + t.dim + c]!;
       }
   }
-}
-
-const ids = (n: number) => BigInt64Array.from({ length: n }, (_, i) => BigInt(i));
-
-async function codeOf(fn: () => unknown): Promise<string> {
-  try {
-    await fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(EmbshardError);
-    return (e as EmbshardError).code;
-  }
-  return 'no error';
 }
 
 describe('odd configurations match the oracle', () => {
