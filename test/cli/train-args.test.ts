@@ -117,7 +117,7 @@ describe('embshard train options', () => {
 });
 
 describe('embshard train --eval-batches on synthetic data', () => {
-  it('held-out batches that would not fit in memory are refused after the first is made, naming --eval-batches', () => {
+  it('held-out batches that would not fit in memory are refused after the first is made, naming --eval-batches (a child with a capped address space)', () => {
     // a child whose address space is capped at 4 GB: the held-out set must be refused, not grown into the cap
     const cli = join(packageRoot, 'dist', 'lib', 'cli', 'main.js');
     const args = ['train', ...MODEL, '--data', 'synthetic', '--steps', '1', '--eval-batches', '100000000', '--quiet'];

@@ -386,7 +386,7 @@ describe('refusals of odd configurations and misuse leave everything as it was',
     ).toBe('ALLOC_FAILED');
   });
 
-  it('weights and optimizer state that fit memory one by one but not together: ALLOC_FAILED naming both, before anything is allocated', () => {
+  it('weights and optimizer state that fit memory one by one but not together: ALLOC_FAILED naming both, before anything is allocated (a child with a capped address space)', () => {
     // this machine's memory and swap as the engine counts them; weights and adagrad state each 0.6 of it
     const swap = Number(/SwapTotal:\s+(\d+) kB/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0) * 1024;
     const limit = totalmem() + swap, dim = 64;

@@ -62,7 +62,7 @@ describe('layer sizes', () => {
     }
   });
 
-  it('parameters the system has no memory for are ALLOC_FAILED, not the end of the process', () => {
+  it('parameters the system has no memory for are ALLOC_FAILED, not the end of the process (a child with a capped address space)', () => {
     // 2^30 parameters (4 GiB) in an address space of 2 GiB
     const r = inChild({ denseIn: 1024, bottom: [1 << 20], top: [1], numSparse: 0, embDim: 1, interaction: 'dot' }, 2_000_000);
     expect(r.status, r.err).toBe(0);
