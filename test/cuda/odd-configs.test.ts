@@ -18,7 +18,7 @@ import type { OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { cudaBackend, resolveBackend } from '../../lib/backends.js';
 import { DeviceArray } from '../../lib/device-array.js';
 import { rng, worst } from '../embedding/oracle.js';
-import { allRows, bitDiff, codeOf, expectSameBits, ids, pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
+import { allRows, bitDiff, codeOf, expectSameBits, ids, oddTables, pair, randomBatch, randomGrads, snapshot } from '../embedding/helpers.js';
 
 const cuda = cudaBackend();
 if (!cuda.available) console.log(`test/cuda/odd-configs: skipped — the CUDA backend is unavailable here: ${cuda.reason}`);
@@ -33,17 +33,6 @@ const OPTIMIZERS: OptimizerConfig[] = [
   { type: 'adam', lr: 0.01, beta1: 0.99, beta2: 0.9999, weightDecay: 0.3 },
   { type: 'adam', lr: 0, eps: 1e-12 },
 ];
-
-function oddTables(dtype: 'fp32' | 'fp16' | 'bf16'): TableConfig[] {
-  return [
-    { name: 'one', rows: 1, dim: 7, dtype },
-    { name: 'w1', rows: 5, dim: 1, pooling: 'mean', features: ['w1a', 'w1b'], dtype },
-    { name: 'w17', rows: 40, dim: 17, dtype },
-    { name: 'w130', rows: 9, dim: 130, pooling: 'mean', dtype },
-    { name: 'w1000', rows: 3, dim: 1000, dtype },
-    { name: 'seq3', rows: 6, dim: 3, pooling: 'none', features: ['s3a', 's3b'], dtype },
-  ];
-}
 
 describe.runIf(cuda.available)('CUDA engine on odd configurations', () => {
   for (const dtype of ['fp32', 'fp16', 'bf16'] as const)

@@ -107,3 +107,15 @@ export async function codeOf(fn: () => unknown): Promise<string> {
 
 /** Row ids 0 … n−1. */
 export const ids = (n: number) => BigInt64Array.from({ length: n }, (_, i) => BigInt(i));
+
+/** Tables of odd widths (1, 3, 7, 17, 130, 1000), a one-row table, mean and sequence pooling, shared tables: the odd-configuration suites' collection. */
+export function oddTables(dtype: 'fp32' | 'fp16' | 'bf16'): TableConfig[] {
+  return [
+    { name: 'one', rows: 1, dim: 7, dtype },
+    { name: 'w1', rows: 5, dim: 1, pooling: 'mean', features: ['w1a', 'w1b'], dtype },
+    { name: 'w17', rows: 40, dim: 17, dtype },
+    { name: 'w130', rows: 9, dim: 130, pooling: 'mean', dtype },
+    { name: 'w1000', rows: 3, dim: 1000, dtype },
+    { name: 'seq3', rows: 6, dim: 3, pooling: 'none', features: ['s3a', 's3b'], dtype },
+  ];
+}

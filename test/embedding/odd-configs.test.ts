@@ -16,7 +16,7 @@ import { EmbeddingCollection, EmbshardError, JaggedBatch } from '../../lib/index
 import type { CollectionConfig, OptimizerConfig, TableConfig } from '../../lib/index.js';
 import { loadAddon, packageRoot } from '../../lib/native.js';
 import { rng, roundTo, worst, type Oracle } from './oracle.js';
-import { allRows, codeOf, ids, pair, randomBatch, randomGrads, snapshot } from './helpers.js';
+import { allRows, codeOf, ids, oddTables, pair, randomBatch, randomGrads, snapshot } from './helpers.js';
 
 const OPTIMIZERS: OptimizerConfig[] = [
   { type: 'sgd', lr: 0.05 },
@@ -68,14 +68,7 @@ describe('odd configurations match the oracle', () => {
   for (const dtype of ['fp32', 'fp16', 'bf16'] as const)
     for (const opt of OPTIMIZERS) {
       it(`${dtype} ${opt.type} ${JSON.stringify(opt)}`, async () => {
-        const tables: TableConfig[] = [
-          { name: 'one', rows: 1, dim: 7, dtype },
-          { name: 'w1', rows: 5, dim: 1, pooling: 'mean', features: ['w1a', 'w1b'], dtype },
-          { name: 'w17', rows: 40, dim: 17, dtype },
-          { name: 'w130', rows: 9, dim: 130, pooling: 'mean', dtype },
-          { name: 'w1000', rows: 3, dim: 1000, dtype },
-          { name: 'seq3', rows: 6, dim: 3, pooling: 'none', features: ['s3a', 's3b'], dtype },
-        ];
+        const tables = oddTables(dtype);
         const [rtol, atol] = TOL[dtype];
         const r = rng(5);
         const { ec, oracle } = pair(tables, opt, 3);
