@@ -652,7 +652,7 @@ const NONE = new Float32Array(0);
 
 /**
  * A number below 2^24 that every rank computes alike for the same scheduled step: its number, its plan's
- * counts and its global batch's ids. Ranks that scheduled different global batches almost surely differ in
+ * counts and its global batch's number of ids. Ranks that scheduled different global batches almost surely differ in
  * it, and the forward's agreement refuses their step before any row moves.
  */
 function planSignature(s: Scheduled): number {
