@@ -147,7 +147,7 @@ export class JaggedBatch {
   /** The slice of one feature: its B lengths and its ids (and weights), as views (no copies); the lengths checked as for `offsets`. */
   feature(name: string): { lengths: Int32Array; ids: IdArray; weights: Float32Array | undefined } {
     const f = this.features.indexOf(name);
-    if (f < 0) throw new EmbshardError('UNKNOWN_FEATURE', `the batch has no feature '${name}'`);
+    if (f < 0) throw new EmbshardError('MISSING_FEATURE', `the batch has no feature '${name}'`);
     const B = this.batchSize;
     const o = this.offsets;
     const s = o[f * B]!, e = o[(f + 1) * B]!;

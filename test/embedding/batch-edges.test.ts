@@ -123,6 +123,8 @@ describe('JaggedBatch edges', () => {
     expect(codeOf(() => mk([1, 0, 2, 0], 4).feature('a'))).toBe('LENGTH_MISMATCH');
     expect(codeOf(() => mk([1, 0, 2, 1], 3).feature('b'))).toBe('LENGTH_MISMATCH');
     expect(mk([1, 0, 2, 1], 4).feature('b').ids.length).toBe(3);
+    // a name the batch lacks is MISSING_FEATURE (lib/errors.ts: a feature the batch does not have), as a collection says
+    expect(codeOf(() => mk([1, 0, 2, 1], 4).feature('zz'))).toBe('MISSING_FEATURE');
   });
 
   it('a sharded forward refuses lengths that sum to fewer ids than the batch has, on every rank, changing nothing', async () => {
