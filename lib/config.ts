@@ -2,6 +2,7 @@
 // config. Validation here gives EmbshardError codes naming the bad field before any memory is allocated.
 import { EmbshardError } from './errors.js';
 import { fieldsOf, rejectUnknownFields } from './fields.js';
+import { optimizerValues } from './optimizer-values.js';
 import type { DType, NativeCollectionConfig, NativeInit, OptimizerType, Pooling } from './binding.js';
 import { resolveStorage, type ResolvedStorage, type StorageConfig } from './storage/config.js';
 import { dynamicFieldsOf, resolveDynamic, type DynamicTableFields, type ResolvedDynamic } from './storage/dynamic-config.js';
@@ -97,11 +98,6 @@ function bad(code: 'INVALID_CONFIG' | 'INVALID_SIZE', msg: string): never {
   throw new EmbshardError(code, msg);
 }
 
-function finite(v: unknown, where: string): number {
-  if (typeof v !== 'number' || !Number.isFinite(v)) bad('INVALID_CONFIG', `${where} must be a finite number`);
-  return v;
-}
-
 export function resolveConfig(config: CollectionConfig): ResolvedConfig {
   if (typeof config !== 'object' || config === null) bad('INVALID_CONFIG', 'the collection config must be an object');
   rejectUnknownFields(config, COLLECTION_FIELDS);
@@ -157,19 +153,12 @@ export function resolveConfig(config: CollectionConfig): ResolvedConfig {
     throw new EmbshardError('UNSUPPORTED_OPTIMIZER', `optimizer '${String(o.type)}' is not sgd | adagrad | rowwise_adagrad | adam`);
   const optimizer: ResolvedOptimizer = {
     type: o.type,
-    lr: finite(o.lr, 'optimizer.lr'),
-    eps: finite(o.eps ?? 1e-8, 'optimizer.eps'),
-    beta1: finite(o.beta1 ?? 0.9, 'optimizer.beta1'),
-    beta2: finite(o.beta2 ?? 0.999, 'optimizer.beta2'),
-    weightDecay: finite(o.weightDecay ?? 0, 'optimizer.weightDecay'),
+    ...optimizerValues(o, 'optimizer'),
     stochasticRounding: o.stochasticRounding ?? false,
     nonFinite: o.nonFinite ?? 'error',
   };
   if (o.stochasticRounding !== undefined && typeof o.stochasticRounding !== 'boolean')
     bad('INVALID_CONFIG', `optimizer.stochasticRounding must be a boolean (got ${String(o.stochasticRounding)})`);
-  if (optimizer.lr < 0 || optimizer.eps < 0) bad('INVALID_CONFIG', 'optimizer lr and eps must be >= 0');
-  if (!(optimizer.beta1 >= 0 && optimizer.beta1 < 1 && optimizer.beta2 >= 0 && optimizer.beta2 < 1))
-    bad('INVALID_CONFIG', 'optimizer beta1 and beta2 must be in [0, 1)');
   if (optimizer.nonFinite !== 'error' && optimizer.nonFinite !== 'skip') bad('INVALID_CONFIG', "optimizer.nonFinite must be 'error' or 'skip'");
   if (optimizer.stochasticRounding && tables.some((t) => t.storage.kind === 'disk'))
     bad('INVALID_CONFIG', "optimizer.stochasticRounding is not supported with disk-backed tables (storage.kind 'disk')");

@@ -4,6 +4,7 @@
 // device 'cuda:N' wholly on a GPU through the CUDA addon (native/dense/cuda/model_cuda.cu).
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { optimizerValues } from '../optimizer-values.js';
 import { resolveBackend } from '../backends.js';
 import { denseAddon, type Precision, type DenseCudaAddon, type InteractionType, type NativeCudaDenseModel, type NativeDenseModel, type NativeDenseOptimizer, type NativeTensorInfo } from './binding.js';
 import type { DeviceBuffer } from '../sharded/binding.js';
@@ -189,7 +190,7 @@ export class DenseModel {
       throw new EmbshardError('BACKEND_UNAVAILABLE', `unknown device '${String(device)}' for the dense model (expected 'cpu' or 'cuda:N')`);
     const preset = typeof model === 'string' ? PRESETS[model] : undefined;
     const o = options.optimizer ?? preset?.optimizer ?? { type: 'adagrad', lr: 0.01 };
-    this.optimizer = { type: o.type, lr: o.lr, eps: o.eps ?? 1e-8, beta1: o.beta1 ?? 0.9, beta2: o.beta2 ?? 0.999, weightDecay: o.weightDecay ?? 0 };
+    this.optimizer = { type: o.type, ...optimizerValues(o, 'optimizer') };
     this.seed = options.seed ?? 0;
     this.device = device;
     const precision = checkPrecision(options.precision ?? 'fp32');

@@ -326,6 +326,14 @@ describe('refusals of odd configurations and misuse leave everything as it was',
       expect(() => new EmbeddingCollection({ ...base, optimizer: { type: 'sgd', lr: 0.1, stochasticRounding: v as unknown as boolean } })).toThrowError(/stochasticRounding/);
   });
 
+  it('optimizer values missing, not numbers, beyond float32, or betas that are 1 in float32: INVALID_CONFIG naming the field', () => {
+    const cases = [['lr', {}], ['lr', { lr: '0.1' }], ['lr', { lr: 1e39 }], ['eps', { lr: 0.1, eps: 1e39 }], ['weightDecay', { lr: 0.1, weightDecay: -1e39 }], ['beta2', { lr: 0.1, beta2: 1 }], ['beta1', { lr: 0.1, beta1: 0.99999999 }]] as const;
+    for (const [field, o] of cases)
+      expect(() => new EmbeddingCollection({ ...base, optimizer: { type: 'adam', ...o } as never }), JSON.stringify(o)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(new RegExp(`^optimizer\\.${field} `)) }));
+    expect(() => new EmbeddingCollection({ ...base, optimizer: { type: 'adam', lr: 0.1, beta1: 1 - 2 ** -25 } })).toThrow(/rounds to 1/);
+    new EmbeddingCollection({ ...base, optimizer: { type: 'adam', lr: 0.1, beta1: 1 - 2 ** -24 } }).dispose(); // the largest float32 below 1
+  });
+
   it('a sequence gradient is read from the gradients\' own fields only (a feature named like an Object member)', async () => {
     const cfg: CollectionConfig = { tables: [{ name: 'constructor', rows: 4, dim: 2, pooling: 'none' }], optimizer: { type: 'sgd', lr: 0.1 } };
     const ec = new EmbeddingCollection(cfg);

@@ -71,9 +71,13 @@ describe('layer sizes', () => {
 });
 
 describe('values', () => {
-  it('learning rate, weight decay, eps and gradScale beyond float32 are INVALID_ARGUMENT naming them; the model is unchanged', async () => {
-    for (const [field, o] of [['lr', { lr: 1e39 }], ['weightDecay', { lr: 0.1, weightDecay: 1e39 }], ['eps', { lr: 0.1, eps: 1e39 }], ['beta2', { lr: 0.1, beta2: -1e39 }]] as const)
-      expect(() => new DenseModel(spec, { optimizer: { type: 'adam', ...o } })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(new RegExp(`optimizer\\.${field}`)) }));
+  it('optimizer values missing, not numbers, beyond float32, or betas that are 1 in float32 are INVALID_CONFIG naming them; update lr and gradScale beyond float32 INVALID_ARGUMENT; the model is unchanged', async () => {
+    const cases = [['lr', {}], ['lr', { lr: '0.1' }], ['lr', { lr: 1e39 }], ['weightDecay', { lr: 0.1, weightDecay: 1e39 }], ['eps', { lr: 0.1, eps: 1e39 }], ['beta2', { lr: 0.1, beta2: -1e39 }], ['beta1', { lr: 0.1, beta1: 0.99999999 }]] as const;
+    for (const [field, o] of cases)
+      expect(() => new DenseModel(spec, { optimizer: { type: 'adam', ...o } as never }), JSON.stringify(o)).toThrow(expect.objectContaining({ code: 'INVALID_CONFIG', message: expect.stringMatching(new RegExp(`^optimizer\\.${field} `)) }));
+    // 1 − 2^-25 is below 1 in double and 1 in float32: the message says so
+    expect(() => new DenseModel(spec, { optimizer: { type: 'adam', lr: 0.1, beta1: 1 - 2 ** -25 } })).toThrow(/rounds to 1/);
+    new DenseModel(spec, { optimizer: { type: 'adam', lr: 0.1, beta1: 1 - 2 ** -24 } }).dispose(); // the largest float32 below 1
     const m = new DenseModel(spec, { optimizer: { type: 'sgd', lr: 0.1 }, seed: 1 });
     const { dense, sparse, labels } = batch(1, 2);
     await m.forwardBackward(dense, sparse, labels, 2);
