@@ -86,6 +86,22 @@ inline void check_dense_values(Napi::Env env, const Napi::Float32Array& dense, i
                                            ": dense features must be finite");
 }
 
+// Pooled embeddings in host memory given to forward() must be finite too: through the interaction a NaN or
+// ±Inf one reaches a ReLU of the top MLP, which leaves it as 0, so the logit would come out finite and
+// wrong. (forwardBackward lets them through: its gradients come out NaN, which a trainer's step check
+// refuses as NON_FINITE_GRADIENT; device arrays are read where they lie, unchecked.) INVALID_ARGUMENT
+// naming the first bad value, its sample and column.
+inline void check_pooled_values(Napi::Env env, const SparseArg& pooled, int64_t width) {
+  if (pooled.onDevice || pooled.host.IsEmpty() || width == 0) return;
+  const int64_t n = static_cast<int64_t>(pooled.host.ElementLength());
+  const float* p = pooled.ptr();
+  const int64_t i = first_outside(p, n, -FLT_MAX, FLT_MAX);
+  if (i < 0) return;
+  throw_error(env, "INVALID_ARGUMENT", "pooled[" + std::to_string(i) + "] (sample " + std::to_string(i / width) + ", column " +
+                                           std::to_string(i % width) + ") is " + Napi::Number::New(env, p[i]).ToString().Utf8Value() +
+                                           ": pooled embeddings must be finite");
+}
+
 // Validated inputs of forward / forwardBackward.
 struct Inputs {
   int64_t B = 0;

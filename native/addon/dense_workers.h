@@ -206,6 +206,7 @@ template <class Wrap>
 Napi::Value start_forward(Wrap* self, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   dense_model_args::Inputs in = dense_model_args::read_inputs(env, self->layout(env), info[0], info[1], info[2], self->input_device(env));
+  dense_model_args::check_pooled_values(env, in.sparse, self->layout(env).sparse_width());
   self->claim(env);
   auto* w = new ForwardWorker<Wrap>(env, self, in.dense.Data(), in.sparse, in.B);
   w->Keep(in.dense);

@@ -110,6 +110,21 @@ describe('values', () => {
     m.dispose();
   });
 
+  it('a NaN or ±Inf pooled embedding given to forward is INVALID_ARGUMENT naming it (a top ReLU would turn it into a finite, wrong logit)', async () => {
+    const m = new DenseModel(spec, { seed: 1 });
+    const B = 3;
+    const { dense, sparse } = batch(2, B);
+    const width = sparse.length / B;
+    const good = await m.forward(dense, sparse, B);
+    for (const v of [NaN, Infinity, -Infinity]) {
+      const bad = Float32Array.from(sparse);
+      bad[width + 2] = v; // sample 1, column 2
+      expect(() => m.forward(dense, bad, B)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(new RegExp(`^pooled\\[${width + 2}\\] \\(sample 1, column 2\\) is (NaN|-?Infinity)`)) }));
+    }
+    expect(same(await m.forward(dense, sparse, B), good)).toBe(true);
+    m.dispose();
+  });
+
   for (const backend of BACKENDS)
     it(`${backend}: 0·NaN and 0·Inf are NaN in a GEMM, so a NaN pooled embedding makes the dense gradients NaN`, async () => {
       for (const v of [NaN, Infinity]) {
