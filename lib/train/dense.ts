@@ -266,9 +266,10 @@ export class DenseModel {
   }
 
   /**
-   * Logits [B] of a batch: dense [B × denseIn] (finite: a NaN / ±Inf value is INVALID_ARGUMENT naming it),
-   * pooled [B × sparseWidth]. On a GPU `pooled` may be a DeviceArray (f32) on the model's device, e.g. an
-   * embedding collection's device output: no host copy.
+   * Logits [B] of a batch: dense [B × denseIn] and pooled [B × sparseWidth], both finite (a NaN / ±Inf value
+   * is INVALID_ARGUMENT naming it: a top ReLU would turn it into a finite, wrong logit). On a GPU `pooled`
+   * may be a DeviceArray (f32) on the model's device, e.g. an embedding collection's device output: no
+   * host copy, and read where it lies, unchecked.
    */
   forward(dense: Float32Array, pooled: Float32Array | DeviceArray | null, batchSize: number): Promise<Float32Array> {
     this.bottomFor = undefined;

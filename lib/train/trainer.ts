@@ -657,9 +657,11 @@ export class Trainer {
       await emb.release?.(out); // a module that ignored `reject`
       throw reject;
     }
-    const z = await this.dense.forward(dense, out.pooled, size);
-    if (emb.release) await emb.release(out);
-    return z;
+    try {
+      return await this.dense.forward(dense, out.pooled, size); // refuses pooled embeddings that are not finite
+    } finally {
+      if (emb.release) await emb.release(out);
+    }
   }
 
   private enqueue<T>(fn: () => Promise<T>): Promise<T> {
