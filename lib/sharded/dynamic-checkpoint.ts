@@ -3,10 +3,14 @@
 // row shard of them is stored beside it, gathered to rank 0: `dshard-<table>-<group>.map` (the shard's id
 // map as lib/storage/dynamic.ts serialises it, with its own CRC-32C) and `dshard-<table>-<group>.rows`
 // (fp32 values then optimizer state of its slots 0 … b − a − 1; CRC-32 in the manifest), listed under
-// `extra.sharded.dynamic`; with `spill`, also `dshard-<table>-<group>.spill`, the compact copy of the
-// shard's spill file (its CRC-32C and record count in the manifest, verified on load). A load needs the same row groups for every dynamic table (any ranks may hold
-// them): a shard's ids are those whose hash falls in its range, so another split would have to move ids
-// between maps — refused with INVALID_PLAN naming the table.
+// `extra.dynamicShards`; with `spill`, also `dshard-<table>-<group>.spill`, the compact copy of the
+// shard's spill file (its CRC-32C and record count in the manifest, verified on load). Spill is the loading
+// collection's setting: a shard saved without spill loads into a spilling one with an empty spill file;
+// spilled rows into a collection without spill are refused (INVALID_CONFIG naming spill), not dropped.
+// A rank whose shards cannot be read for a save fails it on every rank (agreed before the gather). A
+// load needs the same row groups for every dynamic table (any ranks may hold them, at any world size): a
+// shard's ids are those whose hash falls in its range, so another split would have to move ids between
+// maps — refused with INVALID_PLAN naming the table.
 import { promises as fs } from 'node:fs';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,7 +20,9 @@ import { stateWidth } from '../config.js';
 import { isFileEntry, readVerified, writeFileDurable, type DynamicPayload } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { ShardPlan } from '../plan/shard-plan.js';
+import type { DynamicShards } from './dynamic-shards.js';
 import { LocalLayout } from './local-layout.js';
+import { agreeOnCall } from './step-status.js';
 import type { ShardedEmbeddingCollection } from './sharded.js';
 
 /** One dynamic row shard in a checkpoint's manifest. */
@@ -83,8 +89,16 @@ async function localShards(sc: ShardedEmbeddingCollection): Promise<ShardBytes[]
  */
 export async function gatherDynamic(sc: ShardedEmbeddingCollection): Promise<ShardBytes[] | undefined> {
   if (!sc.plan.tables.some((t) => t.dynamic)) return undefined;
-  const mine = await localShards(sc);
   const g = sc.group, W = g.size;
+  // a rank whose shards cannot be read (an altered spill record, no scratch folder) fails the save on
+  // every rank: the ranks agree first (one uncounted all-reduce), so none is left waiting in the gather
+  let mine: ShardBytes[] = [], failure: EmbshardError | undefined;
+  try {
+    mine = await localShards(sc);
+  } catch (e) {
+    failure = e instanceof EmbshardError ? e : new EmbshardError('IO_ERROR', `reading this rank's dynamic shards for the checkpoint failed: ${String((e as Error)?.message ?? e)}`);
+  }
+  await agreeOnCall(g, failure, 'dynamic shards', 'save');
   // per shard: map bytes, cell bytes, map CRC, spill bytes (-1: the shard does not spill), spill CRC, spill records
   const sizes = await g.allGather(
     Float64Array.from(mine.flatMap((s) => [s.map.length, s.cells.length, s.mapCrc, s.spill ? s.spill.bytes.length : -1, s.spill?.crc32c ?? 0, s.spill?.records ?? 0])),
@@ -174,9 +188,33 @@ export async function loadDynamic(sc: ShardedEmbeddingCollection, dir: string, s
     const slots = BigInt64Array.from({ length: lt.rows }, (_, j) => BigInt(j));
     e.writeRows(li, slots, f.subarray(0, lt.rows * lt.dim));
     if (sw > 0) e.writeState(li, slots, f.subarray(lt.rows * lt.dim));
-    maps.push({ table: lt.name, file: s.map.file, bytes: s.map.bytes, crc32c: s.map.crc32c, ...(s.spill ? { spill: { ...s.spill } } : {}) });
+    // spill is the collection's setting: spilled rows need a spilling shard to keep them
+    if (!dyn.spills && s.spill && s.spill.records > 0)
+      throw new EmbshardError('INVALID_CONFIG', `checkpoint '${dir}': row shard [${lt.r0}, ${lt.r0 + lt.rows}) of dynamic table '${name}' holds ${s.spill.records} spilled rows; load it with config.spill to keep them`, { path: 'spill' });
+    maps.push({ table: lt.name, file: s.map.file, bytes: s.map.bytes, crc32c: s.map.crc32c, ...(dyn.spills && s.spill ? { spill: { ...s.spill } } : {}) });
   }
   // the maps through their own checkpoint reader (sizes and the embedded CRC-32C verified)
-  await dyn.tablesOfRank.load(dir, maps);
+  if (dyn.spills && maps.some((m) => !m.spill)) await loadWithEmptySpills(dyn, dir, maps);
+  else await dyn.tablesOfRank.load(dir, maps);
   dyn.resetSinks(e);
+}
+
+/**
+ * Spilling shards loading maps saved without spill (`maps`, files in `dir`): each starts with an empty
+ * spill file, read from the copy its own fresh map writes beside copies of the saved maps.
+ */
+async function loadWithEmptySpills(dyn: DynamicShards, dir: string, maps: readonly DynamicPayload[]): Promise<void> {
+  const scratch = mkdtempSync(join(tmpdir(), 'embshard-dshard-'));
+  try {
+    const empty = await dyn.tablesOfRank.save(scratch);
+    const entries: DynamicPayload[] = [];
+    for (const m of maps) {
+      // each saved file copied whole (its size checked here, its checksums by the maps' own reader)
+      for (const f of [m, ...(m.spill ? [m.spill] : [])]) await writeFileDurable(join(scratch, f.file), await readVerified(dir, f.file, f.bytes, f.crc32c, () => f.crc32c));
+      entries.push({ ...m, spill: m.spill ?? empty.find((x) => x.table === m.table)!.spill! });
+    }
+    await dyn.tablesOfRank.load(scratch, entries);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
 }

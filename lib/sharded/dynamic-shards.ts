@@ -45,6 +45,8 @@ export class DynamicShards {
     private readonly layout: LocalLayout,
     private readonly config: ResolvedConfig,
     private readonly maps: DynamicTables,
+    /** whether the shards spill evicted rows (ShardedConfig.spill) */
+    readonly spills: boolean,
   ) {
     layout.localTables.forEach((lt, i) => {
       if (!lt.dynamic) return;
@@ -69,7 +71,7 @@ export class DynamicShards {
     });
     const local: ResolvedConfig = { tables, optimizer: config.optimizer, device: config.device, seed: config.seed };
     const maps = DynamicTables.of(local, addon, layout.localTables.map((lt) => lt.t))!;
-    return new DynamicShards(layout, config, maps);
+    return new DynamicShards(layout, config, maps, spillDir !== undefined);
   }
 
   /** Local table indexes of the dynamic shards. */
