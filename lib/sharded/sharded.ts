@@ -46,7 +46,7 @@ import { shardStorage } from '../storage/shards.js';
 import type { StorageBudget } from '../storage/budget.js';
 import { part, route, uniqOver, type Routed, type SegView, type UniqT } from './routing.js';
 import { exchangeInput, type InputResult, type Received } from './input-exchange.js';
-import { agreeOnGradients, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus, type RoutedOrRejected } from './step-status.js';
+import { agreeOnGradients, agreeOnTranslation, NON_FINITE_STATUS, nonFiniteOutcome, rejectionStatus, type RoutedOrRejected } from './step-status.js';
 import { unionOf, type RelayUnion } from './relay.js';
 import { ownerBatch } from './owner.js';
 import { ownerSchedule, relayRecvSchedule, relaySendSchedule, requesterSchedule, type Schedule } from './schedule.js';
@@ -641,10 +641,19 @@ export class ShardedEmbeddingCollection extends EngineOwner {
     // dynamic shards: raw ids → slots of each shard's map (dynamic-shards.ts); the engine runs on slots
     let dyn: DynamicStep | undefined;
     const rawOwner = owner.batch;
-    if (this.dynamic) {
-      dyn = admit ? await this.dynamic.translate(owner.batch, e) : this.dynamic.lookup(owner.batch);
-      owner.batch = dyn.native;
-    }
+    if (admit) {
+      // an admitting forward's translation can fail on one rank (a spill record that fails its check, a
+      // spill append the disk refuses): every rank, with dynamic shards or not, agrees on it before the
+      // output exchange, so none is left waiting there for the failed rank
+      let failed: EmbshardError | undefined;
+      try {
+        if (this.dynamic) dyn = await this.dynamic.translate(owner.batch, e);
+      } catch (err) {
+        failed = err instanceof EmbshardError ? err : new EmbshardError('IO_ERROR', `the dynamic shards' translation failed: ${String((err as Error)?.message ?? err)}`);
+      }
+      await agreeOnTranslation(g, failed);
+    } else if (this.dynamic) dyn = this.dynamic.lookup(owner.batch);
+    if (dyn) owner.batch = dyn.native;
     // what every owner sends back (the rows / bags this rank asked for and, as a relay, the partial sums of
     // the requesters it relays for), and what relays pass on
     const own = ownerSchedule(L, recv);

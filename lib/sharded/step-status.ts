@@ -82,6 +82,20 @@ export async function agreeOnCall(group: ProcessGroup, bad: EmbshardError | unde
   if (all !== 0) throw rejectedBy(all, 'another rank', what, scope);
 }
 
+/**
+ * The agreement after an admitting forward's dynamic translation (raw ids → slots of each rank's shards),
+ * one uncounted all-reduce (max): a rank whose translation failed throws its own error, every other rank
+ * that code, instead of waiting in the output exchange for the failed rank. Ids the ranks admitted in that
+ * forward stay admitted, as after any forward.
+ */
+export async function agreeOnTranslation(group: ProcessGroup, bad: EmbshardError | undefined): Promise<void> {
+  const all = await maxStatus(group, bad ? rejectionStatus(bad.code) : 0);
+  if (bad) throw bad;
+  if (all === 0) return;
+  const code = ErrorCodes[all - 1] ?? 'INTERNAL';
+  throw new EmbshardError(code, `another rank's dynamic shards failed this forward (${code}); it ended on every rank, the ids admitted in it stay`);
+}
+
 /** What agreeOnKind found: whether some rank made the call of kind 1, and the error that ends it here (none: go on). */
 export interface KindAgreement {
   some: boolean;
