@@ -6,6 +6,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { tableFromIPC, type Table } from 'apache-arrow';
 import { EmbshardError } from '../errors.js';
 import { arrowSource, prefetch, workerSource, type BatchSource, type SourceSpec, type SyntheticPreset } from '../data/index.js';
+import { prefetchDepth } from '../data/prefetch.js';
 import type { SyntheticOptions } from '../data/synthetic.js';
 import { rankSplit } from '../train/rank-split.js';
 
@@ -20,7 +21,7 @@ export interface OpenSpecOptions {
   /** The model preset, picking the synthetic preset. */
   model?: string | undefined;
   seed: number;
-  /** Batches read ahead. */
+  /** Batches read ahead (`--prefetch`), 1 … MAX_PREFETCH_DEPTH. */
   prefetch: number;
   rank?: number | undefined;
   world?: number | undefined;
@@ -73,11 +74,12 @@ function readArrowFile(path: string): Table {
 export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<OpenedSource> {
   const { kind, arg } = splitSpec(spec);
   const B = o.batch, rank = o.rank ?? 0, world = o.world ?? 1;
+  const depth = prefetchDepth('--prefetch', o.prefetch);
   const splitNote = world > 1 ? ` (batch j to rank j mod ${world})` : '';
   if (kind === 'synthetic') {
     const preset = (arg || syntheticPresetFor(o.model)) as SyntheticPreset;
     const options: SyntheticOptions = { batchSize: B, preset, seed: o.seed, rank, worldSize: world, ...(o.maxRows ? { maxRows: o.maxRows } : {}) };
-    const source = await workerSource({ kind: 'synthetic', options }, { depth: o.prefetch });
+    const source = await workerSource({ kind: 'synthetic', options }, { depth });
     return { source, tableRows: source.tableRows!, describe: `synthetic ${preset}${o.maxRows ? ` (tables capped at ${o.maxRows} rows)` : ''}`, synthetic: options };
   }
   if (kind === 'criteo-tsv') {
@@ -88,7 +90,7 @@ export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<Op
       ...(o.maxRows ? { maxRows: o.maxRows } : {}),
     };
     const spec: SourceSpec = { kind: 'criteo-tsv', options };
-    const source = rankSplit(await workerSource(spec, { depth: o.prefetch }), rank, world);
+    const source = rankSplit(await workerSource(spec, { depth }), rank, world);
     return { source, tableRows: source.tableRows!, describe: `Criteo TSV ${arg}${splitNote}` };
   }
   if (kind === 'binary') {
@@ -97,14 +99,14 @@ export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<Op
     if (days.length === 0) throw new EmbshardError('INVALID_ARGUMENT', `binary:${arg}: no day_<d>_dense.npy files (torchrec's npy layout)`);
     const hashes = rowsList(o, 26, 'binary:<dir>');
     const options = { dir: arg, days, batchSize: B, hashes, rank, worldSize: world };
-    const source = await workerSource({ kind: 'criteo-npy', options }, { depth: o.prefetch });
+    const source = await workerSource({ kind: 'criteo-npy', options }, { depth });
     return { source, tableRows: hashes, describe: `torchrec binary days ${days.join(',')} in ${arg}` };
   }
   if (kind === 'arrow') {
     if (!arg || !existsSync(arg)) throw new EmbshardError('INVALID_ARGUMENT', `arrow:<file>: '${arg}' does not exist`);
     const table = readArrowFile(arg);
     const src = arrowSource(table, { maxBatchSize: B });
-    const source = Object.assign(prefetch(rankSplit(src, rank, world), { depth: o.prefetch }), world === 1 ? { numSamples: table.numRows } : {});
+    const source = Object.assign(prefetch(rankSplit(src, rank, world), { depth }), world === 1 ? { numSamples: table.numRows } : {});
     const rows = o.tableRows ?? o.maxRows;
     if (rows === undefined) throw new EmbshardError('INVALID_ARGUMENT', 'arrow: needs --table-rows N (the Arrow file does not say how many rows each table has)');
     return { source, tableRows: rowsList({ ...o, tableRows: rows }, src.features.length, 'arrow:<file>'), describe: `Arrow ${arg}${splitNote}` };

@@ -19,6 +19,7 @@ import { PRESETS, isPrecision, isPresetName, parseLayers, type DenseModelSpec, t
 import { embeddingsFor, tablesFor } from '../train/embeddings.js';
 import { HeraldEmbeddingCollection } from '../herald/collection.js';
 import { fullBatches } from '../data/full-batches.js';
+import { MAX_PREFETCH_DEPTH } from '../data/prefetch.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
 import type { ModelInputs } from '../train/inputs.js';
@@ -165,7 +166,7 @@ function option(a: Args, k: string, v: string): string | undefined {
       break;
     case '--eval-every': a.evalEvery = int(); break;
     case '--seed': a.seed = int(0); break;
-    case '--prefetch': a.prefetch = int(); break;
+    case '--prefetch': a.prefetch = intArg(k, v, 1, MAX_PREFETCH_DEPTH); break;
     case '--threads': a.threads = int(); break;
     case '--precision':
       if (!isPrecision(v)) return `--precision must be fp32 or bf16 (got '${v}')`;

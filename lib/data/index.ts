@@ -15,7 +15,7 @@ export { NpyFile, encodeNpy, writeNpy, parseNpyHeader } from './npy.js';
 export type { NpyDtype, NpyArray, NpyHeader } from './npy.js';
 export { ArrowSource, arrowSource, batchToArrow, batchesToTable, recordBatchToBatch } from './arrow.js';
 export type { ArrowSourceOptions, ArrowInput } from './arrow.js';
-export { PrefetchSource, prefetch } from './prefetch.js';
+export { MAX_PREFETCH_DEPTH, PrefetchSource, prefetch } from './prefetch.js';
 export type { PrefetchOptions } from './prefetch.js';
 export { WorkerSource, workerSource } from './worker-source.js';
 export type { WorkerSourceOptions } from './worker-source.js';

@@ -1,14 +1,26 @@
 // prefetch.ts — a lookahead queue over any BatchSource: a pump pulls up to `depth` batches ahead while
 // the consumer trains, yielding to the event loop between batches so the consumer's own callbacks (a
 // native step resolving) run in between. Order is the source's; errors surface after the batches that
-// preceded them; breaking out of the loop stops the pump and closes the source's iterator.
+// preceded them; breaking out of the loop stops the pump and closes the source's iterator. A depth is at
+// most MAX_PREFETCH_DEPTH batches (the worker source's and `--prefetch` too).
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import { EmbshardError } from '../errors.js';
 import { positiveInt, type Batch, type BatchSource } from './types.js';
 import { SourceView } from './source-view.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 
+/** The most batches a lookahead queue holds ahead of its consumer: each one is a whole batch in memory. */
+export const MAX_PREFETCH_DEPTH = 64;
+
+/** Validates a lookahead depth: an integer in [1, MAX_PREFETCH_DEPTH], naming the field on failure. */
+export function prefetchDepth(name: string, v: unknown): number {
+  const n = positiveInt(name, v);
+  if (n > MAX_PREFETCH_DEPTH) throw new EmbshardError('INVALID_SIZE', `${name} must be at most ${MAX_PREFETCH_DEPTH} batches (got ${n})`);
+  return n;
+}
+
 export interface PrefetchOptions {
-  /** Batches held ready ahead of the consumer. Default 4. */
+  /** Batches held ready ahead of the consumer, 1 … MAX_PREFETCH_DEPTH. Default 4. */
   depth?: number | undefined;
 }
 
@@ -20,7 +32,7 @@ export class PrefetchSource extends SourceView {
   constructor(source: BatchSource, options: PrefetchOptions = {}) {
     rejectUnknownFields(options, PREFETCH_FIELDS);
     super(source);
-    this.depth = positiveInt('depth', options.depth ?? 4);
+    this.depth = prefetchDepth('depth', options.depth ?? 4);
   }
 
   /** the source read ahead */
@@ -35,7 +47,7 @@ export class PrefetchSource extends SourceView {
     const it = this.source[Symbol.asyncIterator]();
     const depth = this.depth;
     const buf: Batch[] = [];
-    let finished = false, failed = false, error: unknown, stopped = false;
+    let finished = false, exhausted = false, failed = false, error: unknown, stopped = false;
     let wake: (() => void) | undefined, space: (() => void) | undefined;
     const pump = (async () => {
       try {
@@ -45,7 +57,10 @@ export class PrefetchSource extends SourceView {
             continue;
           }
           const r = await it.next();
-          if (r.done) break;
+          if (r.done) {
+            exhausted = true;
+            break;
+          }
           buf.push(r.value);
           wake?.();
           await nextTurn();
@@ -76,7 +91,8 @@ export class PrefetchSource extends SourceView {
       stopped = true;
       space?.();
       await pump;
-      if (!failed) await it.return?.(); // a source that threw has closed itself
+      // closed as a for-await loop closes it: only when left early (a source that ended or threw has closed itself)
+      if (!exhausted && !failed) await it.return?.();
     }
   }
 }

@@ -1,7 +1,7 @@
 // specs.ts — data sources described as plain JSON-able specs, so a worker thread (or the CLI) can open
 // the same source from a description: synthetic, Criteo TSV, or torchrec's binary Criteo days.
 import { EmbshardError } from '../errors.js';
-import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { rejectUnknownFields } from '../fields.js';
 import { CriteoNpySource, type CriteoNpyOptions } from './criteo-npy.js';
 import { CriteoTsvSource, type CriteoTsvOptions } from './criteo-tsv.js';
 import { SyntheticSource, type SyntheticOptions } from './synthetic.js';

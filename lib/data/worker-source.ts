@@ -1,21 +1,32 @@
 // worker-source.ts — runs a source (synthetic generation, TSV parsing, npy reading) in a worker thread,
 // so loading and batching happen off the event loop and ahead of training: the worker keeps up to
 // `depth` batches in flight, their buffers transferred, not copied. Each pass (epoch) starts a worker and
-// ends it when the pass ends or the consumer breaks out. The spec is validated here first, so bad options
-// throw in the caller, before any thread starts.
+// ends it when the pass ends or the consumer breaks out, or once the garbage collector finds the pass's
+// iterator dropped unfinished and unclosed. The spec is validated here first, so bad options throw in the
+// caller, before any thread starts.
+import type { Worker } from 'node:worker_threads';
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import { openSource, type SourceSpec } from './specs.js';
 import { startWorker } from '../worker-thread.js';
-import { positiveInt, type Batch, type BatchSource, type DataReport } from './types.js';
+import { prefetchDepth } from './prefetch.js';
+import type { Batch, BatchSource, DataReport } from './types.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { batchFromMessage, type BatchMessage } from './batch-message.js';
 
 export interface WorkerSourceOptions {
-  /** Batches produced ahead of the consumer. Default 4. */
+  /** Batches produced ahead of the consumer, 1 … MAX_PREFETCH_DEPTH (prefetch.ts). Default 4. */
   depth?: number | undefined;
 }
 
 const WORKER_FIELDS = fieldsOf<WorkerSourceOptions>({ depth: true });
+
+/** The worker of one pass, once the pass has started. */
+interface PassWorker {
+  worker?: Worker | undefined;
+}
+
+/** Ends the worker of a pass whose iterator was dropped without finishing or closing it. */
+const abandoned = new FinalizationRegistry<PassWorker>((p) => void p.worker?.terminate());
 
 type WorkerMessage = { type: 'batch'; batch: BatchMessage } | { type: 'end'; report?: DataReport } | { type: 'error'; code: string; message: string };
 
@@ -31,7 +42,7 @@ export class WorkerSource implements BatchSource {
   /** Validates the spec (opening it here reads only headers) and returns the worker-backed source. */
   static async create(spec: SourceSpec, options: WorkerSourceOptions = {}): Promise<WorkerSource> {
     rejectUnknownFields(options, WORKER_FIELDS);
-    const depth = positiveInt('depth', options.depth ?? 4);
+    const depth = prefetchDepth('depth', options.depth ?? 4);
     const local = await openSource(spec);
     return new WorkerSource(JSON.parse(JSON.stringify(spec)) as SourceSpec, local, depth);
   }
@@ -59,8 +70,17 @@ export class WorkerSource implements BatchSource {
     return this.lastReport;
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<Batch> {
+  [Symbol.asyncIterator](): AsyncIterator<Batch> {
+    const held: PassWorker = {};
+    const pass = this.pass(held);
+    abandoned.register(pass, held, held);
+    return pass;
+  }
+
+  /** One pass: a worker started on the first next(), ended with the pass (held.worker is its worker). */
+  private async *pass(held: PassWorker): AsyncGenerator<Batch> {
     const worker = startWorker(import.meta.url, 'source-worker', { spec: this.spec, depth: this.depth });
+    held.worker = worker;
     worker.unref();
     const queue: WorkerMessage[] = [];
     let wake: (() => void) | undefined;
@@ -103,6 +123,7 @@ export class WorkerSource implements BatchSource {
         }
       }
     } finally {
+      abandoned.unregister(held);
       await worker.terminate();
     }
   }
