@@ -25,10 +25,45 @@ export interface Uniq {
   counts: Float64Array;
 }
 
+/** A layout's routing plan (routing.ts routePlan): what routeStep needs besides the batch. */
+export interface RoutePlan {
+  /** every table's range bounds, one table after another */
+  bounds: Float64Array;
+  /** [T × 4] per table: where its bounds start, its ranges S, its hashCapacity, its features (in routing order) */
+  tables: Float64Array;
+  /** [U × 3] per request of distinct ids: table, range, m (as `unique`) */
+  uniq: Float64Array;
+  /** each routed feature's description in error messages */
+  what: string[];
+}
+
+/** One step's routing (routeStep): every routed feature segmented, one after another in the same arrays, and the requested distinct ids. */
+export interface StepRoutes {
+  /** as Segmented, feature after feature: ids, pos, weights [Σ ids]; lengths [ranges × B]; counts [ranges] */
+  ids: BigInt64Array;
+  pos: Int32Array;
+  weights: Float32Array | null;
+  lengths: Int32Array;
+  counts: Float64Array;
+  /** where each range starts in ids [ranges] */
+  begin: Float64Array;
+  /** as Uniq, request after request: values [valuesAt[u], valuesAt[u + 1]), inverse [inverseAt[u], inverseAt[u + 1]), counts m each */
+  values: BigInt64Array;
+  inverse: Int32Array;
+  uniqCounts: Float64Array;
+  valuesAt: Float64Array;
+  inverseAt: Float64Array;
+}
+
 export interface ExchangeOps {
   /** hashCapacity > 0: a dynamic table's raw ids, placed by hash_row(id, hashCapacity) and output unchanged */
   segment(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, bounds: Float64Array, what: string, hashCapacity?: number): Segmented;
   unique(ids: BigInt64Array, m: number): Uniq;
+  /**
+   * A batch's routing in one call: the plan's features (featureAt: their indices in the batch, table after
+   * table) each segmented as `segment` does, then the distinct ids of the plan's requests as `unique` does.
+   */
+  routeStep(ids: IdArray, lengths: Int32Array, weights: Float32Array | null, B: number, offsets: Float64Array, featureAt: Int32Array, plan: RoutePlan): StepRoutes;
   divideIds(src: BigInt64Array, m: number): BigInt64Array;
   pack(src: Float32Array, stride: number, idx: Int32Array | null, r0: number, nRows: number, c0: number, c1: number, wire: Wire, dst: WireArray, dstOffset: number): void;
   unpack(src: WireArray, srcOffset: number, wire: Wire, nRows: number, cols: number, dst: Float32Array, stride: number, idx: Int32Array | null, r0: number, col: number, add: boolean): void;

@@ -1,8 +1,10 @@
 // shard_ops.cc — bindings of the sharded runtime's per-id kernels (native/shard/exchange_ops.h). They are
 // single linear passes over one step's ids, called synchronously on typed arrays in place; every size is
 // checked against the arrays before any memory is touched (INVALID_ARGUMENT / LENGTH_MISMATCH).
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "addon/errors.h"
 #include "addon/js_args.h"
@@ -29,12 +31,35 @@ void* wire_buf(Napi::Env env, const Napi::Value& v, Wire w, int64_t off, int64_t
   return typed_array<uint16_t>(env, v, napi_uint16_array, what, off + need) + off;
 }
 
-template <typename T, typename A>
-A copy_out(Napi::Env env, const std::vector<T>& v) {
-  A a = A::New(env, v.size());
-  if (!v.empty()) std::memcpy(a.Data(), v.data(), v.size() * sizeof(T));
-  return a;
+// The id array type of a typed array of ids (UNSUPPORTED_DTYPE for any other array).
+IdType id_type(Napi::Env env, const Napi::TypedArray& ids) {
+  switch (ids.TypedArrayType()) {
+    case napi_bigint64_array: return IdType::I64;
+    case napi_int32_array: return IdType::I32;
+    case napi_uint32_array: return IdType::U32;
+    default: throw_error(env, "UNSUPPORTED_DTYPE", "ids must be a BigInt64Array, Int32Array or Uint32Array");
+  }
 }
+
+const void* elements(const Napi::TypedArray& a) { return static_cast<uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset(); }
+
+// A call's output arrays, carved one after another out of one new ArrayBuffer of `bytes` (one allocation
+// for all of them): the 8-byte arrays first, so that every array is aligned.
+class Carve {
+ public:
+  Carve(Napi::Env env, size_t bytes) : env_(env), buf_(Napi::ArrayBuffer::New(env, bytes)) {}
+  template <typename T>
+  Napi::TypedArrayOf<T> take(int64_t n) {
+    auto a = Napi::TypedArrayOf<T>::New(env_, static_cast<size_t>(n), buf_, at_);
+    at_ += static_cast<size_t>(n) * sizeof(T);
+    return a;
+  }
+
+ private:
+  Napi::Env env_;
+  Napi::ArrayBuffer buf_;
+  size_t at_ = 0;
+};
 
 // segment(ids, lengths[B], weights|null, bounds: Float64Array[S+1], what, hashCapacity = 0) -> { ids, pos, weights, lengths[S*B], counts[S] }
 Napi::Value Segment(const Napi::CallbackInfo& info) {
@@ -42,13 +67,7 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
   return guard(env, [&]() -> Napi::Value {
     if (!info[0].IsTypedArray()) bad(env, "segment: ids must be a typed array");
     auto ids = info[0].As<Napi::TypedArray>();
-    IdType t;
-    switch (ids.TypedArrayType()) {
-      case napi_bigint64_array: t = IdType::I64; break;
-      case napi_int32_array: t = IdType::I32; break;
-      case napi_uint32_array: t = IdType::U32; break;
-      default: throw_error(env, "UNSUPPORTED_DTYPE", "ids must be a BigInt64Array, Int32Array or Uint32Array");
-    }
+    const IdType t = id_type(env, ids);
     const int64_t n = static_cast<int64_t>(ids.ElementLength());
     if (!info[1].IsTypedArray()) bad(env, "segment: lengths must be an Int32Array");
     const int64_t B = static_cast<int64_t>(info[1].As<Napi::TypedArray>().ElementLength());
@@ -59,20 +78,28 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
     if (nb < 2) bad(env, "segment: bounds needs at least 2 entries");
     const double* bounds = typed_array<double>(env, info[3], napi_float64_array, "segment: bounds", nb);
     std::string what = info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : std::string("ids");
-    for (int64_t b = 0; b < B; ++b)
-      if (lengths[b] < 0) throw_error(env, "NEGATIVE_LENGTH", format("%s: bag %lld has a negative length", what.c_str(), static_cast<long long>(b)));
-    const void* base = static_cast<uint8_t*>(ids.ArrayBuffer().Data()) + ids.ByteOffset();
-    shard::Segmented s;
     const int64_t hashCapacity = info.Length() > 5 && !info[5].IsUndefined() ? int_arg(env, info[5], "segment: hashCapacity") : 0;
     if (hashCapacity < 0) bad(env, "segment: hashCapacity must be >= 0");
-    shard::segment(base, t, n, lengths, B, weights, bounds, static_cast<int>(nb - 1), what.c_str(), s, hashCapacity);
+    const int64_t S = nb - 1;
+    Carve out(env, static_cast<size_t>(n * 8 + S * 16 + n * 4 + S * B * 4 + (weights ? n * 4 : 0)));
+    auto oIds = out.take<int64_t>(n);
+    auto counts = out.take<double>(S), begin = out.take<double>(S);
+    auto pos = out.take<int32_t>(n), oLengths = out.take<int32_t>(S * B);
+    Napi::Value oWeights = env.Null();
+    float* w = nullptr;
+    if (weights) {
+      auto a = out.take<float>(n);
+      w = a.Data();
+      oWeights = a;
+    }
+    shard::segment(elements(ids), t, n, lengths, B, weights, bounds, static_cast<int>(S), [&] { return what; }, hashCapacity, 0,
+                   {oIds.Data(), pos.Data(), w, oLengths.Data(), counts.Data(), begin.Data()});
     Napi::Object o = Napi::Object::New(env);
-    o.Set("ids", copy_out<int64_t, Napi::BigInt64Array>(env, s.ids));
-    o.Set("pos", copy_out<int32_t, Napi::Int32Array>(env, s.pos));
-    o.Set("weights", weights ? Napi::Value(copy_out<float, Napi::Float32Array>(env, s.weights)) : env.Null());
-    o.Set("lengths", copy_out<int32_t, Napi::Int32Array>(env, s.lengths));
-    std::vector<double> counts(s.counts.begin(), s.counts.end());
-    o.Set("counts", copy_out<double, Napi::Float64Array>(env, counts));
+    o.Set("ids", oIds);
+    o.Set("pos", pos);
+    o.Set("weights", oWeights);
+    o.Set("lengths", oLengths);
+    o.Set("counts", counts);
     return o;
   });
 }
@@ -86,17 +113,138 @@ Napi::Value Unique(const Napi::CallbackInfo& info) {
     const int64_t n = static_cast<int64_t>(len);
     const int64_t m = int_arg(env, info[1], "unique: m");
     if (m < 1) bad(env, "unique: m must be >= 1");
-    // raw ids of a dynamic table may be negative (any 64 bits): only residues need non-negative ids
-    if (m > 1)
-      for (int64_t i = 0; i < n; ++i)
-        if (ids[i] < 0) throw_error(env, "ID_OUT_OF_RANGE", format("unique: id %lld is negative", static_cast<long long>(ids[i])));
-    shard::Uniq u;
-    shard::unique(ids, n, m, u);
+    thread_local std::vector<shard::IdKey> keys;  // kept between calls
+    keys.resize(static_cast<size_t>(n));
+    shard::unique_keys(ids, n, m, 0, keys.data());
+    const int64_t U = shard::sort_keys(keys.data(), n);
+    Carve out(env, static_cast<size_t>(U * 8 + m * 8 + n * 4));
+    auto values = out.take<int64_t>(U);
+    auto counts = out.take<double>(m);
+    auto inverse = out.take<int32_t>(n);
+    shard::emit_unique(keys.data(), n, m, values.Data(), inverse.Data(), counts.Data());
     Napi::Object o = Napi::Object::New(env);
-    o.Set("values", copy_out<int64_t, Napi::BigInt64Array>(env, u.values));
-    o.Set("inverse", copy_out<int32_t, Napi::Int32Array>(env, u.inverse));
-    std::vector<double> counts(u.counts.begin(), u.counts.end());
-    o.Set("counts", copy_out<double, Napi::Float64Array>(env, counts));
+    o.Set("values", values);
+    o.Set("inverse", inverse);
+    o.Set("counts", counts);
+    return o;
+  });
+}
+
+// A number of a route plan's table that must be an integer in [lo, hi].
+int64_t plan_int(Napi::Env env, double x, const char* what, int64_t lo, int64_t hi) {
+  if (x != std::floor(x) || x < static_cast<double>(lo) || x > static_cast<double>(hi)) bad(env, std::string("routeStep: plan ") + what + " is out of range");
+  return static_cast<int64_t>(x);
+}
+
+// routeStep(ids, lengths [F × B], weights|null, B, offsets [F × B + 1] (each bag's first id), featureAt: Int32Array
+// (each routed feature's index in the batch, table after table), plan: { bounds: Float64Array, tables: Float64Array
+// [T × 4: boundsAt, S, hashCapacity, features], uniq: Float64Array [U × 3: table, range, m], what: string[] (each
+// routed feature, for errors) }) -> { ids, pos, weights|null, lengths, counts, begin, valuesAt, inverseAt, values,
+// inverse, uniqCounts }: one step's routing (shard::route_segments, route_unique_keys, route_unique_emit), two
+// allocations in all.
+Napi::Value RouteStep(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guard(env, [&]() -> Napi::Value {
+    if (!info[0].IsTypedArray()) bad(env, "routeStep: ids must be a typed array");
+    auto ids = info[0].As<Napi::TypedArray>();
+    const IdType t = id_type(env, ids);
+    const int64_t nIds = static_cast<int64_t>(ids.ElementLength());
+    const int64_t B = int_arg(env, info[3], "routeStep: B", 1);
+    if (!info[1].IsTypedArray()) bad(env, "routeStep: lengths must be an Int32Array");
+    const int64_t nLengths = static_cast<int64_t>(info[1].As<Napi::TypedArray>().ElementLength());
+    if (nLengths % B != 0) bad(env, "routeStep: lengths is not features × B long");
+    const int64_t F = nLengths / B;
+    const int32_t* lengths = typed_array<int32_t>(env, info[1], napi_int32_array, "routeStep: lengths", nLengths);
+    const float* weights = typed_array<float>(env, info[2], napi_float32_array, "routeStep: weights", nIds, true);
+    const double* offsets = typed_array<double>(env, info[4], napi_float64_array, "routeStep: offsets", nLengths + 1);
+    if (!info[5].IsTypedArray()) bad(env, "routeStep: featureAt must be an Int32Array");
+    const int64_t K = static_cast<int64_t>(info[5].As<Napi::TypedArray>().ElementLength());
+    const int32_t* featureAt = typed_array<int32_t>(env, info[5], napi_int32_array, "routeStep: featureAt", K);
+    if (!info[6].IsObject()) bad(env, "routeStep: plan must be an object");
+    Napi::Object plan = info[6].As<Napi::Object>();
+    Napi::Value vb = plan.Get("bounds"), vt = plan.Get("tables"), vu = plan.Get("uniq");
+    if (!vb.IsTypedArray() || !vt.IsTypedArray() || !vu.IsTypedArray()) bad(env, "routeStep: plan needs bounds, tables and uniq");
+    const int64_t nb = static_cast<int64_t>(vb.As<Napi::TypedArray>().ElementLength());
+    const int64_t nt = static_cast<int64_t>(vt.As<Napi::TypedArray>().ElementLength()) / 4;
+    const int64_t nu = static_cast<int64_t>(vu.As<Napi::TypedArray>().ElementLength()) / 3;
+    const double* bounds = typed_array<double>(env, vb, napi_float64_array, "routeStep: plan.bounds", nb);
+    const double* tp = typed_array<double>(env, vt, napi_float64_array, "routeStep: plan.tables", nt * 4);
+    const double* up = typed_array<double>(env, vu, napi_float64_array, "routeStep: plan.uniq", nu * 3);
+
+    std::vector<shard::RouteTable> tables(static_cast<size_t>(nt));
+    int64_t nFeatures = 0, R = 0;
+    for (int64_t j = 0; j < nt; ++j) {
+      const int64_t at = plan_int(env, tp[j * 4], "boundsAt", 0, nb);
+      const int64_t S = plan_int(env, tp[j * 4 + 1], "S", 1, nb - 1 - at);
+      tables[j] = {bounds + at, static_cast<int>(S), plan_int(env, tp[j * 4 + 2], "hashCapacity", 0, int64_t{1} << 53),
+                   plan_int(env, tp[j * 4 + 3], "features", 0, K)};
+      nFeatures += tables[j].nFeatures;
+      R += tables[j].nFeatures * S;
+    }
+    if (nFeatures != K) bad(env, "routeStep: featureAt does not hold one index per feature of the plan's tables");
+    std::vector<shard::RouteUniq> uniq(static_cast<size_t>(nu));
+    int64_t M = 0;
+    for (int64_t u = 0; u < nu; ++u) {
+      const int64_t table = plan_int(env, up[u * 3], "uniq table", 0, nt - 1);
+      uniq[u] = {table, static_cast<int>(plan_int(env, up[u * 3 + 1], "uniq range", 0, tables[table].S - 1)),
+                 plan_int(env, up[u * 3 + 2], "uniq m", 1, int64_t{1} << 31)};
+      M += uniq[u].m;
+    }
+    std::vector<shard::RouteFeature> features(static_cast<size_t>(K));
+    const size_t idSize = t == IdType::I64 ? 8 : 4;
+    int64_t N = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      if (featureAt[k] < 0 || featureAt[k] >= F) bad(env, "routeStep: a feature index is outside the batch");
+      const int64_t f = featureAt[k];
+      const double s = offsets[f * B], e = offsets[(f + 1) * B];
+      if (!(s >= 0 && s <= e && e <= static_cast<double>(nIds)) || s != std::floor(s) || e != std::floor(e))
+        bad(env, "routeStep: a feature's offsets are outside the ids");
+      const int64_t a = static_cast<int64_t>(s), n = static_cast<int64_t>(e) - a;
+      features[k] = {static_cast<const uint8_t*>(elements(ids)) + a * idSize, n, lengths + f * B, weights ? weights + a : nullptr};
+      N += n;
+    }
+
+    Carve seg(env, static_cast<size_t>(N * 8 + R * 16 + (nu + 1) * 16 + N * 4 + R * B * 4 + (weights ? N * 4 : 0)));
+    auto oIds = seg.take<int64_t>(N);
+    auto counts = seg.take<double>(R), begin = seg.take<double>(R);
+    auto valuesAt = seg.take<double>(nu + 1), inverseAt = seg.take<double>(nu + 1);
+    auto pos = seg.take<int32_t>(N), oLengths = seg.take<int32_t>(R * B);
+    Napi::Value oWeights = env.Null();
+    float* w = nullptr;
+    if (weights) {
+      auto a = seg.take<float>(N);
+      w = a.Data();
+      oWeights = a;
+    }
+    const shard::SegmentDst dst{oIds.Data(), pos.Data(), w, oLengths.Data(), counts.Data(), begin.Data()};
+    auto what = [&](int64_t k) -> std::string {
+      Napi::Value names = plan.Get("what");
+      Napi::Value v = names.IsArray() ? names.As<Napi::Array>().Get(static_cast<uint32_t>(k)) : env.Undefined();
+      return v.IsString() ? v.As<Napi::String>().Utf8Value() : format("feature %lld", static_cast<long long>(k));
+    };
+    shard::route_segments(tables.data(), nt, features.data(), t, B, what, dst);
+
+    thread_local std::vector<shard::IdKey> keys;  // kept between calls
+    shard::route_unique_keys(tables.data(), nt, uniq.data(), nu, dst, keys, valuesAt.Data(), inverseAt.Data());
+    const auto V = static_cast<int64_t>(valuesAt.Data()[nu]), I = static_cast<int64_t>(inverseAt.Data()[nu]);
+    Carve uq(env, static_cast<size_t>(V * 8 + M * 8 + I * 4));
+    auto values = uq.take<int64_t>(V);
+    auto uniqCounts = uq.take<double>(M);
+    auto inverse = uq.take<int32_t>(I);
+    shard::route_unique_emit(uniq.data(), nu, keys.data(), valuesAt.Data(), inverseAt.Data(), values.Data(), inverse.Data(), uniqCounts.Data());
+
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("ids", oIds);
+    o.Set("pos", pos);
+    o.Set("weights", oWeights);
+    o.Set("lengths", oLengths);
+    o.Set("counts", counts);
+    o.Set("begin", begin);
+    o.Set("valuesAt", valuesAt);
+    o.Set("inverseAt", inverseAt);
+    o.Set("values", values);
+    o.Set("inverse", inverse);
+    o.Set("uniqCounts", uniqCounts);
     return o;
   });
 }
@@ -399,6 +547,7 @@ void Init(Napi::Env env, Napi::Object exports) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("segment", Napi::Function::New(env, Segment, "segment"));
   o.Set("unique", Napi::Function::New(env, Unique, "unique"));
+  o.Set("routeStep", Napi::Function::New(env, RouteStep, "routeStep"));
   o.Set("divideIds", Napi::Function::New(env, DivideIds, "divideIds"));
   o.Set("pack", Napi::Function::New(env, Pack, "pack"));
   o.Set("unpack", Napi::Function::New(env, Unpack, "unpack"));

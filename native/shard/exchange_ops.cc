@@ -2,6 +2,7 @@
 #include "shard/exchange_ops.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -11,18 +12,11 @@
 #include "core/id_hash.h"
 #include "core/batch.h"
 #include "core/pooling.h"
+#include "core/value_scan.h"
 
 namespace embshard::shard {
 
 namespace {
-inline int64_t id_at(const void* ids, IdType t, int64_t i) {
-  switch (t) {
-    case IdType::I64: return static_cast<const int64_t*>(ids)[i];
-    case IdType::I32: return static_cast<const int32_t*>(ids)[i];
-    case IdType::U32: return static_cast<const uint32_t*>(ids)[i];
-  }
-  return 0;
-}
 inline void put(void* dst, Wire w, int64_t k, float v) {
   if (w == Wire::F32) static_cast<float*>(dst)[k] = v;
   else if (w == Wire::F16) static_cast<uint16_t*>(dst)[k] = f32_to_f16(v);
@@ -35,60 +29,191 @@ inline float get(const void* src, Wire w, int64_t k) {
 }
 }  // namespace
 
-void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
-             const double* bounds, int S, const char* what, Segmented& out, int64_t hashCapacity) {
-  int64_t total = 0;
-  for (int64_t b = 0; b < B; ++b) total += lengths[b];
-  if (total != n)
-    fail("LENGTH_MISMATCH", "%s: lengths add up to %lld but there are %lld ids", what, static_cast<long long>(total), static_cast<long long>(n));
-  if (weights) check_weights(weights, n, what);
-  std::vector<int32_t> seg(static_cast<size_t>(n));
-  out.lengths.assign(static_cast<size_t>(S) * static_cast<size_t>(B), 0);
-  out.counts.assign(static_cast<size_t>(S), 0);
+namespace {
+// segment's two passes over ids of one type: each id's range and the counts, then the stable scatter.
+template <typename T>
+void segment_ids(const T* ids, int64_t n, const int32_t* lengths, int64_t B, const float* weights, const double* bounds, int S,
+                 const What& what, int64_t hashCapacity, int64_t at, const SegmentDst& out) {
+  thread_local std::vector<int32_t> seg;  // each id's range; kept between calls
+  thread_local std::vector<int64_t> count, next;  // per range: its ids, then where its next id goes
+  seg.resize(static_cast<size_t>(n));
+  count.assign(static_cast<size_t>(S), 0);
+  next.resize(static_cast<size_t>(S));
+  std::fill(out.lengths, out.lengths + static_cast<int64_t>(S) * B, 0);
   const double lo = bounds[0], hi = bounds[S];
   int64_t i = 0;
   for (int64_t b = 0; b < B; ++b) {
+    int32_t* len = out.lengths + b;
     for (int32_t k = 0; k < lengths[b]; ++k, ++i) {
-      const int64_t v = id_at(ids, idType, i);
+      const auto v = static_cast<int64_t>(ids[i]);
       const double dv = hashCapacity > 0 ? static_cast<double>(hash_row(static_cast<uint64_t>(v), static_cast<uint64_t>(hashCapacity)))
                                          : static_cast<double>(v);
       if (hashCapacity <= 0 && (dv < lo || dv >= hi))
-        fail("ID_OUT_OF_RANGE", "%s: id %lld is outside [%.0f, %.0f)", what, static_cast<long long>(v), lo, hi);
-      int s = static_cast<int>(std::upper_bound(bounds + 1, bounds + S, dv) - (bounds + 1));
+        fail("ID_OUT_OF_RANGE", "%s: id %lld is outside [%.0f, %.0f)", what().c_str(), static_cast<long long>(v), lo, hi);
+      const int s = static_cast<int>(std::upper_bound(bounds + 1, bounds + S, dv) - (bounds + 1));
       seg[static_cast<size_t>(i)] = s;
-      ++out.lengths[static_cast<size_t>(s) * static_cast<size_t>(B) + static_cast<size_t>(b)];
-      ++out.counts[static_cast<size_t>(s)];
+      ++len[static_cast<int64_t>(s) * B];
+      ++count[static_cast<size_t>(s)];
     }
   }
-  std::vector<int64_t> at(static_cast<size_t>(S), 0);
-  for (int s = 1; s < S; ++s) at[static_cast<size_t>(s)] = at[static_cast<size_t>(s - 1)] + out.counts[static_cast<size_t>(s - 1)];
-  out.ids.resize(static_cast<size_t>(n));
-  out.pos.resize(static_cast<size_t>(n));
-  out.weights.assign(weights ? static_cast<size_t>(n) : 0, 0.0f);
+  int64_t start = 0;
+  for (int s = 0; s < S; ++s) {
+    next[static_cast<size_t>(s)] = start;
+    out.counts[s] = static_cast<double>(count[static_cast<size_t>(s)]);
+    out.begin[s] = static_cast<double>(at + start);
+    start += count[static_cast<size_t>(s)];
+  }
   for (int64_t j = 0; j < n; ++j) {
     const int s = seg[static_cast<size_t>(j)];
-    const int64_t k = at[static_cast<size_t>(s)]++;
-    out.ids[static_cast<size_t>(k)] = id_at(ids, idType, j) - (hashCapacity > 0 ? 0 : static_cast<int64_t>(bounds[s]));
-    out.pos[static_cast<size_t>(k)] = static_cast<int32_t>(j);
-    if (weights) out.weights[static_cast<size_t>(k)] = weights[j];
+    const int64_t k = next[static_cast<size_t>(s)]++;
+    out.ids[k] = static_cast<int64_t>(ids[j]) - (hashCapacity > 0 ? 0 : static_cast<int64_t>(bounds[s]));
+    out.pos[k] = static_cast<int32_t>(j);
+    if (weights) out.weights[k] = weights[j];
+  }
+}
+}  // namespace
+
+void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
+             const double* bounds, int S, const What& what, int64_t hashCapacity, int64_t at, const SegmentDst& out) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (lengths[b] < 0) fail("NEGATIVE_LENGTH", "%s: bag %lld has a negative length", what().c_str(), static_cast<long long>(b));
+    total += lengths[b];
+  }
+  if (total != n)
+    fail("LENGTH_MISMATCH", "%s: lengths add up to %lld but there are %lld ids", what().c_str(), static_cast<long long>(total), static_cast<long long>(n));
+  // the description is built only for an error: a step routes hundreds of features
+  if (weights && first_outside(weights, n, -FLT_MAX, FLT_MAX) >= 0) check_weights(weights, n, what().c_str());
+  switch (idType) {
+    case IdType::I64: segment_ids(static_cast<const int64_t*>(ids), n, lengths, B, weights, bounds, S, what, hashCapacity, at, out); break;
+    case IdType::I32: segment_ids(static_cast<const int32_t*>(ids), n, lengths, B, weights, bounds, S, what, hashCapacity, at, out); break;
+    case IdType::U32: segment_ids(static_cast<const uint32_t*>(ids), n, lengths, B, weights, bounds, S, what, hashCapacity, at, out); break;
   }
 }
 
-void unique(const int64_t* ids, int64_t n, int64_t m, Uniq& out) {
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  auto key = [&](int32_t i) { return std::make_pair(ids[i] % m, ids[i]); };
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) < key(b); });
-  out.values.clear();
-  out.inverse.assign(static_cast<size_t>(n), 0);
-  out.counts.assign(static_cast<size_t>(m), 0);
+void unique_keys(const int64_t* ids, int64_t n, int64_t m, int32_t i0, IdKey* out) {
   for (int64_t k = 0; k < n; ++k) {
-    const int32_t i = order[static_cast<size_t>(k)];
-    if (out.values.empty() || out.values.back() != ids[i]) {
-      out.values.push_back(ids[i]);
-      ++out.counts[static_cast<size_t>(ids[i] % m)];
+    const int64_t v = ids[k];
+    if (m > 1 && v < 0) fail("ID_OUT_OF_RANGE", "unique: id %lld is negative", static_cast<long long>(v));
+    out[k] = {m > 1 ? v % m : 0, v, i0 + static_cast<int32_t>(k), 0};
+  }
+}
+
+namespace {
+// An LSD radix sort (11-bit digits) of keys by k = r · (span + 1) + (v − min v), which orders them by
+// (r, v), when k fits 32 bits (the ids of a row range); false, and nothing done, otherwise.
+bool radix_sort_keys(IdKey* keys, int64_t n) {
+  int64_t lo = keys[0].v, hi = keys[0].v, rmax = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    lo = std::min(lo, keys[k].v);
+    hi = std::max(hi, keys[k].v);
+    rmax = std::max(rmax, keys[k].r);
+  }
+  const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+  if (span >= (uint64_t{1} << 32) / (static_cast<uint64_t>(rmax) + 1)) return false;
+  uint32_t top = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    keys[k].k = static_cast<uint32_t>(static_cast<uint64_t>(keys[k].r) * (span + 1) + (static_cast<uint64_t>(keys[k].v) - static_cast<uint64_t>(lo)));
+    top = std::max(top, keys[k].k);
+  }
+  thread_local std::vector<IdKey> tmp;  // kept between calls
+  tmp.resize(static_cast<size_t>(n));
+  IdKey* src = keys;
+  IdKey* dst = tmp.data();
+  for (int shift = 0; shift < 32 && (top >> shift) != 0; shift += 11) {
+    uint32_t start[2049] = {};
+    for (int64_t k = 0; k < n; ++k) ++start[((src[k].k >> shift) & 2047) + 1];
+    for (int d = 0; d < 2048; ++d) start[d + 1] += start[d];
+    for (int64_t k = 0; k < n; ++k) dst[start[(src[k].k >> shift) & 2047]++] = src[k];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy(src, src + n, keys);
+  return true;
+}
+}  // namespace
+
+int64_t sort_keys(IdKey* keys, int64_t n) {
+  if (n < 64 || !radix_sort_keys(keys, n))
+    std::sort(keys, keys + n, [](const IdKey& a, const IdKey& b) { return a.r != b.r ? a.r < b.r : a.v < b.v; });
+  int64_t distinct = 0;
+  for (int64_t k = 0; k < n; ++k) distinct += k == 0 || keys[k].v != keys[k - 1].v;
+  return distinct;
+}
+
+void emit_unique(const IdKey* keys, int64_t n, int64_t m, int64_t* values, int32_t* inverse, double* counts) {
+  std::fill(counts, counts + m, 0.0);
+  int64_t u = -1;
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == 0 || keys[k].v != keys[k - 1].v) {
+      values[++u] = keys[k].v;
+      counts[keys[k].r] += 1.0;
     }
-    out.inverse[static_cast<size_t>(i)] = static_cast<int32_t>(out.values.size() - 1);
+    inverse[keys[k].i] = static_cast<int32_t>(u);
+  }
+}
+
+namespace {
+// Where each table's features and their range slots start among the step's (nt + 1 values each).
+void route_offsets(const RouteTable* tables, int64_t nt, std::vector<int64_t>& feat, std::vector<int64_t>& slot) {
+  feat.assign(static_cast<size_t>(nt + 1), 0);
+  slot.assign(static_cast<size_t>(nt + 1), 0);
+  for (int64_t t = 0; t < nt; ++t) {
+    feat[static_cast<size_t>(t + 1)] = feat[static_cast<size_t>(t)] + tables[t].nFeatures;
+    slot[static_cast<size_t>(t + 1)] = slot[static_cast<size_t>(t)] + tables[t].nFeatures * tables[t].S;
+  }
+}
+}  // namespace
+
+void route_segments(const RouteTable* tables, int64_t nt, const RouteFeature* features, IdType idType, int64_t B,
+                    const std::function<std::string(int64_t)>& what, const SegmentDst& out) {
+  int64_t k = 0, at = 0, slot = 0;
+  for (int64_t t = 0; t < nt; ++t) {
+    const RouteTable& rt = tables[t];
+    for (int64_t j = 0; j < rt.nFeatures; ++j, ++k) {
+      const RouteFeature& f = features[k];
+      const SegmentDst dst{out.ids + at, out.pos + at, f.weights ? out.weights + at : nullptr, out.lengths + slot * B, out.counts + slot,
+                           out.begin + slot};
+      segment(f.ids, idType, f.n, f.lengths, B, f.weights, rt.bounds, rt.S, [&] { return what(k); }, rt.hashCapacity, at, dst);
+      at += f.n;
+      slot += rt.S;
+    }
+  }
+}
+
+void route_unique_keys(const RouteTable* tables, int64_t nt, const RouteUniq* uniq, int64_t nu, const SegmentDst& seg,
+                       std::vector<IdKey>& keys, double* valuesAt, double* inverseAt) {
+  std::vector<int64_t> feat, slot;
+  route_offsets(tables, nt, feat, slot);
+  int64_t total = 0;
+  for (int64_t u = 0; u < nu; ++u) {
+    const RouteUniq& q = uniq[u];
+    const int S = tables[q.table].S;
+    for (int64_t j = 0; j < tables[q.table].nFeatures; ++j) total += static_cast<int64_t>(seg.counts[slot[static_cast<size_t>(q.table)] + j * S + q.range]);
+  }
+  keys.resize(static_cast<size_t>(total));
+  int64_t n = 0;
+  valuesAt[0] = inverseAt[0] = 0;
+  for (int64_t u = 0; u < nu; ++u) {
+    const RouteUniq& q = uniq[u];
+    const int S = tables[q.table].S;
+    const int64_t first = n;
+    for (int64_t j = 0; j < tables[q.table].nFeatures; ++j) {
+      const int64_t r = slot[static_cast<size_t>(q.table)] + j * S + q.range;
+      const int64_t c = static_cast<int64_t>(seg.counts[r]);
+      unique_keys(seg.ids + static_cast<int64_t>(seg.begin[r]), c, q.m, static_cast<int32_t>(n - first), keys.data() + n);
+      n += c;
+    }
+    valuesAt[u + 1] = valuesAt[u] + static_cast<double>(sort_keys(keys.data() + first, n - first));
+    inverseAt[u + 1] = static_cast<double>(n);
+  }
+}
+
+void route_unique_emit(const RouteUniq* uniq, int64_t nu, const IdKey* keys, const double* valuesAt, const double* inverseAt,
+                       int64_t* values, int32_t* inverse, double* counts) {
+  for (int64_t u = 0; u < nu; ++u) {
+    const int64_t a = static_cast<int64_t>(inverseAt[u]);
+    emit_unique(keys + a, static_cast<int64_t>(inverseAt[u + 1]) - a, uniq[u].m, values + static_cast<int64_t>(valuesAt[u]), inverse + a, counts);
+    counts += uniq[u].m;
   }
 }
 

@@ -4,6 +4,8 @@
 // reducing bag gradients onto unique rows. Every loop runs in a fixed order (deterministic).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/types.h"
@@ -14,20 +16,25 @@ using Wire = DType;  // rows travel as fp32 / fp16 / bf16: the storage dtypes of
 inline Wire parse_wire(const char* s) { return parse_dtype(s, "wire dtype"); }
 inline int wire_size(Wire w) { return static_cast<int>(dtype_size(w)); }
 
-// Ids of one feature ([B] bags) split by the row ranges [bounds[s], bounds[s+1]): a stable counting sort.
-// Outputs ids relative to their range start, the original position of each, per-range bag lengths [S × B]
-// (range-major) and the count per range. ID_OUT_OF_RANGE names `what` when an id is outside [bounds[0], bounds[S]).
+// Ids of one feature ([B] bags) split by the row ranges [bounds[s], bounds[s+1]): a stable counting sort
+// into the caller's arrays (SegmentDst): ids relative to their range start and the original position of
+// each (range-major, stable), their weights (when given), per-range bag lengths [S × B] (range-major), the
+// count per range [S] and where each range starts in ids, plus `at` [S] (counts and starts as doubles, the
+// numbers JS reads). NEGATIVE_LENGTH, LENGTH_MISMATCH, INVALID_ARGUMENT (a weight not finite) and
+// ID_OUT_OF_RANGE (an id outside [bounds[0], bounds[S])) name what(), built only then.
 // hashCapacity > 0 (a dynamic table, core/id_hash.h): an id falls in the range of its virtual row
 // hash_row(id, hashCapacity) and is output as it is (a raw id, not relative); every id is valid.
-struct Segmented {
-  std::vector<int64_t> ids;
-  std::vector<int32_t> pos;
-  std::vector<float> weights;  // empty when the feature has no weights
-  std::vector<int32_t> lengths;
-  std::vector<int64_t> counts;
+struct SegmentDst {
+  int64_t* ids;
+  int32_t* pos;
+  float* weights;  // null when the feature has no weights
+  int32_t* lengths;
+  double* counts;
+  double* begin;
 };
+using What = std::function<std::string()>;
 void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, int64_t B, const float* weights,
-             const double* bounds, int S, const char* what, Segmented& out, int64_t hashCapacity = 0);
+             const double* bounds, int S, const What& what, int64_t hashCapacity, int64_t at, const SegmentDst& out);
 
 // Keys of a dynamic table's raw ids for counting traffic in row space: key = virtual row v = hash_row(id,
 // capacity) plus k / 2^22 for the k-th distinct id (ascending) of the call with that v. Keys are distinct
@@ -35,14 +42,53 @@ void segment(const void* ids, IdType idType, int64_t n, const int32_t* lengths, 
 // row gets 2^22 distinct ids or more.
 void hash_keys(const int64_t* ids, int64_t n, int64_t capacity, double* out);
 
-// Distinct values of `ids`, ordered by (v mod m, v) (m = 1: ascending), with the count per residue and
-// the index of every input id in the distinct list.
-struct Uniq {
-  std::vector<int64_t> values;
-  std::vector<int32_t> inverse;
-  std::vector<int64_t> counts;  // [m]
+// Distinct values of ids, ordered by (v mod m, v) (m = 1: ascending), with the count per residue and the
+// index of every input id in the distinct list; in steps, so the outputs can be sized in between:
+// unique_keys makes the keys of n ids (input indices i0, i0 + 1, …; ID_OUT_OF_RANGE for a negative id when
+// m > 1: only residues need non-negative ids), sort_keys orders them and returns the number of distinct
+// values, emit_unique writes values, inverse [n] (at each key's i; the keys of one call to emit_unique
+// hold i = 0 … n − 1) and counts [m]. Ties may sort in any order: every output depends on the values alone.
+struct IdKey {
+  int64_t r;  // v mod m
+  int64_t v;
+  int32_t i;
+  uint32_t k;  // sort_keys' radix key
 };
-void unique(const int64_t* ids, int64_t n, int64_t m, Uniq& out);
+void unique_keys(const int64_t* ids, int64_t n, int64_t m, int32_t i0, IdKey* out);
+int64_t sort_keys(IdKey* keys, int64_t n);
+void emit_unique(const IdKey* keys, int64_t n, int64_t m, int64_t* values, int32_t* inverse, double* counts);
+
+// One step's routing (lib/sharded/routing.ts route): the routed features of a batch, table after table
+// (tables[t].nFeatures each), each segmented by its table's ranges (segment) into one set of arrays:
+// feature k's ids after those of features 0 … k−1, its S ranges at the slots after theirs; what(k)
+// describes feature k for errors. Then the distinct ids of requested ranges: request u is range `range`
+// of every feature of table `table`, concatenated in feature order, deduplicated as unique() with `m`.
+// route_unique_keys makes each request's sorted keys (in `keys`, request after request) and where its
+// values and inverse go in the outputs (valuesAt, inverseAt: nu + 1 offsets); route_unique_emit writes
+// them (counts: m per request, request after request).
+struct RouteTable {
+  const double* bounds;  // S + 1
+  int S;
+  int64_t hashCapacity;
+  int64_t nFeatures;
+};
+struct RouteFeature {
+  const void* ids;
+  int64_t n;
+  const int32_t* lengths;  // [B]
+  const float* weights;    // null: no weights
+};
+struct RouteUniq {
+  int64_t table;
+  int range;
+  int64_t m;
+};
+void route_segments(const RouteTable* tables, int64_t nt, const RouteFeature* features, IdType idType, int64_t B,
+                    const std::function<std::string(int64_t)>& what, const SegmentDst& out);
+void route_unique_keys(const RouteTable* tables, int64_t nt, const RouteUniq* uniq, int64_t nu, const SegmentDst& seg,
+                       std::vector<IdKey>& keys, double* valuesAt, double* inverseAt);
+void route_unique_emit(const RouteUniq* uniq, int64_t nu, const IdKey* keys, const double* valuesAt, const double* inverseAt,
+                       int64_t* values, int32_t* inverse, double* counts);
 
 // dst[k] = src[k] / m (local rows of a tier held round-robin).
 void divide_ids(const int64_t* src, int64_t n, int64_t m, int64_t* dst);
