@@ -10,6 +10,10 @@
 // then swaps it in with two renames (the old folder aside, the new one in). A crash leaves the old
 // checkpoint or the new one, never a torn one: between the two renames neither stands at the path, and
 // readers take the new folder from its sibling (checkpointDir) until the next save completes the swap.
+// A save replaces only a checkpoint: the path must be free, an empty folder, a checkpoint folder (one
+// holding a manifest) or a symbolic link (the link is replaced, the folder it names is left as it was).
+// Saves to one path at once each land whole, the last swap winning. A loader reads through readConsistent
+// to see one save whole while other processes save to the same path.
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -83,15 +87,19 @@ async function fsyncPath(path: string, dir = false): Promise<void> {
   }
 }
 
-/** Writes `data` (a string, bytes, or byte chunks in order) to `path` and fsyncs the file. */
+/** Writes `data` (a string, bytes, or byte chunks in order) to `path` and fsyncs the file; IO_ERROR naming the file. */
 export async function writeFileDurable(path: string, data: string | Uint8Array | readonly Uint8Array[]): Promise<void> {
-  const h = await fs.open(path, 'w');
   try {
-    if (typeof data === 'string' || data instanceof Uint8Array) await h.writeFile(data);
-    else for (const c of data) await h.write(c);
-    await h.sync();
-  } finally {
-    await h.close();
+    const h = await fs.open(path, 'w');
+    try {
+      if (typeof data === 'string' || data instanceof Uint8Array) await h.writeFile(data);
+      else for (const c of data) await h.write(c);
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  } catch (e) {
+    throw new EmbshardError('IO_ERROR', `writing '${path}': ${(e as Error).message}`);
   }
 }
 
@@ -175,6 +183,46 @@ export async function checkpointDir(dir: string): Promise<string> {
   return interruptedSwap(target, await siblingsOf(target))?.fresh ?? dir;
 }
 
+/** How often readConsistent reads a checkpoint that saves keep replacing while it reads. */
+const READ_TRIES = 20;
+
+/** The folder the checkpoint at `dir` is read from now and its identity (device, inode, change time: a save's renames change it), or undefined for the identity of none. */
+async function folderNow(dir: string): Promise<{ folder: string; id: string | undefined }> {
+  const folder = await checkpointDir(dir);
+  try {
+    const st = await fs.stat(folder, { bigint: true });
+    return { folder, id: `${resolve(folder)}\0${st.dev}:${st.ino}:${st.ctimeNs}` };
+  } catch {
+    return { folder, id: undefined };
+  }
+}
+
+/**
+ * Runs `read(folder)` (several reads of the files of the checkpoint at `dir`) so that it sees one
+ * checkpoint whole while other processes save to `dir`: a reader takes each file by its path, so a save
+ * that swaps its folder in meanwhile would hand it files of two checkpoints (refused by their checksums,
+ * or, across the files of a trainer's folder, mixed). When the folder changed during the read, its result
+ * is let go (`discard`) or its error dropped, and it reads again; IO_ERROR when saves keep replacing it.
+ */
+export async function readConsistent<T>(dir: string, read: (folder: string) => Promise<T>, discard: (value: T) => void = () => undefined): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const before = await folderNow(dir);
+    let outcome: { value: T } | { error: unknown };
+    try {
+      outcome = { value: await read(before.folder) };
+    } catch (e) {
+      outcome = { error: e };
+    }
+    if ((await folderNow(dir)).id === before.id) {
+      if ('error' in outcome) throw outcome.error;
+      return outcome.value;
+    }
+    if ('value' in outcome) discard(outcome.value);
+    if (attempt === READ_TRIES)
+      throw new EmbshardError('IO_ERROR', `checkpoint '${dir}' was replaced by other saves each of the ${READ_TRIES} times it was read`);
+  }
+}
+
 /**
  * Before a save: completes a swap an earlier save left cut off (its new folder renamed into place), and
  * removes the sibling folders of saves whose process is gone (an unfinished new folder, an old one).
@@ -184,14 +232,48 @@ async function tidyCheckpoint(target: string): Promise<void> {
   const names = await siblingsOf(target);
   const swap = interruptedSwap(target, names);
   if (swap && writerGone(swap.tag) && !(await exists(target))) {
-    await fs.rename(swap.fresh, target);
-    await fsyncPath(parent, true);
+    try {
+      await fs.rename(swap.fresh, target);
+      await fsyncPath(parent, true);
+    } catch (e) {
+      // another save's tidying completed it first (the new folder gone, or a folder at the path)
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTEMPTY' && code !== 'EEXIST') throw e;
+    }
   }
   for (const kind of ['tmp', 'old'] as const) {
     const prefix = siblingName(target, kind, '');
     for (const n of names)
       if (n.startsWith(prefix) && writerGone(n.slice(prefix.length))) await fs.rm(join(parent, n), { recursive: true, force: true });
   }
+}
+
+/** The manifest files a checkpoint folder holds one of (a collection's, a trainer's); a save replaces only such a folder. */
+const CHECKPOINT_MANIFESTS: readonly string[] = [MANIFEST_FILE, 'trainer.json'];
+
+/**
+ * Why a save must not replace what stands at `target` (its folder would be deleted), or undefined: a file,
+ * or a folder holding neither a checkpoint manifest nor nothing. Free paths and symbolic links pass.
+ */
+async function replaceRefusal(dir: string, target: string): Promise<string | undefined> {
+  let st;
+  try {
+    st = await fs.lstat(target);
+  } catch (e) {
+    if (isNotFound(e)) return undefined;
+    throw e;
+  }
+  if (st.isSymbolicLink()) return undefined;
+  if (!st.isDirectory()) return `a file stands at '${dir}' (a checkpoint is a folder; a save would delete the file)`;
+  let names: string[];
+  try {
+    names = await fs.readdir(target);
+  } catch (e) {
+    if (isNotFound(e)) return undefined; // another save moved it aside meanwhile
+    throw e;
+  }
+  if (names.length === 0 || names.some((n) => CHECKPOINT_MANIFESTS.includes(n))) return undefined;
+  return `'${dir}' is a folder that holds no checkpoint (no ${CHECKPOINT_MANIFESTS.join(' or ')}); a save replaces the whole folder, so it would delete what it holds`;
 }
 
 /** Makes `path`'s parent folder if missing and checks that it is writable; throws the file system's error. */
@@ -216,6 +298,8 @@ export async function checkpointWritable(dir: string): Promise<EmbshardError | u
   try {
     await ensureWritableParent(dir);
     const target = resolve(dir);
+    const refusal = await replaceRefusal(dir, target);
+    if (refusal) return new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${refusal}`);
     const probe = join(dirname(target), siblingName(target, 'tmp', newTag()));
     await fs.mkdir(probe);
     await fs.rmdir(probe);
@@ -240,36 +324,69 @@ export async function writeCheckpointDir(dir: string, fill: (tmp: string) => Pro
   const tag = newTag();
   const tmp = join(parent, siblingName(target, 'tmp', tag));
   const old = join(parent, siblingName(target, 'old', tag));
-  let aside = false, swapped = false;
+  let refusal: string | undefined;
   try {
     await fs.mkdir(parent, { recursive: true });
-    await tidyCheckpoint(target);
-    await fs.mkdir(tmp);
+    refusal = await replaceRefusal(dir, target);
+    if (!refusal) {
+      await tidyCheckpoint(target);
+      await fs.mkdir(tmp);
+    }
   } catch (e) {
     throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
   }
+  if (refusal) throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${refusal}`);
   try {
     const manifest = await fill(tmp);
     const sealed = { ...manifest, [MANIFEST_SEAL]: manifestDigest(manifest) };
     await writeFileDurable(join(tmp, manifestFile), JSON.stringify(sealed, null, 2));
     await fsyncPath(tmp, true);
+    await swapIn(tmp, target, old);
+  } catch (e) {
+    await fs.rm(tmp, { recursive: true, force: true });
+    if (e instanceof EmbshardError) throw e;
+    throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
+  }
+  // the new checkpoint stands: the old one goes whatever happens next
+  await fs.rm(old, { recursive: true, force: true }).catch(() => undefined);
+  try {
+    await fsyncPath(parent, true);
+  } catch (e) {
+    throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}': the folder was written but its parent could not be synced: ${(e as Error).message}`);
+  }
+}
+
+/** How often a save retries its swap when other saves of the same path keep putting their folders there first. */
+const SWAP_TRIES = 16;
+
+/**
+ * Swaps the complete folder `tmp` in at `target`: what stands there moved aside to `old`, `tmp` renamed in.
+ * When another save of the same path puts its own folder at `target` between the two renames, that
+ * folder (complete: every save fsyncs before its swap) is what this save replaces: the older one moved
+ * aside is deleted and the swap tried again. On failure the folder moved aside goes back to `target`.
+ */
+async function swapIn(tmp: string, target: string, old: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
     // Move an existing checkpoint aside by trying to (no separate existence check that could go stale).
+    let aside = false;
     try {
       await fs.rename(target, old);
       aside = true;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
     }
-    await fs.rename(tmp, target);
-    swapped = true;
-    await fsyncPath(parent, true);
-    if (aside) await fs.rm(old, { recursive: true, force: true });
-  } catch (e) {
-    // the old checkpoint back in place when the new one did not get there
-    if (aside && !swapped) await fs.rename(old, target).catch(() => undefined);
-    await fs.rm(tmp, { recursive: true, force: true });
-    if (e instanceof EmbshardError) throw e;
-    throw new EmbshardError('IO_ERROR', `saving checkpoint '${dir}' failed: ${(e as Error).message}`);
+    try {
+      await fs.rename(tmp, target);
+      return;
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if ((code !== 'ENOTEMPTY' && code !== 'EEXIST') || attempt === SWAP_TRIES) {
+        if (aside) await fs.rename(old, target).catch(() => undefined);
+        throw e;
+      }
+      // another save's complete folder stands at target now: the one moved aside is older, and goes
+      if (aside) await fs.rm(old, { recursive: true, force: true });
+    }
   }
 }
 
@@ -312,9 +429,25 @@ export async function readManifest(dir: string): Promise<Manifest> {
     );
   }
   const m = parseManifest(text, join(dir, MANIFEST_FILE), MANIFEST_KEYS) as unknown as Manifest;
-  const ok =
-    m.format === 'embshard.checkpoint' && m.version === 1 && typeof m.config === 'object' && m.config !== null && Number.isSafeInteger(m.step) &&
-    isFileEntry(m.payload);
-  if (!ok) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not an embshard v1 manifest`);
+  const fault = manifestFault(m);
+  if (fault) throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': ${MANIFEST_FILE} is not an embshard v1 manifest: ${fault}`);
   return m;
+}
+
+/** What makes `m` no collection manifest of this version, naming the field, or undefined. */
+function manifestFault(m: Manifest): string | undefined {
+  if (m.format !== 'embshard.checkpoint') return `format is ${JSON.stringify(m.format)}, not "embshard.checkpoint"`;
+  const version = versionFault(m.version);
+  if (version) return version;
+  if (typeof m.config !== 'object' || m.config === null || Array.isArray(m.config)) return 'config is not an object';
+  if (!Number.isSafeInteger(m.step) || m.step < 0) return `step is ${JSON.stringify(m.step)}, not a count`;
+  if (!isFileEntry(m.payload)) return 'payload is not a file entry { file, bytes, crc32c }';
+  return undefined;
+}
+
+/** What is wrong with a manifest's `version` field (this code reads version 1), or undefined. */
+export function versionFault(version: unknown): string | undefined {
+  if (version === 1) return undefined;
+  if (Number.isInteger(version) && (version as number) > 1) return `version is ${version}, newer than this embshard reads (1): load it with a newer embshard`;
+  return `version is ${JSON.stringify(version)}, not 1`;
 }

@@ -2,11 +2,12 @@
 // counts, base learning rates, the dense file's size and SHA-256, the model's inputs), dense.bin (dense parameters then
 // dense optimizer state, float32 little-endian) and embeddings/ (the embedding module's own checkpoint).
 // Written through lib/checkpoint.ts's atomic folder writer, so a crash never leaves a half-written
-// checkpoint under `dir`.
+// checkpoint under `dir`; the manifest and the dense file are read back from one save even while another
+// process saves to `dir` (readConsistent).
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { checkDir, checkpointDir, isNotFound, parseManifest, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
+import { checkDir, isNotFound, parseManifest, readConsistent, versionFault, writeCheckpointDir, writeFileDurable } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import type { DenseModel, DenseModelSpec, DenseOptimizerConfig } from './dense.js';
 import type { EmbeddingModule } from './embeddings.js';
@@ -40,18 +41,22 @@ const TRAINER_KEYS: readonly (keyof TrainerManifest)[] = [
   'format', 'version', 'model', 'optimizer', 'seed', 'schedule', 'steps', 'denseStep', 'denseBaseLr', 'embeddingBaseLr', 'dense', 'inputs',
 ];
 
-/** Whether `m`'s fields have the kinds a trainer manifest gives them (their values are checked where they are used). */
-function wellFormed(m: TrainerManifest): boolean {
+/** What gives one of `m`'s fields another kind than a trainer manifest gives it, naming the field, or undefined (values are checked where they are used). */
+function manifestFault(m: TrainerManifest): string | undefined {
   const obj = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (m.format !== 'embshard.trainer') return `format is ${JSON.stringify(m.format)}, not "embshard.trainer"`;
+  const version = versionFault(m.version);
+  if (version) return version;
+  for (const k of ['model', 'optimizer', 'schedule'] as const) if (!obj(m[k])) return `${k} is not an object`;
+  for (const k of ['seed', 'steps', 'denseStep'] as const) if (!Number.isSafeInteger(m[k]) || m[k] < 0) return `${k} is ${JSON.stringify(m[k])}, not a count`;
+  for (const k of ['denseBaseLr', 'embeddingBaseLr'] as const) if (typeof m[k] !== 'number' || !Number.isFinite(m[k])) return `${k} is not a finite number`;
+  if (m.inputs !== undefined && !obj(m.inputs)) return 'inputs is not an object';
   const d = m.dense as Partial<TrainerManifest['dense']> | undefined;
-  return (
-    m.format === 'embshard.trainer' && m.version === 1 && obj(m.model) && obj(m.optimizer) && obj(m.schedule) &&
-    [m.seed, m.steps, m.denseStep].every((v) => Number.isInteger(v) && v >= 0) &&
-    [m.denseBaseLr, m.embeddingBaseLr].every((v) => typeof v === 'number' && Number.isFinite(v)) &&
-    (m.inputs === undefined || obj(m.inputs)) &&
-    obj(d) && typeof d!.file === 'string' && d!.file.length > 0 && !/[/\\]/.test(d!.file) &&
-    [d!.params, d!.state].every((v) => Number.isSafeInteger(v) && v! >= 0) && typeof d!.sha256 === 'string'
-  );
+  if (!obj(d) || typeof d!.file !== 'string' || d!.file.length === 0 || /[/\\]/.test(d!.file) || d!.file === '.' || d!.file === '..')
+    return 'dense.file is not a file name';
+  if (![d!.params, d!.state].every((v) => Number.isSafeInteger(v) && v! >= 0)) return 'dense.params / dense.state are not counts';
+  if (typeof d!.sha256 !== 'string') return 'dense.sha256 is not a string';
+  return undefined;
 }
 
 export interface TrainerState {
@@ -124,12 +129,20 @@ export interface LoadedTrainerCheckpoint {
   embeddingsDir: string;
 }
 
+/**
+ * Reads and checks a trainer checkpoint's manifest and dense file, both of one save while other processes
+ * save to `dir` (readConsistent). The caller reads the embeddings from `embeddingsDir`.
+ */
 export async function readTrainerCheckpoint(dir: string): Promise<LoadedTrainerCheckpoint> {
-  dir = await checkpointDir(dir);
+  return readConsistent(dir, readTrainerFolder);
+}
+
+async function readTrainerFolder(dir: string): Promise<LoadedTrainerCheckpoint> {
   const mpath = join(dir, TRAINER_MANIFEST);
   const text = (await readPart(mpath)).toString('utf8');
   const m = parseManifest(text, mpath, TRAINER_KEYS) as unknown as TrainerManifest;
-  if (!wellFormed(m)) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1)`);
+  const fault = manifestFault(m);
+  if (fault) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1): ${fault}`);
   const dpath = join(dir, m.dense.file);
   const buf = await readPart(dpath);
   const want = (m.dense.params + m.dense.state) * 4;
