@@ -30,6 +30,7 @@ export const ErrorCodes = [
   'COMM_FAILED', // a collective that failed (peer died, mismatched call)
   'CUDA_ERROR', // a CUDA runtime / driver error
   'INTERNAL', // a bug: please report it
+  'OVERLOADED', // a server that holds as many requests as it takes (maxInFlight): retry later
 ] as const;
 
 export type ErrorCode = (typeof ErrorCodes)[number];

@@ -1,5 +1,5 @@
 // serve.ts — `embshard serve --checkpoint <dir>`: runs lib/serve's inference server until SIGINT/SIGTERM,
-// then stops accepting, lets in-flight requests finish and exits.
+// then stops accepting, answers the requests it holds (new ones get 503) and exits.
 import { intArg, numArg, parseArgs, runCommand } from './command.js';
 import { loadAddon } from '../native.js';
 import { createServer, type ServerOptions } from '../serve/server.js';
@@ -7,7 +7,7 @@ import { createServer, type ServerOptions } from '../serve/server.js';
 export const SERVE_USAGE = `usage: embshard serve --checkpoint <dir> [--port 8080] [--host 127.0.0.1]
                       [--max-batch 1024] [--max-wait-ms 0] [--max-request-samples 4096]
                       [--body-limit 8388608] [--decode-timeout-ms 2000] [--request-timeout-ms 30000]
-                      [--threads N] [--log]
+                      [--max-in-flight 256] [--threads N] [--log]
   POST /v1/predict    {"dense": [[13 numbers], …], "sparse": {"<feature>": [[ids or hex strings…], …]}}
                       or an Arrow IPC body → {"probabilities": [...]} (Arrow bodies are decoded in
                       a worker thread; one that takes over --decode-timeout-ms is refused with 400)
@@ -15,7 +15,9 @@ export const SERVE_USAGE = `usage: embshard serve --checkpoint <dir> [--port 808
   GET  /metrics       Prometheus text: requests, latency, batch sizes, errors
   POST /admin/reload  {"checkpoint": "<dir>"} (or no body: the same folder again), swapped in atomically
 A request (headers and body) not received within --request-timeout-ms is answered with 408 and its
-connection closed.
+connection closed. At most --max-in-flight prediction requests are held at once (received, waiting or in
+a forward); one more is answered 503 (Retry-After: 1) before its body is read. On SIGINT / SIGTERM the
+server stops accepting, answers the requests it holds, and exits.
 Concurrent requests are joined into one forward pass: those read together, those that arrive while
 a forward runs, and those arriving within --max-wait-ms of the first.`;
 
@@ -40,6 +42,7 @@ function parse(argv: string[]): Args | string {
       case '--body-limit': a.bodyLimit = num(1024); break;
       case '--decode-timeout-ms': a.decodeTimeoutMs = intArg(k, v, 1, 2 ** 31 - 1); break;
       case '--request-timeout-ms': a.requestTimeoutMs = intArg(k, v, 1, 2 ** 31 - 1); break;
+      case '--max-in-flight': a.maxInFlight = num(1); break;
       case '--threads': a.threads = num(1); break;
       default: return `unknown option '${k}'`;
     }

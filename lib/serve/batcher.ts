@@ -4,9 +4,12 @@
 // requests gather and go together as soon as it ends — so under load batches grow by themselves. One forward is in flight
 // at a time (they would queue on the model anyway), on a libuv thread, so the event loop keeps accepting
 // and parsing requests meanwhile. Requests batch only with requests on the same model (a reload in
-// between starts a new batch).
+// between starts a new batch). A merged forward that fails is run again request by request, so a batch
+// the model refuses fails alone, with its own error, never the requests it was joined with. A request
+// whose signal aborts (its client hung up) before its forward starts leaves the queue: no forward is spent
+// on an answer no one reads.
 import { EmbshardError } from '../errors.js';
-import type { PredictBatch } from '../train/trainer.js';
+import type { PredictBatch, Trainer } from '../train/trainer.js';
 import { concatBatches, splitResults } from './merge.js';
 import type { Lease } from './model-slot.js';
 
@@ -34,11 +37,23 @@ export class MicroBatcher {
 
   constructor(private readonly o: BatcherOptions) {}
 
-  /** Click probabilities of `batch` on the leased model; the lease is returned when they are known. */
-  submit(batch: PredictBatch, lease: Lease): Promise<Float32Array> {
+  /**
+   * Click probabilities of `batch` on the leased model; the lease is returned when they are known, or when
+   * `signal` aborts before its forward starts (the request leaves the queue and rejects with DISPOSED).
+   */
+  submit(batch: PredictBatch, lease: Lease, signal?: AbortSignal): Promise<Float32Array> {
     return new Promise<Float32Array>((resolve, reject) => {
-      this.queue.push({ batch, lease, resolve, reject });
+      const p: Pending = { batch, lease, resolve, reject };
+      if (signal?.aborted) return withdraw(p);
+      this.queue.push(p);
       this.queuedSamples += batch.size;
+      signal?.addEventListener('abort', () => {
+        const i = this.queue.indexOf(p);
+        if (i < 0) return; // its forward has started
+        this.queue.splice(i, 1);
+        this.queuedSamples -= batch.size;
+        withdraw(p);
+      }, { once: true });
       this.schedule();
     });
   }
@@ -84,16 +99,25 @@ export class MicroBatcher {
     });
   }
 
-  private async run(take: Pending[], trainer: Pending['lease']['model']['trainer']): Promise<void> {
+  private async run(take: Pending[], trainer: Trainer): Promise<void> {
     try {
       const p = await trainer.predict(concatBatches(take.map((t) => t.batch)));
       const parts = splitResults(p, take.map((t) => t.batch.size));
       take.forEach((t, k) => t.resolve(parts[k]!));
     } catch (e) {
-      const err = e instanceof EmbshardError ? e : new EmbshardError('INTERNAL', `the forward pass failed: ${(e as Error).message}`);
-      for (const t of take) t.reject(err);
+      if (take.length === 1) take[0]!.reject(forwardError(e));
+      else for (const t of take) await trainer.predict(t.batch).then(t.resolve, (e2: unknown) => t.reject(forwardError(e2)));
     } finally {
       for (const t of take) t.lease.release();
     }
   }
+}
+
+function withdraw(p: Pending): void {
+  p.lease.release();
+  p.reject(new EmbshardError('DISPOSED', 'the request was withdrawn before its forward'));
+}
+
+function forwardError(e: unknown): EmbshardError {
+  return e instanceof EmbshardError ? e : new EmbshardError('INTERNAL', `the forward pass failed: ${(e as Error).message}`);
 }

@@ -35,6 +35,8 @@ async function loadModel(checkpoint: string, version: number, device: string): P
 export class ModelSlot {
   private entry: Entry;
   private reloading: Promise<unknown> = Promise.resolve();
+  private reloads = 0; // under way or waiting for their turn
+  private closed = false;
 
   private constructor(model: LoadedModel, private readonly device: string) {
     this.entry = { model, leases: 0, retired: false };
@@ -66,22 +68,49 @@ export class ModelSlot {
    * a failed load leaves the current model serving and rejects with the load's error.
    */
   reload(checkpoint?: string): Promise<LoadedModel> {
+    this.reloads++;
     const run = this.reloading.then(async () => {
-      const old = this.entry;
-      const model = await loadModel(checkpoint ?? old.model.checkpoint, old.model.version + 1, this.device);
-      this.entry = { model, leases: 0, retired: false };
-      old.retired = true;
-      if (old.leases === 0) old.model.trainer.dispose();
-      return model;
+      try {
+        return await this.swap(checkpoint);
+      } finally {
+        this.reloads--;
+      }
     });
     this.reloading = run.catch(() => undefined);
     return run;
   }
 
-  /** Disposes the current model (the server is closing; no lease may be outstanding). */
-  close(): void {
-    this.entry.retired = true;
-    if (this.entry.leases === 0) this.entry.model.trainer.dispose();
+  private async swap(checkpoint: string | undefined): Promise<LoadedModel> {
+    if (this.closed) throw new EmbshardError('DISPOSED', 'the model slot is closed');
+    const old = this.entry;
+    const model = await loadModel(checkpoint ?? old.model.checkpoint, old.model.version + 1, this.device);
+    if (this.closed) {
+      model.trainer.dispose();
+      throw new EmbshardError('DISPOSED', 'the model slot was closed while the checkpoint loaded');
+    }
+    this.entry = { model, leases: 0, retired: false };
+    old.retired = true;
+    if (old.leases === 0) old.model.trainer.dispose();
+    return model;
+  }
+
+  /**
+   * Refuses later reloads (DISPOSED) and disposes the current model, at once or after its last lease comes
+   * back (a request whose client hung up may still be in its forward); with a reload under way, once it
+   * has been refused and its model freed.
+   */
+  close(): Promise<void> {
+    this.closed = true;
+    const retire = (): void => {
+      if (this.entry.retired) return;
+      this.entry.retired = true;
+      if (this.entry.leases === 0) this.entry.model.trainer.dispose();
+    };
+    if (this.reloads === 0) {
+      retire();
+      return Promise.resolve();
+    }
+    return this.reloading.then(retire);
   }
 }
 

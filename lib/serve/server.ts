@@ -1,12 +1,14 @@
 // server.ts — the inference server (fastify): POST /v1/predict (JSON or Arrow IPC body → click
 // probabilities), GET /healthz, GET /metrics (Prometheus text), POST /admin/reload (swap in a checkpoint
-// atomically). Every refused request gets a 4xx and `{ "error": { "code", "message" } }` with the
-// EmbshardError code; nothing a client sends can stop the server (Arrow bodies are decoded in a worker
-// thread under a deadline: arrow-decoder.ts). createServer() is what
-// `embshard serve` runs and what embedders call.
+// atomically). Every refused request gets a 4xx (503 when the server is full or closing) and
+// `{ "error": { "code", "message" } }` with the EmbshardError code; nothing a client sends can stop the server (Arrow bodies are decoded in a worker
+// thread under a deadline: arrow-decoder.ts). At most maxInFlight prediction requests are held at once
+// (in-flight.ts): one more is answered 503 before its body is read. close() answers the requests it holds
+// and refuses new ones (503) before the process may exit. createServer() is what `embshard serve` runs and
+// what embedders call.
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { EmbshardError, type ErrorCode } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { MicroBatcher } from './batcher.js';
@@ -14,6 +16,7 @@ import { ServerMetrics } from './metrics.js';
 import { ModelSlot, type LoadedModel } from './model-slot.js';
 import { parseJsonRequest } from './request.js';
 import { ArrowDecoder } from './arrow-decoder.js';
+import { OpenRequests, Places, type Place } from './in-flight.js';
 
 export interface ServerOptions {
   /** A checkpoint folder written by Trainer.save / `embshard train --save`. */
@@ -41,13 +44,19 @@ export interface ServerOptions {
    * trickles bytes holds no socket or buffer. Default 30000.
    */
   requestTimeoutMs?: number;
+  /**
+   * Prediction requests held at once, from their headers until they are answered (or their client is gone)
+   * and their forward has run; one more is answered 503 before its body is read. Bounds the memory of
+   * requests at about maxInFlight × bodyLimit. Default 256.
+   */
+  maxInFlight?: number;
   /** Device of the dense model ('cpu' | 'cuda:N'). Default cpu. */
   device?: string;
   /** fastify's request log (pino) on stdout. Default false. */
   logger?: boolean;
 }
 
-const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, requestTimeoutMs: true, device: true, logger: true });
+const OPTION_FIELDS = fieldsOf<ServerOptions>({ checkpoint: true, maxBatch: true, maxWaitMs: true, maxRequestSamples: true, bodyLimit: true, decodeTimeoutMs: true, requestTimeoutMs: true, maxInFlight: true, device: true, logger: true });
 export const ARROW_TYPES = ['application/vnd.apache.arrow.stream', 'application/vnd.apache.arrow.file'];
 const MAX_TIMER_MS = 2 ** 31 - 1;
 /** How long an idle keep-alive connection stays open after an answer (fastify's default: beyond common proxies' idle timeouts). */
@@ -61,6 +70,7 @@ interface ResolvedOptions {
   bodyLimit: number;
   decodeTimeoutMs: number;
   requestTimeoutMs: number;
+  maxInFlight: number;
   device: string;
   logger: boolean;
 }
@@ -94,6 +104,7 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
     bodyLimit: int('bodyLimit', o.bodyLimit, 8 << 20, 1024),
     decodeTimeoutMs,
     requestTimeoutMs,
+    maxInFlight: int('maxInFlight', o.maxInFlight, 256, 1),
     device: o.device ?? 'cpu',
     logger: o.logger ?? false,
   };
@@ -109,6 +120,8 @@ function statusOf(code: ErrorCode): number {
     case 'BACKEND_UNAVAILABLE':
     case 'DISPOSED':
       return 500;
+    case 'OVERLOADED':
+      return 503;
     case 'CHECKPOINT_MISSING':
     case 'CHECKPOINT_CORRUPT':
       return 422;
@@ -135,7 +148,10 @@ export interface EmbshardServer {
   listen(o?: { port?: number; host?: string }): Promise<string>;
   /** Swaps in `checkpoint` (default: the current folder again) once it is completely loaded. */
   reload(checkpoint?: string): Promise<LoadedModel>;
-  /** Stops accepting, lets in-flight requests finish, disposes the model. */
+  /**
+   * Stops accepting connections and refuses new requests (503); answers the requests already received,
+   * gives those still arriving up to requestTimeoutMs, then closes every connection and disposes the model.
+   */
   close(): Promise<void>;
 }
 
@@ -167,8 +183,11 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
   // 'aborted' when the client went away first (mid-body, or while its forward ran). A request is in
   // embshard_errors_total only when its refusal reached the client, so the errors are the 4xx / 5xx
   // answers' count.
+  const open = new OpenRequests();
   const track = (route: string, reply: FastifyReply): void => {
+    open.opened(reply);
     reply.raw.once('close', () => {
+      open.closed(reply);
       const late = timedOut.has(reply.raw);
       if (!late && !reply.raw.writableFinished) {
         metrics.requests.inc({ route, status: 'aborted' });
@@ -216,7 +235,9 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
       headersTimeout: o.requestTimeoutMs,
       connectionsCheckingInterval: Math.min(1000, Math.max(10, Math.ceil(o.requestTimeoutMs / 10))),
     },
-    forceCloseConnections: true,
+    // close() ends the connections itself, once the requests it holds are answered
+    forceCloseConnections: false,
+    return503OnClosing: false,
     clientErrorHandler: clientError,
     // a path that is not valid percent-encoding ('/%zz'): refused like any unknown route
     frameworkErrors: (err, _req, reply) => {
@@ -234,26 +255,66 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
   app.setNotFoundHandler((req, reply) =>
     send(reply, 404, new EmbshardError('INVALID_ARGUMENT', `no route ${req.method} ${req.url} (POST /v1/predict, GET /healthz, GET /metrics, POST /admin/reload)`)),
   );
-  app.addHook('onRequest', async (req, reply) => track(req.routeOptions.url ?? 'unmatched', reply));
+  // a server that is closing refuses new requests (those on connections it already had) and closes each
+  // connection once its answer is written
+  let closing: Promise<void> | undefined;
+  app.addHook('onRequest', async (req, reply) => {
+    track(req.routeOptions.url ?? 'unmatched', reply);
+    if (closing) return send(reply, 503, new EmbshardError('DISPOSED', 'the server is shutting down'));
+  });
+  app.addHook('preHandler', async (_req, reply) => open.working(reply));
+  app.addHook('onSend', async (_req, reply) => {
+    if (closing) reply.header('connection', 'close');
+  });
+  // the prediction requests held: a place taken when the headers arrive, before the body is read
+  const places = new Places(o.maxInFlight);
+  const placeOf = new WeakMap<object, Place>();
+  const admit = async (req: FastifyRequest, reply: FastifyReply) => {
+    if (closing) return;
+    const place = places.take();
+    if (!place) {
+      reply.header('retry-after', '1');
+      return send(reply, 503, new EmbshardError('OVERLOADED', `the server holds ${o.maxInFlight} prediction requests already (maxInFlight); retry later`));
+    }
+    placeOf.set(req, place);
+    reply.raw.once('close', () => place.end());
+  };
 
-  app.post('/v1/predict', async (req) => {
+  // a body's click probabilities, on the model current when it is parsed; `gone` aborts when the client
+  // hangs up (its request then leaves the batcher's queue if its forward has not started)
+  const predict = async (body: unknown, gone: AbortSignal) => {
     const lease = slot.acquire();
     let batch;
     try {
       const { inputs } = lease.model;
-      batch = Buffer.isBuffer(req.body)
-        ? await decoder.decode(req.body, inputs, o.maxRequestSamples)
-        : parseJsonRequest(req.body, inputs, o.maxRequestSamples);
+      batch = Buffer.isBuffer(body)
+        ? await decoder.decode(body, inputs, o.maxRequestSamples)
+        : parseJsonRequest(body, inputs, o.maxRequestSamples);
     } catch (e) {
       lease.release();
       throw e;
     }
-    const p = await batcher.submit(batch, lease);
+    const p = await batcher.submit(batch, lease, gone);
     return { probabilities: Array.from(p), model: lease.model.version };
+  };
+
+  app.post('/v1/predict', { onRequest: admit }, async (req, reply) => {
+    // the place is freed when both the connection and this work are done
+    const place = placeOf.get(req);
+    const held = place?.begin() ?? false;
+    // its client left between sending the body and this handler: no one to answer, nothing to run
+    if (place && !held) throw new EmbshardError('INVALID_ARGUMENT', 'the client closed the connection');
+    const gone = new AbortController();
+    reply.raw.once('close', () => reply.raw.writableFinished || gone.abort());
+    try {
+      return await predict(req.body, gone.signal);
+    } finally {
+      if (held) place!.end();
+    }
   });
   app.get('/healthz', async () => {
     const m = slot.current;
-    return { status: 'ok', model: { checkpoint: m.checkpoint, version: m.version, steps: m.steps }, waiting: batcher.waiting };
+    return { status: 'ok', model: { checkpoint: m.checkpoint, version: m.version, steps: m.steps }, waiting: batcher.waiting, inFlight: places.inUse };
   });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', metrics.registry.contentType);
@@ -294,10 +355,16 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
       metrics.modelVersion.set(m.version);
       return m;
     },
-    async close() {
-      await app.close();
-      await decoder.close();
-      slot.close();
+    close() {
+      closing ??= (async () => {
+        const stopped = app.close(); // no new connections; idle keep-alive ones are closed
+        await open.drained(o.requestTimeoutMs);
+        app.server.closeAllConnections(); // requests still arriving past the deadline, connections left idle
+        await stopped;
+        await decoder.close();
+        await slot.close();
+      })();
+      return closing;
     },
   };
 }

@@ -1,6 +1,7 @@
 // cli-args.test.ts — `embshard serve` argument errors: a port outside [0, 65535] or not an integer, a
-// --request-timeout-ms or --decode-timeout-ms that is not an integer in [1, 2^31 − 1], an unknown option and a missing
-// --checkpoint exit with 2 and name the problem, before any model loads.
+// --request-timeout-ms or --decode-timeout-ms that is not an integer in [1, 2^31 − 1], a --max-in-flight
+// below 1, an unknown option and a missing --checkpoint exit with 2 and name the problem, before any
+// model loads.
 import { describe, it, expect, vi, afterEach } from 'vitest';
 import { runServe } from '../../lib/cli/serve.js';
 import { capture } from '../train/capture.js';
@@ -19,6 +20,7 @@ describe('embshard serve arguments', () => {
       [['--checkpoint', '/no/such/ck', '--request-timeout-ms', '2147483648'], /--request-timeout-ms must be an integer in \[1, 2147483647\]/],
       [['--checkpoint', '/no/such/ck', '--request-timeout-ms', 'soon'], /--request-timeout-ms must be an integer in \[1, 2147483647\]/],
       [['--checkpoint', '/no/such/ck', '--decode-timeout-ms', '2147483648'], /--decode-timeout-ms must be an integer in \[1, 2147483647\]/],
+      [['--checkpoint', '/no/such/ck', '--max-in-flight', '0'], /--max-in-flight must be an integer >= 1 \(got '0'\)/],
     ] as const) {
       const c = capture();
       const rc = await runServe([...args]);
