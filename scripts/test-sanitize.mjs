@@ -20,7 +20,7 @@ const jobs = process.env.EMBSHARD_JOBS ?? String(cpus().length);
 
 // The suites that load the CPU addon. Left out: test/package (it builds and packs copies of the project)
 // and test/cuda (its emulator test compiles programs of its own); the GPU suites run in the second pass.
-const CPU_SUITES = ['test/embedding', 'test/storage', 'test/sharded', 'test/herald', 'test/train', 'test/data', 'test/serve', 'test/config', 'test/plan', 'test/cli'];
+const CPU_SUITES = ['test/embedding', 'test/storage', 'test/checkpoint', 'test/sharded', 'test/herald', 'test/train', 'test/data', 'test/serve', 'test/config', 'test/plan', 'test/cli'];
 // Tests that measure the process's memory, which the sanitizers' shadow memory and quarantine inflate, and
 // tests that run a child under a capped address space, where AddressSanitizer cannot map its shadow memory.
 const SKIP = '^(?!.*(resident memory|memory flat|capped address space))';
