@@ -5,8 +5,8 @@
 // changed, rather than the others waiting on exchanges the rejecting rank never joins. The backward's
 // agreement (agreeOnGradients) does the same for gradients, before any of them moves, agreeOnCall for
 // calls whose first exchange carries no status (a sharded load), agreeOnKind for calls of two kinds that
-// every rank must make alike (a Herald forward: its training step or a lookup), and agreeOnWrite for
-// checkpoints one rank writes.
+// every rank must make alike (a Herald forward: its training step or a lookup), agreeOnTranslation after
+// an admitting forward's dynamic translation, and agreeOnWrite for checkpoints one rank writes.
 import { EmbshardError, ErrorCodes, type ErrorCode } from '../errors.js';
 import type { ProcessGroup } from './group.js';
 import type { Routed } from './routing.js';
