@@ -22,7 +22,8 @@ export const PLAN_USAGE = `usage: embshard plan --model <${WORKLOAD_NAMES.join('
 Plans the model's embedding tables on N ranks (defaults: --preset dgx-h100, --batch 4096), prints per-rank
 and per-table statistics and the baselines, writes the plan (format embshard.plan v2) to --out and draws
 it (memory and bytes per rank, tables by cluster) to --svg: both once the plan is made, together, replacing
-files of those names (their folders must exist). Options also read --key=value. With --profile, the tables'
+files of those names (their folders must exist). --time-budget-ms (default 8000) bounds the search; the
+baselines and checks before it run in full whatever the budget. Options also read --key=value. With --profile, the tables'
 access comes from --profile-batches batches of --batch samples read from the source
 (${DATA_SPEC_FORMS}; --max-rows caps the tables as for training): each table's most frequent ids
 (hit --min-hits times or more, at most --top-k) become its hot rows (a hot-id remap saved in the plan),

@@ -10,15 +10,16 @@
 import { COL_ALIGN, MIN_SHARD_COLS } from './constants.js';
 import type { CostContext } from './cost-model.js';
 import { NO_TIERS, type TableLayout } from './layout.js';
-import { objective } from './simulator.js';
-import { PlanState } from './state.js';
+import type { Load } from './load.js';
+import { firstRanks, PlanState, ranksInOrder } from './state.js';
 import { tableBytes } from './tables.js';
 import type { Table } from './types.js';
 
 export const BASELINES = ['table-wise', 'row-wise', 'column-wise', 'table-row-wise', 'torchrec'] as const;
 export type BaselineName = (typeof BASELINES)[number];
 
-export type BaselineResult = { ok: true; layouts: TableLayout[] } | { ok: false; reason: string };
+/** A baseline's layouts with each table's expected load under them (the cost model's, for the context it ran in). */
+export type BaselineResult = { ok: true; layouts: TableLayout[]; loads: Load[] } | { ok: false; reason: string };
 
 /** Rows [a, b) split into `k` near-equal consecutive blocks on `ranks` (⌈n / k⌉ each, TorchRec's rule). */
 export function rowBlocks(a: number, b: number, ranks: readonly number[], cols: [number, number] = [0, 0]): TableLayout['groups'] {
@@ -51,7 +52,7 @@ function ranksOfNode(n: number, rpn: number): number[] {
 
 /** Sum of a table's stage times alone under a layout: used to order tables, largest first. */
 function aloneCost(st: PlanState, ti: number, l: TableLayout): { depth: number; total: number } {
-  const o = objective(st.loadOf(ti, l), st.ctx.topo, undefined, st.ctx.hierarchical);
+  const o = st.objective(st.loadOf(ti, l, st.scratch()));
   let total = 0;
   for (const v of o.perRank) total += v;
   return { depth: o.time, total };
@@ -60,8 +61,8 @@ function aloneCost(st: PlanState, ti: number, l: TableLayout): { depth: number; 
 /** Least-loaded rank (by per-rank time) among `candidates` where table ti's layout fits. */
 function placeGreedy(st: PlanState, ti: number, make: (rank: number) => TableLayout, candidates?: readonly number[]): boolean {
   const per = st.perRank();
-  const order = (candidates ?? Array.from({ length: st.W }, (_, r) => r)).slice().sort((x, y) => per[x]! - per[y]! || st.mem[x]! - st.mem[y]! || x - y);
-  for (const r of order) {
+  const cmp = (x: number, y: number): number => per[x]! - per[y]! || st.mem[x]! - st.mem[y]! || x - y;
+  for (const r of candidates ? candidates.slice().sort(cmp) : ranksInOrder(st.W, cmp)) {
     const l = make(r);
     if (st.fits(ti, l)) {
       st.set(ti, l);
@@ -74,7 +75,7 @@ function placeGreedy(st: PlanState, ti: number, make: (rank: number) => TableLay
 function tableWise(st: PlanState): BaselineResult {
   const order = st.tables.map((t, i) => ({ i, c: aloneCost(st, i, tableWiseLayout(t, 0)).depth })).sort((a, b) => b.c - a.c);
   for (const { i } of order) if (!placeGreedy(st, i, (r) => tableWiseLayout(st.tables[i]!, r))) return { ok: false, reason: `table '${st.tables[i]!.name}' fits on no single rank` };
-  return { ok: true, layouts: st.complete() };
+  return done(st);
 }
 
 function rowWise(st: PlanState): BaselineResult {
@@ -84,7 +85,7 @@ function rowWise(st: PlanState): BaselineResult {
     if (!st.fits(i, l)) return { ok: false, reason: `row-wise blocks of '${st.tables[i]!.name}' exceed a rank's memory` };
     st.set(i, l);
   }
-  return { ok: true, layouts: st.complete() };
+  return done(st);
 }
 
 function columnWise(st: PlanState): BaselineResult {
@@ -104,7 +105,7 @@ function columnWise(st: PlanState): BaselineResult {
       layout.groups[0]!.shards = [...st.layouts[i]!.groups[0]!.shards];
     }
   }
-  return { ok: true, layouts: st.complete() };
+  return done(st);
 }
 
 function tableRowWise(st: PlanState): BaselineResult {
@@ -132,7 +133,7 @@ function tableRowWise(st: PlanState): BaselineResult {
     }
     if (!placed) return { ok: false, reason: `'${t.name}' fits on no node` };
   }
-  return { ok: true, layouts: st.complete() };
+  return done(st);
 }
 
 function torchrec(st: PlanState): BaselineResult {
@@ -181,7 +182,7 @@ function torchrec(st: PlanState): BaselineResult {
       } else {
         const cb = columnBlocks(t.dim, W);
         const per = st.perRank();
-        const ranks = all.slice().sort((x, y) => per[x]! - per[y]! || x - y).slice(0, cb.length);
+        const ranks = firstRanks(W, cb.length, (x, y) => per[x]! - per[y]! || x - y);
         const l: TableLayout = { cluster: 'rb', tiers: NO_TIERS, groups: [{ a: 0, b: t.rows, shards: cb.map(([c0, c1], k) => ({ c0, c1, rank: ranks[k]! })) }] };
         if (st.fits(i, l)) (st.set(i, l), (placed = true));
       }
@@ -189,7 +190,11 @@ function torchrec(st: PlanState): BaselineResult {
     }
     if (!placed) return { ok: false, reason: `no sharding option of '${t.name}' fits` };
   }
-  return { ok: true, layouts: st.complete() };
+  return done(st);
+}
+
+function done(st: PlanState): BaselineResult {
+  return { ok: true, layouts: st.complete(), loads: st.contrib as Load[] };
 }
 
 /** Runs one baseline: layouts for every table, or why it cannot fit the memory limits. */

@@ -197,7 +197,7 @@ interface RelayedRequests {
 }
 
 function addRelayedRequests(x: RelayedRequests, holders: readonly number[], rpn: number, nodes: number, inB: number): void {
-  const held = [...new Set(holders.map((d) => Math.floor(d / rpn)))];
+  const held = holders.length === 1 ? [Math.floor(holders[0]! / rpn)] : [...new Set(holders.map((d) => Math.floor(d / rpn)))];
   x.all += held.length * inB;
   for (const n of held) {
     x.ownNode[n] += inB;

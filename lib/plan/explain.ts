@@ -90,16 +90,19 @@ export function planStats(plan: ShardPlan): PlanStats {
     shards: shardCount[r]!,
   }));
   const ctx = { topo, batchSize: plan.batchSize, wire: plan.wire, hierarchical: plan.hierarchical };
+  // one table's load and memory at a time, in buffers of every rank reused from table to table
+  const tl = new Load(topo);
+  const mem = new Float64Array(W);
   const tables = plan.tables.map((t, i): TableStats => {
     const l = plan.layouts[i]!;
-    const tl = new Load(topo);
+    tl.clear();
     addExpectedTableLoad(t, l, ctx, tl);
     let sent = 0, hbm = 0;
     for (let r = 0; r < W; r++) {
       sent += sum(tl, SENT_INTRA, r) + sum(tl, SENT_INTER, r);
       hbm += tl.get(HBM_FWD, r) + tl.get(HBM_BWD, r);
     }
-    const mem = new Float64Array(W);
+    mem.fill(0);
     addLayoutMemory(t, l, topo, mem);
     const colSplits = Math.max(0, ...l.groups.map((g) => g.shards.length));
     return {

@@ -80,6 +80,7 @@ export function cloneLayout(l: TableLayout): TableLayout {
 
 /** Distinct ranks of a group, ascending, with the total columns each holds (Σ cols of its shards). */
 export function groupHolders(g: GroupLayout): { ranks: number[]; cols: number[] } {
+  if (g.shards.length === 1) return { ranks: [g.shards[0]!.rank], cols: [g.shards[0]!.c1 - g.shards[0]!.c0] };
   const m = new Map<number, number>();
   for (const s of g.shards) m.set(s.rank, (m.get(s.rank) ?? 0) + (s.c1 - s.c0));
   const ranks = [...m.keys()].sort((x, y) => x - y);

@@ -41,7 +41,8 @@ export class Load {
   /** this += sign × other */
   addLoad(other: Load, sign = 1): void {
     const a = this.data, b = other.data;
-    for (let i = 0; i < a.length; i++) a[i] += sign * b[i]!;
+    if (sign === 1) for (let i = 0; i < a.length; i++) a[i] += b[i]!;
+    else for (let i = 0; i < a.length; i++) a[i] += sign * b[i]!;
   }
 
   clear(): void {

@@ -23,7 +23,7 @@ import { tableWiseLayout } from './baselines.js';
 import { addLayoutMemory, cloneLayout, layoutRefusal, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { Load } from './load.js';
 import { objective, stageTimes, STAGES } from './simulator.js';
-import type { PlanState, Score } from './state.js';
+import { firstRanks, type PlanState, type Score } from './state.js';
 
 /** least-loaded ranks a table or shard may be relocated to */
 const TARGET_RANKS = 8;
@@ -148,8 +148,9 @@ class Round {
   private readonly loads: Map<string, Load>;
   /** single-shard moves evaluated this round, by shard and target rank */
   private readonly shardMoves = new Map<string, Change>();
+  private late = false;
 
-  constructor(private readonly st: PlanState, trials: Trials, loads: Map<string, Load>) {
+  constructor(private readonly st: PlanState, trials: Trials, loads: Map<string, Load>, private readonly deadline: number) {
     this.trials = trials;
     this.loads = loads;
     this.cur = st.score();
@@ -185,7 +186,15 @@ class Round {
     return c;
   }
 
-  consider(changes: Change[]): void {
+  /** Whether the deadline has passed (then the round costs no more moves; the best found so far still counts). */
+  private over(): boolean {
+    return this.late || (this.late = Date.now() >= this.deadline);
+  }
+
+  /** Costs the change set `make` gives (made only while the deadline has not passed). */
+  consider(make: () => Change[]): void {
+    if (this.over()) return;
+    const changes = make();
     if (!this.trials.fits(changes)) return;
     const s = this.trials.score(changes);
     if (s.time < (this.best ? this.best.s.time : this.cur.time * (1 - MIN_GAIN))) this.best = { changes, s };
@@ -194,16 +203,16 @@ class Round {
   /** Relocations of one table: whole-table placements, its shards on `from` to each target, rb ↔ ub. */
   relocate(ti: number, from: readonly number[], targets: readonly number[]): void {
     const l = this.st.layouts[ti]!;
-    for (const o of wholeOptions(this.st, ti, targets)) if (!sameLayout(o, l)) this.consider([this.change(ti, o)]);
+    for (const o of wholeOptions(this.st, ti, targets)) if (!sameLayout(o, l)) this.consider(() => [this.change(ti, o)]);
     if (l.cluster === 'dp') return;
     if (l.groups.length === 1 && l.groups[0]!.shards.length === 1 && tierEnd(l) === 0) return; // its shard moves and cluster switch are whole-table placements, tried above
     l.groups.forEach((g, gi) =>
       g.shards.forEach((s, si) => {
         if (!from.includes(s.rank)) return;
-        for (const q of targets) if (q !== s.rank) this.consider([this.moved({ ti, gi, si }, q)]);
+        for (const q of targets) if (q !== s.rank) this.consider(() => [this.moved({ ti, gi, si }, q)]);
       }),
     );
-    this.consider([this.change(ti, { ...cloneLayout(l), cluster: l.cluster === 'rb' ? 'ub' : 'rb' })]);
+    this.consider(() => [this.change(ti, { ...cloneLayout(l), cluster: l.cluster === 'rb' ? 'ub' : 'rb' })]);
   }
 
   /**
@@ -216,17 +225,18 @@ class Round {
       if (q === r) continue;
       for (const b of onRank[q]!) {
         if (times[b.ti]![q]! >= ta) continue;
-        if (b.ti === a.ti) this.consider([this.change(a.ti, withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }, { gi: b.gi, si: b.si, rank: r }]))]);
-        else this.consider([this.moved(a, q), this.moved(b, r)]);
+        if (b.ti === a.ti) this.consider(() => [this.change(a.ti, withRanks(this.st.layouts[a.ti]!, [{ gi: a.gi, si: a.si, rank: q }, { gi: b.gi, si: b.si, rank: r }]))]);
+        else this.consider(() => [this.moved(a, q), this.moved(b, r)]);
       }
     }
   }
 
   /** Both tables of each pair relocated at once to whole-table placements on `ranks`. */
   pairs(tables: readonly number[], ranks: readonly number[]): void {
+    if (this.over()) return;
     const opts = tables.map((ti) => wholeOptions(this.st, ti, ranks).filter((o) => !sameLayout(o, this.st.layouts[ti]!)).map((o) => this.change(ti, o)));
     for (let i = 0; i < tables.length; i++)
-      for (let j = i + 1; j < tables.length; j++) for (const a of opts[i]!) for (const b of opts[j]!) this.consider([a, b]);
+      for (let j = i + 1; j < tables.length; j++) for (const a of opts[i]!) for (const b of opts[j]!) this.consider(() => [a, b]);
   }
 }
 
@@ -253,7 +263,8 @@ export function refine(st: PlanState, maxMoves: number, deadline: number): numbe
   let moves = 0;
   for (; moves < maxMoves && Date.now() < deadline; moves++) {
     const per = st.score().perRank;
-    const ascending = Array.from({ length: W }, (_, r) => r).sort((x, y) => per[x]! - per[y]! || x - y);
+    // the least-loaded ranks: targets, swap partners (a critical rank left out) and pair ranks
+    const ascending = firstRanks(W, Math.max(TARGET_RANKS, SWAP_RANKS + 1, PAIR_RANKS), (x, y) => per[x]! - per[y]! || x - y);
     const targets = ascending.slice(0, TARGET_RANKS);
     const critical = criticalRanks(st, per);
     const times = tableTimes(st);
@@ -269,7 +280,7 @@ export function refine(st: PlanState, maxMoves: number, deadline: number): numbe
     }
     const onRank: ShardRef[][] = Array.from({ length: W }, () => []);
     st.layouts.forEach((l, ti) => l!.groups.forEach((g, gi) => g.shards.forEach((s, si) => onRank[s.rank]!.push({ ti, gi, si }))));
-    const round = new Round(st, trials, loads);
+    const round = new Round(st, trials, loads, deadline);
     for (const ti of chosen) round.relocate(ti, critical, targets);
     for (const r of critical) {
       const partners = ascending.filter((q) => q !== r).slice(0, SWAP_RANKS);

@@ -16,14 +16,16 @@ import { BASELINES, baselineLayouts, rowBlocks, tableWiseLayout, type BaselineNa
 import { DTYPES } from '../config.js';
 import { MAX_BATCH_SIZE } from '../data/types.js';
 import { COL_ALIGN, MIN_SHARD_COLS } from './constants.js';
-import type { CostContext } from './cost-model.js';
+import { addExpectedTableLoad, type CostContext } from './cost-model.js';
 import { cloneLayout, NO_TIERS, tierEnd, type TableLayout } from './layout.js';
 import { criticalRanks, refine, sameLayout } from './local-search.js';
-import { EFF_BWD, EFF_FWD, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
+import { EFF_BWD, EFF_FWD, Load, metric, RECV_INTER, RECV_INTRA, SENT_INTER, SENT_INTRA } from './load.js';
+import { objective } from './simulator.js';
 import { ShardPlan } from './shard-plan.js';
-import { better, PlanState, type Score } from './state.js';
+import { better, firstRanks, PlanState, ranksInOrder, type Score } from './state.js';
 import { heldRowBytes, idsPerSample, normalizeTables, tableBytes } from './tables.js';
 import { hierarchicalDefault, normalizeTopology } from './topology.js';
+import { shown } from './shown.js';
 import type { PlanTableSpec, Table, Topology, WireDtypes } from './types.js';
 
 /** HugeCTR's MLPerf configs make a table dp below DP_SHARDING_THRESHOLD = 0.008 GiB (one node) / 0.0125 GiB (multi-node). */
@@ -36,7 +38,15 @@ export interface PlanOptions {
   wire?: Partial<WireDtypes>;
   /** search steps per start: greedy moves, then local-search and greedy moves from the best start with what it left (default 5000) */
   maxIterations?: number;
-  /** wall-clock budget of the whole search in ms (default 8000) */
+  /**
+   * wall-clock budget of the search in ms, counted from the call (default 8000; Infinity: none). Once it has
+   * passed, the greedy descents and local searches stop (checked before each candidate move is costed, so
+   * they overrun it by at most one costing, O(worldSize)) and no further start is built. What it does not
+   * bound, run whatever the budget: validating the input, the baselines and their costs (the plan is never
+   * worse than the best of them; O(tables × worldSize) and more), one start (the best baseline, or the EMBark
+   * ones when no baseline fits), the result costed under the real costs (two-phase search) and the plan's
+   * validation. So a call takes about timeBudgetMs or that setup, whichever is longer, plus the last costing.
+   */
   timeBudgetMs?: number;
   /** allow hot-row tiers (default true) */
   tiers?: boolean;
@@ -130,9 +140,8 @@ function embarkStart(st: PlanState, dp: boolean): boolean {
     }
     const cluster = t.pooling === 'none' || idsPerSample(t) <= 1 ? 'ub' : 'rb';
     const per = st.perRank();
-    const ranks = Array.from({ length: st.W }, (_, r) => r).sort((x, y) => per[x]! - per[y]! || st.mem[x]! - st.mem[y]! || x - y);
     let done = false;
-    for (const r of ranks) {
+    for (const r of ranksInOrder(st.W, (x, y) => per[x]! - per[y]! || st.mem[x]! - st.mem[y]! || x - y)) {
       const l = { ...tableWiseLayout(t, r), cluster } as TableLayout;
       if (st.fits(i, l)) {
         st.set(i, l);
@@ -141,7 +150,7 @@ function embarkStart(st: PlanState, dp: boolean): boolean {
       }
     }
     for (let k = 2; !done && k <= st.W; k *= 2) {
-      const byFree = Array.from({ length: st.W }, (_, r) => r).sort((x, y) => st.mem[x]! - st.mem[y]! || x - y).slice(0, Math.min(k, st.W));
+      const byFree = firstRanks(st.W, k, (x, y) => st.mem[x]! - st.mem[y]! || x - y);
       const l: TableLayout = { cluster, tiers: NO_TIERS, groups: rowBlocks(0, t.rows, byFree, [0, t.dim]) };
       if (st.fits(i, l)) {
         st.set(i, l);
@@ -198,10 +207,11 @@ function withTiers(l: TableLayout, R: number, N: number): TableLayout | undefine
 
 function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers: boolean): { ti: number; l: TableLayout }[] {
   const topo = st.ctx.topo, W = st.W, rpn = topo.ranksPerNode;
-  const ascending = Array.from({ length: W }, (_, r) => r).sort((x, y) => per[x]! - per[y]! || x - y);
-  const Q: number[] = ascending.filter((r) => r !== rStar).slice(0, 3);
+  const cmp = (x: number, y: number): number => per[x]! - per[y]! || x - y;
+  const Q: number[] = firstRanks(W, 4, cmp).filter((r) => r !== rStar).slice(0, 3);
   const nodeStart = Math.floor(rStar / rpn) * rpn;
-  const sameNode = ascending.find((r) => r !== rStar && r >= nodeStart && r < nodeStart + rpn);
+  let sameNode: number | undefined;
+  for (let r = nodeStart; r < nodeStart + rpn; r++) if (r !== rStar && (sameNode === undefined || cmp(r, sameNode) < 0)) sameNode = r;
   if (sameNode !== undefined && !Q.includes(sameNode)) Q.push(sameNode);
   // tables whose own placement loads rStar: a shard on it, a tier (on every rank), or dp (on every rank)
   const holds = (l: TableLayout) => l.cluster === 'dp' || tierEnd(l) > 0 || l.groups.some((g) => g.shards.some((s) => s.rank === rStar));
@@ -272,21 +282,26 @@ function candidates(st: PlanState, rStar: number, per: Float64Array, allowTiers:
   return out;
 }
 
-/** Greedy improvement of `st` in place; returns the number of moves applied. */
+/**
+ * Greedy improvement of `st` in place; returns the number of moves applied. The deadline is checked before
+ * each candidate move is costed (one costs O(worldSize)); the best move found by then is still applied.
+ */
 function improve(st: PlanState, maxIter: number, deadline: number, allowTiers: boolean): number {
   let cur = st.score();
   let it = 0;
   for (; it < maxIter && Date.now() < deadline; it++) {
     const per = cur.perRank;
     let best: { ti: number; l: TableLayout; load: ReturnType<PlanState['loadOf']>; s: Score } | undefined;
+    let late = false;
     for (const rStar of criticalRanks(st, per)) {
       for (const c of candidates(st, rStar, per, allowTiers)) {
+        if ((late = Date.now() >= deadline)) break;
         if (!st.fits(c.ti, c.l)) continue;
         const load = st.loadOf(c.ti, c.l);
         const s = st.trial(c.ti, load);
         if (better(s, best ? best.s : cur)) best = { ...c, load, s };
       }
-      if (best) break;
+      if (best || late) break;
     }
     if (!best) break;
     st.set(best.ti, best.l, best.load);
@@ -301,7 +316,7 @@ const PLAN_OPTION_FIELDS = fieldsOf<PlanOptions>({
 
 /** Throws INVALID_CONFIG naming `field` unless `ok`. */
 function check(ok: boolean, field: string, msg: string, v: unknown): void {
-  if (!ok) throw new EmbshardError('INVALID_CONFIG', `${field}: ${msg} (got ${typeof v === 'string' ? JSON.stringify(v) : String(v)})`, { path: field });
+  if (!ok) throw new EmbshardError('INVALID_CONFIG', `${field}: ${msg} (got ${shown(v)})`, { path: field });
 }
 
 /** Validates the planner options (every field, before any work) and returns the cost context they give. */
@@ -337,20 +352,35 @@ function baselineRuns(tables: readonly Table[], ctx: CostContext): BaselineRepor
   return BASELINES.map((name) => {
     const r = baselineLayouts(name, tables, ctx);
     if (!r.ok) return { name, time: null, reason: r.reason };
-    return { name, time: scoreOf(tables, ctx, r.layouts), layouts: r.layouts };
+    return { name, time: scoreOf(tables, ctx, r.layouts, r.loads), layouts: r.layouts };
   });
 }
 
-/** The predicted time of `layouts` under `ctx`. */
-function scoreOf(tables: readonly Table[], ctx: CostContext, layouts: readonly TableLayout[]): number {
-  const st = new PlanState(tables, ctx);
-  layouts.forEach((l, i) => st.set(i, l));
-  return st.score().time;
+/**
+ * Whether a table's expected load under layout l depends on how replica syncs are costed (a dp table or a
+ * replicated tier): other tables' loads are the same under a context and its flatReplicaSync twin.
+ */
+function replicaSynced(l: TableLayout): boolean {
+  return l.cluster === 'dp' || l.tiers.replicated > 0;
 }
 
-/** The baselines that fit, fastest first. */
-function fastestFirst(baselines: readonly BaselineReport[]): BaselineReport[] {
-  return baselines.filter((b) => b.time !== null).sort((x, y) => x.time! - y.time!);
+/**
+ * The predicted time of `layouts` under `ctx`: the tables' loads (`loads[i]` where given, computed under
+ * `ctx` or a context that costs table i alike; the others one at a time in one buffer) summed in table order.
+ */
+function scoreOf(tables: readonly Table[], ctx: CostContext, layouts: readonly TableLayout[], loads?: readonly (Load | undefined)[]): number {
+  const total = new Load(ctx.topo);
+  let one: Load | undefined;
+  layouts.forEach((l, i) => {
+    let x = loads?.[i];
+    if (!x) {
+      x = one ??= new Load(ctx.topo);
+      x.clear();
+      addExpectedTableLoad(tables[i]!, l, ctx, x);
+    }
+    total.addLoad(x);
+  });
+  return objective(total, ctx.topo, undefined, ctx.hierarchical).time;
 }
 
 interface SearchLimits {
@@ -371,18 +401,20 @@ interface SearchResult {
  * local search), then the local search from the best result, alternating with the greedy descent until
  * neither finds a better plan.
  */
-function search(tables: readonly Table[], ctx: CostContext, feasible: readonly BaselineReport[], lim: SearchLimits): SearchResult | undefined {
+function search(tables: readonly Table[], ctx: CostContext, baseline: BaselineReport | undefined, lim: SearchLimits): SearchResult | undefined {
   const starts: { name: string; st: PlanState }[] = [];
   // the EMBark start, and the same without dp tables (from all-dp, leaving dp pays off only for several
   // tables at once; from no dp, the search makes tables dp one at a time)
   for (const dp of [true, false]) {
+    // past the deadline the best baseline is the only start (each start costs O(tables × worldSize) to build)
+    if (baseline && Date.now() >= lim.deadline) break;
     const a = new PlanState(tables, ctx);
     if (embarkStart(a, dp) && !starts.some((s) => sameLayouts(s.st.layouts, a.layouts))) starts.push({ name: dp ? 'embark' : 'embark-no-dp', st: a });
   }
-  if (feasible.length > 0) {
+  if (baseline) {
     const b = new PlanState(tables, ctx);
-    feasible[0]!.layouts!.forEach((l, i) => b.set(i, l));
-    starts.push({ name: feasible[0]!.name, st: b });
+    baseline.layouts!.forEach((l, i) => b.set(i, l));
+    starts.push({ name: baseline.name, st: b });
   }
   if (starts.length === 0) return undefined;
   let iterations = 0;
@@ -426,6 +458,40 @@ function descend(st: PlanState, name: string, lim: SearchLimits, from: 'refine' 
   return { name, st, iterations };
 }
 
+/**
+ * The baselines (as reported: without their layouts) and the ones the search starts from: the fastest under
+ * `ctx` (`base`; ties: BASELINES order), and under `flatCtx` when given (the two-phase search) the fastest
+ * under those costs too when it is another (ties: the faster under `ctx`). Each baseline's layouts are
+ * dropped once it is beaten (at many ranks a row-wise baseline's layouts alone are millions of objects).
+ */
+function baselineStarts(tables: readonly Table[], ctx: CostContext, flatCtx: CostContext | undefined, run: boolean): { baselines: BaselineReport[]; base: BaselineReport | undefined; froms: (BaselineReport | undefined)[] } {
+  const baselines: BaselineReport[] = [];
+  let base: BaselineReport | undefined;
+  let flatBest: { b: BaselineReport; flat: number } | undefined;
+  for (const name of run ? BASELINES : []) {
+    const r = baselineLayouts(name, tables, ctx);
+    if (!r.ok) {
+      baselines.push({ name, time: null, reason: r.reason });
+      continue;
+    }
+    const b: BaselineReport = { name, time: scoreOf(tables, ctx, r.layouts, r.loads), layouts: r.layouts };
+    baselines.push({ name, time: b.time });
+    if (!base || b.time! < base.time!) base = b;
+    // Under the hierarchical protocol on several nodes replicas are cheap to sync, and a search that sees
+    // them cheap from its first step keeps dp tables and tiers it would have been better off leaving and
+    // stops in a worse basin. There the search runs with the replica syncs costed as the flat protocol's
+    // all-gathers, and its result is searched on under the real costs; it runs from the best baseline under
+    // either costing (once when they are the same) and the better plan is kept.
+    if (flatCtx) {
+      const flat = scoreOf(tables, flatCtx, r.layouts, r.loads.map((x, i) => (replicaSynced(r.layouts[i]!) ? undefined : x)));
+      if (!flatBest || flat < flatBest.flat || (flat === flatBest.flat && b.time! < flatBest.b.time!)) flatBest = { b, flat };
+    }
+  }
+  const froms = [base];
+  if (flatBest && flatBest.b.name !== base?.name) froms.push(flatBest.b);
+  return { baselines, base, froms };
+}
+
 /** planShards with the search report (baselines, start, iterations, time). */
 export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly Table[], topologyIn: Topology, options: PlanOptions): PlanReport {
   const t0 = Date.now();
@@ -436,23 +502,13 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
   const deadline = t0 + (options.timeBudgetMs ?? 8000);
   const maxIter = options.maxIterations ?? 5000;
   const allowTiers = options.tiers ?? true;
-  const baselines = options.fromBaselines === false ? [] : baselineRuns(tables, ctx);
-  const feasible = fastestFirst(baselines);
-  // Under the hierarchical protocol on several nodes replicas are cheap to sync, and a search that sees them
-  // cheap from its first step keeps dp tables and tiers it would have been better off leaving and stops in a
-  // worse basin. There the search runs with the replica syncs costed as the flat protocol's all-gathers, and
-  // its result is searched on under the real costs; it runs from the best baseline under either costing
-  // (once when they are the same) and the better plan is kept.
   const twoPhase = ctx.hierarchical && topology.worldSize > topology.ranksPerNode;
   const flatCtx: CostContext = { ...ctx, flatReplicaSync: true };
-  const froms = [feasible];
-  if (twoPhase && options.fromBaselines !== false) {
-    const flatFeasible = fastestFirst(feasible.map((b) => ({ ...b, time: scoreOf(tables, flatCtx, b.layouts!) })));
-    if (flatFeasible[0]?.name !== feasible[0]?.name) froms.push(flatFeasible);
-  }
+  const { baselines, base, froms } = baselineStarts(tables, ctx, twoPhase ? flatCtx : undefined, options.fromBaselines !== false);
   let top: SearchResult | undefined;
   let iterations = 0;
   froms.forEach((from, k) => {
+    if (top && Date.now() >= deadline) return;
     const share = Date.now() + (deadline - Date.now()) / (froms.length - k);
     let r: SearchResult | undefined;
     if (!twoPhase) r = search(tables, ctx, from, { maxIter, deadline: share, allowTiers });
@@ -460,7 +516,7 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
       const flat = search(tables, flatCtx, from, { maxIter, deadline: Date.now() + (share - Date.now()) / 2, allowTiers });
       if (flat) {
         const st = new PlanState(tables, ctx);
-        flat.st.layouts.forEach((l, i) => l && st.set(i, l));
+        flat.st.layouts.forEach((l, i) => l && st.set(i, l, replicaSynced(l) ? undefined : flat.st.contrib[i]));
         r = descend(st, flat.name, { maxIter: Math.max(0, maxIter - flat.iterations), deadline: share, allowTiers }, 'moved');
         iterations += flat.iterations;
       }
@@ -478,7 +534,6 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
   }
   // the two-phase search's result may be worse under the real costs than the best baseline it started from:
   // the search then continues from that baseline (so the plan is never worse than it)
-  const base = feasible[0];
   if (twoPhase && base && base.time! < top.st.score().time) {
     const st = new PlanState(tables, ctx);
     base.layouts!.forEach((l, i) => st.set(i, l));
@@ -487,7 +542,7 @@ export function planShardsReport(tablesIn: readonly PlanTableSpec[] | readonly T
     top = r;
   }
   const plan = ShardPlan.fromLayouts(topology, options.batchSize, tables, top.st.complete(), ctx.wire, { planner: 'embshard', start: top.name, ...options.meta }, ctx.hierarchical);
-  return { plan, time: top.st.score().time, baselines: baselines.map(({ layouts: _l, ...b }) => b), start: top.name, iterations, elapsedMs: Date.now() - t0 };
+  return { plan, time: top.st.score().time, baselines, start: top.name, iterations, elapsedMs: Date.now() - t0 };
 }
 
 /** The EMBark-style planner: a validated ShardPlan for `tables` on `topology` (see the header). */

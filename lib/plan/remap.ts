@@ -5,6 +5,7 @@
 // defines it once (the moved pairs); the runtime applies those pairs natively (native/shard/id_remap.h),
 // measureTraffic here. docs/placement.md describes it.
 import { EmbshardError, type ErrorCode } from '../errors.js';
+import { shown } from './shown.js';
 import type { Table } from './types.js';
 
 export class IdRemap {
@@ -22,7 +23,7 @@ export class IdRemap {
     if (hot.length > rows) throw new EmbshardError(code, `${path}: lists ${hot.length} ids but the table has ${rows} rows`, { path });
     const seen = new Set<number>();
     hot.forEach((id, i) => {
-      if (!Number.isSafeInteger(id) || id < 0 || id >= rows) throw new EmbshardError(code, `${path}[${i}]: must be an integer in [0, ${rows}) (got ${JSON.stringify(id)})`, { path: `${path}[${i}]` });
+      if (!Number.isSafeInteger(id) || id < 0 || id >= rows) throw new EmbshardError(code, `${path}[${i}]: must be an integer in [0, ${rows}) (got ${shown(id)})`, { path: `${path}[${i}]` });
       if (seen.has(id)) throw new EmbshardError(code, `${path}[${i}]: id ${id} is listed twice`, { path: `${path}[${i}]` });
       seen.add(id);
     });

@@ -9,6 +9,7 @@ import { explainPlan, type ExplainOptions } from './explain.js';
 import { addLayoutMemory, layoutRefusal, tierEnd, type GroupLayout, type TableLayout } from './layout.js';
 import { normalizeTables } from './tables.js';
 import { normalizeTopology } from './topology.js';
+import { shown } from './shown.js';
 import { CLUSTERS, type Cluster, type DType, type HotTiers, type Shard, type PlanTableSpec, type Table, type TableSpec, type Topology, type WireDtypes } from './types.js';
 
 export const PLAN_FORMAT = 'embshard.plan';
@@ -76,7 +77,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 function nonNegInt(v: unknown, path: string): number {
-  if (!Number.isSafeInteger(v) || (v as number) < 0) bad(path, `must be a non-negative integer (got ${JSON.stringify(v)})`);
+  if (!Number.isSafeInteger(v) || (v as number) < 0) bad(path, `must be a non-negative integer (got ${shown(v)})`);
   return v as number;
 }
 function range(v: unknown, path: string): [number, number] {
@@ -89,7 +90,7 @@ function range(v: unknown, path: string): [number, number] {
 /** Validates the placement of one table and builds its layout. */
 function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, path: string): TableLayout {
   const cluster = o.cluster;
-  if (!CLUSTERS.includes(cluster as Cluster)) bad(`${path}.cluster`, `must be one of ${CLUSTERS.join(' | ')} (got ${JSON.stringify(cluster)})`);
+  if (!CLUSTERS.includes(cluster as Cluster)) bad(`${path}.cluster`, `must be one of ${CLUSTERS.join(' | ')} (got ${shown(cluster)})`);
   let tiers: HotTiers = { replicated: 0, node: 0 };
   if (o.tiers !== undefined) {
     if (!isObject(o.tiers)) bad(`${path}.tiers`, 'must be an object { replicated, node }');
@@ -98,8 +99,8 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
     if (cluster === 'dp' && tiers.replicated + tiers.node > 0) bad(`${path}.tiers`, 'a dp table is replicated whole; it has no tiers');
     if (tiers.replicated + tiers.node > t.rows) bad(`${path}.tiers`, `replicated + node (${tiers.replicated + tiers.node}) exceeds rows (${t.rows})`);
   }
-  const shardsIn = o.shards ?? [];
-  if (!Array.isArray(shardsIn)) bad(`${path}.shards`, 'must be an array');
+  const shardsIn = o.shards === undefined ? [] : o.shards;
+  if (!Array.isArray(shardsIn)) bad(`${path}.shards`, `must be an array (got ${shown(o.shards)})`);
   const layout: TableLayout = { cluster: cluster as Cluster, tiers, groups: [] };
   if (cluster === 'dp') {
     const refused = layoutRefusal(t, layout, path);
@@ -113,14 +114,14 @@ function parsePlacement(o: Record<string, unknown>, t: Table, topo: Topology, pa
     const sp = `${path}.shards[${j}]`;
     if (!isObject(s)) bad(sp, 'must be an object { rows, cols, rank }');
     rejectUnknownFields(s, ['rows', 'cols', 'rank', 'table'], sp, 'INVALID_PLAN');
-    if (s.table !== undefined && s.table !== t.name) bad(`${sp}.table`, `names '${String(s.table)}' inside table '${t.name}'`);
+    if (s.table !== undefined && s.table !== t.name) bad(`${sp}.table`, `names ${shown(s.table)} inside table '${t.name}'`);
     const rows = range(s.rows, `${sp}.rows`);
     const cols = range(s.cols, `${sp}.cols`);
     if (rows[0] < te) bad(`${sp}.rows`, `starts at ${rows[0]}, inside the hot tiers (rows [0, ${te}))`);
     if (rows[1] > t.rows) bad(`${sp}.rows`, `ends at ${rows[1]}, past the table's ${t.rows} rows`);
     if (cols[1] > t.dim) bad(`${sp}.cols`, `ends at ${cols[1]}, past the table's dim ${t.dim}`);
     if (!Number.isSafeInteger(s.rank) || (s.rank as number) < 0 || (s.rank as number) >= topo.worldSize)
-      bad(`${sp}.rank`, `must be an integer in [0, ${topo.worldSize}) (got ${JSON.stringify(s.rank)})`);
+      bad(`${sp}.rank`, `must be an integer in [0, ${topo.worldSize}) (got ${shown(s.rank)})`);
     const key = `${rows[0]}:${rows[1]}`;
     let e = byRange.get(key);
     if (!e) byRange.set(key, (e = { g: { a: rows[0], b: rows[1], shards: [] }, idx: [] }));
@@ -184,13 +185,13 @@ export class ShardPlan {
       }
     }
     if (!isObject(v)) bad('$', 'must be an object');
-    if (v.format !== PLAN_FORMAT) bad('$.format', `must be "${PLAN_FORMAT}" (got ${JSON.stringify(v.format)})`);
-    if (!PLAN_VERSIONS.includes(v.version as PlanVersion)) bad('$.version', `unsupported version ${JSON.stringify(v.version)} (this build reads versions ${PLAN_VERSIONS.join(', ')})`);
+    if (v.format !== PLAN_FORMAT) bad('$.format', `must be "${PLAN_FORMAT}" (got ${shown(v.format)})`);
+    if (!PLAN_VERSIONS.includes(v.version as PlanVersion)) bad('$.version', `unsupported version ${shown(v.version)} (this build reads versions ${PLAN_VERSIONS.join(', ')})`);
     rejectUnknownFields(v, ['format', 'version', 'topology', 'batchSize', 'wire', 'hierarchical', 'tables', 'meta'], '$', 'INVALID_PLAN');
-    if (v.hierarchical !== undefined && typeof v.hierarchical !== 'boolean') bad('$.hierarchical', `must be true or false (got ${JSON.stringify(v.hierarchical)})`);
+    if (v.hierarchical !== undefined && typeof v.hierarchical !== 'boolean') bad('$.hierarchical', `must be true or false (got ${shown(v.hierarchical)})`);
     const topology = normalizeTopology(v.topology, '$.topology', 'INVALID_PLAN');
-    if (!Number.isSafeInteger(v.batchSize) || (v.batchSize as number) <= 0) bad('$.batchSize', `must be a positive integer (got ${JSON.stringify(v.batchSize)})`);
-    if ((v.batchSize as number) > MAX_BATCH_SIZE) bad('$.batchSize', `must be at most ${MAX_BATCH_SIZE} samples per rank, the largest batch embshard runs (got ${JSON.stringify(v.batchSize)})`);
+    if (!Number.isSafeInteger(v.batchSize) || (v.batchSize as number) <= 0) bad('$.batchSize', `must be a positive integer (got ${shown(v.batchSize)})`);
+    if ((v.batchSize as number) > MAX_BATCH_SIZE) bad('$.batchSize', `must be at most ${MAX_BATCH_SIZE} samples per rank, the largest batch embshard runs (got ${shown(v.batchSize)})`);
     let wire: WireDtypes = { forward: 'fp32', backward: 'fp32' };
     if (v.wire !== undefined) {
       if (!isObject(v.wire)) bad('$.wire', 'must be an object { forward, backward }');

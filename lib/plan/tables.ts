@@ -5,6 +5,7 @@ import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
 import { IdRemap } from './remap.js';
+import { shown } from './shown.js';
 import { resolveDynamic } from '../storage/dynamic-config.js';
 import { DYNAMIC_MAP_ROW_BYTES } from './constants.js';
 import type { AccessStats, DynamicPlan, Table, TableSpec } from './types.js';
@@ -25,7 +26,7 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
   const out: AccessStats = {};
   if (v.zipf !== undefined) {
     if (typeof v.zipf !== 'number' || !Number.isFinite(v.zipf) || v.zipf < 0 || v.zipf > 10)
-      bad(code, `${path}.zipf`, `must be a number in [0, 10] (got ${String(v.zipf)})`);
+      bad(code, `${path}.zipf`, `must be a number in [0, 10] (got ${shown(v.zipf)})`);
     out.zipf = v.zipf;
   }
   if (v.top !== undefined) {
@@ -41,7 +42,7 @@ export function normalizeAccess(v: unknown, path: string, code: ErrorCode = 'INV
     out.top = { counts: [...counts], total: t.total };
   }
   if (v.tail !== undefined) {
-    if (v.tail !== 'ordered' && v.tail !== 'shuffled') bad(code, `${path}.tail`, `must be 'ordered' | 'shuffled' (got ${String(v.tail)})`);
+    if (v.tail !== 'ordered' && v.tail !== 'shuffled') bad(code, `${path}.tail`, `must be 'ordered' | 'shuffled' (got ${shown(v.tail)})`);
     out.tail = v.tail;
   }
   rejectUnknownFields(v, ['zipf', 'top', 'tail'], path, code);
@@ -64,17 +65,17 @@ export function normalizeTable(input: unknown, path = 'table', code: ErrorCode =
     v = { ...rest, rows: dynamic.capacity };
   }
   if (!Number.isSafeInteger(v.rows) || (v.rows as number) <= 0)
-    bad(code, `${path}.rows`, `must be a positive integer or 'dynamic' (got ${String(v.rows)})`);
+    bad(code, `${path}.rows`, `must be a positive integer or 'dynamic' (got ${shown(v.rows)})`);
   if (!Number.isSafeInteger(v.dim) || (v.dim as number) <= 0 || (v.dim as number) > 65536)
-    bad(code, `${path}.dim`, `must be an integer in [1, 65536] (got ${String(v.dim)})`);
+    bad(code, `${path}.dim`, `must be an integer in [1, 65536] (got ${shown(v.dim)})`);
   const dtype = v.dtype ?? 'fp32';
   if (!DTYPES.includes(dtype as never))
-    bad(code === 'INVALID_CONFIG' ? 'UNSUPPORTED_DTYPE' : code, `${path}.dtype`, `must be one of ${DTYPES.join(' | ')} (got ${String(dtype)})`);
+    bad(code === 'INVALID_CONFIG' ? 'UNSUPPORTED_DTYPE' : code, `${path}.dtype`, `must be one of ${DTYPES.join(' | ')} (got ${shown(dtype)})`);
   const pooling = v.pooling ?? 'sum';
-  if (!POOLINGS.includes(pooling as never)) bad(code, `${path}.pooling`, `must be one of ${POOLINGS.join(' | ')} (got ${String(pooling)})`);
+  if (!POOLINGS.includes(pooling as never)) bad(code, `${path}.pooling`, `must be one of ${POOLINGS.join(' | ')} (got ${shown(pooling)})`);
   const optimizer = v.optimizer ?? 'sgd';
   if (!OPTIMIZERS.includes(optimizer as never))
-    bad(code === 'INVALID_CONFIG' ? 'UNSUPPORTED_OPTIMIZER' : code, `${path}.optimizer`, `must be one of ${OPTIMIZERS.join(' | ')} (got ${String(optimizer)})`);
+    bad(code === 'INVALID_CONFIG' ? 'UNSUPPORTED_OPTIMIZER' : code, `${path}.optimizer`, `must be one of ${OPTIMIZERS.join(' | ')} (got ${shown(optimizer)})`);
   const features = v.features ?? [name];
   if (!Array.isArray(features) || features.length === 0 || features.some((f) => typeof f !== 'string' || f.length === 0))
     bad(code, `${path}.features`, 'must be a non-empty array of non-empty strings');
@@ -83,7 +84,7 @@ export function normalizeTable(input: unknown, path = 'table', code: ErrorCode =
   if (!Array.isArray(pf) || pf.length !== features.length)
     bad(code, `${path}.poolingFactors`, `must be an array with one entry per feature (${features.length})`);
   pf.forEach((p, i) => {
-    if (typeof p !== 'number' || !Number.isFinite(p) || p < 0) bad(code, `${path}.poolingFactors[${i}]`, `must be a number ≥ 0 (got ${String(p)})`);
+    if (typeof p !== 'number' || !Number.isFinite(p) || p < 0) bad(code, `${path}.poolingFactors[${i}]`, `must be a number ≥ 0 (got ${shown(p)})`);
   });
   if (v.weighted !== undefined && typeof v.weighted !== 'boolean') bad(code, `${path}.weighted`, 'must be a boolean');
   let access = normalizeAccess(v.access, `${path}.access`, code);
@@ -123,7 +124,7 @@ function dynamicOf(v: Record<string, unknown>, path: string, name: string, code:
     const d = v.dynamic as Record<string, unknown>;
     if (!isObject(d)) bad(code, `${path}.dynamic`, 'must be an object { capacity, minCount, candidates, eviction, default }');
     rejectUnknownFields(d, ['capacity', 'minCount', 'candidates', 'eviction', 'default'], `${path}.dynamic`, code);
-    if (d.capacity !== v.rows) bad(code, `${path}.dynamic.capacity`, `must equal rows (${String(v.rows)})`);
+    if (d.capacity !== v.rows) bad(code, `${path}.dynamic.capacity`, `must equal rows (${shown(v.rows)})`);
     return dynamicOf({ name, rows: 'dynamic', capacity: d.capacity, admission: { minCount: d.minCount, candidates: d.candidates, default: d.default }, eviction: d.eviction }, path, name, code);
   }
   if (v.rows !== 'dynamic') {

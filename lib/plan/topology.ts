@@ -4,6 +4,7 @@ import { totalmem } from 'node:os';
 import { EmbshardError, type ErrorCode } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { CPU_MEASURE_BYTES, CPU_MEASURE_ROW_FLOATS, DEFAULT_MEMORY_FRACTION, HARDWARE_PRESETS } from './constants.js';
+import { shown } from './shown.js';
 import type { Topology } from './types.js';
 
 /** The most ranks a topology may have: the planner keeps per-rank arrays and loops over ranks. */
@@ -18,7 +19,7 @@ function bad(code: ErrorCode, path: string, msg: string): never {
 
 function positive(v: unknown, path: string, code: ErrorCode, integer = false): number {
   const ok = typeof v === 'number' && Number.isFinite(v) && v > 0 && (!integer || Number.isSafeInteger(v));
-  if (!ok) bad(code, path, `must be a positive ${integer ? 'integer' : 'number'} (got ${String(v)})`);
+  if (!ok) bad(code, path, `must be a positive ${integer ? 'integer' : 'number'} (got ${shown(v)})`);
   return v as number;
 }
 
