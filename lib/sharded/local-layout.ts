@@ -85,6 +85,20 @@ export interface RelaySeg {
   shards: ShardCols[];
 }
 
+/**
+ * `name`, or, when `used` holds it already, `name~2`, `name~3`, … (the first free one), added to `used`.
+ * The engine's names are built from the plan's (`<feature>@<table>#r<a>-<b>c<c0>-<c1>`), and names may
+ * hold '@' and '#' themselves: table 'p@u' with feature 'f' and table 'u' with feature 'f@p' would both
+ * give 'f@p@u#r…'. The engine needs each name once; they are the same for a plan and rank every time
+ * (dynamic shards' checkpoints find their maps by them).
+ */
+function distinct(used: Set<string>, name: string): string {
+  let n = name;
+  for (let k = 2; used.has(n); k++) n = `${name}~${k}`;
+  used.add(n);
+  return n;
+}
+
 export class LocalLayout {
   readonly W: number;
   readonly rpn: number;
@@ -98,6 +112,9 @@ export class LocalLayout {
   readonly localPooledDim: number;
   /** the local feature serving each (segment, column shard) this rank holds (segmentKey) */
   private readonly byKey = new Map<string, number>();
+  /** the engine's table and feature names given so far (each unique: see distinct) */
+  private readonly tableNames = new Set<string>();
+  private readonly featureNames = new Set<string>();
   private readonly segCache = new Map<string, Segment[]>();
   private readonly relayCache = new Map<string, RelaySeg[]>();
 
@@ -125,7 +142,7 @@ export class LocalLayout {
     const localPool = (p: Pooling): Pooling => (p === 'none' ? 'none' : 'sum');
     for (const rt of this.tables) {
       const t = rt.table;
-      const addTable = (lt: LocalTable): number => this.localTables.push(lt) - 1;
+      const addTable = (lt: LocalTable): number => this.localTables.push({ ...lt, name: distinct(this.tableNames, lt.name) }) - 1;
       if (rt.cluster === 'dp' || rt.R > 0) {
         const part = rt.cluster === 'dp' ? 'dp' : 'rep';
         const rows = rt.cluster === 'dp' ? t.rows : rt.R;
@@ -153,7 +170,7 @@ export class LocalLayout {
     }
     if (this.localTables.length === 0) {
       // a rank that holds nothing still runs an engine (every collective step calls it): one idle row
-      this.localTables.push({ name: '#idle', rows: 1, dim: 1, t: 0, part: 'idle', r0: 0, c0: 0, c1: 1 });
+      this.localTables.push({ name: distinct(this.tableNames, '#idle'), rows: 1, dim: 1, t: 0, part: 'idle', r0: 0, c0: 0, c1: 1 });
       this.addFeature({ name: '#idle@none', table: 0, pooling: 'none', dim: 1, kind: 'idle', t: 0 });
     }
     let lc = 0;
@@ -167,7 +184,7 @@ export class LocalLayout {
   }
 
   private addFeature(f: Omit<LocalFeature, 'col'>, key?: string): void {
-    const i = this.localFeatures.push({ ...f, col: -1 }) - 1;
+    const i = this.localFeatures.push({ ...f, name: distinct(this.featureNames, f.name), col: -1 }) - 1;
     if (key !== undefined) this.byKey.set(key, i);
   }
 
