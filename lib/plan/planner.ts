@@ -25,7 +25,7 @@ import { ShardPlan } from './shard-plan.js';
 import { better, firstRanks, PlanState, ranksInOrder, type Score } from './state.js';
 import { heldRowBytes, idsPerSample, normalizeTables, tableBytes } from './tables.js';
 import { hierarchicalDefault, normalizeTopology } from './topology.js';
-import { shown } from './shown.js';
+import { shown } from '../shown.js';
 import type { PlanTableSpec, Table, Topology, WireDtypes } from './types.js';
 
 /** HugeCTR's MLPerf configs make a table dp below DP_SHARDING_THRESHOLD = 0.008 GiB (one node) / 0.0125 GiB (multi-node). */

@@ -5,7 +5,7 @@
 // defines it once (the moved pairs); the runtime applies those pairs natively (native/shard/id_remap.h),
 // measureTraffic here. docs/placement.md describes it.
 import { EmbshardError, type ErrorCode } from '../errors.js';
-import { shown } from './shown.js';
+import { shown } from '../shown.js';
 import type { Table } from './types.js';
 
 export class IdRemap {

@@ -9,7 +9,7 @@ import { explainPlan, type ExplainOptions } from './explain.js';
 import { addLayoutMemory, layoutRefusal, tierEnd, type GroupLayout, type TableLayout } from './layout.js';
 import { normalizeTables } from './tables.js';
 import { normalizeTopology } from './topology.js';
-import { shown } from './shown.js';
+import { shown } from '../shown.js';
 import { CLUSTERS, type Cluster, type DType, type HotTiers, type Shard, type PlanTableSpec, type Table, type TableSpec, type Topology, type WireDtypes } from './types.js';
 
 export const PLAN_FORMAT = 'embshard.plan';

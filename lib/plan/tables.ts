@@ -5,7 +5,7 @@ import { DTYPES, OPTIMIZERS, POOLINGS } from '../config.js';
 import { rejectUnknownFields } from '../fields.js';
 import { DTYPE_BYTES, OPTIMIZER_STATE } from './constants.js';
 import { IdRemap } from './remap.js';
-import { shown } from './shown.js';
+import { shown } from '../shown.js';
 import { resolveDynamic } from '../storage/dynamic-config.js';
 import { DYNAMIC_MAP_ROW_BYTES } from './constants.js';
 import type { AccessStats, DynamicPlan, Table, TableSpec } from './types.js';

@@ -4,7 +4,7 @@ import { totalmem } from 'node:os';
 import { EmbshardError, type ErrorCode } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
 import { CPU_MEASURE_BYTES, CPU_MEASURE_ROW_FLOATS, DEFAULT_MEMORY_FRACTION, HARDWARE_PRESETS } from './constants.js';
-import { shown } from './shown.js';
+import { shown } from '../shown.js';
 import type { Topology } from './types.js';
 
 /** The most ranks a topology may have: the planner keeps per-rank arrays and loops over ranks. */

@@ -3,6 +3,7 @@
 // the resolved form a collection and its checkpoints keep.
 import { EmbshardError } from '../errors.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
+import { shown } from '../shown.js';
 
 export type Eviction = 'lru' | 'lfu';
 
@@ -71,20 +72,20 @@ export function resolveDynamic(t: { rows: unknown } & DynamicTableFields, where:
   const c = t.capacity;
   if (c === undefined) bad('INVALID_CONFIG', `${where}.capacity: table '${name}' is dynamic and needs a capacity (rows held in memory)`, `${where}.capacity`);
   if (!Number.isSafeInteger(c) || c < 1 || c > MAX_DYNAMIC_CAPACITY)
-    bad('INVALID_SIZE', `${where}.capacity: table '${name}': capacity must be an integer in [1, 2^31 - 2] (got ${String(c)})`, `${where}.capacity`);
+    bad('INVALID_SIZE', `${where}.capacity: table '${name}': capacity must be an integer in [1, 2^31 - 2] (got ${shown(c)})`, `${where}.capacity`);
   const a = t.admission ?? { minCount: 1 };
   if (typeof a !== 'object' || a === null) bad('INVALID_CONFIG', `${where}.admission must be an object`, `${where}.admission`);
   rejectUnknownFields(a, ADMISSION_FIELDS, `${where}.admission`);
   const minCount = a.minCount ?? 1;
   if (!Number.isSafeInteger(minCount) || minCount < 1 || minCount > 2 ** 31 - 1)
-    bad('INVALID_CONFIG', `${where}.admission.minCount must be an integer >= 1 (got ${String(a.minCount)})`, `${where}.admission.minCount`);
+    bad('INVALID_CONFIG', `${where}.admission.minCount must be an integer >= 1 (got ${shown(a.minCount)})`, `${where}.admission.minCount`);
   const candidates = a.candidates ?? c;
   if (!Number.isSafeInteger(candidates) || candidates < 1 || candidates > MAX_DYNAMIC_CAPACITY)
-    bad('INVALID_CONFIG', `${where}.admission.candidates must be an integer in [1, 2^31 - 2] (got ${String(candidates)})`, `${where}.admission.candidates`);
+    bad('INVALID_CONFIG', `${where}.admission.candidates must be an integer in [1, 2^31 - 2] (got ${shown(candidates)})`, `${where}.admission.candidates`);
   const def = a.default ?? 'zero';
-  if (def !== 'zero' && def !== 'hashed') bad('INVALID_CONFIG', `${where}.admission.default must be 'zero' or 'hashed' (got ${String(def)})`, `${where}.admission.default`);
+  if (def !== 'zero' && def !== 'hashed') bad('INVALID_CONFIG', `${where}.admission.default must be 'zero' or 'hashed' (got ${shown(def)})`, `${where}.admission.default`);
   const eviction = t.eviction ?? 'lru';
-  if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${String(eviction)})`, `${where}.eviction`);
+  if (eviction !== 'lru' && eviction !== 'lfu') bad('INVALID_CONFIG', `${where}.eviction must be 'lru' or 'lfu' (got ${shown(eviction)})`, `${where}.eviction`);
   const sp = t.spill === undefined ? undefined : resolveSpill(t.spill, `${where}.spill`);
   return { capacity: c, minCount, candidates, default: def, eviction, ...(sp ? { spill: sp } : {}) };
 }

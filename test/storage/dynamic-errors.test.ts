@@ -45,6 +45,19 @@ describe('dynamic table configs', () => {
     raises(() => new EmbeddingCollection({ tables: [{ name: 'd', rows: 'Dynamic' as never, dim: 4 }] }), 'INVALID_SIZE', 'rows');
   });
 
+  it('values nested deep, or huge, are named short in the message: no stack overflow, no message the size of the value', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 100_000; i++) deep = [deep];
+    for (const [field, cfg] of [['capacity', { capacity: deep }], ['admission.minCount', { admission: { minCount: deep } }], ['eviction', { eviction: deep }], ['admission.default', { admission: { default: 'x'.repeat(1e6) } }]] as const) {
+      raises(() => new EmbeddingCollection(dyn(cfg as never)), field === 'capacity' ? 'INVALID_SIZE' : 'INVALID_CONFIG', `tables[0].${field}`);
+      try {
+        new EmbeddingCollection(dyn(cfg as never));
+      } catch (e) {
+        expect((e as Error).message.length).toBeLessThan(400);
+      }
+    }
+  });
+
   it('accept the documented fields', () => {
     const ec = new EmbeddingCollection(dyn({ admission: { minCount: 2, candidates: 100 }, eviction: 'lfu' }));
     expect(ec.tables[0]!.dynamic).toEqual({ capacity: 8, minCount: 2, candidates: 100, default: 'zero', eviction: 'lfu' });
