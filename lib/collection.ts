@@ -1,8 +1,10 @@
 // collection.ts — EmbeddingCollection: a set of embedding tables in one fused storage on one device,
 // with fused forward, backward + optimizer update, row access and checkpoints. Async calls run off the
-// event loop and are queued per collection (never interleaved); sync twins exist for pipelines. A
-// forward output remembers its engine-side prepared batch; its backward reuses that and then hands the
-// output's memory back to the engine, so a plain forward → backward loop reuses the same buffers.
+// event loop and are queued per collection (never interleaved); sync twins exist for pipelines; the
+// synchronous row writes refuse to land ahead of a queued forward, backward or save. Loads see one save
+// whole while other processes save to the folder (readConsistent). A forward output remembers its
+// engine-side prepared batch; its backward reuses that and then hands the output's memory back to the
+// engine, so a plain forward → backward loop reuses the same buffers.
 // Dynamic tables (rows: 'dynamic') go through lib/storage/dynamic.ts: their raw ids become slots of the
 // engine table before the engine sees the batch. On a GPU, forwardOnDevice keeps the outputs in device
 // memory (DeviceArrays, reused step after step) and backward takes device gradients, so a dense model on
@@ -11,7 +13,7 @@ import { join } from 'node:path';
 import { resolveBackend } from './backends.js';
 import { EmbshardError } from './errors.js';
 import { idOf, JaggedBatch } from './batch.js';
-import { checkpointDir, PAYLOAD_FILE, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
+import { PAYLOAD_FILE, readConsistent, readManifest, writeCheckpointDir, type Manifest } from './checkpoint.js';
 import { EngineOwner } from './engine-owner.js';
 import { rejectUnknownFields } from './fields.js';
 import { configOf, resolveConfig, stateWidth, toNativeConfig, type CollectionConfig, type ResolvedConfig } from './config.js';
@@ -161,6 +163,8 @@ export class EmbeddingCollection extends EngineOwner {
   private readonly dynamic: DynamicTables | undefined;
   /** whether any table is disk-backed (storage.kind 'disk'): prefetch on prepare(), flush before save() */
   private readonly hasDiskTables: boolean;
+  /** forward, backward and save calls of this collection queued or running (enqueueOnTables) */
+  private tableCalls = 0;
 
   constructor(config: CollectionConfig);
   /** @internal used by load(): an engine with zeroed tables */
@@ -203,8 +207,8 @@ export class EmbeddingCollection extends EngineOwner {
       if (checkForwardOptions(options).reject) throw options.reject; // the caller ends the call: nothing changes
       const nb = this.nativeBatch(batch);
       const dyn = this.dynamic;
-      if (!dyn) return this.enqueue(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
-      return this.enqueue(async () => {
+      if (!dyn) return this.enqueueOnTables(async () => this.wrapForward(batch, nb, await this.live().forward(nb)));
+      return this.enqueueOnTables(async () => {
         const engine = this.live();
         const step = options.admit === false ? dyn.lookupBatch(batch) : await dyn.translate(batch, engine);
         const r = await engine.forward(step.native);
@@ -237,7 +241,7 @@ export class EmbeddingCollection extends EngineOwner {
       const nb = this.nativeBatch(batch);
       const pool = (this.deviceOutputs ??= new DeviceOutputs(this.device));
       const pooled = pool.take(batch.batchSize * this.pooledDim), sequences = pool.take(this.sequenceLength(batch));
-      return this.enqueue(async () => {
+      return this.enqueueOnTables(async () => {
         try {
           const r = await this.live().forwardDevice(nb, pooled.native, sequences.native);
           const out: DeviceForwardOutput = { pooled, sequences, batch };
@@ -314,7 +318,7 @@ export class EmbeddingCollection extends EngineOwner {
   backward(out: ForwardOutput | DeviceForwardOutput, grads: Gradients | DeviceGradients, options: BackwardOptions = {}): Promise<BackwardResult> {
     return this.rejecting(() => {
       const a = this.backwardArgs(out, grads, options);
-      return this.enqueue(async () => {
+      return this.enqueueOnTables(async () => {
         const engine = this.live();
         this.checkFresh(a.dynamic); // a forward queued before this backward may have evicted rows
         this.checkApplied(out); // a backward queued before this one may have applied the same output
@@ -353,10 +357,14 @@ export class EmbeddingCollection extends EngineOwner {
 
   /**
    * Overwrites rows (values [ids.length × dim], rounded to the table dtype). Duplicate ids: last wins.
-   * A dynamic table's ids must have rows (ID_OUT_OF_RANGE otherwise).
+   * A dynamic table's ids must have rows (ID_OUT_OF_RANGE otherwise). Synchronous, so it acts at once:
+   * INVALID_ARGUMENT, nothing written, while a forward, backward or save of this collection is queued or
+   * running — the write would land ahead of calls made before it (a save called before it would hold it,
+   * a forward would read it). Await them first. (A queued release, prefetch or flush does not hold it back.)
    */
   writeRows(table: string, ids: Ids, values: Float32Array): void {
     const t = this.table(table);
+    this.checkIdle('writeRows');
     this.live().writeRows(t, this.rowIds(t, ids, true), values);
   }
 
@@ -374,8 +382,10 @@ export class EmbeddingCollection extends EngineOwner {
     return out;
   }
 
+  /** Overwrites optimizer state of rows ([ids.length × stateWidth]); refused while a forward, backward or save is queued or running, as writeRows. */
   writeState(table: string, ids: Ids, values: Float32Array): void {
     const t = this.table(table);
+    this.checkIdle('writeState');
     this.live().writeState(t, this.rowIds(t, ids, true), values);
   }
 
@@ -416,7 +426,7 @@ export class EmbeddingCollection extends EngineOwner {
    * dynamic shards).
    */
   save(dir: string, extra?: Record<string, unknown>, more?: (tmp: string) => Promise<Record<string, unknown>>): Promise<void> {
-    return this.enqueue(() =>
+    return this.enqueueOnTables(() =>
       writeCheckpointDir(dir, async (tmp) => {
         const engine = this.live();
         if (this.hasDiskTables) await engine.flush();
@@ -441,11 +451,21 @@ export class EmbeddingCollection extends EngineOwner {
   /**
    * Loads a checkpoint written by save(); verifies sizes and checksums. `device` overrides the saved one;
    * `storagePath` puts the files of disk-backed tables in that folder instead of the saved one, and
-   * `spillPath` the spill files of dynamic tables (the saved collection may still hold its own).
+   * `spillPath` the spill files of dynamic tables (the saved collection may still hold its own). While
+   * other processes save to `dir`, it loads one save whole: a load that a save's swap overtook is let go
+   * and read again (readConsistent).
    */
   static async load(dir: string, options: { device?: string; storagePath?: string; spillPath?: string } = {}): Promise<EmbeddingCollection> {
     rejectUnknownFields(options, ['device', 'storagePath', 'spillPath'], 'options');
-    dir = await checkpointDir(dir);
+    return readConsistent(dir, (folder) => EmbeddingCollection.loadFolder(folder, options), (ec) => ec.dispose());
+  }
+
+  /**
+   * @internal load()'s one read: the collection of the checkpoint in folder `dir` as it stands (a folder
+   * checkpointDir found), not read again when a save replaces it — for a caller that reads again the
+   * whole checkpoint it is part of (Trainer.load).
+   */
+  static async loadFolder(dir: string, options: { device?: string; storagePath?: string; spillPath?: string }): Promise<EmbeddingCollection> {
     const m = await readManifest(dir);
     let ec: EmbeddingCollection;
     try {
@@ -468,6 +488,30 @@ export class EmbeddingCollection extends EngineOwner {
   }
 
   // ---- internals ----
+
+  /**
+   * Queues a call that reads or changes the tables' values (forward, backward, save), counted while it is
+   * queued or running: writeRows / writeState refuse to act ahead of it. (release, prefetch and flush
+   * leave the values as they are, so a write ahead of them changes nothing they do.)
+   */
+  private enqueueOnTables<T>(op: () => Promise<T>): Promise<T> {
+    const result = this.enqueue(op);
+    this.tableCalls++;
+    const settled = (): void => {
+      this.tableCalls--;
+    };
+    void result.then(settled, settled);
+    return result;
+  }
+
+  /** INVALID_ARGUMENT while a forward, backward or save of this collection is queued or running: a synchronous write would land ahead of it. */
+  private checkIdle(what: string): void {
+    if (this.tableCalls > 0)
+      throw new EmbshardError(
+        'INVALID_ARGUMENT',
+        `${what}: ${this.tableCalls} forward / backward / save call(s) of this collection are still queued or running, and a synchronous write would land ahead of them; await them first`,
+      );
+  }
 
   private table(name: string): number {
     const t = this.tableIndex.get(name);

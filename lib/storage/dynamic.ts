@@ -314,7 +314,11 @@ export class DynamicTables {
       const p = saved?.find((s) => s.table === e.name);
       if (!isFileEntry(p))
         throw new EmbshardError('CHECKPOINT_CORRUPT', `checkpoint '${dir}': the manifest lists no map for dynamic table '${e.name}'`);
-      e.map.deserialize(await readVerified(dir, p.file, p.bytes, p.crc32c, embeddedCrc));
+      try {
+        e.map.deserialize(await readVerified(dir, p.file, p.bytes, p.crc32c, embeddedCrc));
+      } catch (err) {
+        throw err instanceof EmbshardError ? mapFileError(err, dir, p.file, e.name) : err;
+      }
       if (!e.spill) continue;
       const sp = p.spill;
       if (!isFileEntry(sp))
@@ -353,6 +357,17 @@ export class DynamicTables {
   private nativeOf(batch: JaggedBatch, ids: BigInt64Array): NativeBatch {
     return { batchSize: batch.batchSize, features: [...batch.features], lengths: batch.lengths, ids, weights: batch.weights };
   }
+}
+
+/**
+ * `err`, raised reading the map of dynamic table `table` from file `file` of checkpoint `dir`, as the error
+ * that names all three (`checkpoint '<dir>': <file> (table '<table>'): …`), its code kept: the map checks
+ * its own bytes, and its messages name none of them.
+ */
+function mapFileError(err: EmbshardError, dir: string, file: string, table: string): EmbshardError {
+  const where = `checkpoint '${dir}': ${file}`;
+  const what = err.message.startsWith(`${where} `) ? err.message.slice(where.length + 1) : err.message;
+  return new EmbshardError(err.code, `${where} (table '${table}'): ${what}`, err.details);
 }
 
 /** The CRC-32C a serialized map ends with (little-endian), which covers the bytes before it. */

@@ -3,6 +3,7 @@
 // its fused optimizer → dense optimizer update; evaluation (logloss, AUC); an LR schedule applied to both
 // optimizers; save/load of everything so a resumed run continues bit-identically; a metrics callback;
 // predict (click probabilities, no update) for scoring and serving.
+import { join } from 'node:path';
 import { EmbeddingCollection } from '../collection.js';
 import { EmbshardError } from '../errors.js';
 import { DeviceArray } from '../device-array.js';
@@ -18,8 +19,8 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
-import { readTrainerCheckpoint, writeTrainerCheckpoint } from './checkpoint.js';
-import { checkpointWritable } from '../checkpoint.js';
+import { EMBEDDINGS_DIR, readTrainerCheckpoint, writeTrainerCheckpoint, type LoadedTrainerCheckpoint } from './checkpoint.js';
+import { checkpointWritable, readConsistent } from '../checkpoint.js';
 import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
 import { JaggedBatch } from '../batch.js';
@@ -580,7 +581,11 @@ export class Trainer {
 
   /**
    * Restores a trainer saved by save(). Embeddings come back as an EmbeddingCollection unless
-   * `loadEmbeddings` builds another module (a sharded collection) from the saved folder.
+   * `loadEmbeddings` builds another module (a sharded collection) from the saved folder. While other
+   * processes save to `dir`, the whole trainer (trainer.json, dense.bin, embeddings/) comes from one save:
+   * read again when a save replaced the folder meanwhile (readConsistent). Not with a `group` of other
+   * ranks or `loadEmbeddings` (a load that may be a collective, which one rank must not repeat alone):
+   * then the embeddings are read from the folder as the load finds it.
    */
   static async load(
     dir: string,
@@ -590,9 +595,31 @@ export class Trainer {
     if (options.precision !== undefined) checkPrecision(options.precision, 'options.precision'); // the caller's, not the checkpoint's
     for (const k of ['onMetrics', 'loadEmbeddings'] as const)
       if (options[k] !== undefined && typeof options[k] !== 'function') throw new EmbshardError('INVALID_CONFIG', `options.${k} must be a function`);
-    const ck = await readTrainerCheckpoint(dir);
+    if ((options.group?.size ?? 1) > 1 || options.loadEmbeddings !== undefined) {
+      const ck = await readTrainerCheckpoint(dir);
+      return Trainer.loadFrom(dir, ck, await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir), options);
+    }
+    return readConsistent(dir, (folder) => Trainer.readFolder(dir, folder, options), (t) => t.dispose());
+  }
+
+  /**
+   * One read of Trainer.load's: trainer.json and dense.bin, and the embeddings, side by side (the
+   * embeddings once: the caller reads the whole folder again when a save replaced it). The manifest's
+   * error first, as when they are read one after the other.
+   */
+  private static async readFolder(dir: string, folder: string, options: TrainerLoadOptions): Promise<Trainer> {
+    const [ck, emb] = await Promise.allSettled([readTrainerCheckpoint(folder), EmbeddingCollection.loadFolder(join(folder, EMBEDDINGS_DIR), {})]);
+    if (ck.status === 'rejected') {
+      if (emb.status === 'fulfilled') emb.value.dispose();
+      throw ck.reason;
+    }
+    if (emb.status === 'rejected') throw emb.reason;
+    return Trainer.loadFrom(dir, ck.value, emb.value, options);
+  }
+
+  /** A trainer of checkpoint `dir` from its manifest and dense file `ck` and its embeddings `emb` (disposed when it fails). */
+  private static loadFrom(dir: string, ck: LoadedTrainerCheckpoint, emb: EmbeddingModule, options: TrainerLoadOptions): Trainer {
     const m = ck.manifest;
-    const emb = await (options.loadEmbeddings ?? ((d: string) => EmbeddingCollection.load(d)))(ck.embeddingsDir);
     let dense: DenseModel | undefined;
     try {
       try {

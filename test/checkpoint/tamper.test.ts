@@ -1,9 +1,10 @@
 // tamper.test.ts — checkpoints altered after they were written: a flipped bit at positions spread over
 // every file (manifest, tables, dynamic tables' id maps, a trainer's manifest and dense file), a file cut
 // short or grown by a byte, two checkpoints' payloads swapped, one dynamic table's id map put in place of
-// another's: every load refused with CHECKPOINT_CORRUPT naming the file, and the collection that saved
-// it unchanged. Manifests of another version (newer or older) or with unknown fields: refused, the
-// message naming the field.
+// another's: every load refused with CHECKPOINT_CORRUPT naming the file (an id map's file: the checkpoint,
+// the file and its table, whether its manifest entry or the map's own checks refuse it), and the
+// collection that saved it unchanged. Manifests of another version (newer or older) or with unknown
+// fields: refused, the message naming the field.
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -62,6 +63,16 @@ async function loadOutcome(dir: string): Promise<string> {
   }
 }
 
+/** The tables whose id maps a checkpoint of `config` holds, by file (dynamic-<table index>.bin). */
+const MAP_TABLES: Record<string, string> = { 'dynamic-0.bin': 'd1', 'dynamic-1.bin': 'd2' };
+
+/** What a refused id map's message starts with: the checkpoint, the file and its table (undefined for other files). */
+function mapNamed(dir: string, file: string): RegExp | undefined {
+  const table = MAP_TABLES[file];
+  const quote = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return table === undefined ? undefined : new RegExp(`^CHECKPOINT_CORRUPT: checkpoint '${quote(dir)}': ${quote(file)} \\(table '${table}'\\): \\S`);
+}
+
 /** Positions spread over a file of n bytes: the first, the last, and 30 between. */
 function positions(n: number): number[] {
   return [...new Set([0, n - 1, ...Array.from({ length: 30 }, (_, i) => Math.floor(((i + 0.5) * n) / 30))])];
@@ -91,8 +102,8 @@ describe('a collection checkpoint altered after it was written', () => {
     const text = readFileSync(join(dir, 'manifest.json'), 'utf8');
     for (const file of files) {
       const path = join(dir, file), orig = readFileSync(path);
-      // an id map's contents are checked by the map itself, whose message names the map, not its file
-      const named = new RegExp(`^CHECKPOINT_CORRUPT: .*(${file.replace('.', '\\.')}${file.startsWith('dynamic') ? '|dynamic table map' : ''})`);
+      // an id map's file (checked by its manifest entry, then by the map itself) is named with its table
+      const named = mapNamed(dir, file) ?? new RegExp(`^CHECKPOINT_CORRUPT: .*${file.replace('.', '\\.')}`);
       for (const i of positions(orig.length)) {
         const b = Buffer.from(orig);
         b[i]! ^= 1 << i % 8;
@@ -118,8 +129,8 @@ describe('a collection checkpoint altered after it was written', () => {
     await b.save(db);
     expect(readFileSync(join(da, 'tables.bin')).length).toBe(readFileSync(join(db, 'tables.bin')).length);
     for (const file of ['tables.bin', 'dynamic-0.bin', 'dynamic-1.bin'])
-      expect(await altered(join(da, file), readFileSync(join(db, file)), () => loadOutcome(da))).toMatch(new RegExp(`^CHECKPOINT_CORRUPT: .*${file.replace('.', '\\.')}`));
-    expect(await altered(join(da, 'dynamic-0.bin'), readFileSync(join(da, 'dynamic-1.bin')), () => loadOutcome(da))).toMatch(/^CHECKPOINT_CORRUPT: .*dynamic-0\.bin/);
+      expect(await altered(join(da, file), readFileSync(join(db, file)), () => loadOutcome(da))).toMatch(mapNamed(da, file) ?? new RegExp(`^CHECKPOINT_CORRUPT: .*${file.replace('.', '\\.')}`));
+    expect(await altered(join(da, 'dynamic-0.bin'), readFileSync(join(da, 'dynamic-1.bin')), () => loadOutcome(da))).toMatch(mapNamed(da, 'dynamic-0.bin')!);
     expect(await loadOutcome(da)).toBe(`loaded as ${contents(a)}`);
     a.dispose();
     b.dispose();
