@@ -110,6 +110,16 @@ function resolveOptions(o: ServerOptions): ResolvedOptions {
   };
 }
 
+/**
+ * An error of the model's forward on a request that passed validation against the model's inputs: the
+ * server's fault, not the client's (e.g. a table row that is not finite, which the dense forward refuses
+ * as INVALID_ARGUMENT naming pooled[…]), so a 4xx code becomes INTERNAL (500) with the model's message.
+ */
+function modelFault(e: unknown): unknown {
+  if (!(e instanceof EmbshardError) || statusOf(e.code) >= 500) return e;
+  return new EmbshardError('INTERNAL', `the model refused a request that passed validation (${e.code}): ${e.message}`);
+}
+
 /** HTTP status of a refused or failed request by its code. */
 function statusOf(code: ErrorCode): number {
   switch (code) {
@@ -294,7 +304,9 @@ export async function createServer(options: ServerOptions): Promise<EmbshardServ
       lease.release();
       throw e;
     }
-    const p = await batcher.submit(batch, lease, gone);
+    const p = await batcher.submit(batch, lease, gone).catch((e: unknown) => {
+      throw modelFault(e);
+    });
     return { probabilities: Array.from(p), model: lease.model.version };
   };
 
