@@ -6,6 +6,7 @@ export const CUDA_EMU_SUITES = [
   'test/cuda/odd-configs.test.ts',
   'test/train/cuda-layers.test.ts',
   'test/train/cuda-model.test.ts',
+  'test/train/cuda-dense-edges.test.ts',
   'test/train/device-handoff.test.ts',
   'test/embedding/forward-backward.test.ts',
   'test/embedding/errors.test.ts',

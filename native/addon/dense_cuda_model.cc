@@ -4,7 +4,8 @@
 // read(which, dst) / write(which, src) copy a whole flat buffer between the device and a JS
 // Float32Array (synchronously), for checkpoints; deviceGrads() hands the gradients' device memory to the
 // NCCL group's allReduceDevice (device_buffer.h), with no host copy. One call at a time per model;
-// dispose() gives the device memory back at once, or when the call in flight settles.
+// dispose() gives the device memory back at once, or when the call in flight settles (the gradients'
+// memory once no deviceGrads() handle holds it either), and any later call is DISPOSED.
 #if defined(EMBSHARD_WITH_CUDA) && defined(EMBSHARD_WITH_CUBLAS)
 #include <napi.h>
 
@@ -79,14 +80,24 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
     guard(env, [&] { owned.reset(std::make_unique<CudaDenseModel>(std::move(spec), device, init)); });
   }
 
-  const dense::DenseModel& layout(Napi::Env env) const { return owned.live(env).layout(); }
+  // The model; DISPOSED once dispose() was called, also while the call in flight still holds its memory
+  // (which goes back when that call settles).
+  CudaDenseModel& live(Napi::Env env) const {
+    if (disposed) throw_error(env, "DISPOSED", "CudaDenseModel: used after dispose()");
+    return owned.live(env);
+  }
+  const dense::DenseModel& layout(Napi::Env env) const { return live(env).layout(); }
   // the pooled embeddings and their gradients may be device buffers on the model's GPU (dense_workers.h)
   static constexpr bool kDeviceInputs = true;
-  int input_device(Napi::Env env) const { return owned.live(env).device(); }
+  int input_device(Napi::Env env) const { return live(env).device(); }
   int64_t step = 0;
   dw::OwnedModel<CudaDenseModel> owned{"CudaDenseModel"};
+  bool disposed = false;
 
-  void claim(Napi::Env env) { owned.claim(env); }
+  void claim(Napi::Env env) {
+    live(env);
+    owned.claim(env);
+  }
 
  private:
   Napi::Value SparseWidth(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(layout(info.Env()).sparse_width())); }
@@ -104,7 +115,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   Napi::Value Read(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Buffer b = read_buffer(env, info[0]);
-    CudaDenseModel& m = owned.live(env);
+    CudaDenseModel& m = live(env);
     auto dst = da::f32(env, info[1], "dst", m.size(b));
     claim(env);
     Release release{owned.busy};
@@ -116,7 +127,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   Napi::Value Write(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Buffer b = read_buffer(env, info[0]);
-    CudaDenseModel& m = owned.live(env);
+    CudaDenseModel& m = live(env);
     auto src = da::f32(env, info[1], "src", m.size(b));
     claim(env);
     Release release{owned.busy};
@@ -125,10 +136,11 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   }
 
   // deviceGrads() -> { handle, device, count, owner }: the gradients in device memory (written by
-  // forwardBackward, read by update), for an in-place device all-reduce.
+  // forwardBackward, read by update), for an in-place device all-reduce. The handle holds that memory:
+  // after dispose() it stays valid (and allocated) until the handle is collected.
   Napi::Value DeviceGrads(const Napi::CallbackInfo& info) {
-    CudaDenseModel& m = owned.live(info.Env());
-    DeviceBuffer b{m.device_data(Buffer::Grads), m.size(Buffer::Grads), comm::ElemType::F32, m.device(), nullptr};
+    CudaDenseModel& m = live(info.Env());
+    DeviceBuffer b{m.device_data(Buffer::Grads), m.size(Buffer::Grads), comm::ElemType::F32, m.device(), m.grads_owner()};
     return device_buffer_value(info.Env(), b, Value());
   }
 
@@ -140,6 +152,7 @@ class CudaDenseModelWrap : public Napi::ObjectWrap<CudaDenseModelWrap> {
   // dispose() — frees the model's device memory (now, or when the call in flight settles); any later
   // call is DISPOSED.
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    disposed = true;
     owned.dispose();
     return info.Env().Undefined();
   }

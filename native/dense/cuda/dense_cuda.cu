@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "cuda/buffers.h"
 #include "cuda/cuda_check.h"
 #include "dense/cuda/launch.h"
 
@@ -28,12 +29,21 @@ cublasLtHandle_t lt() {
   return h;
 }
 
-// A device buffer of n floats, optionally filled from host memory; freed on scope exit.
+// A device buffer of n floats, optionally filled from host memory; freed on scope exit. Out of device
+// memory: ALLOC_FAILED naming the device and the bytes.
 class Dev {
  public:
   explicit Dev(int64_t n, const float* src = nullptr) : n_(n) {
-    if (n_ > 0) EMB_CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(n_) * sizeof(float)));
-    if (src && n_ > 0) EMB_CUDA_CHECK(cudaMemcpy(p_, src, static_cast<size_t>(n_) * sizeof(float), cudaMemcpyHostToDevice));
+    if (n_ <= 0) return;
+    int device = 0;
+    EMB_CUDA_CHECK(cudaGetDevice(&device));
+    p_ = static_cast<float*>(::embshard::cuda::device_alloc(static_cast<uint64_t>(n_) * sizeof(float), "a dense layer's operand", device));
+    if (!src) return;
+    cudaError_t e = cudaMemcpy(p_, src, static_cast<size_t>(n_) * sizeof(float), cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+      (void)cudaFree(p_);  // the destructor of a throwing constructor does not run
+      ::embshard::cuda::check(e, "cudaMemcpy", __FILE__, __LINE__);
+    }
   }
   ~Dev() {
     if (p_) (void)cudaFree(p_);
@@ -141,8 +151,9 @@ void dot_interaction_backward_host(const float* x, const float* e, const float* 
 
 double bce_host(const float* z, const float* y, int64_t B, float* dz) {
   Dev dzv(B, z), dy(B, y), dd(B);
-  double* dl = nullptr;
-  if (B > 0) EMB_CUDA_CHECK(cudaMalloc(&dl, static_cast<size_t>(B) * sizeof(double)));
+  int device = 0;
+  EMB_CUDA_CHECK(cudaGetDevice(&device));
+  auto* dl = static_cast<double*>(::embshard::cuda::device_alloc(static_cast<uint64_t>(B > 0 ? B : 0) * sizeof(double), "the loss", device));
   std::vector<double> l(static_cast<size_t>(B));
   try {
     bce(dzv.get(), dy.get(), B, 1.0f, dl, dd.get(), 0);

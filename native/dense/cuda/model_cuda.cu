@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -58,7 +60,9 @@ class DevBuf {
 struct CudaDenseModel::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  DevBuf<float> params, grads, state;
+  DevBuf<float> params, state;
+  // shared with the handles deviceGrads() gives out (grads_owner()): freed when the model and every handle are gone
+  std::shared_ptr<float> grads;
   // inputs of the last pass
   DevBuf<float> dense, sparse, labels;
   // the pooled embeddings of the current call: `sparse` (uploaded) or the caller's device memory
@@ -108,7 +112,15 @@ CudaDenseModel::CudaDenseModel(DenseModelSpec spec, int device, bool initialize)
   m.ws = std::vector<DevBuf<float>>(L);
   const int64_t P = layout_.param_count(), S = layout_.state_count();
   m.params.ensure(P);
-  m.grads.ensure(P);
+  m.grads = std::shared_ptr<float>(
+      static_cast<float*>(::embshard::cuda::device_alloc(static_cast<uint64_t>(P) * sizeof(float), "the dense model", device_)),
+      [device = device_](float* p) {
+        int current = 0;
+        const bool restore = cudaGetDevice(&current) == cudaSuccess;
+        (void)cudaSetDevice(device);
+        (void)cudaFree(p);
+        if (restore) (void)cudaSetDevice(current);
+      });
   m.state.ensure(S);
   // the CPU model's initialisation, computed on the host and uploaded: identical starting values
   std::vector<float> hp(static_cast<size_t>(P), 0.0f), hg(static_cast<size_t>(P), 0.0f), hs(static_cast<size_t>(S), 0.0f);
@@ -136,6 +148,8 @@ void CudaDenseModel::read(Buffer b, float* dst) {
   to_host(dst, src, size(b), m.stream);
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
+
+std::shared_ptr<void> CudaDenseModel::grads_owner() const { return impl_->grads; }
 
 float* CudaDenseModel::device_data(Buffer b) {
   Impl& m = *impl_;
@@ -245,6 +259,36 @@ const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, cons
   return run_top(m, layout, B);
 }
 
+// Whether [a, a + na) and [b, b + nb) (floats) overlap.
+bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
+  if (!a || !b || na <= 0 || nb <= 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + static_cast<uintptr_t>(nb) * sizeof(float) && pb < pa + static_cast<uintptr_t>(na) * sizeof(float);
+}
+
+// The device memory a forward_backward reads the pooled embeddings from (`sparse`, when `sparseOnDevice`) and
+// writes their gradients to (`sparseGrad`, when `gradOnDevice`), n floats each: the gradients must not share
+// memory with the pooled embeddings (the dot interaction's backward reads them while it writes), and neither may
+// lie in the model's own buffers (its gradients, written by the pass; its parameters and state).
+// INVALID_ARGUMENT naming both, before any work.
+void check_device_args(const CudaDenseModel::Impl& m, const float* sparse, bool sparseOnDevice, const float* sparseGrad,
+                       bool gradOnDevice, int64_t n, int64_t P, int64_t S) {
+  const struct {
+    const char* name;
+    const float* p;
+    int64_t n;
+  } own[] = {{"the model's parameters", m.params.get(), P}, {"the model's gradients", m.grads.get(), P}, {"the model's optimizer state", m.state.get(), S}};
+  if (gradOnDevice) {
+    if (sparseOnDevice && overlap(sparseGrad, n, sparse, n))
+      fail("INVALID_ARGUMENT", "sparseGrad shares memory with sparse: an output must be an array of its own");
+    for (const auto& o : own)
+      if (overlap(sparseGrad, n, o.p, o.n)) fail("INVALID_ARGUMENT", "sparseGrad shares memory with %s: an output must be an array of its own", o.name);
+  }
+  if (sparseOnDevice)
+    for (const auto& o : own)
+      if (overlap(sparse, n, o.p, o.n)) fail("INVALID_ARGUMENT", "sparse shares memory with %s", o.name);
+}
+
 }  // namespace
 
 void CudaDenseModel::forward_bottom(const float* dense, int64_t B, StepTimes* times) {
@@ -282,6 +326,9 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   const Parts pt = parts_of(s);
   auto P = [&](size_t t) { return m.params.get() + ts[t].offset; };
   auto G = [&](size_t t) { return m.grads.get() + ts[t].offset; };
+  const int64_t D = layout_.interaction_width(), sw = layout_.sparse_width();
+  const bool gradHere = mem.gradOnDevice && sparseGrad;  // the gradient goes straight into the caller's device memory
+  check_device_args(m, sparse, mem.inputOnDevice, sparseGrad, gradHere, B * sw, size(Buffer::Params), size(Buffer::State));
 
   to_device(m.labels.ensure(B), labels, B, m.stream);
   const float* z = run_forward(m, layout_, dense, sparse, B, bottomReady, mem.inputOnDevice);
@@ -290,16 +337,29 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   if (times) times->forwardMs = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
 
-  // gradient buffers wide enough for every layer's input or output gradient
-  const int64_t D = layout_.interaction_width();
+  // Every scratch buffer of the backward pass is allocated before the first gradient is written, so that
+  // a batch too large for the device's memory (ALLOC_FAILED) leaves the gradients as they were.
+  // Gradient buffers wide enough for every layer's input or output gradient:
   int64_t maxW = D;
   for (auto w : s.top) maxW = std::max(maxW, w);
   for (auto w : s.bottom) maxW = std::max(maxW, w);
   float* ga = m.g1.ensure(B * maxW);
   float* gb = m.g2.ensure(B * maxW);
+  double* loss = m.loss.ensure(B);
+  const int64_t r = s.crossRank;
+  float *acc = nullptr, *dw = nullptr, *dv = nullptr, *dxl = nullptr;
+  if (s.interaction == Interaction::Cross) {
+    acc = m.acc.ensure(B * D);
+    dw = m.dw.ensure(B * D);
+    dv = m.dv.ensure(B * r);
+    dxl = m.dxl.ensure(B * D);
+  }
+  const int64_t d = s.bottom.back();
+  float* gx = m.gx.ensure(B * d);
+  float* se = sw > 0 ? (gradHere ? sparseGrad : m.sgrad.ensure(B * sw)) : nullptr;
+  std::vector<double> hl(static_cast<size_t>(B));
 
   // loss and dlogit (scaled)
-  double* loss = m.loss.ensure(B);
   bce(z, m.labels.get(), B, gradScale, loss, ga, m.stream);
 
   // top MLP, last layer first; ga holds the gradient w.r.t. the current layer's output
@@ -313,11 +373,7 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
   }
   // cross layers: ga is the gradient w.r.t. their output; replace it by the gradient w.r.t. their input
   if (s.interaction == Interaction::Cross) {
-    const int64_t n = B * D, r = s.crossRank;
-    float* acc = m.acc.ensure(n);
-    float* dw = m.dw.ensure(n);
-    float* dv = m.dv.ensure(B * r);
-    float* dxl = m.dxl.ensure(n);
+    const int64_t n = B * D;
     EMB_CUDA_CHECK(cudaMemsetAsync(acc, 0, static_cast<size_t>(n) * sizeof(float), m.stream));
     for (int64_t l = s.crossLayers - 1; l >= 0; --l) {
       const size_t li = static_cast<size_t>(l);
@@ -331,12 +387,7 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
     add(ga, acc, gb, n, m.stream);
     std::swap(ga, gb);
   }
-  // interaction → gradient of the bottom output (gx) and of the pooled embeddings (sgrad)
-  const int64_t d = s.bottom.back(), sw = layout_.sparse_width();
-  float* gx = m.gx.ensure(B * d);
-  // written straight into the caller's device memory when it asked for the gradient there
-  const bool gradHere = mem.gradOnDevice && sparseGrad;
-  float* se = sw > 0 ? (gradHere ? sparseGrad : m.sgrad.ensure(B * sw)) : nullptr;
+  // interaction → gradient of the bottom output (gx) and of the pooled embeddings (se)
   const float* botOut = m.bot.back().get();
   if (s.interaction == Interaction::Dot) dot_backward(botOut, m.sparseIn, ga, B, d, s.numSparse, gx, se, m.stream);
   else concat_backward(ga, B, d, sw, gx, se, m.stream);
@@ -351,7 +402,6 @@ double CudaDenseModel::forward_backward(const float* dense, const float* sparse,
     if (k > 0) gcur = dx;
   }
   if (sparseGrad && sw > 0 && !gradHere) to_host(sparseGrad, se, B * sw, m.stream);
-  std::vector<double> hl(static_cast<size_t>(B));
   if (B > 0) EMB_CUDA_CHECK(cudaMemcpyAsync(hl.data(), loss, static_cast<size_t>(B) * sizeof(double), cudaMemcpyDeviceToHost, m.stream));
   EMB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   double sum = 0.0;

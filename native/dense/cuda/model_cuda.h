@@ -41,12 +41,18 @@ class CudaDenseModel {
   // The device memory of a flat buffer (size(b) floats), for collectives that work on it in place (the
   // NCCL all-reduce of the gradients); valid as long as the model.
   float* device_data(Buffer b);
+  // Owns the gradients' device memory (device_data(Grads)) with the model: it goes back to the device when
+  // the model and every copy of this pointer are gone (a handle to the gradients keeps it valid past the model).
+  std::shared_ptr<void> grads_owner() const;
   // Synchronous copies of a whole flat buffer (size(b) floats) device → host and host → device.
   void read(Buffer b, float* dst);
   void write(Buffer b, const float* src);
 
   // As DenseModel::forward_bottom / forward / forward_backward / apply; every pointer is host memory
-  // except `sparse` and `sparseGrad` where `mem` says they are on this model's device.
+  // except `sparse` and `sparseGrad` where `mem` says they are on this model's device. forward_backward
+  // refuses (INVALID_ARGUMENT, before any work) device memory where `sparseGrad` overlaps `sparse`, or either
+  // overlaps the model's own parameters, gradients or state; it allocates all its scratch before it writes the
+  // first gradient, so an ALLOC_FAILED leaves the gradients as they were.
   void forward_bottom(const float* dense, int64_t B, StepTimes* t = nullptr);
   void forward(const float* dense, const float* sparse, int64_t B, float* logits, StepTimes* t = nullptr, bool bottomReady = false,
                SparseMemory mem = {});
