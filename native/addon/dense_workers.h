@@ -32,7 +32,8 @@ class OwnedModel {
   explicit OwnedModel(const char* cls) : cls_(cls) {}
   void reset(std::unique_ptr<Model> m) { model_ = std::move(m); }
   Model& live(Napi::Env env) const {
-    if (!model_) throw_error(env, "DISPOSED", std::string(cls_) + ": used after dispose()");
+    // disposed_: dispose() was called while a call was in flight, which still holds the model
+    if (!model_ || disposed_) throw_error(env, "DISPOSED", std::string(cls_) + ": used after dispose()");
     return *model_;
   }
   // the model of a call claimed by claim() (workers, off the JS thread)
