@@ -25,6 +25,8 @@ export interface OpenSpecOptions {
   prefetch: number;
   rank?: number | undefined;
   world?: number | undefined;
+  /** This rank's batches to leave out at the start (a resumed run's position): synthetic data starts after them. */
+  skip?: number | undefined;
 }
 
 export interface OpenedSource {
@@ -61,6 +63,47 @@ export function isEndlessSpec(spec: string): boolean {
   return splitSpec(spec).kind === 'synthetic';
 }
 
+/**
+ * `source` without its first `n` batches (a resumed run's position in a file source): they are read and
+ * dropped, across the end of the source (the next pass starts over) when it has fewer.
+ */
+export function skipBatches(source: BatchSource, n: number): BatchSource {
+  if (n === 0) return source;
+  let left = n;
+  return {
+    features: source.features, numDense: source.numDense, batchSize: source.batchSize, tableRows: source.tableRows, endless: source.endless,
+    ...(source.report ? { report: () => source.report!() } : {}),
+    ...(source.close ? { close: () => source.close!() } : {}),
+    async *[Symbol.asyncIterator]() {
+      let it = source[Symbol.asyncIterator](), seen = 0, ended = false;
+      try {
+        while (left > 0) {
+          const r = await it.next();
+          if (r.done) {
+            if (seen === 0) return; // an empty source
+            left %= seen; // whole passes of the source
+            seen = 0;
+            it = source[Symbol.asyncIterator]();
+            continue;
+          }
+          seen++;
+          left--;
+        }
+        for (;;) {
+          const r = await it.next();
+          if (r.done) {
+            ended = true;
+            return;
+          }
+          yield r.value;
+        }
+      } finally {
+        if (!ended) await it.return?.();
+      }
+    },
+  };
+}
+
 /** An Arrow IPC file (or stream) as a table; a file that is not one is INVALID_ARGUMENT naming it. */
 function readArrowFile(path: string): Table {
   try {
@@ -78,7 +121,9 @@ export async function openDataSpec(spec: string, o: OpenSpecOptions): Promise<Op
   const splitNote = world > 1 ? ` (batch j to rank j mod ${world})` : '';
   if (kind === 'synthetic') {
     const preset = (arg || syntheticPresetFor(o.model)) as SyntheticPreset;
-    const options: SyntheticOptions = { batchSize: B, preset, seed: o.seed, rank, worldSize: world, ...(o.maxRows ? { maxRows: o.maxRows } : {}) };
+    const options: SyntheticOptions = {
+      batchSize: B, preset, seed: o.seed, rank, worldSize: world, ...(o.maxRows ? { maxRows: o.maxRows } : {}), ...(o.skip ? { sampleOffset: o.skip * B * world } : {}),
+    };
     const source = await workerSource({ kind: 'synthetic', options }, { depth });
     return { source, tableRows: source.tableRows!, describe: `synthetic ${preset}${o.maxRows ? ` (tables capped at ${o.maxRows} rows)` : ''}`, synthetic: options };
   }

@@ -4,13 +4,14 @@
 // its outputs (--save, --report) are checked against each other and its inputs before anything trains.
 // Wired into the `embshard` binary by lib/cli/main.ts.
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { checkpointWritable, ensureWritableParent } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
 import { loadAddon } from '../native.js';
 import { MAX_BATCH_SIZE, plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
-import { isEndlessSpec, openDataSpec, splitSpec } from './sources.js';
+import { isEndlessSpec, openDataSpec, skipBatches, splitSpec } from './sources.js';
 import { fmtRate } from './progress.js';
 import { intArg, numArg, outputClash, parseArgs, runCommand, writeOutputs, type NamedPath } from './command.js';
 import { RunRecorder } from '../report/run-log.js';
@@ -22,6 +23,9 @@ import { fullBatches } from '../data/full-batches.js';
 import { MAX_PREFETCH_DEPTH } from '../data/prefetch.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
+import { EMBEDDINGS_DIR, readTrainerCheckpoint } from '../train/checkpoint.js';
+import { resolveSchedule, type LrSchedule } from '../train/schedule.js';
+import { EmbeddingCollection } from '../collection.js';
 import type { ModelInputs } from '../train/inputs.js';
 import { localDevice, type ProcessGroup } from '../sharded/group.js';
 import { ShardedEmbeddingCollection } from '../sharded/sharded.js';
@@ -53,6 +57,8 @@ export const TRAIN_USAGE = `usage: embshard train --model <dlrm-criteo-kaggle|dl
                   [--eval-split F] (the last fraction F of --data held out, never trained on)
                   [--eval-batches 4|all] (batches per evaluation; 0: none) [--eval-every N]
   run:            [--precision fp32|bf16] [--threads N] [--save <dir>] [--report <file.html>] [--quiet]
+                  [--resume <dir>] (continue the run a --save checkpoint holds, with the same options: to
+                  --steps N in all, its steps included, on the batches after the ones it trained)
   herald:         [--schedule herald] [--cache-rows 65536]  (Herald embedding scheduling: every rank reads
                   global batches of ranks × --batch samples and trains the ones its allocator assigns; each
                   rank owns a row range of every table and caches up to --cache-rows rows per table;
@@ -97,6 +103,7 @@ interface Args {
   threads?: number;
   precision?: Precision;
   save?: string;
+  resume?: string;
   report?: string;
   quiet: boolean;
   schedule?: 'herald';
@@ -115,7 +122,7 @@ const TRAIN_OPTIONS = [
   '--model', '--data', '--steps', '--epochs', '--batch', '--device', '--comm', '--plan', '--bottom', '--top', '--interaction', '--cross-layers',
   '--cross-rank', '--optimizer', '--lr', '--emb-lr', '--warmup', '--decay-start', '--decay-steps', '--max-rows', '--table-rows',
   '--dynamic-capacity', '--eval-batches', '--eval-data', '--eval-split', '--eval-every', '--seed', '--prefetch', '--threads', '--precision',
-  '--save', '--report', '--schedule', '--cache-rows', '--storage', '--cache-bytes', '--cache-policy',
+  '--save', '--resume', '--report', '--schedule', '--cache-rows', '--storage', '--cache-bytes', '--cache-policy',
 ] as const;
 
 /** Reads option `k`'s value `v` into `a`; a message for a bad value (or a throw from intArg / numArg). */
@@ -173,6 +180,7 @@ function option(a: Args, k: string, v: string): string | undefined {
       a.precision = v;
       break;
     case '--save': a.save = v; break;
+    case '--resume': a.resume = v; break;
     case '--report': a.report = v; break;
     case '--schedule':
       if (v !== 'herald') return `--schedule must be herald (got '${v}')`;
@@ -202,6 +210,8 @@ function parse(argv: string[]): Args | string {
   if (!a.data) return '--data is required';
   if ((a.storageDir === undefined) !== (a.cacheBytes === undefined)) return '--storage disk:<dir> and --cache-bytes N go together';
   if ((a.steps === undefined) === (a.epochs === undefined)) return 'give exactly one of --steps and --epochs';
+  if (a.resume !== undefined && a.steps === undefined) return '--resume needs --steps N: the run\'s steps in all, the checkpoint\'s included';
+  if (a.resume !== undefined && a.schedule === 'herald') return '--resume is not supported with --schedule herald';
   if (a.epochs !== undefined && isEndlessSpec(a.data)) return '--epochs needs a finite source; synthetic data never ends: give --steps N';
   if (a.evalData !== undefined && a.evalSplit !== undefined) return 'give at most one of --eval-data and --eval-split';
   if (a.evalBatches === 0 && (a.evalEvery !== undefined || a.evalData !== undefined))
@@ -279,8 +289,11 @@ interface Data {
   close(): Promise<void>;
 }
 
-/** The training data of --data and its held-out evaluation data (--eval-data, --eval-split or synthetic's own). */
-async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
+/**
+ * The training data of --data and its held-out evaluation data (--eval-data, --eval-split or synthetic's
+ * own). `skip`: this rank's training batches a resumed run trained already, left out at the start.
+ */
+async function openData(a: Args, rank = 0, worldSize = 1, skip = 0): Promise<Data> {
   const base = { batch: a.batch, maxRows: a.maxRows, tableRows: a.tableRows, model: a.model, seed: a.seed, prefetch: a.prefetch };
   const closers: BatchSource[] = [];
   const close = async () => {
@@ -293,13 +306,15 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
     closers.push(whole.source);
     const split = await heldOutSplit(whole.source, a.evalSplit);
     return {
-      train: rankSplit(split.train, rank, worldSize), eval: split.eval, evalFrom: { describe: whole.describe, start: split.evalStart },
+      train: skipBatches(rankSplit(split.train, rank, worldSize), skip), eval: split.eval, evalFrom: { describe: whole.describe, start: split.evalStart },
       synthetic: false, tableRows: whole.tableRows,
       describe: `${whole.describe}, samples [0, ${split.evalStart}) of ${split.total}${worldSize > 1 ? ` (batch j to rank j mod ${worldSize})` : ''}`, close,
     };
   }
-  const d = await openDataSpec(a.data!, { ...base, rank, world: worldSize });
+  const d = await openDataSpec(a.data!, { ...base, rank, world: worldSize, skip });
   closers.push(d.source);
+  // synthetic data starts after the skipped batches by itself; a file source's are read and dropped
+  const train = d.synthetic ? d.source : skipBatches(d.source, skip);
   let ev: Data['eval'], evalFrom: Data['evalFrom'];
   if (a.evalData !== undefined) {
     const e = await openDataSpec(a.evalData, { ...base, tableRows: d.tableRows, prefetch: 1 });
@@ -321,7 +336,7 @@ async function openData(a: Args, rank = 0, worldSize = 1): Promise<Data> {
     }
     evalFrom = { describe: d.describe, start: sampleOffset };
   }
-  return { train: d.source, eval: ev, evalFrom, synthetic: d.synthetic !== undefined, tableRows: d.tableRows, describe: d.describe, close };
+  return { train, eval: ev, evalFrom, synthetic: d.synthetic !== undefined, tableRows: d.tableRows, describe: d.describe, close };
 }
 
 /** INVALID_CONFIG naming --eval-batches when `n` batches like `first` would take more than a quarter of this machine's memory. */
@@ -376,7 +391,11 @@ async function train(a: Args): Promise<number> {
     if (rank === 0) await checkOutputs(a); // before any training: a run is not lost to a --save / --report it cannot write
     if (a.threads) loadAddon().setThreads(a.threads);
     // Herald: every rank reads the global batches; the allocator deals their samples
-    data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1);
+    // a resumed run: the steps its checkpoint trained, whose batches every rank leaves out
+    const resumed = a.resume !== undefined ? (await readTrainerCheckpoint(a.resume)).manifest.steps : 0;
+    if (a.resume !== undefined && resumed >= a.steps!)
+      throw new EmbshardError('INVALID_ARGUMENT', `--resume '${a.resume}' has trained ${resumed} steps already; --steps ${a.steps} counts the run's steps in all, the checkpoint's included`);
+    data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1, resumed);
     // Herald schedules whole global batches: a file source's final partial one is left out (and reported)
     const whole = herald ? fullBatches(data.train) : undefined;
     if (whole) data = { ...data, train: whole };
@@ -402,7 +421,11 @@ async function train(a: Args): Promise<number> {
     if (herald && a.storageDir !== undefined)
       throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: is not supported with --schedule herald');
     const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
-    if (herald) {
+    if (a.resume !== undefined) {
+      trainer = await resumeTrainer(a, group, data, spec, { optimizer: optType, schedule, steps: resumed });
+      if (group) planNote = shardedNote(a, group);
+      planNote += `, resumed from ${a.resume} after step ${resumed}`;
+    } else if (herald) {
       const cacheRows = a.cacheRows ?? 65_536;
       const emb = new HeraldEmbeddingCollection(tablesFor(data.train.features, data.tableRows, { dim: spec.embDim, optimizer: { type: optType, lr: embLr }, seed: a.seed, device: a.device }), group!, {
         cacheRows, batchSize: a.batch,
@@ -413,7 +436,7 @@ async function train(a: Args): Promise<number> {
       });
     } else if (group) {
       const plan = await sharedPlan(a, group, data, spec.embDim);
-      planNote = `, sharded over ${group.size} rank(s) (${group.kind === 'nccl' ? 'NCCL' : group.kind === 'mpi' ? 'MPI' : 'one process'}) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
+      planNote = shardedNote(a, group);
       // disk-backed shards (lib/storage/shards.ts): the sharded collection is built here with the rank's budget
       const sharded = storage
         ? { embeddings: new ShardedEmbeddingCollection(plan, group, { optimizer: { type: optType, lr: embLr }, seed: a.seed, ...(a.device !== 'cpu' ? { device: a.device } : {}), storage }) }
@@ -460,7 +483,9 @@ async function train(a: Args): Promise<number> {
     if (!a.quiet) console.error(`embshard train: ${header}`);
 
     const sum: StepTimes = { embeddingForward: 0, denseForward: 0, denseBackward: 0, communication: 0, communicationTotal: 0, embeddingBackward: 0, denseUpdate: 0, total: 0 };
+    // steps of this run; a resumed run's count on from the checkpoint's
     let dataMs = 0, samples = 0, steps = 0, lastEval: EvalResult | undefined;
+    const first = trainer.stepCount;
     const recent: number[] = [];
     const t0 = performance.now();
     let lastPrint = 0;
@@ -468,9 +493,9 @@ async function train(a: Args): Promise<number> {
       if (a.quiet) return;
       const el = (performance.now() - t0) / 1000;
       const loss = recent.length ? recent.reduce((s, x) => s + x, 0) / recent.length : NaN;
-      const frac = totalSteps ? steps / totalSteps : undefined;
+      const frac = totalSteps ? (first + steps) / totalSteps : undefined;
       const bar = frac === undefined ? '' : `[${'#'.repeat(Math.round(frac * 20)).padEnd(20, '.')}] `;
-      const line = `${bar}step ${steps}${totalSteps ? `/${totalSteps}` : ''}  ${fmtRate(samples / Math.max(el, 1e-9))} samples/s  loss ${loss.toFixed(4)}  AUC ${lastEval ? lastEval.auc.toFixed(4) : '-'}  ${el.toFixed(0)}s`;
+      const line = `${bar}step ${first + steps}${totalSteps ? `/${totalSteps}` : ''}  ${fmtRate(samples / Math.max(el, 1e-9))} samples/s  loss ${loss.toFixed(4)}  AUC ${lastEval ? lastEval.auc.toFixed(4) : '-'}  ${el.toFixed(0)}s`;
       if (tty) out.write(`\r${line}${final ? '\n' : ''}`);
       else if (final || el - lastPrint >= 5) {
         out.write(`${line}\n`);
@@ -481,9 +506,9 @@ async function train(a: Args): Promise<number> {
     // Trainer.fit looks one batch ahead (the next batch's id exchange overlaps the step) except after steps
     // that evaluate
     const evaluatesAfter = (s: number) => evalSet !== undefined && s % evalEvery === 0;
-    for (let epoch = 0; epoch < epochs && (totalSteps === undefined || steps < totalSteps); epoch++) {
+    for (let epoch = 0; epoch < epochs && (totalSteps === undefined || first + steps < totalSteps); epoch++) {
       const done = await trainer.fit(data.train, {
-        ...(totalSteps !== undefined ? { steps: totalSteps - steps } : {}),
+        ...(totalSteps !== undefined ? { steps: totalSteps - first - steps } : {}),
         pauseAfter: evaluatesAfter,
         onStep: async ({ loss, batch, dataWaitMs }) => {
           if (recorder && lastMetrics) recorder.step(lastMetrics, (performance.now() - t0) / 1000, dataWaitMs);
@@ -572,6 +597,48 @@ function checkPlanFitsData(plan: ShardPlan, a: Args, data: Data): void {
   for (const t of plan.tables)
     for (const f of t.features)
       if (!features.includes(f)) throw new EmbshardError('UNKNOWN_FEATURE', `--plan '${a.plan}': table '${t.name}' has feature '${f}', which the data lacks`);
+}
+
+/** What the header says of sharded tables: the ranks, the transport and where the plan came from. */
+function shardedNote(a: Args, group: ProcessGroup): string {
+  return `, sharded over ${group.size} rank(s) (${group.kind === 'nccl' ? 'NCCL' : group.kind === 'mpi' ? 'MPI' : 'one process'}) by ${a.plan === undefined || a.plan === 'auto' ? 'the planner' : a.plan}`;
+}
+
+/**
+ * --resume: the trainer of the checkpoint (its tables sharded by this run's plan over `group`, or one
+ * collection), which must be the run these options describe: the same model, dense optimizer and schedule,
+ * and the `steps` the data position was set after. Otherwise INVALID_ARGUMENT naming what differs.
+ */
+async function resumeTrainer(
+  a: Args, group: ProcessGroup | undefined, data: Data, spec: DenseModelSpec, want: { optimizer: DenseOptimizerType; schedule: LrSchedule; steps: number },
+): Promise<Trainer> {
+  const dir = a.resume!;
+  const options = { device: a.device, ...(a.precision ? { precision: a.precision } : {}) };
+  const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
+  let t: Trainer;
+  if (group) {
+    // --plan auto: the placement the run was trained under, when it has this world size (a planner run
+    // again could place the tables otherwise, and sum their gradients in another order)
+    const saved = a.plan === undefined || a.plan === 'auto' ? await ShardedEmbeddingCollection.savedPlan(join(dir, EMBEDDINGS_DIR)) : undefined;
+    const plan = saved && saved.topology.worldSize === group.size && saved.topology.ranksPerNode === group.ranksPerNode ? saved : await sharedPlan(a, group, data, spec.embDim);
+    const config = { ...(a.device !== 'cpu' ? { device: a.device } : {}), ...(storage ? { storage } : {}) };
+    t = await Trainer.load(dir, { ...options, group, loadEmbeddings: (d) => ShardedEmbeddingCollection.load(d, plan, group, config) });
+  } else {
+    // disk-backed tables: their files made again under --storage's folder
+    t = await Trainer.load(dir, { ...options, ...(storage ? { loadEmbeddings: (d: string) => EmbeddingCollection.load(d, { storagePath: storage.path }) } : {}) });
+  }
+  const key = (Object.keys(spec) as (keyof DenseModelSpec)[]).find((k) => JSON.stringify(spec[k]) !== JSON.stringify(t.dense.spec[k]));
+  const differs =
+    key !== undefined ? `its model's ${key} is ${JSON.stringify(t.dense.spec[key])}, this run's ${JSON.stringify(spec[key])}`
+    : t.dense.optimizer.type !== want.optimizer ? `its optimizer is ${t.dense.optimizer.type}, this run's ${want.optimizer}`
+    : JSON.stringify(t.schedule) !== JSON.stringify(resolveSchedule(want.schedule)) ? `its schedule is ${JSON.stringify(t.schedule)}, this run's ${JSON.stringify(resolveSchedule(want.schedule))}`
+    : t.stepCount !== want.steps ? `it was replaced while it was read (${want.steps} steps, then ${t.stepCount})`
+    : undefined;
+  if (differs) {
+    t.dispose();
+    throw new EmbshardError('INVALID_ARGUMENT', `--resume '${dir}': ${differs}; resume a run with the options it was started with`);
+  }
+  return t;
 }
 
 /** The plan every rank trains with: --plan <file>, or planned on rank 0 for this CPU topology and broadcast. */
