@@ -71,3 +71,21 @@ export function holdsState(ec: EmbeddingCollection, k: number): void {
 export function trainerSteps(t: object): number {
   return (t as { steps: number }).steps;
 }
+
+/** Starts `args` (a saving child) and resolves once it has saved once: its output lines and a kill. */
+export function savingInLoop(args: string[]): Promise<{ lines: string[]; stop: () => Promise<void> }> {
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines: string[] = [];
+  const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
+  return new Promise((resolve, reject) => {
+    let pending = '';
+    child.stdout.on('data', (d: Buffer) => {
+      pending += d.toString();
+      const parts = pending.split('\n');
+      pending = parts.pop()!;
+      lines.push(...parts);
+      if (last(lines, 'saved') >= 1) resolve({ lines, stop: () => (child.kill('SIGKILL'), exited) });
+    });
+    child.on('close', () => reject(new Error('the saving process ended')));
+  });
+}

@@ -5,7 +5,6 @@
 // file always of one save), never refused; a save called again before the first resolves, or a step
 // called while a save runs, run in call order: the checkpoint holds the state at the save's call.
 import { createHash } from 'node:crypto';
-import { spawn } from 'node:child_process';
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -13,7 +12,7 @@ import { EmbeddingCollection, JaggedBatch } from '../../lib/index.js';
 import { readConsistent } from '../../lib/checkpoint.js';
 import { Trainer, readTrainerCheckpoint } from '../../lib/train/index.js';
 import { tempDir } from '../temp-dir.js';
-import { holdsState, last, libIndex, runSaver, saver, trainIndex, trainerSteps } from './child.js';
+import { holdsState, last, libIndex, runSaver, saver, savingInLoop, trainIndex, trainerSteps } from './child.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { trainerDigest } from './saver.mjs';
 
@@ -80,29 +79,16 @@ describe('two saves to one path at once', () => {
   }, 60_000);
 });
 
-/** Starts saver.mjs saving in a loop to `dir`; resolves with its output lines and a kill once it has saved once. */
-function savingInLoop(kind: 'collection' | 'trainer', dir: string): Promise<{ lines: string[]; stop: () => Promise<void> }> {
-  const child = spawn(process.execPath, [saver, kind, kind === 'trainer' ? trainIndex : libIndex, dir, 'loop'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines: string[] = [];
-  const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
-  return new Promise((resolve, reject) => {
-    let pending = '';
-    child.stdout.on('data', (d: Buffer) => {
-      pending += d.toString();
-      const parts = pending.split('\n');
-      pending = parts.pop()!;
-      lines.push(...parts);
-      if (last(lines, 'saved') >= 1) resolve({ lines, stop: () => (child.kill('SIGKILL'), exited) });
-    });
-    child.on('close', () => reject(new Error('the saving process ended')));
-  });
+/** Starts saver.mjs saving `kind` in a loop to `dir`; resolves with its output lines and a kill once it has saved once. */
+function savingKindInLoop(kind: 'collection' | 'trainer', dir: string): Promise<{ lines: string[]; stop: () => Promise<void> }> {
+  return savingInLoop([saver, kind, kind === 'trainer' ? trainIndex : libIndex, dir, 'loop']);
 }
 
 describe('loads while another process saves in a loop', () => {
   it("readTrainerCheckpoint: never refused, the manifest and the dense file always of one save", async () => {
     await runSaver([]); // the compiled library current
     const dir = join(tmp.dir, 'trainer-reads', 'ck');
-    const child = await savingInLoop('trainer', dir);
+    const child = await savingKindInLoop('trainer', dir);
     const seen: [number, string][] = [];
     try {
       // reads until the other process has saved ten more times, at least 200
@@ -123,7 +109,7 @@ describe('loads while another process saves in a loop', () => {
   it('readConsistent: a trainer and a collection loaded whole (bitwise one save), never refused', async () => {
     await runSaver([]);
     const tdir = join(tmp.dir, 'trainer-loads', 'ck');
-    const trainer = await savingInLoop('trainer', tdir);
+    const trainer = await savingKindInLoop('trainer', tdir);
     const got: [number, string][] = [];
     try {
       const from = last(trainer.lines, 'saved');
@@ -139,7 +125,7 @@ describe('loads while another process saves in a loop', () => {
     for (const [steps, digest] of got) expect([steps, digest]).toEqual([steps, digests.get(steps)]);
 
     const cdir = join(tmp.dir, 'collection-loads', 'ck');
-    const coll = await savingInLoop('collection', cdir);
+    const coll = await savingKindInLoop('collection', cdir);
     try {
       const from = last(coll.lines, 'saved');
       for (let i = 0; i < 40 || (last(coll.lines, 'saved') < from + 10 && i < 2000); i++) {

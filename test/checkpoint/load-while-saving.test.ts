@@ -3,13 +3,12 @@
 // there): every load succeeds and holds exactly one save's state — each value checked bitwise against the
 // formula the saving process wrote that save from (the save's index is the step count it holds), so a
 // trainer whose dense weights and embeddings come from two saves fails; never refused.
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EmbeddingCollection } from '../../lib/index.js';
 import { Trainer } from '../../lib/train/index.js';
 import { tempDir } from '../temp-dir.js';
-import { holdsState, last, libIndex, runSaver, saver, trainerSteps } from './child.js';
+import { holdsState, last, libIndex, runSaver, saver, savingInLoop, trainerSteps } from './child.js';
 // @ts-expect-error a plain ES module shared with the child process
 import { accum, weight } from './saver.mjs';
 // @ts-expect-error a plain ES module shared with the child process
@@ -18,23 +17,6 @@ import { TRAINER_TABLES, denseValue, filled } from './trainer-saver.mjs';
 const tmp = tempDir('ckpt-load-while-saving');
 const trainerSaver = join(saver, '..', 'trainer-saver.mjs');
 
-/** Starts `args` (a saving child) and resolves once it has saved once: its output lines and a kill. */
-function savingInLoop(args: string[]): Promise<{ lines: string[]; stop: () => Promise<void> }> {
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines: string[] = [];
-  const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
-  return new Promise((resolve, reject) => {
-    let pending = '';
-    child.stdout.on('data', (d: Buffer) => {
-      pending += d.toString();
-      const parts = pending.split('\n');
-      pending = parts.pop()!;
-      lines.push(...parts);
-      if (last(lines, 'saved') >= 1) resolve({ lines, stop: () => (child.kill('SIGKILL'), exited) });
-    });
-    child.on('close', () => reject(new Error('the saving process ended')));
-  });
-}
 
 /**
  * Calls `load` while the child saves: at least `min` times, and on until the child has saved ten more

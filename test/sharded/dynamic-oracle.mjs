@@ -14,6 +14,7 @@
 //  - forward (sum pooling): each bag sums its ids' rows; an id without a row reads its default (zero, or
 //    with 'hashed' its init row: the constant); backward: every row the step used gets one update with the
 //    sum of its occurrences' bag gradients (sgd, adagrad, rowwise_adagrad, adam with the collection's step).
+import { relErr, rng } from './scenario.mjs';
 
 const M64 = (1n << 64n) - 1n;
 const SALT = 0x53484152445f4944n;
@@ -228,27 +229,7 @@ export class NaiveShardedDynamic {
   }
 }
 
-/** max |x − y| / max(max |y|, 1e-3). */
-export function relErr(x, y) {
-  if (x.length !== y.length) return Infinity;
-  let num = 0, den = 1e-3;
-  for (let i = 0; i < x.length; i++) {
-    num = Math.max(num, Math.abs(x[i] - y[i]));
-    den = Math.max(den, Math.abs(y[i]));
-  }
-  return num / den;
-}
-
-const rng = (seed) => {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-};
+export { relErr };
 
 /** The edge ids: 0, ±1, 2^63 − 1, −2^63, and a few more drawn from the whole 64-bit range. */
 export function edgeIds(n = 12) {
