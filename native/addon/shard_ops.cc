@@ -54,6 +54,13 @@ class Carve {
     at_ += static_cast<size_t>(n) * sizeof(T);
     return a;
   }
+  // n floats when `present` (their data in *data), else null (*data left as it is): an optional array
+  Napi::Value take_optional(int64_t n, bool present, float** data) {
+    if (!present) return env_.Null();
+    auto a = take<float>(n);
+    *data = a.Data();
+    return a;
+  }
 
  private:
   Napi::Env env_;
@@ -85,13 +92,8 @@ Napi::Value Segment(const Napi::CallbackInfo& info) {
     auto oIds = out.take<int64_t>(n);
     auto counts = out.take<double>(S), begin = out.take<double>(S);
     auto pos = out.take<int32_t>(n), oLengths = out.take<int32_t>(S * B);
-    Napi::Value oWeights = env.Null();
     float* w = nullptr;
-    if (weights) {
-      auto a = out.take<float>(n);
-      w = a.Data();
-      oWeights = a;
-    }
+    Napi::Value oWeights = out.take_optional(n, weights != nullptr, &w);
     shard::segment(elements(ids), t, n, lengths, B, weights, bounds, static_cast<int>(S), [&] { return what; }, hashCapacity, 0,
                    {oIds.Data(), pos.Data(), w, oLengths.Data(), counts.Data(), begin.Data()});
     Napi::Object o = Napi::Object::New(env);
@@ -209,13 +211,8 @@ Napi::Value RouteStep(const Napi::CallbackInfo& info) {
     auto counts = seg.take<double>(R), begin = seg.take<double>(R);
     auto valuesAt = seg.take<double>(nu + 1), inverseAt = seg.take<double>(nu + 1);
     auto pos = seg.take<int32_t>(N), oLengths = seg.take<int32_t>(R * B);
-    Napi::Value oWeights = env.Null();
     float* w = nullptr;
-    if (weights) {
-      auto a = seg.take<float>(N);
-      w = a.Data();
-      oWeights = a;
-    }
+    Napi::Value oWeights = seg.take_optional(N, weights != nullptr, &w);
     const shard::SegmentDst dst{oIds.Data(), pos.Data(), w, oLengths.Data(), counts.Data(), begin.Data()};
     auto what = [&](int64_t k) -> std::string {
       Napi::Value names = plan.Get("what");

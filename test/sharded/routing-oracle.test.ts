@@ -14,15 +14,8 @@ import type { PlanTableSpec } from '../../lib/plan/types.js';
 import { exchangeOps } from '../../lib/sharded/exchange-ops.js';
 import { LocalLayout } from '../../lib/sharded/local-layout.js';
 import { part, route, type Routed } from '../../lib/sharded/routing.js';
+import { mix64 } from '../storage/dynamic-oracle.js';
 
-const M64 = (1n << 64n) - 1n;
-/** SplitMix64's finaliser (core/rng.h mix64) on 64-bit unsigned bigints. */
-function mix64(z: bigint): bigint {
-  z = (z + 0x9e3779b97f4a7c15n) & M64;
-  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M64;
-  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M64;
-  return z ^ (z >> 31n);
-}
 /** hash_row(id, capacity) = floor(mix64(id ^ salt) · capacity / 2^64) */
 function hashRow(id: bigint, capacity: number): bigint {
   return (mix64(BigInt.asUintN(64, id) ^ 0x53484152445f4944n) * BigInt(capacity)) >> 64n;

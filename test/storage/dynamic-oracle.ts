@@ -8,7 +8,8 @@ import { roundTo } from '../embedding/oracle.js';
 
 const M64 = (1n << 64n) - 1n;
 
-function mix64(z: bigint): bigint {
+/** SplitMix64's finaliser (core/rng.h mix64) on 64-bit unsigned bigints. */
+export function mix64(z: bigint): bigint {
   z = (z + 0x9e3779b97f4a7c15n) & M64;
   z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M64;
   z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M64;
