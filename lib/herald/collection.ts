@@ -28,6 +28,7 @@ import { RowOwners, type HeraldTable } from './owners.js';
 import { heraldOps, type RankView } from './rank-view.js';
 import { HeraldScheduler, type Allocation, type StepCounts, type StepPlan } from './scheduler.js';
 import { takeBatch, takeSparse } from '../data/take.js';
+import { loadHerald } from './load.js';
 
 export interface HeraldOptions {
   /** cache slots per rank per table for rows the rank does not own (0: every remote row is copied each step) */
@@ -114,7 +115,10 @@ export class HeraldEmbeddingCollection {
   private open: StepCtx | undefined;
   private disposed = false;
 
-  constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions) {
+  constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions);
+  /** @internal used by load(): the rank's row ranges left zero, for the checkpoint's rows */
+  constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions, internal: { initialize: boolean });
+  constructor(config: CollectionConfig, group: ProcessGroup, options: HeraldOptions, internal?: { initialize: boolean }) {
     if (options === null || typeof options !== 'object') throw new EmbshardError('INVALID_CONFIG', 'herald options must be an object');
     rejectUnknownFields(options, OPTION_FIELDS, 'options');
     this.config = resolveConfig(config);
@@ -148,7 +152,19 @@ export class HeraldEmbeddingCollection {
       device: this.config.device,
       seed: this.config.seed,
     });
-    this.initializeOwned();
+    if (internal?.initialize ?? true) this.initializeOwned();
+  }
+
+  /**
+   * Continues from a checkpoint of save() or EmbeddingCollection.save (a collective, with the
+   * constructor's arguments): every rank reads it (verified: sizes, CRC-32C), checks its tables against
+   * `config` (names, rows, dim, dtype, pooling, features, optimizer type: INVALID_CONFIG otherwise) and keeps
+   * the rows and optimizer state of its row ranges, with the step count; the caches start empty. The ranks
+   * agree on the outcome (lib/sharded/step-status.ts agreeOnCall), so a load that fails on one rank fails
+   * on every rank. See lib/herald/load.ts for what the next steps hold.
+   */
+  static load(dir: string, config: CollectionConfig, group: ProcessGroup, options: HeraldOptions): Promise<HeraldEmbeddingCollection> {
+    return loadHerald(dir, config, group, options);
   }
 
   /** Fills this rank's row ranges with exactly what one collection starts with there. */
