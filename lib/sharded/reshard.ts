@@ -6,8 +6,11 @@
 // The checkpoint holds rows by the user's ids (a plan's hot-id remap is undone on the way out) and the plan
 // it was trained under, hot-id remap included (savedPlan). Dynamic tables (rows: 'dynamic') stay empty in
 // that collection: their row shards are stored beside it and load into the same row shards only
-// (dynamic-checkpoint.ts; EmbeddingCollection.load of such a checkpoint gets them empty). Limits: a gather holds a whole table per rank; rowwise_adagrad state of column-split tables is per
-// shard (the first column shard's is saved).
+// (dynamic-checkpoint.ts; EmbeddingCollection.load of such a checkpoint gets them empty). rowwise_adagrad
+// tables split by columns keep one accumulator per column shard: the collection holds the first column
+// shard's, the others are stored beside it and restored into the same column splits only
+// (column-state-checkpoint.ts; elsewhere every column shard starts from the first one's). Limits: a gather
+// holds a whole table per rank.
 import { EmbshardError } from '../errors.js';
 import { EmbeddingCollection } from '../collection.js';
 import { checkpointDir, readManifest, type Manifest } from '../checkpoint.js';
@@ -18,6 +21,7 @@ import { agreeOnCall, agreeOnWrite } from './step-status.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
 import { checkDynamicGroups, gatherDynamic, loadDynamic, writeDynamic, type SavedShard } from './dynamic-checkpoint.js';
+import { gatherColumnState, loadColumnState, writeColumnState } from './column-state-checkpoint.js';
 
 /**
  * Every table's weights and optimizer state as one collection would hold them: [rows × dim] and
@@ -40,6 +44,7 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
   const gathered: ({ weights: Float32Array; state: Float32Array } | undefined)[] = [];
   for (const t of sc.plan.tables) gathered.push(t.dynamic ? undefined : await gatherTable(sc, t.name));
   const shards = await gatherDynamic(sc);
+  const columns = await gatherColumnState(sc);
   let failure: unknown;
   if (sc.group.rank === 0) {
     let ec: EmbeddingCollection | undefined;
@@ -53,7 +58,13 @@ export async function saveSharded(sc: ShardedEmbeddingCollection, dir: string, e
         if (ec!.stateWidth(t.name) > 0) ec!.writeState(t.name, ids, g.state);
       });
       ec.step = sc.step;
-      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize, plan: sc.plan.toJSON() } }, shards ? async (tmp) => ({ dynamicShards: await writeDynamic(tmp, sc.plan, shards) }) : undefined);
+      const more = shards || columns
+        ? async (tmp: string) => ({
+          ...(shards ? { dynamicShards: await writeDynamic(tmp, sc.plan, shards) } : {}),
+          ...(columns ? { columnState: await writeColumnState(tmp, sc.plan, columns) } : {}),
+        })
+        : undefined;
+      await ec.save(dir, { ...extra, sharded: { worldSize: sc.plan.topology.worldSize, plan: sc.plan.toJSON() } }, more);
     } catch (e) {
       failure = e;
     } finally {
@@ -116,6 +127,7 @@ async function loadLocal(dir: string, m: Manifest, plan: ShardPlan, group: Proce
         if (ec.stateWidth(t.name) > 0) writeCells(sc, i, ids, ec.readState(t.name, ids), 'state');
       });
       await loadDynamic(sc, dir, m.extra?.dynamicShards as SavedShard[] | undefined);
+      await loadColumnState(sc, dir, cfg.optimizer.type, planOf(m), m.extra?.columnState);
     } catch (e) {
       sc.dispose();
       throw e;

@@ -41,7 +41,7 @@ function contributes(lt: LocalTable, rank: number, rpn: number): boolean {
   return true;
 }
 
-/** Local state columns of a slice [c0, c1) → their columns in the full state row. */
+/** Local state columns of a slice [c0, c1) → their columns in the full state row (rowwise_adagrad: the first column shard's accumulator). */
 function stateCols(opt: string, dim: number, c0: number, c1: number): [number, number][] {
   if (opt === 'adagrad') return [[c0, c1]];
   if (opt === 'adam') return [[c0, c1], [dim + c0, dim + c1]];
@@ -175,7 +175,8 @@ export function writeCells(sc: ShardedRows, t: number, userIds: BigInt64Array, v
     if (lsw === 0) return;
     const st = new Float32Array(m * lsw);
     let c = 0;
-    // rowwise_adagrad: every column shard keeps the row's one accumulator
+    // rowwise_adagrad: every column shard keeps the row's one accumulator (a checkpoint load then restores
+    // the other column shards' own, when the plan splits the table alike: column-state-checkpoint.ts)
     const spans = opt === 'rowwise_adagrad' ? [[0, 1] as [number, number]] : stateCols(opt, dim, lt.c0, lt.c1);
     for (const [a, b] of spans) {
       const block = new Float32Array(m * (b - a));
