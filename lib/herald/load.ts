@@ -11,26 +11,11 @@ import { EmbeddingCollection } from '../collection.js';
 import { resolveConfig, type CollectionConfig, type ResolvedConfig } from '../config.js';
 import { EmbshardError } from '../errors.js';
 import type { ProcessGroup } from '../sharded/group.js';
-import { agreeOnCall } from '../sharded/step-status.js';
+import { agreeOnLoad } from '../sharded/step-status.js';
 import { HeraldEmbeddingCollection, type HeraldOptions } from './collection.js';
 
 export async function loadHerald(dir: string, config: CollectionConfig, group: ProcessGroup, options: HeraldOptions): Promise<HeraldEmbeddingCollection> {
-  let h: HeraldEmbeddingCollection | undefined;
-  let failure: unknown;
-  try {
-    h = await loadLocal(dir, config, group, options);
-  } catch (e) {
-    failure = e;
-  }
-  // a failure that is not an EmbshardError counts as INTERNAL; this rank's own is thrown as it was
-  const bad = failure === undefined || failure instanceof EmbshardError ? failure : new EmbshardError('INTERNAL', String((failure as Error)?.message ?? failure));
-  try {
-    await agreeOnCall(group, bad, `part of checkpoint '${dir}'`, 'load');
-  } catch (e) {
-    h?.dispose();
-    throw failure ?? e;
-  }
-  return h!;
+  return agreeOnLoad(group, dir, () => loadLocal(dir, config, group, options));
 }
 
 /** This rank's part: the checkpoint read and checked against `config`, its row ranges kept. */

@@ -17,7 +17,7 @@ import { checkpointDir, readManifest, type Manifest } from '../checkpoint.js';
 import { configOf, stateWidth } from '../config.js';
 import { ShardPlan } from '../plan/shard-plan.js';
 import type { ProcessGroup } from './group.js';
-import { agreeOnCall, agreeOnWrite } from './step-status.js';
+import { agreeOnLoad, agreeOnWrite } from './step-status.js';
 import { allRows, readCells, writeCells } from './row-access.js';
 import { ShardedEmbeddingCollection, type ShardedConfig } from './sharded.js';
 import { checkDynamicGroups, gatherDynamic, loadDynamic, writeDynamic, type SavedShard } from './dynamic-checkpoint.js';
@@ -85,22 +85,7 @@ export async function loadSharded(dir: string, plan: ShardPlan, group: ProcessGr
   dir = await checkpointDir(dir);
   const m = await readManifest(dir);
   if (plan.tables.some((t) => t.dynamic)) checkDynamicGroups(plan, planOf(m), dir);
-  let sc: ShardedEmbeddingCollection | undefined;
-  let failure: unknown;
-  try {
-    sc = await loadLocal(dir, m, plan, group, config);
-  } catch (e) {
-    failure = e;
-  }
-  // a failure that is not an EmbshardError counts as INTERNAL; this rank's own is thrown as it was
-  const bad = failure === undefined || failure instanceof EmbshardError ? failure : new EmbshardError('INTERNAL', String((failure as Error)?.message ?? failure));
-  try {
-    await agreeOnCall(group, bad, `part of checkpoint '${dir}'`, 'load');
-  } catch (e) {
-    sc?.dispose();
-    throw failure ?? e;
-  }
-  return sc!;
+  return agreeOnLoad(group, dir, () => loadLocal(dir, m, plan, group, config));
 }
 
 /** This rank's part of loadSharded: the checkpoint read, checked against the plan, and its slices kept. */

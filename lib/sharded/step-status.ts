@@ -83,6 +83,30 @@ export async function agreeOnCall(group: ProcessGroup, bad: EmbshardError | unde
 }
 
 /**
+ * A load that is a collective: `local()` builds this rank's part (reading and checking the checkpoint at
+ * `dir`), then every rank agrees (agreeOnCall) before any uses it; a rank whose part failed throws its own
+ * error (one that is not an EmbshardError as INTERNAL to the others), every other rank that code, and the
+ * parts built are disposed.
+ */
+export async function agreeOnLoad<T extends { dispose(): void }>(group: ProcessGroup, dir: string, local: () => Promise<T>): Promise<T> {
+  let part: T | undefined;
+  let failure: unknown;
+  try {
+    part = await local();
+  } catch (e) {
+    failure = e;
+  }
+  const bad = failure === undefined || failure instanceof EmbshardError ? failure : new EmbshardError('INTERNAL', String((failure as Error)?.message ?? failure));
+  try {
+    await agreeOnCall(group, bad, `part of checkpoint '${dir}'`, 'load');
+  } catch (e) {
+    part?.dispose();
+    throw failure ?? e;
+  }
+  return part!;
+}
+
+/**
  * The agreement after an admitting forward's dynamic translation (raw ids → slots of each rank's shards),
  * one uncounted all-reduce (max): a rank whose translation failed throws its own error, every other rank
  * that code, instead of waiting in the output exchange for the failed rank. Ids the ranks admitted in that
