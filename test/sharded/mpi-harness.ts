@@ -109,10 +109,10 @@ export function mpirun(np: number, script: string, args: string[] = [], opts: { 
 /**
  * Runs a kill script on 4 ranks (mpirun --enable-recovery; the last rank dies at the start of step 2) and
  * checks that the 3 survivors each fail at step 2 with COMM_TIMEOUT / COMM_FAILED naming a rank, within
- * their timeout.
+ * their timeout (`args`: the script's arguments, by default the timeout).
  */
-export async function expectSurvivorsFail(script: string, timeoutMs = 3000): Promise<void> {
-  const r = await mpirun(4, script, [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
+export async function expectSurvivorsFail(script: string, timeoutMs = 3000, o: { args?: string[] } = {}): Promise<void> {
+  const r = await mpirun(4, script, o.args ?? [String(timeoutMs)], { recovery: true, limitMs: 60_000 });
   const survivors = r.lines.filter((l) => 'code' in l || 'error' in l);
   expect(survivors.map((l) => l.rank).sort(), r.stdout + r.stderr).toEqual([0, 1, 2]);
   for (const l of survivors) {
