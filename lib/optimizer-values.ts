@@ -11,7 +11,8 @@ export interface OptimizerValues {
   weightDecay: number;
 }
 
-const FLT_MAX = 3.4028234663852886e38;
+/** The largest finite float32: the optimizers' values (learning rates included) must lie within it. */
+export const FLOAT32_MAX = 3.4028234663852886e38;
 
 function bad(field: string, what: string, v: unknown): never {
   throw new EmbshardError('INVALID_CONFIG', `${field} must be ${what} (got ${typeof v === 'string' ? `'${v}'` : String(v)})`, { path: field });
@@ -19,13 +20,13 @@ function bad(field: string, what: string, v: unknown): never {
 
 /** A finite number ≥ 0 that stays finite in float32. */
 function nonNegative(v: unknown, field: string): number {
-  if (typeof v !== 'number' || !(v >= 0 && v <= FLT_MAX)) bad(field, 'a number in [0, 3.4028235e38] (finite in float32)', v);
+  if (typeof v !== 'number' || !(v >= 0 && v <= FLOAT32_MAX)) bad(field, 'a number in [0, 3.4028235e38] (finite in float32)', v);
   return v;
 }
 
 /** A number finite in float32, of either sign. */
 function finite32(v: unknown, field: string): number {
-  if (typeof v !== 'number' || !(Math.abs(v) <= FLT_MAX)) bad(field, 'a number finite in float32 (|x| <= 3.4028235e38)', v);
+  if (typeof v !== 'number' || !(Math.abs(v) <= FLOAT32_MAX)) bad(field, 'a number finite in float32 (|x| <= 3.4028235e38)', v);
   return v;
 }
 

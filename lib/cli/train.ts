@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { totalmem } from 'node:os';
 import { checkpointWritable, ensureWritableParent } from '../checkpoint.js';
 import { EmbshardError } from '../errors.js';
+import { FLOAT32_MAX } from '../optimizer-values.js';
 import { loadAddon } from '../native.js';
 import { MAX_BATCH_SIZE, plantedAUC, type Batch, type BatchSource } from '../data/index.js';
 import { heldOutSplit } from '../data/sample-range.js';
@@ -23,7 +24,7 @@ import { fullBatches } from '../data/full-batches.js';
 import { MAX_PREFETCH_DEPTH } from '../data/prefetch.js';
 import { rankSplit } from '../train/rank-split.js';
 import { Trainer, type EvalResult, type StepMetrics, type StepTimes } from '../train/trainer.js';
-import { EMBEDDINGS_DIR, readTrainerCheckpoint } from '../train/checkpoint.js';
+import { EMBEDDINGS_DIR, readTrainerManifest } from '../train/checkpoint.js';
 import { resolveSchedule, type LrSchedule } from '../train/schedule.js';
 import { EmbeddingCollection } from '../collection.js';
 import type { ModelInputs } from '../train/inputs.js';
@@ -113,9 +114,6 @@ interface Args {
   cachePolicy?: CachePolicy;
   comm: CommChoice;
 }
-
-/** The largest finite float32. */
-const FLOAT32_MAX = 3.4028234663852886e38;
 
 /** The options `embshard train` takes (its one flag, --quiet, aside). */
 const TRAIN_OPTIONS = [
@@ -392,7 +390,7 @@ async function train(a: Args): Promise<number> {
     if (a.threads) loadAddon().setThreads(a.threads);
     // Herald: every rank reads the global batches; the allocator deals their samples
     // a resumed run: the steps its checkpoint trained, whose batches every rank leaves out
-    const resumed = a.resume !== undefined ? (await readTrainerCheckpoint(a.resume)).manifest.steps : 0;
+    const resumed = a.resume !== undefined ? (await readTrainerManifest(a.resume)).steps : 0;
     if (a.resume !== undefined && resumed >= a.steps!)
       throw new EmbshardError('INVALID_ARGUMENT', `--resume '${a.resume}' has trained ${resumed} steps already; --steps ${a.steps} counts the run's steps in all, the checkpoint's included`);
     data = herald ? await openData({ ...a, batch: a.batch * group!.size }, 0, 1) : await openData(a, rank, group?.size ?? 1, resumed);
@@ -422,7 +420,7 @@ async function train(a: Args): Promise<number> {
       throw new EmbshardError('INVALID_ARGUMENT', '--storage disk: is not supported with --schedule herald');
     const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
     if (a.resume !== undefined) {
-      trainer = await resumeTrainer(a, group, data, spec, { optimizer: optType, schedule, steps: resumed });
+      trainer = await resumeTrainer(a, group, data, spec, storage, { optimizer: optType, schedule, steps: resumed });
       if (group) planNote = shardedNote(a, group);
       planNote += `, resumed from ${a.resume} after step ${resumed}`;
     } else if (herald) {
@@ -610,11 +608,11 @@ function shardedNote(a: Args, group: ProcessGroup): string {
  * and the `steps` the data position was set after. Otherwise INVALID_ARGUMENT naming what differs.
  */
 async function resumeTrainer(
-  a: Args, group: ProcessGroup | undefined, data: Data, spec: DenseModelSpec, want: { optimizer: DenseOptimizerType; schedule: LrSchedule; steps: number },
+  a: Args, group: ProcessGroup | undefined, data: Data, spec: DenseModelSpec, storage: { path: string; cacheBytes: number; policy?: CachePolicy } | undefined,
+  want: { optimizer: DenseOptimizerType; schedule: LrSchedule; steps: number },
 ): Promise<Trainer> {
   const dir = a.resume!;
   const options = { device: a.device, ...(a.precision ? { precision: a.precision } : {}) };
-  const storage = a.storageDir !== undefined ? { path: a.storageDir, cacheBytes: a.cacheBytes!, ...(a.cachePolicy ? { policy: a.cachePolicy } : {}) } : undefined;
   let t: Trainer;
   if (group) {
     // --plan auto: the placement the run was trained under, when it has this world size (a planner run

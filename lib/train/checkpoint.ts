@@ -137,12 +137,26 @@ export async function readTrainerCheckpoint(dir: string): Promise<LoadedTrainerC
   return readConsistent(dir, readTrainerFolder);
 }
 
-async function readTrainerFolder(dir: string): Promise<LoadedTrainerCheckpoint> {
-  const mpath = join(dir, TRAINER_MANIFEST);
+/** The checked manifest (trainer.json) of the trainer checkpoint at `dir`, its dense file not read. */
+export async function readTrainerManifest(dir: string): Promise<TrainerManifest> {
+  return readConsistent(dir, manifestIn);
+}
+
+async function manifestIn(folder: string): Promise<TrainerManifest> {
+  const mpath = join(folder, TRAINER_MANIFEST);
   const text = (await readPart(mpath)).toString('utf8');
   const m = parseManifest(text, mpath, TRAINER_KEYS) as unknown as TrainerManifest;
   const fault = manifestFault(m);
   if (fault) throw new EmbshardError('CHECKPOINT_CORRUPT', `'${mpath}' is not an embshard trainer manifest (version 1): ${fault}`);
+  return m;
+}
+
+/**
+ * readTrainerCheckpoint's one read, of the folder as it stands (checkpointDir's folder): for a caller that
+ * reads the whole checkpoint again itself when a save replaced it (Trainer.load).
+ */
+export async function readTrainerFolder(dir: string): Promise<LoadedTrainerCheckpoint> {
+  const m = await manifestIn(dir);
   const dpath = join(dir, m.dense.file);
   const buf = await readPart(dpath);
   const want = (m.dense.params + m.dense.state) * 4;

@@ -6,6 +6,7 @@
 import { join } from 'node:path';
 import { EmbeddingCollection } from '../collection.js';
 import { EmbshardError } from '../errors.js';
+import { FLOAT32_MAX } from '../optimizer-values.js';
 import { DeviceArray } from '../device-array.js';
 import { CallQueue } from '../call-queue.js';
 import { fieldsOf, rejectUnknownFields } from '../fields.js';
@@ -19,7 +20,7 @@ import type { ShardPlan } from '../plan/shard-plan.js';
 import { ProcessGroup } from '../sharded/group.js';
 import type { OptimizerConfig } from '../config.js';
 import { lrFactor, resolveSchedule, type LrSchedule, type ResolvedSchedule } from './schedule.js';
-import { EMBEDDINGS_DIR, readTrainerCheckpoint, writeTrainerCheckpoint, type LoadedTrainerCheckpoint } from './checkpoint.js';
+import { EMBEDDINGS_DIR, readTrainerCheckpoint, readTrainerFolder, writeTrainerCheckpoint, type LoadedTrainerCheckpoint } from './checkpoint.js';
 import { checkpointWritable, readConsistent } from '../checkpoint.js';
 import { resolveInputs, type ModelInputs } from './inputs.js';
 import { sigmoid } from '../data/planted.js';
@@ -27,9 +28,6 @@ import { JaggedBatch } from '../batch.js';
 import { CommClock } from '../sharded/comm-clock.js';
 import { agreeOnWrite } from '../sharded/step-status.js';
 import { denseAddon } from './binding.js';
-
-/** The largest finite float32: a value is finite when it lies within ±FLT_MAX. */
-const FLT_MAX = 3.4028234663852886e38;
 
 /** `batches` when it is an iterable or async iterable (of batches); INVALID_ARGUMENT naming `call` otherwise. */
 function checkBatches(batches: unknown, call: string): Partial<AsyncIterable<Batch> & Iterable<Batch>> {
@@ -41,7 +39,7 @@ function checkBatches(batches: unknown, call: string): Partial<AsyncIterable<Bat
 
 /** The index of the first value of `a` that is NaN or ±Inf, or -1 (native/core/value_scan.h). */
 function firstNonFinite(a: Float32Array): number {
-  return denseAddon('cpu').denseOps.firstOutside(a, -FLT_MAX, FLT_MAX);
+  return denseAddon('cpu').denseOps.firstOutside(a, -FLOAT32_MAX, FLOAT32_MAX);
 }
 
 function clockOf(group: unknown): CommClock | undefined {
@@ -608,7 +606,7 @@ export class Trainer {
    * error first, as when they are read one after the other.
    */
   private static async readFolder(dir: string, folder: string, options: TrainerLoadOptions): Promise<Trainer> {
-    const [ck, emb] = await Promise.allSettled([readTrainerCheckpoint(folder), EmbeddingCollection.loadFolder(join(folder, EMBEDDINGS_DIR), {})]);
+    const [ck, emb] = await Promise.allSettled([readTrainerFolder(folder), EmbeddingCollection.loadFolder(join(folder, EMBEDDINGS_DIR), {})]);
     if (ck.status === 'rejected') {
       if (emb.status === 'fulfilled') emb.value.dispose();
       throw ck.reason;
