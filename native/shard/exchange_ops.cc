@@ -153,14 +153,11 @@ void emit_unique(const IdKey* keys, int64_t n, int64_t m, int64_t* values, int32
 }
 
 namespace {
-// Where each table's features and their range slots start among the step's (nt + 1 values each).
-void route_offsets(const RouteTable* tables, int64_t nt, std::vector<int64_t>& feat, std::vector<int64_t>& slot) {
-  feat.assign(static_cast<size_t>(nt + 1), 0);
-  slot.assign(static_cast<size_t>(nt + 1), 0);
-  for (int64_t t = 0; t < nt; ++t) {
-    feat[static_cast<size_t>(t + 1)] = feat[static_cast<size_t>(t)] + tables[t].nFeatures;
-    slot[static_cast<size_t>(t + 1)] = slot[static_cast<size_t>(t)] + tables[t].nFeatures * tables[t].S;
-  }
+// Where each table's range slots (its features' ranges, feature after feature) start among the step's.
+std::vector<int64_t> range_slots(const RouteTable* tables, int64_t nt) {
+  std::vector<int64_t> slot(static_cast<size_t>(nt + 1), 0);
+  for (int64_t t = 0; t < nt; ++t) slot[static_cast<size_t>(t + 1)] = slot[static_cast<size_t>(t)] + tables[t].nFeatures * tables[t].S;
+  return slot;
 }
 }  // namespace
 
@@ -182,8 +179,7 @@ void route_segments(const RouteTable* tables, int64_t nt, const RouteFeature* fe
 
 void route_unique_keys(const RouteTable* tables, int64_t nt, const RouteUniq* uniq, int64_t nu, const SegmentDst& seg,
                        std::vector<IdKey>& keys, double* valuesAt, double* inverseAt) {
-  std::vector<int64_t> feat, slot;
-  route_offsets(tables, nt, feat, slot);
+  const std::vector<int64_t> slot = range_slots(tables, nt);
   int64_t total = 0;
   for (int64_t u = 0; u < nu; ++u) {
     const RouteUniq& q = uniq[u];
