@@ -14,6 +14,7 @@
 #include "addon/dense_js_readers.h"
 #include "addon/device_buffer.h"
 #include "addon/errors.h"
+#include "core/memory_overlap.h"
 #include "core/value_scan.h"
 #include "dense/model.h"
 
@@ -139,9 +140,8 @@ struct FbArgs {
 
 // Whether two host arrays share memory (an empty or absent one shares none).
 inline bool share_memory(Napi::Float32Array a, Napi::Float32Array b) {
-  if (a.IsEmpty() || b.IsEmpty() || a.ElementLength() == 0 || b.ElementLength() == 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a.Data()), pb = reinterpret_cast<uintptr_t>(b.Data());
-  return pa < pb + b.ByteLength() && pb < pa + a.ByteLength();
+  if (a.IsEmpty() || b.IsEmpty()) return false;
+  return ranges_overlap(a.Data(), a.ByteLength(), b.Data(), b.ByteLength());
 }
 
 // The outputs (logits, sparseGrad) are written while the inputs are still read: INVALID_ARGUMENT naming both

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/memory_overlap.h"
 #include "cuda/buffers.h"
 #include "cuda/cuda_check.h"
 #include "dense/cuda/launch.h"
@@ -261,9 +262,7 @@ const float* run_forward(CudaDenseModel::Impl& m, const DenseModel& layout, cons
 
 // Whether [a, a + na) and [b, b + nb) (floats) overlap.
 bool overlap(const float* a, int64_t na, const float* b, int64_t nb) {
-  if (!a || !b || na <= 0 || nb <= 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + static_cast<uintptr_t>(nb) * sizeof(float) && pb < pa + static_cast<uintptr_t>(na) * sizeof(float);
+  return na > 0 && nb > 0 && ranges_overlap(a, static_cast<size_t>(na) * sizeof(float), b, static_cast<size_t>(nb) * sizeof(float));
 }
 
 // The device memory a forward_backward reads the pooled embeddings from (`sparse`, when `sparseOnDevice`) and
